@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Builds Stratus (release) and runs the service. With STRATUS_DATABASE_URL unset it starts an
+# embedded PostgreSQL cluster under ./.stratus. Extra arguments go to 'stratus serve'.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. Deploy/lib.sh
+ensure_postgres
+swift build -c release --product stratus
+exec .build/release/stratus serve "$@"

@@ -1,0 +1,272 @@
+/// Filter comparators, with CloudKit's spellings.
+public enum FilterComparator: String, Sendable, CaseIterable {
+    case equals = "EQUALS"
+    case notEquals = "NOT_EQUALS"
+    case lessThan = "LESS_THAN"
+    case lessThanOrEquals = "LESS_THAN_OR_EQUALS"
+    case greaterThan = "GREATER_THAN"
+    case greaterThanOrEquals = "GREATER_THAN_OR_EQUALS"
+    case near = "NEAR"
+    case containsAllTokens = "CONTAINS_ALL_TOKENS"
+    case containsAnyTokens = "CONTAINS_ANY_TOKENS"
+    case `in` = "IN"
+    case notIn = "NOT_IN"
+    case listContains = "LIST_CONTAINS"
+    case notListContains = "NOT_LIST_CONTAINS"
+    case listContainsAny = "LIST_CONTAINS_ANY"
+    case notListContainsAny = "NOT_LIST_CONTAINS_ANY"
+    case listContainsAll = "LIST_CONTAINS_ALL"
+    case notListContainsAll = "NOT_LIST_CONTAINS_ALL"
+    case beginsWith = "BEGINS_WITH"
+    case notBeginsWith = "NOT_BEGINS_WITH"
+    case listMemberBeginsWith = "LIST_MEMBER_BEGINS_WITH"
+    case notListMemberBeginsWith = "NOT_LIST_MEMBER_BEGINS_WITH"
+
+    /// Whether the comparator orders values (needs SORTABLE).
+    public var isRange: Bool {
+        switch self {
+        case .lessThan, .lessThanOrEquals, .greaterThan, .greaterThanOrEquals: return true
+        default: return false
+        }
+    }
+}
+
+/// The record columns a filter or sort may name through `systemFieldName`.
+public enum SystemField: String, Sendable, CaseIterable {
+    case recordName
+    case createdTimestamp
+    case modifiedTimestamp
+    case createdUserRecordName
+    case modifiedUserRecordName
+
+    /// The schema-language name (`___createTime` …).
+    public var schemaName: String {
+        switch self {
+        case .recordName: return "___recordID"
+        case .createdTimestamp: return "___createTime"
+        case .modifiedTimestamp: return "___modTime"
+        case .createdUserRecordName: return "___createdBy"
+        case .modifiedUserRecordName: return "___modifiedBy"
+        }
+    }
+
+    /// The type values of this field are compared as.
+    public var valueType: ScalarType {
+        switch self {
+        case .recordName, .createdUserRecordName, .modifiedUserRecordName: return .reference
+        case .createdTimestamp, .modifiedTimestamp: return .timestamp
+        }
+    }
+
+    /// Looks up a `systemFieldName` or its schema-language spelling.
+    public init?(name: String) {
+        if let field = SystemField(rawValue: name) {
+            self = field
+            return
+        }
+        guard let field = SystemField.allCases.first(where: { $0.schemaName == name }) else { return nil }
+        self = field
+    }
+}
+
+/// What a filter or sort is on.
+public enum QueryTarget: Sendable, Equatable, Hashable {
+    case field(String)
+    case system(SystemField)
+
+    /// The name to show in messages.
+    public var displayName: String {
+        switch self {
+        case .field(let name): return name
+        case .system(let field): return field.rawValue
+        }
+    }
+}
+
+/// A comparable scalar used in index entries and filter values: the typed value an index stores.
+public enum IndexValue: Sendable, Equatable, Hashable {
+    case int(Int64)
+    case double(Double)
+    case text(String)
+
+    /// The index value of a scalar field value, or `nil` for types that are not indexed.
+    public init?(_ value: FieldValue) {
+        switch value {
+        case .string(let text): self = .text(text)
+        case .int64(let number), .timestamp(let number): self = .int(number)
+        case .double(let number): self = .double(number)
+        case .reference(let reference): self = .text(reference.recordName)
+        case .bytes, .location, .list: return nil
+        }
+    }
+}
+
+/// One validated filter.
+public struct QueryFilter: Sendable, Equatable {
+    public var target: QueryTarget
+    public var comparator: FilterComparator
+    /// The values compared against (one for scalar comparators; several for IN, LIST_CONTAINS_ANY …).
+    public var values: [IndexValue]
+    /// The scalar type of the field.
+    public var scalar: ScalarType
+}
+
+/// One validated sort descriptor.
+public struct QuerySort: Sendable, Equatable {
+    public var target: QueryTarget
+    public var ascending: Bool
+    public var scalar: ScalarType
+}
+
+/// A validated `records/query` query.
+public struct Query: Sendable, Equatable {
+    /// Most filters in one query.
+    public static let maximumFilters = 20
+    /// Most sort descriptors in one query.
+    public static let maximumSorts = 4
+    /// Most values in one IN / LIST_CONTAINS_ANY list.
+    public static let maximumValues = 200
+
+    public var recordType: String
+    public var filters: [QueryFilter]
+    public var sorts: [QuerySort]
+
+    /// Parses and validates a CKWS query dictionary against the schema.
+    ///
+    /// Filtering needs QUERYABLE (equality, IN, list and prefix comparators) or SORTABLE (range
+    /// comparators) on the field; sorting needs SORTABLE; token comparators need SEARCHABLE. A query
+    /// on a record type the schema does not know matches nothing.
+    public static func parse(_ json: JSON, schema: Schema) throws(StratusError) -> Query {
+        guard let members = json.objectValue else { throw .badRequest("'query' must be an object") }
+        guard let recordType = members["recordType"]?.stringValue else {
+            throw .badRequest("query.recordType is required and must be a string")
+        }
+        try Names.validateRecordType(recordType)
+        let fields = schema.recordTypes[recordType] ?? [:]
+        var filters: [QueryFilter] = []
+        if let filterJSON = members["filterBy"], filterJSON != .null {
+            guard let list = filterJSON.arrayValue else { throw .badRequest("query.filterBy must be an array") }
+            guard list.count <= maximumFilters else { throw .badRequest("at most \(maximumFilters) filters are allowed in one query") }
+            for (index, item) in list.enumerated() {
+                filters.append(try parseFilter(item, index: index, recordType: recordType, fields: fields))
+            }
+        }
+        var sorts: [QuerySort] = []
+        if let sortJSON = members["sortBy"], sortJSON != .null {
+            guard let list = sortJSON.arrayValue else { throw .badRequest("query.sortBy must be an array") }
+            guard list.count <= maximumSorts else { throw .badRequest("at most \(maximumSorts) sort descriptors are allowed in one query") }
+            for (index, item) in list.enumerated() {
+                guard let sort = item.objectValue else { throw .badRequest("query.sortBy[\(index)] must be an object") }
+                let (target, scalar, schemaField) = try resolveTarget(sort, key: "query.sortBy[\(index)]", recordType: recordType, fields: fields)
+                if let schemaField {
+                    guard schemaField.sortable, !schemaField.type.isList else {
+                        throw .badRequest("cannot sort by '\(target.displayName)': the field is not SORTABLE in the schema of '\(recordType)'; add a SORTABLE index")
+                    }
+                }
+                if sort["relativeLocation"] != nil, sort["relativeLocation"] != .null {
+                    throw .badRequest("sorting by distance (relativeLocation) is not supported yet")
+                }
+                let ascending = try Wire.bool(sort["ascending"], key: "query.sortBy[\(index)].ascending") ?? true
+                sorts.append(QuerySort(target: target, ascending: ascending, scalar: scalar))
+            }
+        }
+        return Query(recordType: recordType, filters: filters, sorts: sorts)
+    }
+
+    static func resolveTarget(_ members: [String: JSON], key: String, recordType: String,
+                              fields: [String: FieldSchema]) throws(StratusError) -> (QueryTarget, ScalarType, FieldSchema?) {
+        if let system = members["systemFieldName"], system != .null {
+            guard let name = system.stringValue, let field = SystemField(name: name) else {
+                throw .badRequest("\(key).systemFieldName must be one of \(SystemField.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            return (.system(field), field.valueType, nil)
+        }
+        guard let name = members["fieldName"]?.stringValue else {
+            throw .badRequest("\(key) needs a string 'fieldName' (or 'systemFieldName')")
+        }
+        if let system = SystemField(name: name), name.hasPrefix("___") {
+            return (.system(system), system.valueType, nil)
+        }
+        try Names.validateFieldName(name)
+        guard let field = fields[name] else {
+            throw .badRequest("record type '\(recordType)' has no field '\(name)' in the schema")
+        }
+        return (.field(name), field.type.scalar, field)
+    }
+
+    static func parseFilter(_ json: JSON, index: Int, recordType: String, fields: [String: FieldSchema]) throws(StratusError) -> QueryFilter {
+        let key = "query.filterBy[\(index)]"
+        guard let members = json.objectValue else { throw .badRequest("\(key) must be an object") }
+        guard let comparatorText = members["comparator"]?.stringValue else { throw .badRequest("\(key) needs a string 'comparator'") }
+        guard let comparator = FilterComparator(rawValue: comparatorText) else {
+            throw .badRequest("\(key) has unknown comparator '\(Names.printable(comparatorText))'")
+        }
+        let (target, scalar, schemaField) = try resolveTarget(members, key: key, recordType: recordType, fields: fields)
+        let isList = schemaField?.type.isList ?? false
+        switch comparator {
+        case .near:
+            throw .badRequest("\(key): NEAR (location queries) is not supported yet")
+        case .containsAllTokens, .containsAnyTokens:
+            guard let schemaField, schemaField.searchable else {
+                throw .badRequest("\(key): \(comparator.rawValue) needs a SEARCHABLE index on '\(target.displayName)'")
+            }
+            throw .badRequest("\(key): full-text comparators are not supported yet")
+        case .listContains, .notListContains, .listContainsAny, .notListContainsAny, .listContainsAll, .notListContainsAll,
+             .listMemberBeginsWith, .notListMemberBeginsWith:
+            guard isList else { throw .badRequest("\(key): \(comparator.rawValue) needs a list field, and '\(target.displayName)' is not a list") }
+        case .in, .notIn, .equals, .notEquals, .beginsWith, .notBeginsWith, .lessThan, .lessThanOrEquals, .greaterThan, .greaterThanOrEquals:
+            if isList { throw .badRequest("\(key): \(comparator.rawValue) compares single values, but '\(target.displayName)' is a list; use a LIST_ comparator") }
+        }
+        if let schemaField {
+            if comparator.isRange {
+                guard schemaField.sortable else {
+                    throw .badRequest("\(key): \(comparator.rawValue) on '\(target.displayName)' needs a SORTABLE index in the schema of '\(recordType)'")
+                }
+            } else if !schemaField.queryable {
+                throw .badRequest("\(key): filtering on '\(target.displayName)' needs a QUERYABLE index in the schema of '\(recordType)'")
+            }
+        }
+        switch scalar {
+        case .bytes, .location, .asset:
+            throw .badRequest("\(key): fields of type \(scalar.rawValue) cannot be filtered")
+        default: break
+        }
+        if comparator == .beginsWith || comparator == .notBeginsWith || comparator == .listMemberBeginsWith || comparator == .notListMemberBeginsWith {
+            guard scalar == .string else { throw .badRequest("\(key): \(comparator.rawValue) needs a STRING field") }
+        }
+        guard let valueJSON = members["fieldValue"], let valueMembers = valueJSON.objectValue, let raw = valueMembers["value"] else {
+            throw .badRequest("\(key) needs a 'fieldValue' dictionary with a 'value'")
+        }
+        let many: Bool
+        switch comparator {
+        case .in, .notIn, .listContainsAny, .notListContainsAny, .listContainsAll, .notListContainsAll: many = true
+        default: many = false
+        }
+        var values: [IndexValue] = []
+        if many {
+            guard let elements = raw.arrayValue else { throw .badRequest("\(key): \(comparator.rawValue) needs an array value") }
+            guard !elements.isEmpty, elements.count <= maximumValues else {
+                throw .badRequest("\(key): \(comparator.rawValue) needs 1 to \(maximumValues) values")
+            }
+            for element in elements { values.append(try filterValue(element, scalar: scalar, key: key)) }
+        } else {
+            values.append(try filterValue(raw, scalar: scalar, key: key))
+        }
+        return QueryFilter(target: target, comparator: comparator, values: values, scalar: scalar)
+    }
+
+    static func filterValue(_ raw: JSON, scalar: ScalarType, key: String) throws(StratusError) -> IndexValue {
+        let decoded: FieldValue
+        do throws(StratusError) {
+            if scalar == .reference, let name = raw.stringValue {
+                decoded = .reference(Reference(recordName: name))
+            } else {
+                decoded = try FieldValue.decodeScalar(raw, as: scalar, field: key)
+            }
+        } catch {
+            throw .badRequest("\(key): the value does not match the field's type \(scalar.rawValue) (\(error.reason))")
+        }
+        guard let value = IndexValue(decoded) else { throw .badRequest("\(key): values of type \(scalar.rawValue) cannot be compared") }
+        return value
+    }
+}

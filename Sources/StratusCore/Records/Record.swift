@@ -1,0 +1,105 @@
+/// A record as stored: system metadata plus typed fields.
+public struct Record: Sendable, Equatable {
+    public var recordName: String
+    public var recordType: String
+    /// The change sequence of the record's last write; its base-36 text is the `recordChangeTag`.
+    public var changeSeq: Int64
+    public var fields: [String: FieldValue]
+    /// Milliseconds since the epoch.
+    public var createdAt: Int64
+    public var createdBy: String
+    public var modifiedAt: Int64
+    public var modifiedBy: String
+    /// A tombstone left by a delete, kept for the change feeds.
+    public var deleted: Bool
+
+    public init(recordName: String, recordType: String, changeSeq: Int64 = 0, fields: [String: FieldValue] = [:],
+                createdAt: Int64 = 0, createdBy: String = "", modifiedAt: Int64 = 0, modifiedBy: String = "", deleted: Bool = false) {
+        self.recordName = recordName
+        self.recordType = recordType
+        self.changeSeq = changeSeq
+        self.fields = fields
+        self.createdAt = createdAt
+        self.createdBy = createdBy
+        self.modifiedAt = modifiedAt
+        self.modifiedBy = modifiedBy
+        self.deleted = deleted
+    }
+
+    /// The `recordChangeTag` clients see.
+    public var changeTag: String { Record.changeTag(for: changeSeq) }
+
+    /// The tag text of a change sequence.
+    public static func changeTag(for seq: Int64) -> String { String(seq, radix: 36) }
+
+    /// The change sequence a tag names, or `nil` if it is not one of ours.
+    public static func changeSeq(fromTag tag: String) -> Int64? {
+        guard !tag.isEmpty, tag.utf8.count <= 13 else { return nil }
+        return Int64(tag, radix: 36)
+    }
+
+    /// The canonical JSON text of the fields, as stored and as sent on the wire.
+    public static func encodeFields(_ fields: [String: FieldValue]) -> [UInt8] {
+        var members: [String: JSON] = [:]
+        for (name, value) in fields { members[name] = value.wireJSON() }
+        return JSONWriter.bytes(.object(members))
+    }
+
+    /// Parses stored field JSON back into typed values.
+    public static func decodeFields(_ bytes: [UInt8]) throws(StratusError) -> [String: FieldValue] {
+        let json: JSON
+        do {
+            json = try JSONParser.parse(bytes)
+        } catch {
+            throw StratusError(.internalError, "a stored record could not be read", underlying: error)
+        }
+        var fields: [String: FieldValue] = [:]
+        for (name, value) in json.objectValue ?? [:] {
+            if let decoded = try FieldValue.decode(value, field: name, knownType: nil) { fields[name] = decoded }
+        }
+        return fields
+    }
+}
+
+/// How a record is shaped in a response.
+public struct RecordRendering: Sendable {
+    /// Only these fields, when set (CKWS `desiredKeys`).
+    public var desiredKeys: Set<String>?
+    /// Numbers as JSON strings (CKWS `numbersAsStrings`).
+    public var numbersAsStrings: Bool
+    /// The zone to name in each record, when the response carries it.
+    public var zoneID: JSON?
+
+    public init(desiredKeys: Set<String>? = nil, numbersAsStrings: Bool = false, zoneID: JSON? = nil) {
+        self.desiredKeys = desiredKeys
+        self.numbersAsStrings = numbersAsStrings
+        self.zoneID = zoneID
+    }
+}
+
+extension Record {
+    /// The CKWS record dictionary.
+    public func wireJSON(_ rendering: RecordRendering = RecordRendering()) -> JSON {
+        if deleted {
+            var tombstone: [String: JSON] = ["recordName": .string(recordName), "deleted": .bool(true)]
+            if !recordType.isEmpty { tombstone["recordType"] = .string(recordType) }
+            if let zoneID = rendering.zoneID { tombstone["zoneID"] = zoneID }
+            return .object(tombstone)
+        }
+        var fieldMembers: [String: JSON] = [:]
+        for (name, value) in fields where rendering.desiredKeys?.contains(name) ?? true {
+            fieldMembers[name] = value.wireJSON(numbersAsStrings: rendering.numbersAsStrings)
+        }
+        var members: [String: JSON] = [
+            "recordName": .string(recordName),
+            "recordType": .string(recordType),
+            "recordChangeTag": .string(changeTag),
+            "fields": .object(fieldMembers),
+            "created": .object(["timestamp": .int(createdAt), "userRecordName": .string(createdBy), "deviceID": "1"]),
+            "modified": .object(["timestamp": .int(modifiedAt), "userRecordName": .string(modifiedBy), "deviceID": "1"]),
+            "deleted": .bool(false),
+        ]
+        if let zoneID = rendering.zoneID { members["zoneID"] = zoneID }
+        return .object(members)
+    }
+}

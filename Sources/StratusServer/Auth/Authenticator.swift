@@ -1,0 +1,133 @@
+import Foundation
+import Hummingbird
+import StratusCore
+import StratusStore
+import Synchronization
+
+/// Who is calling a data endpoint.
+struct Caller: Sendable {
+    var container: ContainerInfo
+    var environment: ContainerEnvironment
+    /// The signed-in user's record name, if a valid web auth token came with the request.
+    var user: String?
+    /// The web auth token as sent (echoed in `x-apple-cloudkit-session`).
+    var webAuthToken: String?
+
+    /// The user, or 421 `AUTHENTICATION_REQUIRED` with a `redirectURL`.
+    func requireUser(signInURL: String) throws(StratusError) -> String {
+        guard let user else {
+            throw StratusError(.authenticationRequired, "this request needs a signed-in user: sign in and send the ckWebAuthToken query parameter",
+                               redirectURL: signInURL)
+        }
+        return user
+    }
+}
+
+/// Resolves API tokens, web auth tokens and the admin token. API tokens and containers are
+/// cached for a few seconds so a revoked token stops working quickly without a database read per request.
+final class Authenticator: Sendable {
+    struct Cached<Value: Sendable>: Sendable {
+        var value: Value
+        var expires: ContinuousClock.Instant
+    }
+
+    static let webAuthPurpose = "ckWebAuthToken"
+    let admin: AdminStore
+    let sealer: TokenSealer
+    let configuration: ServerConfiguration
+    private let tokens = Mutex<[String: Cached<APITokenInfo?>]>([:])
+    private let containers = Mutex<[String: Cached<ContainerInfo?>]>([:])
+    private let cacheLifetime: Duration = .seconds(3)
+
+    init(admin: AdminStore, sealer: TokenSealer, configuration: ServerConfiguration) {
+        self.admin = admin
+        self.sealer = sealer
+        self.configuration = configuration
+    }
+
+    /// The container named in the path, or `NOT_FOUND`.
+    func container(named name: String) async throws -> ContainerInfo {
+        try Names.validateContainer(name)
+        let now = ContinuousClock.now
+        if let cached = containers.withLock({ $0[name] }), cached.expires > now, let value = cached.value { return value }
+        let found = try await admin.container(named: name)
+        containers.withLock { $0[name] = Cached(value: found, expires: now + .seconds(30)) }
+        guard let found else { throw StratusError(.notFound, "container '\(name)' does not exist; create it with 'stratus container create \(name)'") }
+        return found
+    }
+
+    /// The API token's metadata, or `nil` for unknown tokens.
+    func apiToken(_ token: String) async throws -> APITokenInfo? {
+        guard !token.isEmpty, token.utf8.count <= 200 else { return nil }
+        let now = ContinuousClock.now
+        if let cached = tokens.withLock({ $0[token] }), cached.expires > now { return cached.value }
+        let info = try await admin.apiToken(hash: TokenSealer.hash(token))
+        tokens.withLock { entries in
+            if entries.count > 10_000 { entries.removeAll() }
+            entries[token] = Cached(value: info, expires: now + cacheLifetime)
+        }
+        return info
+    }
+
+    /// Authenticates a data-API request for `containerName`/`environmentSegment`.
+    func authenticate(_ request: Request, containerName: String, environmentSegment: String) async throws -> Caller {
+        let environment = try ContainerEnvironment(segment: environmentSegment)
+        let container = try await container(named: containerName)
+        let query = request.uri.queryParameters
+        guard let tokenText = query.get("ckAPIToken") else {
+            throw StratusError(.authenticationFailed, "missing ckAPIToken query parameter; create an API token with 'stratus token create'")
+        }
+        guard let token = try await apiToken(tokenText), token.revokedAt == nil else {
+            throw StratusError(.authenticationFailed, "the ckAPIToken is not valid (unknown or revoked)")
+        }
+        guard token.containerID == container.id, token.environment == environment else {
+            throw StratusError(.authenticationFailed, "the ckAPIToken belongs to another container or environment")
+        }
+        var caller = Caller(container: container, environment: environment)
+        if let webToken = query.get("ckWebAuthToken") ?? query.get("ckSession"), !webToken.isEmpty {
+            caller.user = try user(fromWebAuthToken: webToken, containerID: container.id)
+            caller.webAuthToken = webToken
+        }
+        return caller
+    }
+
+    /// The user a web auth token names, checked against the container and its expiry.
+    func user(fromWebAuthToken token: String, containerID: Int64) throws(StratusError) -> String {
+        guard let payload = sealer.open(token, purpose: Self.webAuthPurpose),
+              case .int(let container)? = payload["c"], case .string(let user)? = payload["u"], case .int(let expires)? = payload["x"]
+        else {
+            throw StratusError(.authenticationFailed, "the ckWebAuthToken is not valid; sign in again")
+        }
+        guard container == containerID else {
+            throw StratusError(.authenticationFailed, "the ckWebAuthToken was issued for another container; sign in to this one")
+        }
+        guard expires > Int64(Date().timeIntervalSince1970) else {
+            throw StratusError(.authenticationFailed, "the ckWebAuthToken has expired; sign in again")
+        }
+        return user
+    }
+
+    /// A new web auth token for `user` in `containerID`.
+    func webAuthToken(user: String, containerID: Int64) -> String {
+        let expires = Int64(Date().timeIntervalSince1970) + configuration.sessionLifetime
+        return sealer.seal(["c": .int(containerID), "u": .string(user), "x": .int(expires)], purpose: Self.webAuthPurpose)
+    }
+
+    /// Checks `Authorization: Bearer <admin token>` on management requests.
+    func requireAdmin(_ request: Request) throws(StratusError) {
+        guard let expected = configuration.adminToken, !expected.isEmpty else {
+            throw StratusError(.authenticationFailed, "the management API is disabled: start the server with STRATUS_ADMIN_TOKEN set")
+        }
+        guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else {
+            throw StratusError(.authenticationFailed, "missing admin token: send 'Authorization: Bearer <STRATUS_ADMIN_TOKEN>'")
+        }
+        guard TokenSealer.constantTimeEquals(String(header.dropFirst(7)), expected) else {
+            throw StratusError(.authenticationFailed, "the admin token is wrong")
+        }
+    }
+
+    /// Where `redirectURL` sends a user to sign in.
+    func signInURL(container: String, environment: ContainerEnvironment) -> String {
+        "\(configuration.publicURL)/auth/1/\(container)/\(environment.rawValue)/signin"
+    }
+}

@@ -1,0 +1,42 @@
+import Hummingbird
+import Logging
+import StratusCore
+
+/// The outermost middleware: renders every failure as a CKWS error dictionary. Client mistakes
+/// keep their code; anything unexpected is logged in full with an id and answered
+/// `INTERNAL_ERROR` without internals (Hummingbird's own 500 would have an empty body).
+struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let error as StratusError {
+            let uuid = newUUID()
+            if error.code == .internalError {
+                context.logger.error("internal error", metadata: ["stratus.error_id": "\(uuid)", "stratus.error": "\(String(reflecting: error.underlying ?? error))"])
+            } else if error.code == .tryAgainLater, let underlying = error.underlying {
+                context.logger.warning("transient failure", metadata: ["stratus.error_id": "\(uuid)", "stratus.error": "\(String(reflecting: underlying))"])
+            }
+            return error.response(uuid: uuid)
+        } catch let error as any HTTPResponseError {
+            return Self.translate(status: error.status, message: (error as? HTTPError)?.body, request: request).response(uuid: newUUID())
+        } catch {
+            let uuid = newUUID()
+            context.logger.error("internal error", metadata: ["stratus.error_id": "\(uuid)", "stratus.error": "\(String(reflecting: error))"])
+            return StratusError(.internalError, "the server failed to handle the request; quote \(uuid) when reporting it").response(uuid: uuid)
+        }
+    }
+
+    static func translate(status: HTTPResponse.Status, message: String?, request: Request) -> StratusError {
+        switch status.code {
+        case 404:
+            return StratusError(.notFound, "no endpoint \(request.method) \(request.uri.path.prefix(200)); see the CloudKit Web Services paths in README.md")
+        case 405:
+            return StratusError(StratusError.Code("BAD_REQUEST", httpStatus: 405), "method \(request.method) is not allowed on \(request.uri.path.prefix(200))")
+        case 413:
+            return StratusError.bodyTooLarge(limit: 0)
+        default:
+            return StratusError(StratusError.Code("BAD_REQUEST", httpStatus: status.code < 500 ? status.code : 400),
+                                message ?? "the request could not be processed")
+        }
+    }
+}

@@ -1,0 +1,127 @@
+import Foundation
+import Hummingbird
+import StratusCore
+import StratusStore
+
+extension StratusApp {
+    /// A sync token for a position in a zone's record feed (`zoneID` set) or in a database's zone feed.
+    func syncToken(_ db: DatabaseRef, zoneID: Int64?, position: ChangePosition) -> String {
+        var payload: [String: JSON] = ["c": .int(db.containerID), "e": .string(db.environment.rawValue), "d": .string(db.scope.rawValue),
+                                       "o": .string(db.owner), "x": .int(position.xid), "s": .int(position.seq)]
+        if let zoneID { payload["z"] = .int(zoneID) }
+        return sealer.seal(.object(payload), purpose: Self.syncPurpose)
+    }
+
+    /// Opens a sync token and checks it was issued for this database (and zone); returns the position and the zone id it names.
+    func openSyncToken(_ text: String, db: DatabaseRef, zoneScoped: Bool) throws(StratusError) -> (ChangePosition, Int64?) {
+        guard let payload = sealer.open(text, purpose: Self.syncPurpose),
+              case .int(let xid)? = payload["x"], case .int(let seq)? = payload["s"] else {
+            throw StratusError.badRequest("invalid syncToken: pass back a token from a previous response unchanged, or omit it to start from the beginning")
+        }
+        guard payload["c"] == .int(db.containerID), payload["e"] == .string(db.environment.rawValue),
+              payload["d"] == .string(db.scope.rawValue), payload["o"] == .string(db.owner) else {
+            throw StratusError.badRequest("this syncToken was issued for another database, user or container; omit it to start from the beginning")
+        }
+        var zoneID: Int64?
+        if case .int(let id)? = payload["z"] { zoneID = id }
+        guard (zoneID != nil) == zoneScoped else {
+            throw StratusError.badRequest("this syncToken is for a \(zoneID == nil ? "database" : "zone") change feed, not this one")
+        }
+        return (ChangePosition(xid: xid, seq: seq), zoneID)
+    }
+
+    /// `changes/zone` (and, with one zone, the older `records/changes`).
+    func zoneChanges(_ request: DataRequest) async throws -> JSON {
+        guard let zones = request.body["zones"]?.arrayValue else {
+            throw StratusError.badRequest("'zones' must be an array of {\"zoneID\": …, \"syncToken\"?: …}")
+        }
+        guard !zones.isEmpty, zones.count <= 50 else { throw StratusError.badRequest("'zones' needs 1 to 50 entries") }
+        var results: [JSON] = []
+        for (index, item) in zones.enumerated() {
+            guard let members = item.objectValue else { throw StratusError.badRequest("zones[\(index)] must be an object") }
+            var merged = request.body
+            for (key, value) in members { merged[key] = value }
+            results.append(try await zoneChangePage(request, options: merged, key: "zones[\(index)]"))
+        }
+        return ["zones": .array(results)]
+    }
+
+    /// `records/changes`: the older single-zone form.
+    func recordChanges(_ request: DataRequest) async throws -> JSON {
+        guard request.body["zoneID"] != nil else { throw StratusError.badRequest("missing required key 'zoneID'") }
+        var page = try await zoneChangePage(request, options: request.body, key: "")
+        guard case .object(var members) = page else { return page }
+        if members["serverErrorCode"] != nil {
+            throw StratusError(StratusError.Code(members["serverErrorCode"]?.stringValue ?? "BAD_REQUEST", httpStatus: members["serverErrorCode"]?.stringValue == "ZONE_NOT_FOUND" ? 404 : 400),
+                               members["reason"]?.stringValue ?? "")
+        }
+        members["zoneID"] = nil
+        members["reverse"] = false
+        page = .object(members)
+        return page
+    }
+
+    func zoneChangePage(_ request: DataRequest, options: [String: JSON], key: String) async throws -> JSON {
+        let zoneIDJSON = options["zoneID"] ?? .null
+        let uuid = newUUID()
+        let name: String
+        do throws(StratusError) {
+            name = try request.zoneName(zoneIDJSON, key: key.isEmpty ? "zoneID" : "\(key).zoneID")
+        } catch {
+            if error.code == .zoneNotFound { return error.dictionary(uuid: uuid, zoneID: zoneIDJSON) }
+            throw error
+        }
+        if request.scope == .shared {
+            _ = try request.caller.requireUser(signInURL: request.signInURL)
+            return StratusError(.zoneNotFound, "zone does not exist in the shared database").dictionary(uuid: uuid, zoneID: zoneIDJSON)
+        }
+        let db = try request.database(requireUser: false)
+        let limit = try Wire.resultsLimit(options["resultsLimit"], maximum: Self.maximumPage)
+        let desired = try Wire.stringSet(options["desiredKeys"], key: "desiredKeys")
+        let types = try Wire.stringSet(options["desiredRecordTypes"], key: "desiredRecordTypes")
+        let numbersAsStrings = try Wire.bool(options["numbersAsStrings"] ?? options["numberAsStrings"], key: "numbersAsStrings") ?? false
+        if try Wire.bool(options["reverse"], key: "reverse") == true {
+            throw StratusError.badRequest("reverse change feeds are not supported; omit 'reverse'")
+        }
+        var position = ChangePosition.start
+        var expectedZone: Int64?
+        if let tokenText = try Wire.string(options["syncToken"], key: "syncToken") {
+            (position, expectedZone) = try openSyncToken(tokenText, db: db, zoneScoped: true)
+        }
+        guard let (zoneID, page) = try await records.zoneChanges(db, zoneID: expectedZone, zone: name, after: position, limit: limit, recordTypes: types) else {
+            if expectedZone != nil {
+                return StratusError.badRequest("the syncToken is from a zone that has since been deleted or is another zone; fetch the zone's changes again without a token").dictionary(uuid: uuid, zoneID: zoneIDJSON)
+            }
+            return StratusError(.zoneNotFound, "zone '\(name)' does not exist").dictionary(uuid: uuid, zoneID: zoneIDJSON)
+        }
+        let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings)
+        return [
+            "zoneID": request.zoneIDJSON(name),
+            "records": .array(page.items.map { $0.wireJSON(rendering) }),
+            "syncToken": .string(syncToken(db, zoneID: zoneID, position: page.position)),
+            "moreComing": .bool(page.moreComing),
+        ]
+    }
+
+    /// `changes/database` (`syncToken`) and the older `zones/changes` (`metaSyncToken`).
+    func zoneListChanges(_ request: DataRequest, legacy: Bool) async throws -> JSON {
+        let tokenKey = legacy ? "metaSyncToken" : "syncToken"
+        if request.scope == .shared {
+            let user = try request.caller.requireUser(signInURL: request.signInURL)
+            let db = DatabaseRef(containerID: request.caller.container.id, environment: request.caller.environment, scope: .shared, owner: user)
+            return ["zones": [], tokenKey: .string(syncToken(db, zoneID: nil, position: .start)), "moreComing": false]
+        }
+        let db = try request.database(requireUser: false)
+        let limit = try Wire.resultsLimit(request.body["resultsLimit"], maximum: Self.maximumPage)
+        var position = ChangePosition.start
+        if let tokenText = try Wire.string(request.body[tokenKey] ?? request.body["syncToken"], key: tokenKey) {
+            (position, _) = try openSyncToken(tokenText, db: db, zoneScoped: false)
+        }
+        let page = try await records.databaseChanges(db, after: position, limit: limit)
+        return [
+            "zones": .array(page.items.map { zoneJSON(request, $0) }),
+            tokenKey: .string(syncToken(db, zoneID: nil, position: page.position)),
+            "moreComing": .bool(page.moreComing),
+        ]
+    }
+}

@@ -1,0 +1,77 @@
+import Foundation
+import Hummingbird
+import StratusCore
+import StratusStore
+
+/// The management API under `/management/1/`, guarded by the admin token. The CLI is its client.
+extension StratusApp {
+    func addManagementRoutes(to router: Router<BasicRequestContext>) {
+        let base = "/management/1"
+        router.post("\(base)/containers") { request, _ -> Response in
+            try self.authenticator.requireAdmin(request)
+            let body = try await self.readObject(request)
+            guard let name = try Wire.string(body["name"], key: "name") else { throw StratusError.badRequest("missing required key 'name'") }
+            try Names.validateContainer(name)
+            let container = try await self.admin.createContainer(name: name)
+            return .json(["container": Self.containerJSON(container)], status: .created)
+        }
+        router.get("\(base)/containers") { request, _ -> Response in
+            try self.authenticator.requireAdmin(request)
+            let containers = try await self.admin.listContainers()
+            return .json(["containers": .array(containers.map(Self.containerJSON))])
+        }
+        router.post("\(base)/containers/:container/tokens") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let body = try await self.readObject(request)
+            guard let environmentText = try Wire.string(body["environment"], key: "environment") else {
+                throw StratusError.badRequest("missing required key 'environment' (development or production)")
+            }
+            let environment = try ContainerEnvironment(segment: environmentText)
+            let name = try Wire.string(body["name"], key: "name") ?? "token"
+            guard !name.isEmpty, name.utf8.count <= 200, name.unicodeScalars.allSatisfy(Names.isPrintable) else {
+                throw StratusError.badRequest("the token name must be 1–200 printable characters")
+            }
+            let secret = TokenSealer.randomToken(prefix: "ck_")
+            let info = try await self.admin.createAPIToken(container: container, environment: environment, name: name,
+                                                           tokenHash: TokenSealer.hash(secret), prefix: String(secret.prefix(10)))
+            return .json(["apiToken": .string(secret), "token": Self.tokenJSON(info)], status: .created)
+        }
+        router.get("\(base)/tokens") { request, _ -> Response in
+            try self.authenticator.requireAdmin(request)
+            var containerID: Int64?
+            if let name = request.uri.queryParameters.get("container") {
+                containerID = try await self.authenticator.container(named: String(name)).id
+            }
+            let tokens = try await self.admin.listAPITokens(containerID: containerID)
+            return .json(["tokens": .array(tokens.map(Self.tokenJSON))])
+        }
+        router.post("\(base)/containers/:container/tokens/:token/revoke") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let info = try await self.admin.revokeAPIToken(containerID: container.id, idOrPrefix: context.parameters.get("token") ?? "")
+            return .json(["token": Self.tokenJSON(info)])
+        }
+    }
+
+    func managedContainer(_ context: BasicRequestContext) async throws -> ContainerInfo {
+        try await authenticator.container(named: context.parameters.get("container") ?? "")
+    }
+
+    static func iso(_ date: Date) -> JSON {
+        .string(ISO8601DateFormatter().string(from: date))
+    }
+
+    static func containerJSON(_ container: ContainerInfo) -> JSON {
+        ["name": .string(container.name), "createdAt": iso(container.createdAt)]
+    }
+
+    static func tokenJSON(_ token: APITokenInfo) -> JSON {
+        var members: [String: JSON] = [
+            "id": .int(token.tokenID), "container": .string(token.containerName), "environment": .string(token.environment.rawValue),
+            "name": .string(token.name), "prefix": .string(token.prefix), "createdAt": iso(token.createdAt),
+        ]
+        members["revokedAt"] = token.revokedAt.map(iso) ?? .null
+        return .object(members)
+    }
+}

@@ -1,0 +1,168 @@
+import Crypto
+import Foundation
+import Hummingbird
+import StratusCore
+import StratusStore
+
+extension StratusApp {
+    /// Most records named in one `records/lookup`.
+    static let maximumLookup = 200
+    /// Largest page of `records/query` and the change feeds.
+    static let maximumPage = 200
+    static let markerPurpose = "continuationMarker"
+
+    func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    /// `records/modify`.
+    func modifyRecords(_ request: DataRequest) async throws -> JSON {
+        if request.scope == .shared {
+            throw StratusError(.zoneNotFound, "the shared database has no zones yet: nothing has been shared with this user")
+        }
+        let db = try request.database(requireUser: true)
+        let zone = try request.zoneName(request.body["zoneID"])
+        let body = JSON.object(request.body)
+        let decoded = try ModifyRequest.decode(body, newRecordName: { UUID().uuidString })
+        let caller = db.owner.isEmpty ? (request.caller.user ?? "") : db.owner
+        let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings)
+        let results = try await records.modify(db, zone: zone, request: decoded, caller: caller, now: now(),
+                                               allowSchemaChanges: true, render: { $0.wireJSON(rendering) })
+        let uuid = newUUID()
+        let items: [JSON] = results.enumerated().map { index, result in
+            switch result {
+            case .saved(let record):
+                let desired = (try? decoded.operations[index].get().desiredKeys) ?? nil
+                var itemRendering = rendering
+                itemRendering.desiredKeys = desired ?? decoded.desiredKeys
+                return record.wireJSON(itemRendering)
+            case .deleted(let name):
+                return ["recordName": .string(name), "deleted": true]
+            case .failed(let name, let error):
+                return error.dictionary(uuid: uuid, recordName: name)
+            }
+        }
+        return ["records": .array(items)]
+    }
+
+    /// `records/lookup`.
+    func lookupRecords(_ request: DataRequest) async throws -> JSON {
+        guard let list = request.body["records"] else { throw StratusError.badRequest("missing required key 'records'") }
+        guard let items = list.arrayValue else { throw StratusError.badRequest("'records' must be an array of {\"recordName\": …}") }
+        guard items.count <= Self.maximumLookup else {
+            throw StratusError.badRequest("\(items.count) records in one lookup; at most \(Self.maximumLookup) are allowed")
+        }
+        let desired = try Wire.stringSet(request.body["desiredKeys"], key: "desiredKeys")
+        let numbersAsStrings = try Wire.bool(request.body["numbersAsStrings"], key: "numbersAsStrings") ?? false
+        var wanted: [(name: String, desired: Set<String>?)] = []
+        for (index, item) in items.enumerated() {
+            guard let name = item["recordName"]?.stringValue else {
+                throw StratusError.badRequest("records[\(index)] needs a string 'recordName'")
+            }
+            try Names.validateRecordName(name)
+            wanted.append((name, try Wire.stringSet(item["desiredKeys"], key: "records[\(index)].desiredKeys") ?? desired))
+        }
+        let uuid = newUUID()
+        if request.scope == .shared {
+            _ = try request.caller.requireUser(signInURL: request.signInURL)
+            return ["records": .array(wanted.map { StratusError(.notFound, "record '\(Names.printable($0.name))' does not exist").dictionary(uuid: uuid, recordName: $0.name) })]
+        }
+        let db = try request.database(requireUser: false)
+        let zone = try request.zoneName(request.body["zoneID"])
+        let found = try await records.lookup(db, zone: zone, names: wanted.map(\.name))
+        return ["records": .array(wanted.map { item in
+            guard let record = found[item.name] else {
+                return StratusError(.notFound, "record '\(Names.printable(item.name))' does not exist").dictionary(uuid: uuid, recordName: item.name)
+            }
+            return record.wireJSON(RecordRendering(desiredKeys: item.desired, numbersAsStrings: numbersAsStrings))
+        })]
+    }
+
+    /// `records/query`.
+    func queryRecords(_ request: DataRequest) async throws -> JSON {
+        guard let queryJSON = request.body["query"] else { throw StratusError.badRequest("missing required key 'query'") }
+        let limit = try Wire.resultsLimit(request.body["resultsLimit"], maximum: Self.maximumPage)
+        let desired = try Wire.stringSet(request.body["desiredKeys"], key: "desiredKeys")
+        let numbersAsStrings = try Wire.bool(request.body["numbersAsStrings"], key: "numbersAsStrings") ?? false
+        _ = try Wire.bool(request.body["zoneWide"], key: "zoneWide")
+        let markerText = try Wire.string(request.body["continuationMarker"], key: "continuationMarker")
+        if request.scope == .shared {
+            _ = try request.caller.requireUser(signInURL: request.signInURL)
+            return ["records": []]
+        }
+        let db = try request.database(requireUser: false)
+        let zone = try request.zoneName(request.body["zoneID"])
+        let query = try await parseQuery(queryJSON, db: db)
+        let fingerprint = Self.fingerprint(["c": .int(db.containerID), "e": .string(db.environment.rawValue),
+                                            "d": .string(db.scope.rawValue), "o": .string(db.owner), "z": .string(zone), "q": queryJSON])
+        var cursor: QueryCursor?
+        if let markerText {
+            cursor = try openMarker(markerText, fingerprint: fingerprint, sorts: query.sorts.count)
+        }
+        let page = try await records.query(db, zone: zone, query: query, limit: limit, after: cursor)
+        let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings)
+        var response: [String: JSON] = ["records": .array(page.records.map { $0.wireJSON(rendering) })]
+        if let next = page.next {
+            response["continuationMarker"] = .string(sealer.seal([
+                "f": .string(fingerprint),
+                "v": .array(next.sortValues.map(Self.encode)),
+                "n": .string(next.recordName),
+            ], purpose: Self.markerPurpose))
+        }
+        return .object(response)
+    }
+
+    /// Parses a query, reloading the schema once if it names something the cached copy lacks.
+    func parseQuery(_ json: JSON, db: DatabaseRef) async throws -> Query {
+        let schema = try await records.schemas.schema(containerID: db.containerID, environment: db.environment)
+        do {
+            return try Query.parse(json, schema: schema)
+        } catch {
+            let fresh = try await records.schemas.reload(containerID: db.containerID, environment: db.environment)
+            guard fresh.version != schema.version else {
+                if let type = json["recordType"]?.stringValue, Names.isIdentifier(type), schema.recordTypes[type] == nil {
+                    throw StratusError.badRequest("unknown record type '\(type)': no record of that type was ever saved in this environment")
+                }
+                throw error
+            }
+            if let type = json["recordType"]?.stringValue, Names.isIdentifier(type), fresh.recordTypes[type] == nil {
+                throw StratusError.badRequest("unknown record type '\(type)': no record of that type was ever saved in this environment")
+            }
+            return try Query.parse(json, schema: fresh)
+        }
+    }
+
+    func openMarker(_ text: String, fingerprint: String, sorts: Int) throws(StratusError) -> QueryCursor {
+        guard let payload = sealer.open(text, purpose: Self.markerPurpose) else {
+            throw StratusError.badRequest("invalid continuationMarker: pass back the marker from the previous response unchanged")
+        }
+        guard payload["f"]?.stringValue == fingerprint else {
+            throw StratusError.badRequest("this continuationMarker belongs to another query, zone or user; start the query again without it")
+        }
+        guard let values = payload["v"]?.arrayValue, values.count == sorts, let name = payload["n"]?.stringValue else {
+            throw StratusError.badRequest("invalid continuationMarker")
+        }
+        return QueryCursor(sortValues: values.map(Self.decodeIndexValue), recordName: name)
+    }
+
+    static func encode(_ value: IndexValue?) -> JSON {
+        switch value {
+        case .none: return .null
+        case .int(let number)?: return ["i": .int(number)]
+        case .double(let number)?: return ["d": .double(number)]
+        case .text(let text)?: return ["t": .string(text)]
+        }
+    }
+
+    static func decodeIndexValue(_ json: JSON) -> IndexValue? {
+        if case .int(let number)? = json["i"] { return .int(number) }
+        if case .double(let number)? = json["d"] { return .double(number) }
+        if case .int(let number)? = json["d"] { return .double(Double(number)) }
+        if let text = json["t"]?.stringValue { return .text(text) }
+        return nil
+    }
+
+    /// A short digest naming a query's scope and shape, bound into its continuation markers.
+    static func fingerprint(_ json: JSON) -> String {
+        let digest = SHA256.hash(data: Data(JSONWriter.bytes(json)))
+        return TokenSealer.base64url(Array(digest.prefix(16)))
+    }
+}

@@ -1,0 +1,84 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import Logging
+import StratusCore
+import StratusStore
+
+/// The Stratus HTTP service: the CKWS-compatible data API, the auth API and the management API.
+public final class StratusApp: Sendable {
+    let database: Database
+    let admin: AdminStore
+    let records: RecordStore
+    let sealer: TokenSealer
+    let authenticator: Authenticator
+    let configuration: ServerConfiguration
+    let logger: Logger
+
+    /// Wires the stores into the service. Reads (or creates) the server secret that signs tokens.
+    public static func make(database: Database, configuration: ServerConfiguration, logger: Logger) async throws -> StratusApp {
+        let admin = AdminStore(database: database, logger: logger)
+        let secret = try await admin.serverSecret(named: "tokens")
+        return StratusApp(database: database, admin: admin, secret: secret, configuration: configuration, logger: logger)
+    }
+
+    init(database: Database, admin: AdminStore, secret: [UInt8], configuration: ServerConfiguration, logger: Logger) {
+        self.database = database
+        self.admin = admin
+        self.records = RecordStore(database: database, logger: logger)
+        self.sealer = TokenSealer(secret: secret)
+        self.authenticator = Authenticator(admin: admin, sealer: sealer, configuration: configuration)
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    /// The router with every endpoint.
+    public func router() -> Router<BasicRequestContext> {
+        let router = Router(context: BasicRequestContext.self)
+        router.add(middleware: ErrorMiddleware())
+        router.get("/health") { _, _ in try await self.health() }
+        addDataRoutes(to: router)
+        addAuthRoutes(to: router)
+        addManagementRoutes(to: router)
+        return router
+    }
+
+    func health() async throws -> Response {
+        do {
+            try await database.withConnection { connection in
+                try await connection.query("SELECT 1 FROM schema_migrations LIMIT 1", logger: logger)
+            }
+            return .json(["status": "ok", "database": "ok"])
+        } catch {
+            return .json(["status": "unavailable", "database": "unreachable"], status: .serviceUnavailable)
+        }
+    }
+
+    /// Reads and parses a JSON body, whatever its content type. Bodies over the limit get 413
+    /// before they are read (by `Content-Length`) or as soon as the limit is passed (chunked).
+    func readJSON(_ request: Request) async throws -> JSON {
+        let limit = configuration.maximumBodyBytes
+        if let length = request.headers[.contentLength].flatMap({ Int($0) }), length > limit {
+            throw StratusError.bodyTooLarge(limit: limit)
+        }
+        let buffer: ByteBuffer
+        do {
+            buffer = try await request.body.collect(upTo: limit)
+        } catch is NIOTooManyBytesError {
+            throw StratusError.bodyTooLarge(limit: limit)
+        }
+        do {
+            return try JSONParser.parse(Array(buffer.readableBytesView))
+        } catch {
+            throw StratusError.badRequest(error.description)
+        }
+    }
+
+    /// Reads a JSON body that must be an object.
+    func readObject(_ request: Request) async throws -> [String: JSON] {
+        let body = try await readJSON(request)
+        guard let members = body.objectValue else { throw StratusError.badRequest("the body must be a JSON object, not \(body.kindName)") }
+        return members
+    }
+}

@@ -1,0 +1,47 @@
+import Foundation
+import Hummingbird
+import StratusCore
+
+extension Response {
+    /// A JSON response.
+    static func json(_ value: JSON, status: HTTPResponse.Status = .ok, headers extra: HTTPFields = [:]) -> Response {
+        var headers: HTTPFields = [.contentType: "application/json; charset=utf-8"]
+        headers.append(contentsOf: extra)
+        let bytes = JSONWriter.bytes(value)
+        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: bytes)))
+    }
+}
+
+extension StratusError {
+    /// The CKWS error dictionary. `uuid` identifies the failure in the server log.
+    func dictionary(uuid: String, recordName: String? = nil, zoneID: JSON? = nil) -> JSON {
+        var members: [String: JSON] = [
+            "uuid": .string(uuid),
+            "serverErrorCode": .string(code.name),
+            "reason": .string(reason),
+        ]
+        if let retryAfter { members["retryAfter"] = .int(Int64(retryAfter)) }
+        if let redirectURL { members["redirectURL"] = .string(redirectURL) }
+        if let serverRecord { members["serverRecord"] = serverRecord }
+        if let recordName { members["recordName"] = .string(recordName) }
+        if let zoneID { members["zoneID"] = zoneID }
+        return .object(members)
+    }
+
+    /// The whole-request error response.
+    func response(uuid: String) -> Response {
+        var headers: HTTPFields = [:]
+        if let retryAfter { headers[.retryAfter] = String(retryAfter) }
+        return .json(dictionary(uuid: uuid), status: HTTPResponse.Status(code: code.httpStatus), headers: headers)
+    }
+
+    /// A request body that is too large: HTTP 413 with `BAD_REQUEST`.
+    static func bodyTooLarge(limit: Int) -> StratusError {
+        var error = StratusError(.badRequest, "the request body is larger than \(limit) bytes; split it into smaller requests")
+        error.code = StratusError.Code("BAD_REQUEST", httpStatus: 413)
+        return error
+    }
+}
+
+/// A new request/error id.
+func newUUID() -> String { UUID().uuidString.lowercased() }

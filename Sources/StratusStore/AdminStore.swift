@@ -1,0 +1,201 @@
+import Foundation
+import Logging
+import PostgresNIO
+import StratusCore
+
+/// A container as the management API shows it.
+public struct ContainerInfo: Sendable, Equatable {
+    public var id: Int64
+    public var name: String
+    public var identitySalt: [UInt8]
+    public var createdAt: Date
+}
+
+/// An API token's metadata (never its secret).
+public struct APITokenInfo: Sendable, Equatable {
+    public var containerID: Int64
+    public var containerName: String
+    public var tokenID: Int64
+    public var environment: ContainerEnvironment
+    public var name: String
+    /// The first characters of the token, to tell tokens apart in listings.
+    public var prefix: String
+    public var createdAt: Date
+    public var revokedAt: Date?
+}
+
+/// A user account of a container.
+public struct UserAccount: Sendable, Equatable {
+    public var containerID: Int64
+    public var userRecordName: String
+    public var email: String
+    public var passwordHash: String
+
+    public init(containerID: Int64, userRecordName: String, email: String, passwordHash: String) {
+        self.containerID = containerID
+        self.userRecordName = userRecordName
+        self.email = email
+        self.passwordHash = passwordHash
+    }
+}
+
+/// Containers, API tokens, user accounts and server secrets.
+public struct AdminStore: Sendable {
+    let database: Database
+    let logger: Logger
+
+    public init(database: Database, logger: Logger) {
+        self.database = database
+        self.logger = logger
+    }
+
+    /// Creates a container; `EXISTS` if the name is taken.
+    public func createContainer(name: String) async throws -> ContainerInfo {
+        let salt = (0..<16).map { _ in UInt8.random(in: 0...255) }
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("""
+                INSERT INTO containers (name, identity_salt) VALUES (\(name), \(Data(salt)))
+                ON CONFLICT (name) DO NOTHING
+                RETURNING container_id, name, identity_salt, created_at
+                """, logger: logger)
+        }
+        guard let row = rows.first else { throw StratusError(.exists, "container '\(name)' already exists") }
+        return try Self.container(row)
+    }
+
+    /// All containers, by name.
+    public func listContainers() async throws -> [ContainerInfo] {
+        try await database.withConnection { connection in
+            try await connection.rows("SELECT container_id, name, identity_salt, created_at FROM containers ORDER BY name", logger: logger)
+        }.map(Self.container)
+    }
+
+    /// The container named `name`, if it exists.
+    public func container(named name: String) async throws -> ContainerInfo? {
+        try await database.withConnection { connection in
+            try await connection.rows("SELECT container_id, name, identity_salt, created_at FROM containers WHERE name = \(name)", logger: logger)
+        }.first.map(Self.container)
+    }
+
+    static func container(_ row: PostgresRow) throws -> ContainerInfo {
+        let (id, name, salt, created) = try row.decode((Int64, String, Data, Date).self)
+        return ContainerInfo(id: id, name: name, identitySalt: Array(salt), createdAt: created)
+    }
+
+    /// Stores a new API token by its hash.
+    public func createAPIToken(container: ContainerInfo, environment: ContainerEnvironment, name: String, tokenHash: [UInt8], prefix: String) async throws -> APITokenInfo {
+        let row = try await database.withConnection { connection in
+            try await connection.rows("""
+                INSERT INTO api_tokens (container_id, environment, name, token_hash, token_prefix)
+                VALUES (\(container.id), \(environment.code), \(name), \(Data(tokenHash)), \(prefix))
+                RETURNING token_id, created_at
+                """, logger: logger)
+        }.first!
+        let (tokenID, created) = try row.decode((Int64, Date).self)
+        return APITokenInfo(containerID: container.id, containerName: container.name, tokenID: tokenID, environment: environment,
+                            name: name, prefix: prefix, createdAt: created, revokedAt: nil)
+    }
+
+    /// API tokens, optionally of one container.
+    public func listAPITokens(containerID: Int64?) async throws -> [APITokenInfo] {
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("""
+                SELECT t.container_id, c.name, t.token_id, t.environment, t.name, t.token_prefix, t.created_at, t.revoked_at
+                FROM api_tokens t JOIN containers c ON c.container_id = t.container_id
+                WHERE \(containerID) IS NULL OR t.container_id = \(containerID)
+                ORDER BY c.name, t.token_id
+                """, logger: logger)
+        }
+        return try rows.map(Self.token)
+    }
+
+    /// The token with this hash (revoked ones included, so callers can say so).
+    public func apiToken(hash: [UInt8]) async throws -> APITokenInfo? {
+        try await database.withConnection { connection in
+            try await connection.rows("""
+                SELECT t.container_id, c.name, t.token_id, t.environment, t.name, t.token_prefix, t.created_at, t.revoked_at
+                FROM api_tokens t JOIN containers c ON c.container_id = t.container_id
+                WHERE t.token_hash = \(Data(hash))
+                """, logger: logger)
+        }.first.map(Self.token)
+    }
+
+    /// Revokes a token by id or by its prefix; `NOT_FOUND` if no live token matches.
+    public func revokeAPIToken(containerID: Int64, idOrPrefix: String) async throws -> APITokenInfo {
+        let tokenID = Int64(idOrPrefix)
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("""
+                UPDATE api_tokens SET revoked_at = now()
+                WHERE container_id = \(containerID) AND revoked_at IS NULL
+                  AND (token_id = \(tokenID) OR token_prefix = \(idOrPrefix))
+                RETURNING container_id, (SELECT name FROM containers WHERE container_id = api_tokens.container_id),
+                          token_id, environment, name, token_prefix, created_at, revoked_at
+                """, logger: logger)
+        }
+        guard rows.count == 1 else {
+            if rows.isEmpty { throw StratusError(.notFound, "no live API token '\(idOrPrefix)' in this container") }
+            throw StratusError(.badRequest, "'\(idOrPrefix)' matches several tokens; give the token id")
+        }
+        return try Self.token(rows[0])
+    }
+
+    static func token(_ row: PostgresRow) throws -> APITokenInfo {
+        let (containerID, containerName, tokenID, environment, name, prefix, created, revoked) =
+            try row.decode((Int64, String, Int64, Int16, String, String, Date, Date?).self)
+        return APITokenInfo(containerID: containerID, containerName: containerName, tokenID: tokenID,
+                            environment: environment == 1 ? .development : .production, name: name, prefix: prefix,
+                            createdAt: created, revokedAt: revoked)
+    }
+
+    /// Creates a user account; `EXISTS` if the email is taken in this container.
+    public func createUser(_ account: UserAccount) async throws {
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("""
+                INSERT INTO users (container_id, user_record_name, email, password_hash)
+                VALUES (\(account.containerID), \(account.userRecordName), \(account.email), \(account.passwordHash))
+                ON CONFLICT DO NOTHING RETURNING user_record_name
+                """, logger: logger)
+        }
+        guard !rows.isEmpty else { throw StratusError(.exists, "an account with this email address already exists; sign in instead") }
+    }
+
+    /// The account with this email in a container.
+    public func user(containerID: Int64, email: String) async throws -> UserAccount? {
+        try await database.withConnection { connection in
+            try await connection.rows("""
+                SELECT user_record_name, password_hash FROM users WHERE container_id = \(containerID) AND email = \(email)
+                """, logger: logger)
+        }.first.map { row in
+            let (name, hash) = try row.decode((String, String).self)
+            return UserAccount(containerID: containerID, userRecordName: name, email: email, passwordHash: hash)
+        }
+    }
+
+    /// The account with this user record name in a container.
+    public func user(containerID: Int64, userRecordName: String) async throws -> UserAccount? {
+        try await database.withConnection { connection in
+            try await connection.rows("""
+                SELECT email, password_hash FROM users WHERE container_id = \(containerID) AND user_record_name = \(userRecordName)
+                """, logger: logger)
+        }.first.map { row in
+            let (email, hash) = try row.decode((String, String).self)
+            return UserAccount(containerID: containerID, userRecordName: userRecordName, email: email, passwordHash: hash)
+        }
+    }
+
+    /// The named server secret, created (32 random bytes) on first use. Shared by every
+    /// `stratus serve` on the same database, so tokens one process signs, the others accept.
+    public func serverSecret(named name: String) async throws -> [UInt8] {
+        let fresh = Data((0..<32).map { _ in UInt8.random(in: 0...255) })
+        let row = try await database.withConnection { connection in
+            try await connection.rows("""
+                WITH inserted AS (
+                    INSERT INTO server_secrets (name, secret) VALUES (\(name), \(fresh))
+                    ON CONFLICT (name) DO NOTHING RETURNING secret
+                )
+                SELECT secret FROM inserted UNION ALL SELECT secret FROM server_secrets WHERE name = \(name)
+                """, logger: logger)
+        }.first!
+        return Array(try row.decode(Data.self))
+    }
+}

@@ -1,0 +1,154 @@
+import Foundation
+import Logging
+import PostgresNIO
+import StratusCore
+
+/// Where the PostgreSQL server is and how to log in.
+public struct DatabaseConfiguration: Sendable {
+    public var host: String
+    public var port: Int
+    public var username: String
+    public var password: String?
+    public var database: String
+    public var requireTLS: Bool
+    /// Pool size; 8–16 backends is the sweet spot on a 2-core machine (performance.md §2.3).
+    public var maximumConnections: Int
+
+    public init(host: String, port: Int, username: String, password: String?, database: String,
+                requireTLS: Bool = false, maximumConnections: Int = 16) {
+        self.host = host
+        self.port = port
+        self.username = username
+        self.password = password
+        self.database = database
+        self.requireTLS = requireTLS
+        self.maximumConnections = maximumConnections
+    }
+
+    /// Parses `postgres://user:password@host:port/database[?sslmode=disable|require]`.
+    public init(url: String) throws(StratusError) {
+        guard let components = URLComponents(string: url), let scheme = components.scheme,
+              scheme == "postgres" || scheme == "postgresql", let host = components.host, !host.isEmpty
+        else {
+            throw .badRequest("STRATUS_DATABASE_URL must look like postgres://user:password@host:5432/database")
+        }
+        let database = components.path.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
+        let sslmode = components.queryItems?.first(where: { $0.name == "sslmode" })?.value ?? "disable"
+        self.init(host: host, port: components.port ?? 5432, username: components.user ?? "postgres",
+                  password: components.password?.removingPercentEncoding ?? components.password,
+                  database: database.isEmpty ? "postgres" : database, requireTLS: sslmode == "require" || sslmode == "verify-full")
+    }
+
+    /// The same server, another database.
+    public func with(database: String) -> DatabaseConfiguration {
+        var copy = self
+        copy.database = database
+        return copy
+    }
+
+    func clientConfiguration() -> PostgresClient.Configuration {
+        var configuration = PostgresClient.Configuration(
+            host: host, port: port, username: username, password: password, database: database,
+            tls: requireTLS ? .require(.makeClientConfiguration()) : .disable)
+        configuration.options.maximumConnections = maximumConnections
+        configuration.options.minimumConnections = 0
+        configuration.options.connectTimeout = .seconds(5)
+        return configuration
+    }
+}
+
+/// The service's handle on PostgreSQL: a connection pool, transactions with retries, and the
+/// mapping of database failures to ``StratusError``.
+public final class Database: Sendable {
+    public let client: PostgresClient
+    public let configuration: DatabaseConfiguration
+    let logger: Logger
+
+    public init(configuration: DatabaseConfiguration, logger: Logger) {
+        self.configuration = configuration
+        self.client = PostgresClient(configuration: configuration.clientConfiguration(), backgroundLogger: logger)
+        self.logger = logger
+    }
+
+    /// Runs `body` in one transaction (READ COMMITTED). Serialization failures and deadlocks
+    /// are retried up to three times, then answered `TRY_AGAIN_LATER`. Errors thrown by `body`
+    /// roll the transaction back and are rethrown unchanged.
+    public func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        var attempt = 0
+        while true {
+            attempt += 1
+            do {
+                return try await client.withConnection { connection in
+                    try await connection.query("BEGIN", logger: logger)
+                    do {
+                        let value = try await body(connection)
+                        try await connection.query("COMMIT", logger: logger)
+                        return value
+                    } catch {
+                        _ = try? await connection.query("ROLLBACK", logger: logger)
+                        throw error
+                    }
+                }
+            } catch let error as PSQLError where Database.isRetryable(error) && attempt < 4 {
+                try await Task.sleep(for: .milliseconds(5 * attempt))
+                continue
+            } catch {
+                throw Database.map(error)
+            }
+        }
+    }
+
+    /// Runs `body` with a pooled connection, outside a transaction.
+    public func withConnection<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        do {
+            return try await client.withConnection { connection in try await body(connection) }
+        } catch {
+            throw Database.map(error)
+        }
+    }
+
+    static func isRetryable(_ error: PSQLError) -> Bool {
+        let state = error.serverInfo?[.sqlState]
+        return state == "40001" || state == "40P01"
+    }
+
+    /// The SQLSTATE of a server error, if `error` is one.
+    public static func sqlState(_ error: any Error) -> String? {
+        (error as? PSQLError)?.serverInfo?[.sqlState]
+    }
+
+    /// Maps database failures to the errors clients see. Anything unrecognised stays as is
+    /// and becomes `INTERNAL_ERROR` at the HTTP boundary.
+    static func map(_ error: any Error) -> any Error {
+        if error is StratusError { return error }
+        if let error = error as? PSQLError {
+            switch error.code {
+            case .connectionError, .serverClosedConnection, .clientClosedConnection, .poolClosed, .uncleanShutdown:
+                return StratusError(.tryAgainLater, "the database is not reachable right now; retry shortly", retryAfter: 1, underlying: error)
+            case .server:
+                let state = error.serverInfo?[.sqlState] ?? ""
+                if state == "40001" || state == "40P01" {
+                    return StratusError(.tryAgainLater, "too many concurrent changes to the same data; retry", retryAfter: 1, underlying: error)
+                }
+                if state.hasPrefix("08") || state == "57P01" || state == "57P03" || state == "53300" {
+                    return StratusError(.tryAgainLater, "the database is not available right now; retry shortly", retryAfter: 1, underlying: error)
+                }
+                if state == "57014" {
+                    return StratusError(.tryAgainLater, "the request took too long and was cancelled; retry with a smaller request", retryAfter: 1, underlying: error)
+                }
+            default:
+                break
+            }
+        }
+        return error
+    }
+}
+
+extension PostgresConnection {
+    /// Runs a query and collects its rows.
+    func rows(_ query: PostgresQuery, logger: Logger) async throws -> [PostgresRow] {
+        var out: [PostgresRow] = []
+        for try await row in try await self.query(query, logger: logger) { out.append(row) }
+        return out
+    }
+}

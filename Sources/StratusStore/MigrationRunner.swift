@@ -1,0 +1,137 @@
+import Crypto
+import Foundation
+import Logging
+import PostgresNIO
+import StratusCore
+
+/// One numbered SQL file from `Migrations/`.
+public struct Migration: Sendable, Equatable {
+    public var version: Int
+    public var name: String
+    public var sql: String
+
+    /// SHA-256 of the file, hex.
+    public var checksum: String {
+        SHA256.hash(data: Data(sql.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    /// Loads `NNNN_name.sql` files from `directory`, in version order.
+    public static func load(from directory: URL) throws -> [Migration] {
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+        var migrations: [Migration] = []
+        for file in names where file.hasSuffix(".sql") {
+            let stem = String(file.dropLast(4))
+            guard let underscore = stem.firstIndex(of: "_"), let version = Int(stem[..<underscore]) else {
+                throw StratusError(.internalError, "migration file \(file) is not named NNNN_name.sql")
+            }
+            let sql = try String(contentsOf: directory.appendingPathComponent(file), encoding: .utf8)
+            migrations.append(Migration(version: version, name: String(stem[stem.index(after: underscore)...]), sql: sql))
+        }
+        migrations.sort { $0.version < $1.version }
+        for (a, b) in zip(migrations, migrations.dropFirst()) where a.version == b.version {
+            throw StratusError(.internalError, "two migrations share version \(a.version)")
+        }
+        return migrations
+    }
+
+    /// Finds the `Migrations` folder: `STRATUS_MIGRATIONS_DIR` if set, else the nearest
+    /// `Migrations/` above the executable or the current directory.
+    public static func locateDirectory(environment: [String: String] = ProcessInfo.processInfo.environment,
+                                       extraStart: URL? = nil) -> URL? {
+        if let explicit = environment["STRATUS_MIGRATIONS_DIR"], !explicit.isEmpty {
+            return URL(fileURLWithPath: explicit)
+        }
+        var starts = [URL(fileURLWithPath: CommandLine.arguments.first ?? ".").deletingLastPathComponent(),
+                      URL(fileURLWithPath: FileManager.default.currentDirectoryPath)]
+        if let extraStart { starts.insert(extraStart, at: 0) }
+        for start in starts {
+            var directory = start.standardizedFileURL.resolvingSymlinksInPath()
+            for _ in 0..<8 {
+                let candidate = directory.appendingPathComponent("Migrations")
+                if FileManager.default.fileExists(atPath: candidate.appendingPathComponent("0001_initial.sql").path) {
+                    return candidate
+                }
+                let parent = directory.deletingLastPathComponent()
+                if parent.path == directory.path { break }
+                directory = parent
+            }
+        }
+        return nil
+    }
+}
+
+/// Applies migrations in order, each in its own transaction, under an advisory lock, recording
+/// each with its checksum. Refuses to run when an applied migration's file has changed.
+public struct MigrationRunner: Sendable {
+    /// Advisory lock key held while migrating (any value unique to Stratus).
+    static let lockKey: Int64 = 0x5354_5241_5455_53
+
+    public var migrations: [Migration]
+    public var logger: Logger
+
+    public init(migrations: [Migration], logger: Logger) {
+        self.migrations = migrations
+        self.logger = logger
+    }
+
+    /// Brings the database up to date; returns the versions it applied.
+    @discardableResult
+    public func run(on database: Database) async throws -> [Int] {
+        try await database.withConnection { connection in
+            try await connection.query("SELECT pg_advisory_lock(\(Self.lockKey))", logger: logger)
+            do {
+                let applied = try await apply(on: connection)
+                try await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
+                return applied
+            } catch {
+                _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
+                throw error
+            }
+        }
+    }
+
+    private func apply(on connection: PostgresConnection) async throws -> [Int] {
+        try await connection.query("""
+            CREATE TABLE IF NOT EXISTS schema_migrations (
+                version integer PRIMARY KEY,
+                name text NOT NULL,
+                checksum text NOT NULL,
+                applied_at timestamptz NOT NULL DEFAULT now()
+            )
+            """, logger: logger)
+        var recorded: [Int: String] = [:]
+        for row in try await connection.rows("SELECT version, checksum FROM schema_migrations", logger: logger) {
+            let (version, checksum) = try row.decode((Int, String).self)
+            recorded[version] = checksum
+        }
+        var applied: [Int] = []
+        for migration in migrations {
+            if let checksum = recorded[migration.version] {
+                guard checksum == migration.checksum else {
+                    throw StratusError(.internalError, "migration \(migration.version)_\(migration.name).sql was edited after it was applied (checksum differs); restore it and add a new migration instead")
+                }
+                continue
+            }
+            logger.info("applying migration", metadata: ["stratus.migration": "\(migration.version)_\(migration.name)"])
+            do {
+                try await connection.query("BEGIN", logger: logger)
+                for statement in SQLScript.split(migration.sql) {
+                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                }
+                try await connection.query("""
+                    INSERT INTO schema_migrations (version, name, checksum) VALUES (\(migration.version), \(migration.name), \(migration.checksum))
+                    """, logger: logger)
+                try await connection.query("COMMIT", logger: logger)
+            } catch {
+                _ = try? await connection.query("ROLLBACK", logger: logger)
+                throw StratusError(.internalError, "migration \(migration.version)_\(migration.name).sql failed: \(String(reflecting: error))", underlying: error)
+            }
+            applied.append(migration.version)
+        }
+        for version in recorded.keys where !migrations.contains(where: { $0.version == version }) {
+            logger.warning("the database has a migration this build does not know; is this binary older than the database?",
+                           metadata: ["stratus.migration": "\(version)"])
+        }
+        return applied
+    }
+}

@@ -1,0 +1,294 @@
+import Foundation
+import Logging
+import PostgresNIO
+import StratusCore
+
+/// Where a page of query results ends: the sort values of its last record and its name.
+public struct QueryCursor: Sendable, Equatable {
+    public var sortValues: [IndexValue?]
+    public var recordName: String
+
+    public init(sortValues: [IndexValue?], recordName: String) {
+        self.sortValues = sortValues
+        self.recordName = recordName
+    }
+}
+
+/// One page of a query.
+public struct QueryPage: Sendable {
+    public var records: [Record]
+    /// Where the next page starts, when there is one.
+    public var next: QueryCursor?
+}
+
+extension RecordStore {
+    /// Runs a validated query over a zone.
+    ///
+    /// The SQL is driven by the index entries of the first filter that can use an index, so its
+    /// cost follows the rows that match in this zone, never other zones or containers. Pages are
+    /// keyset-paged on the sort values plus the record name (no OFFSET).
+    public func query(_ db: DatabaseRef, zone: String, query: Query, limit: Int, after cursor: QueryCursor?) async throws -> QueryPage {
+        try await database.withConnection { connection in
+            guard let zoneID = try await zoneID(db, name: zone, createDefault: false, lock: false, on: connection) else {
+                if zone == Names.defaultZone { return QueryPage(records: [], next: nil) }
+                throw Self.zoneNotFound(zone)
+            }
+            let sql = QuerySQL.build(containerID: db.containerID, zoneID: zoneID, query: query, limit: limit, after: cursor)
+            let rows = try await connection.rows(sql, logger: logger)
+            var records: [Record] = []
+            var sortValues: [[IndexValue?]] = []
+            for row in rows {
+                let columns = Array(row)
+                let base = PostgresRow.recordColumnCount
+                let record = try Self.record(row)
+                var values: [IndexValue?] = []
+                for (offset, sort) in query.sorts.enumerated() {
+                    values.append(try QuerySQL.decodeSortValue(columns[base + offset], scalar: sort.scalar))
+                }
+                records.append(record)
+                sortValues.append(values)
+            }
+            var next: QueryCursor?
+            if records.count > limit {
+                records.removeLast()
+                sortValues.removeLast()
+                next = QueryCursor(sortValues: sortValues.last!, recordName: records.last!.recordName)
+            }
+            return QueryPage(records: records, next: next)
+        }
+    }
+}
+
+extension PostgresRow {
+    static let recordColumnCount = 9
+}
+
+/// Builds the SQL of a query. Every value is a bound parameter; only column names chosen by
+/// this code are spliced into the text.
+enum QuerySQL {
+    struct Builder {
+        var sql = ""
+        var bindings = PostgresBindings()
+        var count = 0
+
+        mutating func bind(_ value: some PostgresNonThrowingEncodable & Sendable) -> String {
+            bindings.append(value)
+            count += 1
+            return "$\(count)"
+        }
+
+        mutating func bind(_ value: IndexValue) -> String {
+            switch value {
+            case .int(let number): return bind(number) + "::bigint"
+            case .double(let number): return bind(number) + "::float8"
+            case .text(let text): return bind(text) + "::text"
+            }
+        }
+    }
+
+    static func column(for scalar: ScalarType) -> String {
+        switch scalar {
+        case .int64, .timestamp: return "v_int"
+        case .double: return "v_double"
+        default: return "v_text"
+        }
+    }
+
+    static func collate(_ scalar: ScalarType) -> String {
+        switch scalar {
+        case .int64, .timestamp, .double: return ""
+        default: return " COLLATE \"C\""
+        }
+    }
+
+    static func systemColumn(_ field: SystemField) -> String {
+        switch field {
+        case .recordName: return "r.record_name"
+        case .createdTimestamp: return "r.created_at"
+        case .modifiedTimestamp: return "r.modified_at"
+        case .createdUserRecordName: return "r.created_by"
+        case .modifiedUserRecordName: return "r.modified_by"
+        }
+    }
+
+    static func comparison(_ comparator: FilterComparator) -> String? {
+        switch comparator {
+        case .equals, .listContains: return "="
+        case .notEquals: return "<>"
+        case .lessThan: return "<"
+        case .lessThanOrEquals: return "<="
+        case .greaterThan: return ">"
+        case .greaterThanOrEquals: return ">="
+        default: return nil
+        }
+    }
+
+    /// The condition on an index-entry alias `e` (or a system column) that a value matches.
+    static func valueCondition(_ expression: String, _ filter: QueryFilter, values: [IndexValue], builder: inout Builder) -> String {
+        let collation = collate(filter.scalar)
+        switch filter.comparator {
+        case .in, .notIn, .listContainsAny, .notListContainsAny, .listContainsAll, .notListContainsAll:
+            let list = values.map { builder.bind($0) + collation }.joined(separator: ", ")
+            return "\(expression)\(collation) IN (\(list))"
+        case .beginsWith, .notBeginsWith, .listMemberBeginsWith, .notListMemberBeginsWith:
+            guard case .text(let prefix) = values[0] else { return "false" }
+            let low = builder.bind(prefix)
+            let high = builder.bind(prefix + "\u{10FFFF}")
+            return "(\(expression) COLLATE \"C\" >= \(low) AND \(expression) COLLATE \"C\" < \(high))"
+        default:
+            let op = comparison(filter.comparator.isNegated ? filter.comparator.positive : filter.comparator) ?? "="
+            return "\(expression)\(collation) \(op) \(builder.bind(values[0]))\(collation)"
+        }
+    }
+
+    /// An `EXISTS` over the field's index entries (for fields) or a column test (for system fields).
+    static func matchCondition(_ filter: QueryFilter, containerID: Int64, zoneID: Int64, recordType: String, builder: inout Builder) -> String {
+        switch filter.target {
+        case .system(let field):
+            let condition = valueCondition(systemColumn(field), filter, values: filter.values, builder: &builder)
+            return filter.comparator.isNegated ? "NOT (\(condition))" : condition
+        case .field(let name):
+            func exists(_ values: [IndexValue]) -> String {
+                let column = column(for: filter.scalar)
+                let condition = valueCondition("e.\(column)", filter, values: values, builder: &builder)
+                return """
+                    EXISTS (SELECT 1 FROM index_entries e WHERE e.container_id = \(builder.bind(containerID)) AND e.zone_id = \(builder.bind(zoneID))
+                    AND e.record_type = \(builder.bind(recordType)) AND e.field = \(builder.bind(name)) AND e.record_name = r.record_name AND \(condition))
+                    """
+            }
+            switch filter.comparator {
+            case .listContainsAll, .notListContainsAll:
+                let all = filter.values.map { exists([$0]) }.joined(separator: " AND ")
+                return filter.comparator == .notListContainsAll ? "NOT (\(all))" : "(\(all))"
+            case .notEquals:
+                // A different value, and the field is present (CloudKit does not match missing fields).
+                let column = column(for: filter.scalar)
+                let present = "EXISTS (SELECT 1 FROM index_entries e WHERE e.container_id = \(builder.bind(containerID)) AND e.zone_id = \(builder.bind(zoneID)) AND e.record_type = \(builder.bind(recordType)) AND e.field = \(builder.bind(name)) AND e.record_name = r.record_name AND e.\(column) IS NOT NULL)"
+                var equals = filter
+                equals.comparator = .equals
+                return "(\(present) AND NOT \(exists(equals.values)))"
+            default:
+                let condition = exists(filter.values)
+                return filter.comparator.isNegated ? "NOT \(condition)" : condition
+            }
+        }
+    }
+
+    /// The sort expression for a sort descriptor.
+    static func sortExpression(_ sort: QuerySort, containerID: Int64, zoneID: Int64, recordType: String, builder: inout Builder) -> String {
+        switch sort.target {
+        case .system(let field):
+            return systemColumn(field) + collate(sort.scalar)
+        case .field(let name):
+            let column = column(for: sort.scalar)
+            return "(SELECT e.\(column)\(collate(sort.scalar)) FROM index_entries e WHERE e.container_id = \(builder.bind(containerID)) AND e.zone_id = \(builder.bind(zoneID)) AND e.record_type = \(builder.bind(recordType)) AND e.field = \(builder.bind(name)) AND e.record_name = r.record_name AND e.\(column) IS NOT NULL LIMIT 1)"
+        }
+    }
+
+    static func build(containerID: Int64, zoneID: Int64, query: Query, limit: Int, after cursor: QueryCursor?) -> PostgresQuery {
+        var builder = Builder()
+        let c = builder.bind(containerID)
+        let z = builder.bind(zoneID)
+        let t = builder.bind(query.recordType)
+        var conditions: [String] = []
+        var from = "records r"
+        // Drive from the index entries of the first positive, single-valued field filter.
+        var driver: Int?
+        for (index, filter) in query.filters.enumerated() {
+            guard case .field = filter.target, !filter.comparator.isNegated else { continue }
+            switch filter.comparator {
+            case .equals, .lessThan, .lessThanOrEquals, .greaterThan, .greaterThanOrEquals, .beginsWith, .listContains, .in:
+                // Each of these matches at most one index entry per record, so the join has no duplicates.
+                driver = index
+            default: continue
+            }
+            break
+        }
+        if let driver, case .field(let name) = query.filters[driver].target {
+            let filter = query.filters[driver]
+            let column = column(for: filter.scalar)
+            let condition = valueCondition("d.\(column)", filter, values: filter.values, builder: &builder)
+            from = """
+                index_entries d JOIN records r ON r.container_id = d.container_id AND r.zone_id = d.zone_id AND r.record_name = d.record_name
+                """
+            conditions.append("d.container_id = \(c) AND d.zone_id = \(z) AND d.record_type = \(t) AND d.field = \(builder.bind(name)) AND \(condition)")
+        }
+        conditions.append("r.container_id = \(c) AND r.zone_id = \(z) AND r.record_type = \(t) AND NOT r.deleted")
+        for (index, filter) in query.filters.enumerated() where index != driver {
+            conditions.append(matchCondition(filter, containerID: containerID, zoneID: zoneID, recordType: query.recordType, builder: &builder))
+        }
+        let sortExpressions = query.sorts.map { sortExpression($0, containerID: containerID, zoneID: zoneID, recordType: query.recordType, builder: &builder) }
+        var inner = "SELECT r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted"
+        for (offset, expression) in sortExpressions.enumerated() { inner += ", \(expression) AS s\(offset)" }
+        inner += " FROM \(from) WHERE " + conditions.joined(separator: " AND ")
+
+        var outer = "SELECT * FROM (\(inner)) q"
+        if let cursor {
+            outer += " WHERE " + keyset(sorts: query.sorts, cursor: cursor, builder: &builder)
+        }
+        var order: [String] = []
+        for (offset, sort) in query.sorts.enumerated() {
+            order.append("s\(offset) \(sort.ascending ? "ASC NULLS LAST" : "DESC NULLS FIRST")")
+        }
+        order.append("record_name COLLATE \"C\" ASC")
+        outer += " ORDER BY " + order.joined(separator: ", ") + " LIMIT \(limit + 1)"
+        return PostgresQuery(unsafeSQL: outer, binds: builder.bindings)
+    }
+
+    /// Rows strictly after the cursor in the sort order (NULL sorts as the largest value).
+    static func keyset(sorts: [QuerySort], cursor: QueryCursor, builder: inout Builder) -> String {
+        var alternatives: [String] = []
+        var equalities: [String] = []
+        for (offset, sort) in sorts.enumerated() {
+            let column = "s\(offset)"
+            let value = offset < cursor.sortValues.count ? cursor.sortValues[offset] : nil
+            let collation = collate(sort.scalar)
+            let after: String
+            let equal: String
+            if let value {
+                let bound = builder.bind(value)
+                after = sort.ascending ? "(\(column) > \(bound)\(collation) OR \(column) IS NULL)" : "\(column) < \(bound)\(collation)"
+                equal = "\(column) = \(bound)\(collation)"
+            } else {
+                after = sort.ascending ? "false" : "\(column) IS NOT NULL"
+                equal = "\(column) IS NULL"
+            }
+            alternatives.append((equalities + [after]).joined(separator: " AND "))
+            equalities.append(equal)
+        }
+        alternatives.append((equalities + ["record_name COLLATE \"C\" > \(builder.bind(cursor.recordName))"]).joined(separator: " AND "))
+        return "(" + alternatives.map { "(\($0))" }.joined(separator: " OR ") + ")"
+    }
+
+    static func decodeSortValue(_ cell: PostgresCell, scalar: ScalarType) throws -> IndexValue? {
+        switch scalar {
+        case .int64, .timestamp: return try cell.decode(Int64?.self).map(IndexValue.int)
+        case .double: return try cell.decode(Double?.self).map(IndexValue.double)
+        default: return try cell.decode(String?.self).map(IndexValue.text)
+        }
+    }
+}
+
+extension FilterComparator {
+    /// Whether the comparator is the negation of another.
+    var isNegated: Bool {
+        switch self {
+        case .notEquals, .notIn, .notListContains, .notListContainsAny, .notListContainsAll, .notBeginsWith, .notListMemberBeginsWith: return true
+        default: return false
+        }
+    }
+
+    /// The positive form of a negated comparator.
+    var positive: FilterComparator {
+        switch self {
+        case .notEquals: return .equals
+        case .notIn: return .in
+        case .notListContains: return .listContains
+        case .notListContainsAny: return .listContainsAny
+        case .notListContainsAll: return .listContainsAll
+        case .notBeginsWith: return .beginsWith
+        case .notListMemberBeginsWith: return .listMemberBeginsWith
+        default: return self
+        }
+    }
+}

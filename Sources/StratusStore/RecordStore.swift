@@ -1,0 +1,205 @@
+import Foundation
+import Logging
+import PostgresNIO
+import StratusCore
+import Synchronization
+
+/// One database of a container-environment: the public database, or a user's private one.
+public struct DatabaseRef: Sendable, Hashable {
+    public var containerID: Int64
+    public var environment: ContainerEnvironment
+    public var scope: DatabaseScope
+    /// The owning user's record name; empty for the public database.
+    public var owner: String
+
+    public init(containerID: Int64, environment: ContainerEnvironment, scope: DatabaseScope, owner: String) {
+        self.containerID = containerID
+        self.environment = environment
+        self.scope = scope
+        self.owner = owner
+    }
+
+    /// Whether zone rows track record changes (for `changes/database`).
+    var tracksZoneChanges: Bool { scope != .public }
+}
+
+/// A zone as stored.
+public struct ZoneInfo: Sendable, Equatable {
+    public var zoneID: Int64
+    public var name: String
+    public var deleted: Bool
+    /// The zone's position in the database change feed.
+    public var changeXID: Int64
+    public var changeSeq: Int64
+}
+
+/// A position in a change feed: rows are ordered by (transaction id, sequence).
+public struct ChangePosition: Sendable, Equatable, Comparable {
+    public var xid: Int64
+    public var seq: Int64
+
+    public init(xid: Int64, seq: Int64) {
+        self.xid = xid
+        self.seq = seq
+    }
+
+    public static let start = ChangePosition(xid: 0, seq: 0)
+
+    public static func < (a: ChangePosition, b: ChangePosition) -> Bool {
+        (a.xid, a.seq) < (b.xid, b.seq)
+    }
+}
+
+/// Records, zones and change feeds in PostgreSQL.
+public final class RecordStore: Sendable {
+    let database: Database
+    let logger: Logger
+    public let schemas: SchemaStore
+    /// Ids of default zones, which are never deleted, so they can be cached safely.
+    private let defaultZones = Mutex<[DatabaseRef: Int64]>([:])
+
+    public init(database: Database, logger: Logger) {
+        self.database = database
+        self.logger = logger
+        self.schemas = SchemaStore(database: database, logger: logger)
+    }
+
+    static let recordColumns = "record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted"
+
+    static func record(_ row: PostgresRow) throws -> Record {
+        let (name, type, seq, fields, createdAt, createdBy, modifiedAt, modifiedBy, deleted) =
+            try row.decode((String, String, Int64, String, Int64, String, Int64, String, Bool).self)
+        return Record(recordName: name, recordType: type, changeSeq: seq, fields: try Record.decodeFields(Array(fields.utf8)),
+                      createdAt: createdAt, createdBy: createdBy, modifiedAt: modifiedAt, modifiedBy: modifiedBy, deleted: deleted)
+    }
+
+    // MARK: Zones
+
+    /// The id of a live zone, or `nil`. The default zone's row is created when `createDefault` is set.
+    func zoneID(_ db: DatabaseRef, name: String, createDefault: Bool, lock: Bool, on connection: PostgresConnection) async throws -> Int64? {
+        if name == Names.defaultZone {
+            if let cached = defaultZones.withLock({ $0[db] }) { return cached }
+            var rows = try await connection.rows("""
+                SELECT zone_id FROM zones WHERE container_id = \(db.containerID) AND environment = \(db.environment.code)
+                  AND database_scope = \(db.scope.code) AND owner = \(db.owner) AND zone_name = \(name)
+                """, logger: logger)
+            if rows.isEmpty, createDefault {
+                rows = try await connection.rows("""
+                    INSERT INTO zones (container_id, zone_id, environment, database_scope, owner, zone_name, change_xid, change_seq)
+                    VALUES (\(db.containerID), nextval('zone_id_seq'), \(db.environment.code), \(db.scope.code), \(db.owner), \(name),
+                            pg_current_xact_id()::text::bigint, nextval('change_seq'))
+                    ON CONFLICT (container_id, environment, database_scope, owner, zone_name) DO UPDATE SET deleted = false
+                    RETURNING zone_id
+                    """, logger: logger)
+            }
+            guard let row = rows.first else { return nil }
+            let id = try row.decode(Int64.self)
+            defaultZones.withLock { $0[db] = id }
+            return id
+        }
+        let rows = try await connection.rows(PostgresQuery(unsafeSQL: """
+            SELECT zone_id FROM zones WHERE container_id = $1 AND environment = $2 AND database_scope = $3 AND owner = $4
+              AND zone_name = $5 AND NOT deleted \(lock ? "FOR SHARE" : "")
+            """, binds: Self.binds(db.containerID, db.environment.code, db.scope.code, db.owner, name)), logger: logger)
+        return try rows.first?.decode(Int64.self)
+    }
+
+    static func binds(_ values: any PostgresNonThrowingEncodable & Sendable...) -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: values.count)
+        for value in values { bindings.append(value) }
+        return bindings
+    }
+
+    static func zoneNotFound(_ name: String) -> StratusError {
+        StratusError(.zoneNotFound, "zone '\(Names.printable(name))' does not exist in this database")
+    }
+
+    /// The live zones of a database, the default zone first.
+    public func listZones(_ db: DatabaseRef) async throws -> [ZoneInfo] {
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("""
+                SELECT zone_id, zone_name, deleted, change_xid, change_seq FROM zones
+                WHERE container_id = \(db.containerID) AND environment = \(db.environment.code)
+                  AND database_scope = \(db.scope.code) AND owner = \(db.owner) AND NOT deleted
+                ORDER BY zone_name
+                """, logger: logger)
+        }
+        var zones = try rows.map(Self.zone)
+        if !zones.contains(where: { $0.name == Names.defaultZone }) {
+            zones.append(ZoneInfo(zoneID: 0, name: Names.defaultZone, deleted: false, changeXID: 0, changeSeq: 0))
+        }
+        zones.sort { ($0.name == Names.defaultZone ? 0 : 1, $0.name) < ($1.name == Names.defaultZone ? 0 : 1, $1.name) }
+        return zones
+    }
+
+    static func zone(_ row: PostgresRow) throws -> ZoneInfo {
+        let (id, name, deleted, xid, seq) = try row.decode((Int64, String, Bool, Int64, Int64).self)
+        return ZoneInfo(zoneID: id, name: name, deleted: deleted, changeXID: xid, changeSeq: seq)
+    }
+
+    /// Looks up zones by name; missing ones are absent from the result. The default zone always exists.
+    public func lookupZones(_ db: DatabaseRef, names: [String]) async throws -> [String: ZoneInfo] {
+        let zones = try await listZones(db)
+        var found: [String: ZoneInfo] = [:]
+        for zone in zones where names.contains(zone.name) { found[zone.name] = zone }
+        return found
+    }
+
+    /// Creates a custom zone (saving an existing zone succeeds and returns it, as CloudKit does).
+    public func createZone(_ db: DatabaseRef, name: String) async throws -> ZoneInfo {
+        try await database.transaction { connection in
+            let rows = try await connection.rows("""
+                INSERT INTO zones (container_id, zone_id, environment, database_scope, owner, zone_name, change_xid, change_seq)
+                VALUES (\(db.containerID), nextval('zone_id_seq'), \(db.environment.code), \(db.scope.code), \(db.owner), \(name),
+                        pg_current_xact_id()::text::bigint, nextval('change_seq'))
+                ON CONFLICT (container_id, environment, database_scope, owner, zone_name) DO UPDATE
+                    SET zone_id = CASE WHEN zones.deleted THEN nextval('zone_id_seq') ELSE zones.zone_id END,
+                        change_xid = CASE WHEN zones.deleted THEN EXCLUDED.change_xid ELSE zones.change_xid END,
+                        change_seq = CASE WHEN zones.deleted THEN EXCLUDED.change_seq ELSE zones.change_seq END,
+                        deleted = false
+                RETURNING zone_id, zone_name, deleted, change_xid, change_seq
+                """, logger: logger)
+            return try Self.zone(rows[0])
+        }
+    }
+
+    /// Deletes a custom zone and all its records. Returns `nil` when it did not exist.
+    public func deleteZone(_ db: DatabaseRef, name: String) async throws -> ZoneInfo? {
+        try await database.transaction { connection in
+            let rows = try await connection.rows("""
+                UPDATE zones SET deleted = true, change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
+                WHERE container_id = \(db.containerID) AND environment = \(db.environment.code) AND database_scope = \(db.scope.code)
+                  AND owner = \(db.owner) AND zone_name = \(name) AND NOT deleted
+                RETURNING zone_id, zone_name, deleted, change_xid, change_seq
+                """, logger: logger)
+            guard let row = rows.first else { return nil }
+            let zone = try Self.zone(row)
+            try await connection.query("DELETE FROM records WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
+            try await connection.query("DELETE FROM index_entries WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
+            try await connection.query("DELETE FROM record_references WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
+            return zone
+        }
+    }
+
+    // MARK: Lookup
+
+    /// Live records by name; names that do not exist are absent. `ZONE_NOT_FOUND` for a missing custom zone.
+    public func lookup(_ db: DatabaseRef, zone: String, names: [String]) async throws -> [String: Record] {
+        try await database.withConnection { connection in
+            guard let zoneID = try await zoneID(db, name: zone, createDefault: false, lock: false, on: connection) else {
+                if zone == Names.defaultZone { return [:] }
+                throw Self.zoneNotFound(zone)
+            }
+            let rows = try await connection.rows("""
+                SELECT \(unescaped: Self.recordColumns) FROM records
+                WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND record_name = ANY(\(names)::text[]) AND NOT deleted
+                """, logger: logger)
+            var found: [String: Record] = [:]
+            for row in rows {
+                let record = try Self.record(row)
+                found[record.recordName] = record
+            }
+            return found
+        }
+    }
+}

@@ -1,0 +1,201 @@
+import ArgumentParser
+import Foundation
+import StratusCore
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// Options every admin verb shares.
+struct ClientOptions: ParsableArguments {
+    @Option(help: "Server URL (env STRATUS_SERVER, default http://127.0.0.1:8080).") var server: String?
+    @Option(name: .customLong("admin-token"), help: "Admin token (env STRATUS_ADMIN_TOKEN; default: the one in <data-dir>/admin-token).") var adminToken: String?
+    @Option(name: .customLong("data-dir"), help: "Where 'stratus serve' keeps local state (env STRATUS_DATA_DIR, default ./.stratus).") var dataDir: String?
+    @Flag(help: "Print one JSON document instead of text.") var json = false
+
+    var client: ManagementClient {
+        get throws {
+            let base = setting(server, "STRATUS_SERVER", default: "http://127.0.0.1:8080")!
+            guard let url = URL(string: base), url.scheme == "http" || url.scheme == "https" else {
+                throw ValidationError("--server must be an http(s) URL, e.g. http://127.0.0.1:8080")
+            }
+            var token = setting(adminToken, "STRATUS_ADMIN_TOKEN")
+            if token == nil {
+                token = try localAdminToken(dataDir: setting(dataDir, "STRATUS_DATA_DIR", default: ".stratus")!, create: false)
+            }
+            guard let token else {
+                throw ValidationError("no admin token: set STRATUS_ADMIN_TOKEN (or --admin-token) to the token the server was started with")
+            }
+            return ManagementClient(base: url, token: token)
+        }
+    }
+
+    /// Prints `value` as JSON when `--json` is set, else `text()`.
+    func output(_ value: JSON, text: () -> String) {
+        print(json ? JSONWriter.string(value) : text())
+    }
+}
+
+/// A thin client of the management API.
+struct ManagementClient {
+    var base: URL
+    var token: String
+
+    /// Sends a request and returns the JSON body; a CKWS error dictionary becomes a thrown message.
+    func send(_ method: String, _ path: String, body: JSON? = nil) async throws -> JSON {
+        let text = base.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + "/" + path
+        guard let url = URL(string: text) else { throw CLIError("invalid server URL \(text)") }
+        var request = URLRequest(url: url)
+        request.httpMethod = method
+        request.setValue("Bearer " + token, forHTTPHeaderField: "Authorization")
+        if let body {
+            request.httpBody = Data(JSONWriter.bytes(body))
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        request.timeoutInterval = 120
+        let data: Data
+        let response: URLResponse
+        do {
+            (data, response) = try await URLSession.shared.data(for: request)
+        } catch {
+            throw CLIError("cannot reach the Stratus server at \(base.absoluteString) (\(error.localizedDescription)); is 'stratus serve' running?")
+        }
+        let status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        let json = try? JSONParser.parse(Array(data))
+        guard (200..<300).contains(status) else {
+            let reason = json?["reason"]?.stringValue ?? String(decoding: data.prefix(300), as: UTF8.self)
+            let code = json?["serverErrorCode"]?.stringValue ?? "HTTP \(status)"
+            throw CLIError("\(code): \(reason)")
+        }
+        guard let json else { throw CLIError("the server answered with something that is not JSON") }
+        return json
+    }
+}
+
+/// An error the CLI reports as one line on stderr with a non-zero exit.
+struct CLIError: Error, CustomStringConvertible {
+    var description: String
+    init(_ message: String) { description = message }
+}
+
+/// Runs an admin verb: errors become one line on stderr and exit code 1.
+func runAdmin(_ body: () async throws -> Void) async throws {
+    do {
+        try await body()
+    } catch let error as CLIError {
+        printError(error.description)
+        throw ExitCode.failure
+    } catch let error as ValidationError {
+        printError(error.message)
+        throw ExitCode(64)
+    }
+}
+
+struct ContainerCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "container", abstract: "Create and list containers.",
+        subcommands: [Create.self, List.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create a container (one per app or app family).",
+                                                        discussion: "Example: stratus container create iCloud.com.example.Notes")
+        @Argument(help: "Container identifier: letters, digits, '.', '-', '_' (e.g. iCloud.com.example.Notes).") var id: String
+        @OptionGroup var options: ClientOptions
+
+        func run() async throws {
+            try await runAdmin {
+                let response = try await options.client.send("POST", "management/1/containers", body: ["name": .string(id)])
+                options.output(response) { "created container \(id)" }
+            }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List containers.")
+        @OptionGroup var options: ClientOptions
+
+        func run() async throws {
+            try await runAdmin {
+                let response = try await options.client.send("GET", "management/1/containers")
+                options.output(response) {
+                    let rows = (response["containers"]?.arrayValue ?? []).map {
+                        "\($0["name"]?.stringValue ?? "")\t\($0["createdAt"]?.stringValue ?? "")"
+                    }
+                    return rows.isEmpty ? "no containers yet: create one with 'stratus container create ID'" : (["NAME\tCREATED"] + rows).joined(separator: "\n")
+                }
+            }
+        }
+    }
+}
+
+struct TokenCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "token", abstract: "Create, list and revoke API tokens (ckAPIToken).",
+        subcommands: [Create.self, List.self, Revoke.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create an API token for one container-environment. The token is shown once; only its hash is stored.",
+            discussion: "Example: stratus token create --container iCloud.com.example.Notes --environment development --name web")
+        @Option(help: "Container identifier.") var container: String
+        @Option(help: "development or production.") var environment: String
+        @Option(help: "A name to recognise the token by.") var name: String?
+        @OptionGroup var options: ClientOptions
+
+        func validate() throws {
+            guard ContainerEnvironment(rawValue: environment) != nil else {
+                throw ValidationError("--environment must be 'development' or 'production'")
+            }
+        }
+
+        func run() async throws {
+            try await runAdmin {
+                var body: [String: JSON] = ["environment": .string(environment)]
+                if let name { body["name"] = .string(name) }
+                let response = try await options.client.send("POST", "management/1/containers/\(container)/tokens", body: .object(body))
+                options.output(response) {
+                    """
+                    \(response["apiToken"]?.stringValue ?? "")
+                    (API token for \(container) / \(environment); store it now, it is not shown again)
+                    """
+                }
+            }
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List API tokens (never their secrets).")
+        @Option(help: "Only this container's tokens.") var container: String?
+        @OptionGroup var options: ClientOptions
+
+        func run() async throws {
+            try await runAdmin {
+                var path = "management/1/tokens"
+                if let container { path += "?container=" + (container.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? container) }
+                let response = try await options.client.send("GET", path)
+                options.output(response) {
+                    let rows = (response["tokens"]?.arrayValue ?? []).map { token -> String in
+                        let state = token["revokedAt"] == .null ? "active" : "revoked"
+                        return "\(token["id"].map { JSONWriter.string($0) } ?? "")\t\(token["container"]?.stringValue ?? "")\t\(token["environment"]?.stringValue ?? "")\t\(token["name"]?.stringValue ?? "")\t\(token["prefix"]?.stringValue ?? "")…\t\(state)"
+                    }
+                    return rows.isEmpty ? "no API tokens" : (["ID\tCONTAINER\tENVIRONMENT\tNAME\tPREFIX\tSTATE"] + rows).joined(separator: "\n")
+                }
+            }
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke an API token by id or prefix; requests using it fail within seconds.",
+                                                        discussion: "Example: stratus token revoke --container iCloud.com.example.Notes 3")
+        @Option(help: "Container identifier.") var container: String
+        @Argument(help: "The token's id (from 'stratus token list') or its prefix.") var token: String
+        @OptionGroup var options: ClientOptions
+
+        func run() async throws {
+            try await runAdmin {
+                let response = try await options.client.send("POST", "management/1/containers/\(container)/tokens/\(token)/revoke")
+                options.output(response) { "revoked token \(token) of \(container)" }
+            }
+        }
+    }
+}
+

@@ -1,0 +1,124 @@
+import ArgumentParser
+import Foundation
+import Hummingbird
+import Logging
+import StratusCore
+import StratusServer
+import StratusStore
+
+/// Options naming the database: an external server by URL, or the embedded cluster's folder.
+struct DatabaseOptions: ParsableArguments {
+    @Option(name: .customLong("database-url"), help: "PostgreSQL URL, e.g. postgres://user:pass@host:5432/db (env STRATUS_DATABASE_URL). Unset: an embedded cluster under --data-dir.")
+    var databaseURL: String?
+
+    @Option(name: .customLong("data-dir"), help: "Folder for the embedded PostgreSQL cluster and local state (env STRATUS_DATA_DIR, default ./.stratus).")
+    var dataDir: String?
+
+    var resolvedDataDir: String { setting(dataDir, "STRATUS_DATA_DIR", default: ".stratus")! }
+
+    /// The database configuration and, for the embedded cluster, its handle (to stop it later).
+    func open(logger: Logger) throws -> (DatabaseConfiguration, EmbeddedPostgres?) {
+        if let url = setting(databaseURL, "STRATUS_DATABASE_URL") {
+            return (try DatabaseConfiguration(url: url), nil)
+        }
+        let cluster = try EmbeddedPostgres.start(directory: resolvedDataDir, logger: logger)
+        return (cluster.configuration, cluster)
+    }
+}
+
+func makeLogger(_ level: String?) -> Logger {
+    var logger = Logger(label: "stratus")
+    logger.logLevel = setting(level, "STRATUS_LOG_LEVEL", default: "info").flatMap(Logger.Level.init(rawValue:)) ?? .info
+    return logger
+}
+
+/// Loads the migrations shipped with this build.
+func loadMigrations() throws -> [Migration] {
+    guard let directory = Migration.locateDirectory() else {
+        throw StratusError(.internalError, "the Migrations folder was not found; run from the repository or set STRATUS_MIGRATIONS_DIR")
+    }
+    return try Migration.load(from: directory)
+}
+
+struct Serve: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Run the service (migrates the database first).",
+        discussion: """
+            With no database configured, Stratus creates and runs its own PostgreSQL cluster under
+            --data-dir (as the 'postgres' account when started as root) and stops it on SIGINT/SIGTERM.
+            When STRATUS_ADMIN_TOKEN is unset, a random admin token is written to <data-dir>/admin-token.
+            """)
+
+    @Option(help: "Address to listen on (env STRATUS_HOST, default 127.0.0.1).") var host: String?
+    @Option(help: "Port to listen on (env STRATUS_PORT, default 8080).") var port: Int?
+    @Option(name: .customLong("admin-token"), help: "Token the management API requires (env STRATUS_ADMIN_TOKEN).") var adminToken: String?
+    @Option(name: .customLong("max-body-bytes"), help: "Largest request body accepted (env STRATUS_MAX_BODY_BYTES, default 8388608).") var maxBodyBytes: Int?
+    @Option(name: .customLong("public-url"), help: "URL clients reach this server at, for sign-in redirects (env STRATUS_PUBLIC_URL).") var publicURL: String?
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env STRATUS_LOG_LEVEL, default info).") var logLevel: String?
+    @OptionGroup var database: DatabaseOptions
+
+    func run() async throws {
+        let logger = makeLogger(logLevel)
+        let host = setting(self.host, "STRATUS_HOST", default: "127.0.0.1")!
+        let portText = setting(self.port.map(String.init), "STRATUS_PORT", default: "8080")!
+        guard let port = Int(portText), (0...65535).contains(port) else { throw ValidationError("--port must be 0–65535") }
+        let bodyText = setting(maxBodyBytes.map(String.init), "STRATUS_MAX_BODY_BYTES", default: String(ServerConfiguration.defaultMaximumBodyBytes))!
+        guard let maxBody = Int(bodyText), maxBody >= 1024 else { throw ValidationError("--max-body-bytes must be at least 1024") }
+        let migrations = try loadMigrations()
+
+        var admin = setting(adminToken, "STRATUS_ADMIN_TOKEN")
+        if admin == nil {
+            admin = try localAdminToken(dataDir: database.resolvedDataDir, create: true)
+            logger.notice("STRATUS_ADMIN_TOKEN is unset; the CLI on this machine reads the generated one", metadata: ["stratus.admin_token_file": "\(database.resolvedDataDir)/admin-token"])
+        }
+        let (configuration, cluster) = try database.open(logger: logger)
+        defer { cluster?.stop() }
+        let db = Database(configuration: configuration, logger: logger)
+        let serverConfiguration = ServerConfiguration(adminToken: admin, maximumBodyBytes: maxBody,
+                                                      publicURL: setting(publicURL, "STRATUS_PUBLIC_URL", default: "http://\(host):\(port)")!)
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { await db.client.run() }
+            defer { group.cancelAll() }
+            try await MigrationRunner(migrations: migrations, logger: logger).run(on: db)
+            let stratus = try await StratusApp.make(database: db, configuration: serverConfiguration, logger: logger)
+            let app = Application(router: stratus.router(), configuration: .init(address: .hostname(host, port: port), serverName: "Stratus"),
+                                  logger: logger)
+            try await app.runService()
+        }
+    }
+}
+
+struct Migrate: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Apply pending migrations and exit.")
+
+    @OptionGroup var database: DatabaseOptions
+    @Option(name: .customLong("log-level")) var logLevel: String?
+
+    func run() async throws {
+        let logger = makeLogger(logLevel)
+        let migrations = try loadMigrations()
+        let (configuration, cluster) = try database.open(logger: logger)
+        defer { cluster?.stop() }
+        let db = Database(configuration: configuration, logger: logger)
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { await db.client.run() }
+            defer { group.cancelAll() }
+            let applied = try await MigrationRunner(migrations: migrations, logger: logger).run(on: db)
+            print(applied.isEmpty ? "database is up to date (\(migrations.count) migrations)" : "applied migrations \(applied.map(String.init).joined(separator: ", "))")
+        }
+    }
+}
+
+/// The admin token kept in `<dataDir>/admin-token` for local use, created when asked.
+func localAdminToken(dataDir: String, create: Bool) throws -> String? {
+    let path = dataDir + "/admin-token"
+    if let existing = try? String(contentsOfFile: path, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines), !existing.isEmpty {
+        return existing
+    }
+    guard create else { return nil }
+    try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
+    var generator = SystemRandomNumberGenerator()
+    let token = "adm_" + (0..<24).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+    FileManager.default.createFile(atPath: path, contents: Data(token.utf8), attributes: [.posixPermissions: 0o600])
+    return token
+}

@@ -1,0 +1,49 @@
+import ArgumentParser
+import Foundation
+import Logging
+import StratusCore
+
+@main
+struct Stratus: AsyncParsableCommand {
+    static func main() async {
+        LoggingSystem.bootstrap(StreamLogHandler.standardError)
+        do {
+            var command = try parseAsRoot()
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+        } catch {
+            exit(withError: error)
+        }
+    }
+
+    static let configuration = CommandConfiguration(
+        commandName: "stratus",
+        abstract: "A self-hosted, CloudKit-compatible database service on PostgreSQL.",
+        discussion: """
+            'stratus serve' runs the service. The other verbs are admin commands: they talk to a running
+            server's management API (--server, default http://127.0.0.1:8080) with the admin token
+            (--admin-token or STRATUS_ADMIN_TOKEN; when unset, the token 'stratus serve' wrote to
+            ./.stratus/admin-token is used).
+
+            Examples:
+              stratus serve
+              stratus container create iCloud.com.example.Notes
+              stratus token create --container iCloud.com.example.Notes --environment development --name web
+              stratus token list --json
+            """,
+        subcommands: [Serve.self, Migrate.self, ContainerCommand.self, TokenCommand.self]
+    )
+}
+
+/// Reads an environment variable through the one resolution rule (flag > env > default).
+func setting(_ flag: String?, _ variable: String, default fallback: String? = nil) -> String? {
+    Setting.resolve(flag: flag, variable: variable, environment: ProcessInfo.processInfo.environment, default: fallback)
+}
+
+/// Prints one line to standard error.
+func printError(_ message: String) {
+    FileHandle.standardError.write(Data(("stratus: " + message + "\n").utf8))
+}

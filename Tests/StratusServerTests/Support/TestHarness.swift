@@ -1,0 +1,221 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import NIOCore
+import PostgresNIO
+import StratusCore
+import StratusServer
+import StratusStore
+import Testing
+
+/// The embedded cluster the test process uses (stopped and removed at exit).
+nonisolated(unsafe) var testClusterForExit: EmbeddedPostgres?
+
+/// One real PostgreSQL cluster per test process; a template database migrated once; a fresh
+/// database per test created from the template (`CREATE DATABASE … TEMPLATE`).
+actor TestCluster {
+    static let shared = TestCluster()
+    static let logger: Logger = {
+        var logger = Logger(label: "stratus-tests")
+        logger.logLevel = ProcessInfo.processInfo.environment["STRATUS_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
+        return logger
+    }()
+
+    private var cluster: EmbeddedPostgres?
+    private var counter = 0
+
+    /// The repository root (for Migrations/ and the built binary).
+    static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent().deletingLastPathComponent()
+
+    func server() throws -> EmbeddedPostgres {
+        if let cluster { return cluster }
+        let directory = NSTemporaryDirectory() + "stratus-tests-\(getpid())"
+        let started = try EmbeddedPostgres.start(directory: directory, logger: Self.logger)
+        cluster = started
+        testClusterForExit = started
+        atexit {
+            if let cluster = testClusterForExit {
+                cluster.stop()
+                try? FileManager.default.removeItem(atPath: cluster.dataDirectory)
+                try? FileManager.default.removeItem(atPath: cluster.stateDirectory)
+            }
+        }
+        return started
+    }
+
+    private var template: Task<Void, any Error>?
+
+    /// A new, migrated, empty database.
+    func newDatabase() async throws -> DatabaseConfiguration {
+        let cluster = try server()
+        let base = cluster.configuration
+        if template == nil {
+            template = Task {
+                let migrations = try Migration.load(from: Self.repositoryRoot.appendingPathComponent("Migrations"))
+                try await withDatabase(base) { db in
+                    try await db.withConnection { try await $0.query("DROP DATABASE IF EXISTS stratus_template", logger: Self.logger) }
+                    try await db.withConnection { try await $0.query("CREATE DATABASE stratus_template", logger: Self.logger) }
+                }
+                try await withDatabase(base.with(database: "stratus_template")) { db in
+                    try await MigrationRunner(migrations: migrations, logger: Self.logger).run(on: db)
+                }
+            }
+        }
+        try await template!.value
+        counter += 1
+        let name = "test_\(getpid())_\(counter)"
+        try await withDatabase(base) { db in
+            try await db.withConnection { try await $0.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name) TEMPLATE stratus_template"), logger: Self.logger) }
+        }
+        return base.with(database: name)
+    }
+}
+
+/// Runs `body` with a connection pool whose `run()` is active for the body's duration.
+func withDatabase<T: Sendable>(_ configuration: DatabaseConfiguration, maximumConnections: Int = 4,
+                               _ body: @Sendable (Database) async throws -> T) async throws -> T {
+    var configuration = configuration
+    configuration.maximumConnections = maximumConnections
+    let db = Database(configuration: configuration, logger: TestCluster.logger)
+    return try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { await db.client.run() }
+        defer { group.cancelAll() }
+        return try await body(db)
+    }
+}
+
+/// A Stratus app on a fresh database, and helpers to speak to it.
+struct Harness: Sendable {
+    static let adminToken = "test-admin-token"
+    let client: any TestClientProtocol
+    let database: Database
+
+    /// Runs `body` against a new app (in-process router by default, or a live server).
+    static func run(live: Bool = false, poolSize: Int = 4, _ body: @escaping @Sendable (Harness) async throws -> Void) async throws {
+        let configuration = try await TestCluster.shared.newDatabase()
+        try await withDatabase(configuration, maximumConnections: poolSize) { db in
+            let stratus = try await StratusApp.make(
+                database: db,
+                configuration: ServerConfiguration(adminToken: adminToken, maximumBodyBytes: 1024 * 1024, bcryptCost: 4),
+                logger: TestCluster.logger)
+            let app = Application(router: stratus.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+                                  logger: TestCluster.logger)
+            try await app.test(live ? .live : .router) { client in
+                try await body(Harness(client: client, database: db))
+            }
+        }
+    }
+
+    /// Sends a request; the body is sent as is (text/plain, like CloudKit JS).
+    @discardableResult
+    func send(_ method: HTTPRequest.Method, _ uri: String, body: String? = nil, headers: HTTPFields = [:]) async throws -> (status: Int, json: JSON) {
+        var allHeaders = headers
+        if body != nil, allHeaders[.contentType] == nil { allHeaders[.contentType] = "text/plain" }
+        return try await client.execute(uri: uri, method: method, headers: allHeaders, body: body.map { ByteBuffer(string: $0) }) { response in
+            let bytes = Array(response.body.readableBytesView)
+            let json = (try? JSONParser.parse(bytes)) ?? .string(String(decoding: bytes, as: UTF8.self))
+            return (Int(response.status.code), json)
+        }
+    }
+
+    /// Sends JSON.
+    @discardableResult
+    func send(_ method: HTTPRequest.Method, _ uri: String, json: JSON, headers: HTTPFields = [:]) async throws -> (status: Int, json: JSON) {
+        try await send(method, uri, body: JSONWriter.string(json), headers: headers)
+    }
+
+    /// Sends a management request with the admin token.
+    @discardableResult
+    func admin(_ method: HTTPRequest.Method, _ path: String, json: JSON? = nil) async throws -> (status: Int, json: JSON) {
+        let headers: HTTPFields = [.authorization: "Bearer \(Self.adminToken)"]
+        if let json { return try await send(method, "/management/1/" + path, json: json, headers: headers) }
+        return try await send(method, "/management/1/" + path, body: nil, headers: headers)
+    }
+
+    /// Creates a container with an API token and returns a ``Session`` for it (no user yet).
+    func container(_ name: String = "iCloud.com.example.Test\(UInt32.random(in: 0...UInt32.max))",
+                   environment: ContainerEnvironment = .development) async throws -> Session {
+        let created = try await admin(.post, "containers", json: ["name": .string(name)])
+        #expect(created.status == 201)
+        let token = try await admin(.post, "containers/\(name)/tokens", json: ["environment": .string(environment.rawValue), "name": "test"])
+        #expect(token.status == 201)
+        return Session(harness: self, container: name, environment: environment, apiToken: token.json["apiToken"]?.stringValue ?? "")
+    }
+}
+
+/// A client of one container-environment, optionally signed in.
+struct Session: Sendable {
+    let harness: Harness
+    let container: String
+    let environment: ContainerEnvironment
+    let apiToken: String
+    var webAuthToken: String?
+    var userRecordName: String?
+
+    /// Signs up a new user and returns the session signed in as them.
+    func signedUp(_ email: String = "user\(UInt32.random(in: 0...UInt32.max))@example.com", password: String = "correct horse") async throws -> Session {
+        let response = try await harness.send(.post, "/auth/1/\(container)/\(environment.rawValue)/signup?ckAPIToken=\(apiToken)",
+                                              json: ["emailAddress": .string(email), "password": .string(password)])
+        #expect(response.status == 200, "signup: \(response.json)")
+        var copy = self
+        copy.webAuthToken = response.json["ckWebAuthToken"]?.stringValue
+        copy.userRecordName = response.json["userRecordName"]?.stringValue
+        return copy
+    }
+
+    /// The query string CloudKit JS sends: API token, user token and its own extra parameters.
+    var query: String {
+        var text = "ckAPIToken=\(apiToken)&ckjsVersion=2.6.4&ckjsBuildVersion=2425ABCD"
+        if let webAuthToken { text += "&ckWebAuthToken=" + (webAuthToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? webAuthToken) }
+        return text
+    }
+
+    func path(_ database: String, _ operation: String) -> String {
+        "/database/1/\(container)/\(environment.rawValue)/\(database)/\(operation)?\(query)"
+    }
+
+    /// POSTs a JSON body to a data endpoint.
+    @discardableResult
+    func post(_ database: String, _ operation: String, _ body: JSON) async throws -> (status: Int, json: JSON) {
+        try await harness.send(.post, path(database, operation), json: body)
+    }
+
+    /// POSTs raw text to a data endpoint.
+    @discardableResult
+    func post(_ database: String, _ operation: String, raw: String) async throws -> (status: Int, json: JSON) {
+        try await harness.send(.post, path(database, operation), body: raw)
+    }
+
+    /// GETs a data endpoint.
+    @discardableResult
+    func get(_ database: String, _ operation: String) async throws -> (status: Int, json: JSON) {
+        try await harness.send(.get, path(database, operation))
+    }
+
+    /// Saves records with one modify request and returns the response.
+    @discardableResult
+    func modify(_ database: String, zone: String? = nil, atomic: Bool? = nil, _ operations: [JSON]) async throws -> (status: Int, json: JSON) {
+        var body: [String: JSON] = ["operations": .array(operations)]
+        if let zone { body["zoneID"] = ["zoneName": .string(zone)] }
+        if let atomic { body["atomic"] = .bool(atomic) }
+        return try await post(database, "records/modify", .object(body))
+    }
+}
+
+/// A `records/modify` operation.
+func op(_ type: String, _ name: String, type recordType: String? = "Note", tag: String? = nil, fields: [String: JSON] = [:]) -> JSON {
+    var record: [String: JSON] = ["recordName": .string(name)]
+    if let recordType { record["recordType"] = .string(recordType) }
+    if let tag { record["recordChangeTag"] = .string(tag) }
+    if !fields.isEmpty { record["fields"] = .object(fields) }
+    return ["operationType": .string(type), "record": .object(record)]
+}
+
+extension JSON {
+    /// `records[i]` of a response.
+    func record(_ index: Int) -> JSON? { self["records"]?.arrayValue.flatMap { index < $0.count ? $0[index] : nil } }
+    /// The `serverErrorCode` of an error dictionary.
+    var errorCode: String? { self["serverErrorCode"]?.stringValue }
+}
