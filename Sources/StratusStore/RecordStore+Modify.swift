@@ -69,6 +69,7 @@ extension RecordStore {
                 if !plan.schemaAdditions.isEmpty {
                     schemas.remember(finalSchema, containerID: db.containerID, environment: db.environment)
                 }
+                if let hook = testHooks.beforeCommit { await hook(names) }
                 for index in results.indices {
                     if case .saved(var record) = results[index], let desired = plan.operations[index]?.desiredKeys {
                         record.fields = record.fields.filter { desired.contains($0.key) }
@@ -245,6 +246,9 @@ extension RecordStore {
         for record in cascade {
             updates.append(Record(recordName: record.recordName, recordType: record.recordType, deleted: true))
         }
+        // One lock order for every writer: by record name.
+        inserts.sort { $0.recordName < $1.recordName }
+        updates.sort { $0.recordName < $1.recordName }
 
         var written: [String: Int64] = [:]
         if !inserts.isEmpty {

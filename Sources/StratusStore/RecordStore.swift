@@ -50,8 +50,21 @@ public struct ChangePosition: Sendable, Equatable, Comparable {
     }
 }
 
+/// Fault-injection points for tests (reliability-plan §5). Nothing sets them outside the test suite.
+public final class TestHooks: Sendable {
+    private let beforeCommitHook = Mutex<(@Sendable ([String]) async -> Void)?>(nil)
+
+    /// Called inside a `records/modify` transaction after its writes, just before COMMIT, with the record names.
+    public var beforeCommit: (@Sendable ([String]) async -> Void)? {
+        get { beforeCommitHook.withLock { $0 } }
+        set { beforeCommitHook.withLock { $0 = newValue } }
+    }
+}
+
 /// Records, zones and change feeds in PostgreSQL.
 public final class RecordStore: Sendable {
+    /// Fault-injection points used by the test suite.
+    public let testHooks = TestHooks()
     let database: Database
     let logger: Logger
     public let schemas: SchemaStore
@@ -76,6 +89,11 @@ public final class RecordStore: Sendable {
     // MARK: Zones
 
     /// The id of a live zone, or `nil`. The default zone's row is created when `createDefault` is set.
+    ///
+    /// With `lock`, a custom zone's row is locked for the rest of the transaction: `FOR NO KEY UPDATE`
+    /// in databases whose zone rows record changes (the writer updates that row before committing;
+    /// taking the strong lock first avoids a share-then-upgrade deadlock between writers),
+    /// `FOR SHARE` elsewhere (only a concurrent zone delete waits).
     func zoneID(_ db: DatabaseRef, name: String, createDefault: Bool, lock: Bool, on connection: PostgresConnection) async throws -> Int64? {
         if name == Names.defaultZone {
             if let cached = defaultZones.withLock({ $0[db] }) { return cached }
@@ -99,7 +117,7 @@ public final class RecordStore: Sendable {
         }
         let rows = try await connection.rows(PostgresQuery(unsafeSQL: """
             SELECT zone_id FROM zones WHERE container_id = $1 AND environment = $2 AND database_scope = $3 AND owner = $4
-              AND zone_name = $5 AND NOT deleted \(lock ? "FOR SHARE" : "")
+              AND zone_name = $5 AND NOT deleted \(lock ? (db.tracksZoneChanges ? "FOR NO KEY UPDATE" : "FOR SHARE") : "")
             """, binds: Self.binds(db.containerID, db.environment.code, db.scope.code, db.owner, name)), logger: logger)
         return try rows.first?.decode(Int64.self)
     }

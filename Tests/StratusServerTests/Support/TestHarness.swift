@@ -5,7 +5,7 @@ import Logging
 import NIOCore
 import PostgresNIO
 import StratusCore
-import StratusServer
+@testable import StratusServer
 import StratusStore
 import Testing
 
@@ -91,6 +91,7 @@ struct Harness: Sendable {
     static let adminToken = "test-admin-token"
     let client: any TestClientProtocol
     let database: Database
+    let app: StratusApp
 
     /// Runs `body` against a new app (in-process router by default, or a live server).
     static func run(live: Bool = false, poolSize: Int = 4, _ body: @escaping @Sendable (Harness) async throws -> Void) async throws {
@@ -103,7 +104,7 @@ struct Harness: Sendable {
             let app = Application(router: stratus.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0)),
                                   logger: TestCluster.logger)
             try await app.test(live ? .live : .router) { client in
-                try await body(Harness(client: client, database: db))
+                try await body(Harness(client: client, database: db, app: stratus))
             }
         }
     }

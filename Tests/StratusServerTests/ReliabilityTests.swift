@@ -1,0 +1,254 @@
+import Foundation
+import StratusCore
+import Testing
+@testable import StratusServer
+
+/// Reliability-plan families R1, R4 and R8 through the HTTP API on real PostgreSQL.
+@Suite struct ReliabilityTests {
+    /// R1: 16 clients race read-modify-write cycles on one record with change tags. Every
+    /// acknowledged append must be in the final list (0 lost), none twice, and every loser must
+    /// have been told CONFLICT with the server's record.
+    @Test func racingWritersLoseNoUpdate() async throws {
+        try await Harness.run(poolSize: 16) { harness in
+            let session = try await harness.container().signedUp()
+            let created = try await session.modify("private", zone: nil, [op("create", "counter", fields: ["log": ["value": [], "type": "STRING_LIST"]])])
+            #expect(created.json.record(0)?["recordChangeTag"] != nil)
+            let clients = 16
+            let appendsPerClient = 6
+            struct Outcome: Sendable { var acknowledged: [String] = []; var conflicts = 0; var conflictsWithServerRecord = 0; var other: [String] = [] }
+            let outcomes = try await withThrowingTaskGroup(of: Outcome.self) { group in
+                for client in 0..<clients {
+                    group.addTask {
+                        var outcome = Outcome()
+                        var (tag, log) = try await read(session)
+                        var done = 0
+                        var attempts = 0
+                        while done < appendsPerClient && attempts < 400 {
+                            attempts += 1
+                            let token = "c\(client)-\(done)"
+                            let response = try await session.modify("private", [op("update", "counter", type: nil, tag: tag,
+                                                                                 fields: ["log": ["value": .array((log + [token]).map { .string($0) }), "type": "STRING_LIST"]])])
+                            let item = response.json.record(0)
+                            if let newTag = item?["recordChangeTag"]?.stringValue {
+                                outcome.acknowledged.append(token)
+                                tag = newTag
+                                log = (item?["fields"]?["log"]?["value"]?.arrayValue ?? []).compactMap(\.stringValue)
+                                done += 1
+                            } else if item?.errorCode == "CONFLICT" {
+                                outcome.conflicts += 1
+                                if let server = item?["serverRecord"], let serverTag = server["recordChangeTag"]?.stringValue {
+                                    outcome.conflictsWithServerRecord += 1
+                                    tag = serverTag
+                                    log = (server["fields"]?["log"]?["value"]?.arrayValue ?? []).compactMap(\.stringValue)
+                                } else {
+                                    (tag, log) = try await read(session)
+                                }
+                            } else {
+                                outcome.other.append("\(response.status) \(item ?? response.json)")
+                            }
+                        }
+                        return outcome
+                    }
+                }
+                var all: [Outcome] = []
+                for try await outcome in group { all.append(outcome) }
+                return all
+            }
+            let acknowledged = outcomes.flatMap(\.acknowledged)
+            let (_, final) = try await read(session)
+            #expect(outcomes.flatMap(\.other).isEmpty, "unexpected responses: \(outcomes.flatMap(\.other).prefix(3))")
+            #expect(acknowledged.count == clients * appendsPerClient)
+            #expect(Set(final).count == final.count, "duplicated appends")
+            #expect(Set(acknowledged).subtracting(final).isEmpty, "lost acknowledged appends: \(Set(acknowledged).subtracting(final))")
+            #expect(final.count == acknowledged.count)
+            let conflicts = outcomes.map(\.conflicts).reduce(0, +)
+            #expect(conflicts > 0, "16 racing clients should conflict at least once")
+            #expect(outcomes.map(\.conflictsWithServerRecord).reduce(0, +) == conflicts, "every CONFLICT carries the server record")
+        }
+    }
+
+    func read(_ session: Session) async throws -> (String, [String]) {
+        let lookup = try await session.post("private", "records/lookup", ["records": [["recordName": "counter"]]])
+        let record = lookup.json.record(0)
+        return (record?["recordChangeTag"]?.stringValue ?? "", (record?["fields"]?["log"]?["value"]?.arrayValue ?? []).compactMap(\.stringValue))
+    }
+
+    /// R4: an atomic batch with exactly one bad operation (of several kinds) leaves the zone unchanged,
+    /// names the culprit, and answers ATOMIC_ERROR for the others. The default zone is not atomic.
+    @Test func atomicBatchWithOneBadOperationChangesNothing() async throws {
+        try await Harness.run { harness in
+            let session = try await harness.container().signedUp()
+            let zone = try await session.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Work"]]]]])
+            #expect(zone.status == 200)
+            let seeded = try await session.modify("private", zone: "Work", [op("create", "existing", fields: ["n": ["value": 1]]), op("create", "other")])
+            let tag = seeded.json.record(1)?["recordChangeTag"]?.stringValue
+            let before = try await snapshot(session, zone: "Work")
+
+            let corruptions: [(String, JSON)] = [
+                ("stale tag", op("update", "existing", type: nil, tag: "zzzz", fields: ["n": ["value": 2]])),
+                ("wrong type", op("create", "bad-type", fields: ["n": ["value": "text"]])),
+                ("exists", op("create", "existing")),
+                ("missing", op("update", "nobody", type: nil, tag: "1")),
+                ("bad reference", op("create", "dangling", fields: ["ref": ["value": ["recordName": "nowhere", "action": "VALIDATE"], "type": "REFERENCE"]])),
+            ]
+            for (label, bad) in corruptions {
+                var operations: [JSON] = (0..<5).map { op("create", "new-\(label)-\($0)", fields: ["n": ["value": .int(Int64($0))]]) }
+                operations.insert(bad, at: 2)
+                operations.append(op("update", "other", type: nil, tag: tag, fields: ["n": ["value": 99]]))
+                let response = try await session.modify("private", zone: "Work", operations)
+                #expect(response.status == 200, "\(label)")
+                let items = response.json["records"]?.arrayValue ?? []
+                #expect(items.count == operations.count)
+                for (index, item) in items.enumerated() {
+                    if index == 2 {
+                        #expect(item.errorCode != nil && item.errorCode != "ATOMIC_ERROR", "\(label): the culprit keeps its own error")
+                    } else {
+                        #expect(item.errorCode == "ATOMIC_ERROR", "\(label): item \(index) is \(item)")
+                    }
+                }
+                #expect(try await snapshot(session, zone: "Work") == before, "\(label): the zone changed")
+            }
+
+            // non-atomic: the good operations apply, the bad one fails alone
+            let partial = try await session.modify("private", zone: "Work", atomic: false, [op("create", "ok-1"), op("create", "existing"), op("create", "ok-2")])
+            #expect(partial.json.record(0)?["recordName"] == "ok-1")
+            #expect(partial.json.record(1)?.errorCode == "EXISTS")
+            #expect(partial.json.record(2)?["recordName"] == "ok-2")
+            // the default zone is never atomic
+            let defaultZone = try await session.modify("private", [op("create", "d-1"), op("update", "ghost", type: nil, tag: "1")])
+            #expect(defaultZone.json.record(0)?["recordName"] == "d-1")
+            #expect(defaultZone.json.record(1)?.errorCode == "NOT_FOUND")
+        }
+    }
+
+    /// Every live record of a zone, as name → change tag, read with records/query (independent of the change feed).
+    func snapshot(_ session: Session, zone: String, database: String = "private") async throws -> [String: String] {
+        var state: [String: String] = [:]
+        var marker: JSON?
+        repeat {
+            var body: [String: JSON] = ["zoneID": ["zoneName": .string(zone)], "resultsLimit": 50, "query": ["recordType": "Note"]]
+            if let marker { body["continuationMarker"] = marker }
+            let page = try await session.post(database, "records/query", .object(body))
+            #expect(page.status == 200, "\(page.json)")
+            for record in page.json["records"]?.arrayValue ?? [] {
+                if let name = record["recordName"]?.stringValue { state[name] = record["recordChangeTag"]?.stringValue ?? "" }
+            }
+            marker = page.json["continuationMarker"]
+        } while marker != nil
+        return state
+    }
+
+    /// R8: a reader pages through changes/zone with small pages while 8 writers create, update and
+    /// delete; after the writers stop, the reader's replayed state equals the server's state. In the
+    /// public database's default zone writers are not serialized at all, so a change committing after
+    /// a later one must still reach the reader.
+    @Test(arguments: [("private", "Feed"), ("public", "_defaultZone")])
+    func changeFeedMissesNothingWhileWritersCommit(database: String, zone: String) async throws {
+        try await Harness.run(poolSize: 12) { harness in
+            let session = try await harness.container().signedUp()
+            if zone != "_defaultZone" {
+                _ = try await session.post(database, "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": .string(zone)]]]]])
+            }
+            let writers = 8
+            let rounds = 12
+            actor Reader {
+                var state: [String: String] = [:]
+                var token: JSON?
+                var pages = 0
+                func apply(_ records: [JSON], token newToken: JSON?) {
+                    for record in records {
+                        guard let name = record["recordName"]?.stringValue else { continue }
+                        if record["deleted"] == true { state[name] = nil } else { state[name] = record["recordChangeTag"]?.stringValue }
+                    }
+                    token = newToken
+                    pages += 1
+                }
+            }
+            let reader = Reader()
+            func readPage(limit: Int) async throws -> Bool {
+                var zoneRequest: [String: JSON] = ["zoneID": ["zoneName": .string(zone)], "resultsLimit": .int(Int64(limit))]
+                if let token = await reader.token { zoneRequest["syncToken"] = token }
+                let page = try await session.post(database, "changes/zone", ["zones": [.object(zoneRequest)]])
+                let result = page.json["zones"]?.arrayValue?.first ?? [:]
+                #expect(result.errorCode == nil, "\(result)")
+                await reader.apply(result["records"]?.arrayValue ?? [], token: result["syncToken"])
+                return result["moreComing"] == true
+            }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for writer in 0..<writers {
+                    group.addTask {
+                        for round in 0..<rounds {
+                            let name = "w\(writer)-\(round % 4)"
+                            let operations: [JSON] = round % 5 == 4
+                                ? [op("forceDelete", name, type: nil)]
+                                : [op("forceUpdate", name, fields: ["round": ["value": .int(Int64(round))]]), op("forceUpdate", "shared-\(round % 3)-\(writer)", fields: ["w": ["value": .int(Int64(writer))]])]
+                            let response = try await session.modify(database, zone: zone, operations)
+                            #expect(response.status == 200)
+                        }
+                    }
+                }
+                group.addTask {
+                    for index in 0..<40 { _ = try await readPage(limit: [1, 7, 3][index % 3]) }
+                }
+                try await group.waitForAll()
+            }
+            while try await readPage(limit: 7) {}
+            let replayed = await reader.state
+            let server = try await snapshot(session, zone: zone, database: database)
+            #expect(replayed == server)
+            #expect(!server.isEmpty)
+            #expect(await reader.pages > 40)
+        }
+    }
+}
+
+/// The visibility gap of a plain sequence (performance.md §4.1), forced deterministically: a writer
+/// takes its change sequence, then stalls before COMMIT while a later writer commits and a reader
+/// reads past it. The stalled change must still reach the reader on its next read.
+@Suite struct ChangeFeedVisibilityTests {
+    actor Gate {
+        var entered = false
+        var released = false
+        func enter() { entered = true }
+        func release() { released = true }
+    }
+
+    @Test func lateCommitIsNotSkipped() async throws {
+        try await Harness.run(poolSize: 8) { harness in
+            let session = try await harness.container().signedUp()
+            let gate = Gate()
+            harness.app.records.testHooks.beforeCommit = { names in
+                guard names.contains("slow") else { return }
+                await gate.enter()
+                while !(await gate.released) { try? await Task.sleep(for: .milliseconds(10)) }
+            }
+            defer { harness.app.records.testHooks.beforeCommit = nil }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    let slow = try await session.modify("public", [op("create", "slow")])
+                    #expect(slow.json.record(0)?["recordChangeTag"] != nil)
+                }
+                while !(await gate.entered) { try await Task.sleep(for: .milliseconds(10)) }
+                let fast = try await session.modify("public", [op("create", "fast")])
+                #expect(fast.json.record(0)?["recordChangeTag"] != nil)
+
+                var seen: Set<String> = []
+                var token: JSON?
+                func read() async throws {
+                    var zoneRequest: [String: JSON] = ["zoneID": ["zoneName": "_defaultZone"]]
+                    if let token { zoneRequest["syncToken"] = token }
+                    let page = try await session.post("public", "changes/zone", ["zones": [.object(zoneRequest)]])
+                    let result = page.json["zones"]?.arrayValue?.first ?? [:]
+                    for record in result["records"]?.arrayValue ?? [] { if let name = record["recordName"]?.stringValue { seen.insert(name) } }
+                    token = result["syncToken"]
+                }
+                try await read()
+                #expect(!seen.contains("slow"), "the stalled change is not committed yet")
+                await gate.release()
+                try await group.waitForAll()
+                try await read()
+                #expect(seen == ["slow", "fast"], "saw \(seen)")
+            }
+        }
+    }
+}
