@@ -86,7 +86,11 @@ extension StratusApp {
         var position = ChangePosition.start
         var expectedZone: Int64?
         if let tokenText = try Wire.string(options["syncToken"], key: "syncToken") {
-            (position, expectedZone) = try openSyncToken(tokenText, db: db, zoneScoped: true)
+            do throws(StratusError) {
+                (position, expectedZone) = try openSyncToken(tokenText, db: db, zoneScoped: true)
+            } catch {
+                return error.dictionary(uuid: uuid, zoneID: zoneIDJSON)
+            }
         }
         guard let (zoneID, page) = try await records.zoneChanges(db, zoneID: expectedZone, zone: name, after: position, limit: limit, recordTypes: types) else {
             if expectedZone != nil {

@@ -110,24 +110,17 @@ extension StratusApp {
         return .object(response)
     }
 
-    /// Parses a query, reloading the schema once if it names something the cached copy lacks.
+    /// Parses a query, reloading the schema once if it names something the cached copy lacks
+    /// (another process may have added it).
     func parseQuery(_ json: JSON, db: DatabaseRef) async throws -> Query {
-        let schema = try await records.schemas.schema(containerID: db.containerID, environment: db.environment)
-        do {
-            return try Query.parse(json, schema: schema)
-        } catch {
-            let fresh = try await records.schemas.reload(containerID: db.containerID, environment: db.environment)
-            guard fresh.version != schema.version else {
-                if let type = json["recordType"]?.stringValue, Names.isIdentifier(type), schema.recordTypes[type] == nil {
-                    throw StratusError.badRequest("unknown record type '\(type)': no record of that type was ever saved in this environment")
-                }
-                throw error
-            }
-            if let type = json["recordType"]?.stringValue, Names.isIdentifier(type), fresh.recordTypes[type] == nil {
-                throw StratusError.badRequest("unknown record type '\(type)': no record of that type was ever saved in this environment")
-            }
-            return try Query.parse(json, schema: fresh)
+        var schema = try await records.schemas.schema(containerID: db.containerID, environment: db.environment)
+        if let query = try? Query.parse(json, schema: schema), schema.recordTypes[query.recordType] != nil { return query }
+        let recordType = json["recordType"]?.stringValue
+        schema = try await records.schemas.reload(containerID: db.containerID, environment: db.environment)
+        if let recordType, Names.isIdentifier(recordType), schema.recordTypes[recordType] == nil {
+            throw StratusError.badRequest("unknown record type '\(recordType)': no record of that type was ever saved in this environment")
         }
+        return try Query.parse(json, schema: schema)
     }
 
     func openMarker(_ text: String, fingerprint: String, sorts: Int) throws(StratusError) -> QueryCursor {

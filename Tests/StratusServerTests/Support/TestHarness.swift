@@ -99,7 +99,7 @@ struct Harness: Sendable {
         try await withDatabase(configuration, maximumConnections: poolSize) { db in
             let stratus = try await StratusApp.make(
                 database: db,
-                configuration: ServerConfiguration(adminToken: adminToken, maximumBodyBytes: 1024 * 1024, bcryptCost: 4),
+                configuration: ServerConfiguration(adminToken: adminToken, maximumBodyBytes: 4 * 1024 * 1024, bcryptCost: 4),
                 logger: TestCluster.logger)
             let app = Application(router: stratus.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0)),
                                   logger: TestCluster.logger)
