@@ -5,15 +5,16 @@ import StratusStore
 
 extension StratusApp {
     /// A sync token for a position in a zone's record feed (`zoneID` set) or in a database's zone feed.
-    func syncToken(_ db: DatabaseRef, zoneID: Int64?, position: ChangePosition) -> String {
+    func syncToken(_ db: DatabaseRef, zoneID: Int64?, cursor: FeedCursor) -> String {
         var payload: [String: JSON] = ["c": .int(db.containerID), "e": .string(db.environment.rawValue), "d": .string(db.scope.rawValue),
-                                       "o": .string(db.owner), "x": .int(position.xid), "s": .int(position.seq)]
+                                       "o": .string(db.owner), "x": .int(cursor.position.xid), "s": .int(cursor.position.seq)]
+        if !cursor.pending.isEmpty { payload["p"] = .array(cursor.pending.map { .int($0) }) }
         if let zoneID { payload["z"] = .int(zoneID) }
         return sealer.seal(.object(payload), purpose: Self.syncPurpose)
     }
 
-    /// Opens a sync token and checks it was issued for this database (and zone); returns the position and the zone id it names.
-    func openSyncToken(_ text: String, db: DatabaseRef, zoneScoped: Bool) throws(StratusError) -> (ChangePosition, Int64?) {
+    /// Opens a sync token and checks it was issued for this database (and zone); returns the cursor and the zone id it names.
+    func openSyncToken(_ text: String, db: DatabaseRef, zoneScoped: Bool) throws(StratusError) -> (FeedCursor, Int64?) {
         guard let payload = sealer.open(text, purpose: Self.syncPurpose),
               case .int(let xid)? = payload["x"], case .int(let seq)? = payload["s"] else {
             throw StratusError.badRequest("invalid syncToken: pass back a token from a previous response unchanged, or omit it to start from the beginning")
@@ -27,7 +28,12 @@ extension StratusApp {
         guard (zoneID != nil) == zoneScoped else {
             throw StratusError.badRequest("this syncToken is for a \(zoneID == nil ? "database" : "zone") change feed, not this one")
         }
-        return (ChangePosition(xid: xid, seq: seq), zoneID)
+        var pending: [Int64] = []
+        for value in payload["p"]?.arrayValue ?? [] {
+            guard case .int(let xid) = value else { throw StratusError.badRequest("invalid syncToken") }
+            pending.append(xid)
+        }
+        return (FeedCursor(position: ChangePosition(xid: xid, seq: seq), pending: pending), zoneID)
     }
 
     /// `changes/zone` (and, with one zone, the older `records/changes`).
@@ -83,16 +89,16 @@ extension StratusApp {
         if try Wire.bool(options["reverse"], key: "reverse") == true {
             throw StratusError.badRequest("reverse change feeds are not supported; omit 'reverse'")
         }
-        var position = ChangePosition.start
+        var cursor = FeedCursor()
         var expectedZone: Int64?
         if let tokenText = try Wire.string(options["syncToken"], key: "syncToken") {
             do throws(StratusError) {
-                (position, expectedZone) = try openSyncToken(tokenText, db: db, zoneScoped: true)
+                (cursor, expectedZone) = try openSyncToken(tokenText, db: db, zoneScoped: true)
             } catch {
                 return error.dictionary(uuid: uuid, zoneID: zoneIDJSON)
             }
         }
-        guard let (zoneID, page) = try await records.zoneChanges(db, zoneID: expectedZone, zone: name, after: position, limit: limit, recordTypes: types) else {
+        guard let (zoneID, page) = try await records.zoneChanges(db, zoneID: expectedZone, zone: name, after: cursor, limit: limit, recordTypes: types) else {
             if expectedZone != nil {
                 return StratusError.badRequest("the syncToken is from a zone that has since been deleted or is another zone; fetch the zone's changes again without a token").dictionary(uuid: uuid, zoneID: zoneIDJSON)
             }
@@ -102,7 +108,7 @@ extension StratusApp {
         return [
             "zoneID": request.zoneIDJSON(name),
             "records": .array(page.items.map { $0.wireJSON(rendering) }),
-            "syncToken": .string(syncToken(db, zoneID: zoneID, position: page.position)),
+            "syncToken": .string(syncToken(db, zoneID: zoneID, cursor: page.cursor)),
             "moreComing": .bool(page.moreComing),
         ]
     }
@@ -113,18 +119,18 @@ extension StratusApp {
         if request.scope == .shared {
             let user = try request.caller.requireUser(signInURL: request.signInURL)
             let db = DatabaseRef(containerID: request.caller.container.id, environment: request.caller.environment, scope: .shared, owner: user)
-            return ["zones": [], tokenKey: .string(syncToken(db, zoneID: nil, position: .start)), "moreComing": false]
+            return ["zones": [], tokenKey: .string(syncToken(db, zoneID: nil, cursor: FeedCursor())), "moreComing": false]
         }
         let db = try request.database(requireUser: false)
         let limit = try Wire.resultsLimit(request.body["resultsLimit"], maximum: Self.maximumPage)
-        var position = ChangePosition.start
+        var cursor = FeedCursor()
         if let tokenText = try Wire.string(request.body[tokenKey] ?? request.body["syncToken"], key: tokenKey) {
-            (position, _) = try openSyncToken(tokenText, db: db, zoneScoped: false)
+            (cursor, _) = try openSyncToken(tokenText, db: db, zoneScoped: false)
         }
-        let page = try await records.databaseChanges(db, after: position, limit: limit)
+        let page = try await records.databaseChanges(db, after: cursor, limit: limit)
         return [
             "zones": .array(page.items.map { zoneJSON(request, $0) }),
-            tokenKey: .string(syncToken(db, zoneID: nil, position: page.position)),
+            tokenKey: .string(syncToken(db, zoneID: nil, cursor: page.cursor)),
             "moreComing": .bool(page.moreComing),
         ]
     }
