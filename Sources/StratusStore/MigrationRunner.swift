@@ -10,6 +10,12 @@ public struct Migration: Sendable, Equatable {
     public var name: String
     public var sql: String
 
+    public init(version: Int, name: String, sql: String) {
+        self.version = version
+        self.name = name
+        self.sql = sql
+    }
+
     /// SHA-256 of the file, hex.
     public var checksum: String {
         SHA256.hash(data: Data(sql.utf8)).map { String(format: "%02x", $0) }.joined()

@@ -9,9 +9,19 @@ public enum Subprocess {
         public var text: String
     }
 
-    public static func run(_ arguments: [String]) throws -> Output {
+    public static func run(_ arguments: [String], environment: [String: String]? = nil) throws -> Output {
         let outputPath = NSTemporaryDirectory() + "stratus-cmd-\(getpid())-\(UInt64.random(in: 0...UInt64.max)).log"
         defer { unlink(outputPath) }
+        let pid = try spawn(arguments, outputPath: outputPath, environment: environment)
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+        let exited = (status & 0x7f) == 0
+        return Output(status: exited ? (status >> 8) & 0xff : 128 + (status & 0x7f), text: text)
+    }
+
+    /// Starts a program without waiting for it; its standard output and error go to `outputPath`.
+    public static func spawn(_ arguments: [String], outputPath: String, environment: [String: String]? = nil) throws -> pid_t {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -22,14 +32,23 @@ public enum Subprocess {
         argv.append(nil)
         defer { for pointer in argv { free(pointer) } }
         var pid: pid_t = 0
-        let spawned = posix_spawn(&pid, arguments[0], &actions, nil, argv, environ)
-        guard spawned == 0 else {
-            return Output(status: 127, text: "could not start \(arguments[0]): \(String(cString: strerror(spawned)))")
+        var spawned: Int32
+        if let environment {
+            var envp: [UnsafeMutablePointer<CChar>?] = environment.map { strdup("\($0.key)=\($0.value)") }
+            envp.append(nil)
+            defer { for pointer in envp { free(pointer) } }
+            spawned = posix_spawn(&pid, arguments[0], &actions, nil, argv, envp)
+        } else {
+            spawned = posix_spawn(&pid, arguments[0], &actions, nil, argv, environ)
         }
-        var status: Int32 = 0
-        while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
-        let text = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
-        let exited = (status & 0x7f) == 0
-        return Output(status: exited ? (status >> 8) & 0xff : 128 + (status & 0x7f), text: text)
+        guard spawned == 0 else {
+            throw SpawnError(message: "could not start \(arguments[0]): \(String(cString: strerror(spawned)))")
+        }
+        return pid
+    }
+
+    struct SpawnError: Error, CustomStringConvertible {
+        var message: String
+        var description: String { message }
     }
 }

@@ -1,0 +1,133 @@
+import Foundation
+import StratusCore
+import StratusStore
+import Testing
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// The built `stratus` binary: `serve` with no database configured (embedded PostgreSQL, as
+/// `Deploy/run.sh` runs it), the admin CLI against it, and the README's curl walk-through.
+@Suite(.serialized) struct EndToEndTests {
+    /// The `stratus` executable next to the test bundle (SwiftPM builds both into the same folder).
+    static var binary: String {
+        let folder = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        for candidate in [folder, folder.deletingLastPathComponent()] {
+            let path = candidate.appendingPathComponent("stratus").path
+            if FileManager.default.isExecutableFile(atPath: path) { return path }
+        }
+        return TestCluster.repositoryRoot.appendingPathComponent(".build/debug/stratus").path
+    }
+
+    static func freePort() -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+
+    static func get(_ url: String) async -> (Int, String)? {
+        guard let url = URL(string: url) else { return nil }
+        do {
+            let (data, response) = try await URLSession.shared.data(from: url)
+            return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
+        } catch {
+            return nil
+        }
+    }
+
+    /// Runs the CLI; returns exit status and combined output.
+    static func cli(_ arguments: [String], server: String, token: String = "e2e-admin") throws -> Subprocess.Output {
+        var environment = ProcessInfo.processInfo.environment
+        environment["STRATUS_SERVER"] = server
+        environment["STRATUS_ADMIN_TOKEN"] = token
+        return try Subprocess.run([binary] + arguments, environment: environment)
+    }
+
+    @Test func serveWithEmbeddedPostgresCLIAndWalkthrough() async throws {
+        let folder = NSTemporaryDirectory() + "stratus-e2e-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let port = Self.freePort()
+        let server = "http://127.0.0.1:\(port)"
+        var environment = ProcessInfo.processInfo.environment
+        environment["STRATUS_DATABASE_URL"] = nil
+        environment["STRATUS_ADMIN_TOKEN"] = "e2e-admin"
+        environment["STRATUS_MIGRATIONS_DIR"] = TestCluster.repositoryRoot.appendingPathComponent("Migrations").path
+        let log = folder + "/serve.log"
+        let pid = try Subprocess.spawn([Self.binary, "serve", "--port", String(port), "--data-dir", folder + "/state"], outputPath: log, environment: environment)
+        var stopped = false
+        defer { if !stopped { kill(pid, SIGKILL); var status: Int32 = 0; waitpid(pid, &status, 0) } }
+
+        // /health answers once the embedded cluster is up and migrated
+        var health: (Int, String)?
+        for _ in 0..<240 {
+            health = await Self.get(server + "/health")
+            if health?.0 == 200 { break }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        let serveLog = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(health?.0 == 200, "server log: \(serveLog.suffix(2000))")
+        #expect(health?.1.contains("\"status\":\"ok\"") == true)
+
+        // CLI verbs
+        let create = try Self.cli(["container", "create", "iCloud.com.example.E2E"], server: server)
+        #expect(create.status == 0, "\(create.text)")
+        let again = try Self.cli(["container", "create", "iCloud.com.example.E2E"], server: server)
+        #expect(again.status != 0)
+        #expect(again.text.contains("EXISTS"))
+        #expect(again.text.split(separator: "\n").count == 1, "one clear line: \(again.text)")
+        let list = try Self.cli(["container", "list", "--json"], server: server)
+        #expect(list.status == 0)
+        #expect((try? JSONParser.parse(list.text))?["containers"]?.arrayValue?.first?["name"] == "iCloud.com.example.E2E")
+        let token = try Self.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "development", "--name", "web", "--json"], server: server)
+        #expect(token.status == 0, "\(token.text)")
+        let apiToken = (try? JSONParser.parse(token.text))?["apiToken"]?.stringValue ?? ""
+        #expect(apiToken.hasPrefix("ck_"))
+        let tokens = try Self.cli(["token", "list", "--container", "iCloud.com.example.E2E", "--json"], server: server)
+        #expect(!tokens.text.contains(apiToken), "listings never print the secret")
+        let id = (try? JSONParser.parse(tokens.text))?["tokens"]?.arrayValue?.first?["id"]
+        let badEnvironment = try Self.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "staging"], server: server)
+        #expect(badEnvironment.status != 0)
+        #expect(badEnvironment.text.contains("development"))
+        let wrongAdmin = try Self.cli(["container", "list"], server: server, token: "wrong")
+        #expect(wrongAdmin.status != 0)
+        #expect(wrongAdmin.text.contains("AUTHENTICATION_FAILED"))
+        let unreachable = try Self.cli(["container", "list"], server: "http://127.0.0.1:1")
+        #expect(unreachable.status != 0)
+        #expect(unreachable.text.contains("cannot reach"))
+        let revoke = try Self.cli(["token", "revoke", "--container", "iCloud.com.example.E2E", id.map { JSONWriter.string($0) } ?? "0"], server: server)
+        #expect(revoke.status == 0, "\(revoke.text)")
+        let help = try Self.cli(["token", "create", "--help"], server: server)
+        #expect(help.text.contains("--environment"))
+
+        // The README walk-through, verbatim but for the port.
+        let readme = try String(contentsOf: TestCluster.repositoryRoot.appendingPathComponent("README.md"), encoding: .utf8)
+        let section = readme.components(separatedBy: "## Walk-through with curl")[1]
+        let blocks = section.components(separatedBy: "```sh\n").dropFirst().map { $0.components(separatedBy: "```")[0] }
+        #expect(blocks.count >= 2)
+        let script = "set -e\n" + blocks[1].replacingOccurrences(of: "127.0.0.1:8080", with: "127.0.0.1:\(port)")
+            .replacingOccurrences(of: "dev-admin-token", with: "e2e-admin")
+        let walkthrough = try Subprocess.run(["/bin/bash", "-c", script], environment: environment)
+        #expect(walkthrough.status == 0, "\(walkthrough.text)")
+        #expect(walkthrough.text.contains("\"recordName\":\"note-1\""), "\(walkthrough.text)")
+        #expect(walkthrough.text.contains("\"syncToken\""), "\(walkthrough.text)")
+        #expect(!walkthrough.text.contains("serverErrorCode"), "\(walkthrough.text)")
+
+        // SIGTERM stops the service and its embedded cluster
+        kill(pid, SIGTERM)
+        var status: Int32 = 0
+        waitpid(pid, &status, 0)
+        stopped = true
+        let pidFile = try FileManager.default.contentsOfDirectory(atPath: folder + "/state").contains("pg")
+            ? FileManager.default.fileExists(atPath: folder + "/state/pg/postmaster.pid") : false
+        #expect(!pidFile, "the embedded PostgreSQL is still running")
+        let clusterLog = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(clusterLog.contains("embedded PostgreSQL stopped"), "\(clusterLog.suffix(1500))")
+    }
+}
