@@ -37,6 +37,10 @@ extension StratusApp {
                                                            tokenHash: TokenSealer.hash(secret), prefix: String(secret.prefix(10)))
             return .json(["apiToken": .string(secret), "token": Self.tokenJSON(info)], status: .created)
         }
+        router.get("\(base)/stats") { request, _ -> Response in
+            try self.authenticator.requireAdmin(request)
+            return .json(["rssBytes": Self.residentBytes().map { .int($0) } ?? .null, "pid": .int(Int64(getpid()))])
+        }
         router.get("\(base)/tokens") { request, _ -> Response in
             try self.authenticator.requireAdmin(request)
             var containerID: Int64?
@@ -52,6 +56,16 @@ extension StratusApp {
             let info = try await self.admin.revokeAPIToken(containerID: container.id, idOrPrefix: context.parameters.get("token") ?? "")
             return .json(["token": Self.tokenJSON(info)])
         }
+    }
+
+    /// The server process's resident memory, from `/proc/self/status` (Linux).
+    static func residentBytes() -> Int64? {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return nil }
+        for line in status.split(separator: "\n") where line.hasPrefix("VmRSS:") {
+            let digits = line.split(separator: " ").dropFirst().first.flatMap { Int64($0) }
+            return digits.map { $0 * 1024 }
+        }
+        return nil
     }
 
     func managedContainer(_ context: BasicRequestContext) async throws -> ContainerInfo {

@@ -1,0 +1,212 @@
+import ArgumentParser
+import Foundation
+import StratusCore
+
+/// `stratus bench`: a load generator for a running Stratus server, like pgbench for PostgreSQL.
+struct Bench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Load-test a running server through its public API (like pgbench).",
+        discussion: """
+            First seed data through the API, then run a workload against it:
+
+              stratus bench seed --containers 100 --records 1000
+              stratus bench --workload lookup --concurrency 16 --duration 20
+
+            Workloads: lookup (records/lookup of one record), modify (records/modify forceUpdate of one
+            ~1 KB record), batch (100 new records per records/modify), query-eq (equality filter, ~10
+            results), query-range (range filter sorted, 100 results), changes (changes/zone page of
+            100), mixed (50% lookup, 15% query-eq, 20% changes, 15% modify). Reports requests/s,
+            records/s, p50/p90/p99/max latency, errors and the server's RSS.
+            """,
+        subcommands: [Run.self, Seed.self],
+        defaultSubcommand: Run.self)
+
+    /// Options shared by the bench verbs.
+    struct Options: ParsableArguments {
+        @Option(help: "Server URL (env STRATUS_SERVER, default http://127.0.0.1:8080).") var server: String?
+        @Option(name: .customLong("admin-token"), help: "Admin token (env STRATUS_ADMIN_TOKEN).") var adminToken: String?
+        @Option(name: .customLong("state-file"), help: "Where seeding records what it created (default .stratus/bench-state.json).") var stateFile = ".stratus/bench-state.json"
+
+        var serverURL: String { setting(server, "STRATUS_SERVER", default: "http://127.0.0.1:8080")! }
+
+        func hostAndPort() throws -> (String, Int) {
+            guard let url = URL(string: serverURL), url.scheme == "http", let host = url.host else {
+                throw ValidationError("--server must be an http:// URL (the load generator speaks plain HTTP/1.1)")
+            }
+            return (host, url.port ?? 80)
+        }
+
+        func admin() throws -> String {
+            if let token = setting(adminToken, "STRATUS_ADMIN_TOKEN") ?? (try? localAdminToken(dataDir: setting(nil, "STRATUS_DATA_DIR", default: ".stratus")!, create: false)) ?? nil {
+                return token
+            }
+            throw ValidationError("no admin token: set STRATUS_ADMIN_TOKEN or --admin-token")
+        }
+    }
+}
+
+/// What `bench seed` created, read back by `bench`.
+struct BenchState {
+    struct Tenant {
+        var container: String
+        var query: String
+        var zones: [String]
+    }
+    var tenants: [Tenant]
+    var recordsPerZone: Int
+
+    func json() -> JSON {
+        ["recordsPerZone": .int(Int64(recordsPerZone)), "tenants": .array(tenants.map {
+            ["container": .string($0.container), "query": .string($0.query), "zones": .array($0.zones.map { .string($0) })]
+        })]
+    }
+
+    init(tenants: [Tenant], recordsPerZone: Int) {
+        self.tenants = tenants
+        self.recordsPerZone = recordsPerZone
+    }
+
+    init(json: JSON) throws {
+        guard case .int(let perZone)? = json["recordsPerZone"], let tenants = json["tenants"]?.arrayValue else {
+            throw ValidationError("the bench state file is not valid; run 'stratus bench seed' again")
+        }
+        self.recordsPerZone = Int(perZone)
+        self.tenants = tenants.map {
+            Tenant(container: $0["container"]?.stringValue ?? "", query: $0["query"]?.stringValue ?? "",
+                   zones: ($0["zones"]?.arrayValue ?? []).compactMap(\.stringValue))
+        }
+    }
+}
+
+/// The ~1 KB record every workload reads and writes (the shape of performance.md's pgbench table).
+enum BenchRecord {
+    static let notes = String(repeating: "0123456789abcdef", count: 52)
+
+    static func fields(_ index: Int, rank: Int) -> String {
+        #"{"title":{"value":"title-\#(index % 25)"},"rank":{"value":\#(rank)},"createdBy":{"value":"user-\#(index % 37)"},"done":{"value":\#(index % 2)},"tags":{"value":["a\#(index % 7)","b\#(index % 11)","c\#(index % 13)"]},"notes":{"value":"\#(notes)"}}"#
+    }
+
+    static func create(_ name: String, index: Int, rank: Int, operation: String = "create") -> String {
+        #"{"operationType":"\#(operation)","record":{"recordType":"Item","recordName":"\#(name)","fields":\#(fields(index, rank: rank))}}"#
+    }
+}
+
+extension Bench {
+    struct Seed: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create containers, users, zones and records through the public API for 'stratus bench'.",
+            discussion: "Each container gets one API token, one signed-up user and --zones custom zones in that user's private database.")
+
+        @OptionGroup var options: Bench.Options
+        @Option(help: "How many containers.") var containers = 10
+        @Option(help: "Records per container.") var records = 1000
+        @Option(help: "Custom zones per container (records are spread evenly).") var zones = 4
+        @Option(help: "Parallel seeding connections.") var concurrency = 8
+        @Option(help: "Prefix of the container names.") var prefix = "bench"
+
+        func run() async throws {
+            let (host, port) = try options.hostAndPort()
+            let admin = try options.admin()
+            let perZone = max(1, records / zones)
+            let started = Date()
+            let counter = Counter()
+            let indexes = Array(0..<containers)
+            let tenants = try parallelMap(indexes, concurrency: concurrency) { index -> BenchState.Tenant in
+                let connection = BenchConnection(host: host, port: port)
+                let name = "\(prefix).c\(index)"
+                let auth = "Authorization: Bearer \(admin)\r\n"
+                var (status, body) = try connection.request("POST", "/management/1/containers", body: Array(#"{"name":"\#(name)"}"#.utf8), headers: auth)
+                guard status == 201 || status == 409 else { throw CLIError("creating \(name): \(String(decoding: body, as: UTF8.self))") }
+                (status, body) = try connection.request("POST", "/management/1/containers/\(name)/tokens", body: Array(#"{"environment":"development","name":"bench"}"#.utf8), headers: auth)
+                guard status == 201, let token = (try? JSONParser.parse(body))?["apiToken"]?.stringValue else { throw CLIError("token for \(name): \(String(decoding: body, as: UTF8.self))") }
+                (status, body) = try connection.request("POST", "/auth/1/\(name)/development/signup?ckAPIToken=\(token)",
+                                                        body: Array(#"{"emailAddress":"bench-\#(UInt32.random(in: 0...UInt32.max))@example.com","password":"bench-password"}"#.utf8))
+                guard status == 200, let user = (try? JSONParser.parse(body))?["ckWebAuthToken"]?.stringValue else { throw CLIError("sign-up in \(name): \(String(decoding: body, as: UTF8.self))") }
+                let query = "ckAPIToken=\(token)&ckWebAuthToken=\(user)"
+                let zoneNames = (0..<zones).map { "z\($0)" }
+                let zoneOps = zoneNames.map { #"{"operationType":"create","zone":{"zoneID":{"zoneName":"\#($0)"}}}"# }.joined(separator: ",")
+                (status, body) = try connection.request("POST", "/database/1/\(name)/development/private/zones/modify?\(query)", body: Array(#"{"operations":[\#(zoneOps)]}"#.utf8))
+                guard status == 200 else { throw CLIError("zones in \(name): \(String(decoding: body, as: UTF8.self))") }
+                for zone in zoneNames {
+                    var next = 0
+                    while next < perZone {
+                        let end = min(perZone, next + 200)
+                        let ops = (next..<end).map { BenchRecord.create("rec-\($0)", index: $0, rank: Int.random(in: 0..<1_048_576), operation: "forceReplace") }.joined(separator: ",")
+                        (status, body) = try connection.request("POST", "/database/1/\(name)/development/private/records/modify?\(query)",
+                                                                body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"atomic":false,"operations":[\#(ops)]}"#.utf8))
+                        guard status == 200 else { throw CLIError("records in \(name)/\(zone): \(String(decoding: body.prefix(300), as: UTF8.self))") }
+                        counter.add(end - next)
+                        next = end
+                    }
+                }
+                let done = counter.value
+                if index % max(1, containers / 20) == 0 {
+                    FileHandle.standardError.write(Data("seeded \(done) records in \(Int(Date().timeIntervalSince(started)))s\n".utf8))
+                }
+                return BenchState.Tenant(container: name, query: query, zones: zoneNames)
+            }
+            let state = BenchState(tenants: tenants, recordsPerZone: perZone)
+            let folder = URL(fileURLWithPath: options.stateFile).deletingLastPathComponent().path
+            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+            try JSONWriter.string(state.json()).write(toFile: options.stateFile, atomically: true, encoding: .utf8)
+            let seconds = Date().timeIntervalSince(started)
+            print("seeded \(containers) containers × \(zones) zones × \(perZone) records = \(counter.value) records in \(String(format: "%.1f", seconds)) s (\(Int(Double(counter.value) / max(seconds, 0.001))) records/s); state in \(options.stateFile)")
+        }
+    }
+}
+
+/// A thread-safe counter.
+final class Counter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var total = 0
+    func add(_ count: Int) { lock.lock(); total += count; lock.unlock() }
+    var value: Int { lock.lock(); defer { lock.unlock() }; return total }
+}
+
+/// Runs `body` over `items` on `concurrency` threads, keeping the order of results.
+func parallelMap<T, R>(_ items: [T], concurrency: Int, _ body: @escaping (T) throws -> R) throws -> [R] {
+    let lock = NSLock()
+    var results = [R?](repeating: nil, count: items.count)
+    var failure: (any Error)?
+    var next = 0
+    runThreads(max(1, min(concurrency, items.count))) { _ in
+        while true {
+            lock.lock()
+            if next >= items.count || failure != nil { lock.unlock(); return }
+            let index = next
+            next += 1
+            lock.unlock()
+            do {
+                let result = try body(items[index])
+                lock.lock(); results[index] = result; lock.unlock()
+            } catch {
+                lock.lock(); failure = failure ?? error; lock.unlock()
+            }
+        }
+    }
+    if let failure { throw failure }
+    return results.map { $0! }
+}
+
+/// Runs `body(worker)` on `count` dedicated threads and waits for all of them. (Dispatch's
+/// concurrentPerform caps parallelism at the core count; load generation needs one blocking
+/// thread per connection.)
+func runThreads(_ count: Int, _ body: @escaping (Int) -> Void) {
+    /// The threads share state through locks the callers hold; the box only carries the closure across.
+    final class Box: @unchecked Sendable {
+        let body: (Int) -> Void
+        init(_ body: @escaping (Int) -> Void) { self.body = body }
+    }
+    let box = Box(body)
+    let group = DispatchGroup()
+    for worker in 0..<count {
+        group.enter()
+        let thread = Thread {
+            box.body(worker)
+            group.leave()
+        }
+        thread.stackSize = 1 << 20
+        thread.start()
+    }
+    group.wait()
+}

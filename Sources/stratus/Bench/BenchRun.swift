@@ -1,0 +1,172 @@
+import ArgumentParser
+import Foundation
+import StratusCore
+
+extension Bench {
+    struct Run: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "run", abstract: "Run a workload against seeded data (the default verb).")
+
+        enum Workload: String, ExpressibleByArgument, CaseIterable {
+            case lookup, modify, batch, queryEq = "query-eq", queryRange = "query-range", changes, mixed
+        }
+
+        @OptionGroup var options: Bench.Options
+        @Option(help: "lookup, modify, batch, query-eq, query-range, changes or mixed.") var workload: Workload = .lookup
+        @Option(help: "Concurrent connections.") var concurrency = 16
+        @Option(help: "Seconds to run (after a 1 s warm-up).") var duration: Double = 10
+        @Option(help: "Use only the first N seeded containers (default all).") var containers: Int?
+        @Flag(help: "Print one JSON document instead of text.") var json = false
+
+        func validate() throws {
+            guard concurrency >= 1, concurrency <= 1024 else { throw ValidationError("--concurrency must be 1–1024") }
+            guard duration > 0, duration <= 3600 else { throw ValidationError("--duration must be 0–3600 seconds") }
+        }
+
+        /// One request: path, body, and how many records it carries.
+        struct Request {
+            var path: String
+            var body: [UInt8]
+            var records: Int
+        }
+
+        func makeRequest(_ workload: Workload, tenant: BenchState.Tenant, state: BenchState, worker: Int, sequence: Int) -> Request {
+            let zone = tenant.zones.randomElement() ?? "z0"
+            let base = "/database/1/\(tenant.container)/development/private/"
+            let query = "?" + tenant.query
+            let record = Int.random(in: 0..<max(1, state.recordsPerZone))
+            switch workload {
+            case .lookup:
+                return Request(path: base + "records/lookup" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"records":[{"recordName":"rec-\#(record)"}]}"#.utf8), records: 1)
+            case .modify:
+                let op = BenchRecord.create("rec-\(record)", index: record, rank: Int.random(in: 0..<1_048_576), operation: "forceUpdate")
+                return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"operations":[\#(op)]}"#.utf8), records: 1)
+            case .batch:
+                let ops = (0..<100).map { BenchRecord.create("b-\(worker)-\(sequence)-\($0)-\(UInt32.random(in: 0...UInt32.max))", index: $0, rank: Int.random(in: 0..<1_048_576)) }.joined(separator: ",")
+                return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"atomic":false,"operations":[\#(ops)]}"#.utf8), records: 100)
+            case .queryEq:
+                return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"query":{"recordType":"Item","filterBy":[{"fieldName":"title","comparator":"EQUALS","fieldValue":{"value":"title-\#(Int.random(in: 0..<25))"}}]}}"#.utf8), records: 10)
+            case .queryRange:
+                return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"resultsLimit":100,"query":{"recordType":"Item","filterBy":[{"fieldName":"rank","comparator":"GREATER_THAN_OR_EQUALS","fieldValue":{"value":\#(Int.random(in: 0..<524_288))}}],"sortBy":[{"fieldName":"rank"}]}}"#.utf8), records: 100)
+            case .changes:
+                return Request(path: base + "changes/zone" + query, body: Array(#"{"zones":[{"zoneID":{"zoneName":"\#(zone)"},"resultsLimit":100}]}"#.utf8), records: 100)
+            case .mixed:
+                let roll = Int.random(in: 0..<100)
+                let pick: Workload = roll < 50 ? .lookup : roll < 65 ? .queryEq : roll < 85 ? .changes : .modify
+                return makeRequest(pick, tenant: tenant, state: state, worker: worker, sequence: sequence)
+            }
+        }
+
+        func run() async throws {
+            let (host, port) = try options.hostAndPort()
+            guard let text = try? String(contentsOfFile: options.stateFile, encoding: .utf8) else {
+                throw ValidationError("no seeded data at \(options.stateFile): run 'stratus bench seed' first")
+            }
+            var state = try BenchState(json: try JSONParser.parse(text))
+            if let containers { state.tenants = Array(state.tenants.prefix(containers)) }
+            guard !state.tenants.isEmpty else { throw ValidationError("the bench state has no containers") }
+            let workload = self.workload
+            let warmup = 1.0
+            let deadline = Date().addingTimeInterval(warmup + duration)
+            let measureFrom = Date().addingTimeInterval(warmup)
+            let lock = NSLock()
+            var latencies: [[UInt32]] = Array(repeating: [], count: concurrency)
+            var errors = 0
+            var records = 0
+            var firstError: String?
+            let progress = Counter()
+            let reporter = Thread {
+                var last = 0
+                while Date() < deadline {
+                    Thread.sleep(forTimeInterval: 1)
+                    let now = progress.value
+                    FileHandle.standardError.write(Data("  \(workload.rawValue): \(now - last) req/s\n".utf8))
+                    last = now
+                }
+            }
+            reporter.start()
+            let state_ = state
+            runThreads(concurrency) { worker in
+                let connection = BenchConnection(host: host, port: port)
+                var local: [UInt32] = []
+                local.reserveCapacity(100_000)
+                var localErrors = 0
+                var localRecords = 0
+                var sequence = 0
+                var localFirstError: String?
+                while true {
+                    let now = Date()
+                    if now >= deadline { break }
+                    let tenant = state_.tenants[Int.random(in: 0..<state_.tenants.count)]
+                    let request = makeRequest(workload, tenant: tenant, state: state_, worker: worker, sequence: sequence)
+                    sequence += 1
+                    let start = DispatchTime.now().uptimeNanoseconds
+                    var ok = false
+                    do {
+                        let (status, body) = try connection.request("POST", request.path, body: request.body)
+                        ok = status == 200 && !body.isEmpty && !containsErrorCode(body)
+                        if !ok, localFirstError == nil { localFirstError = "HTTP \(status): \(String(decoding: body.prefix(300), as: UTF8.self))" }
+                    } catch {
+                        if localFirstError == nil { localFirstError = "\(error)" }
+                    }
+                    let elapsed = DispatchTime.now().uptimeNanoseconds - start
+                    progress.add(1)
+                    guard now >= measureFrom else { continue }
+                    if ok {
+                        local.append(UInt32(min(elapsed / 1000, UInt64(UInt32.max))))
+                        localRecords += request.records
+                    } else {
+                        localErrors += 1
+                    }
+                }
+                lock.lock()
+                latencies[worker] = local
+                errors += localErrors
+                records += localRecords
+                if firstError == nil { firstError = localFirstError }
+                lock.unlock()
+            }
+            var all = latencies.flatMap { $0 }
+            all.sort()
+            func percentile(_ p: Double) -> Double {
+                guard !all.isEmpty else { return 0 }
+                return Double(all[min(all.count - 1, Int(Double(all.count) * p))]) / 1000
+            }
+            let rss = serverRSS(host: host, port: port)
+            let result: JSON = [
+                "workload": .string(workload.rawValue), "concurrency": .int(Int64(concurrency)), "durationSeconds": .double(duration),
+                "requests": .int(Int64(all.count)), "requestsPerSecond": .double((Double(all.count) / duration).rounded()),
+                "recordsPerSecond": .double((Double(records) / duration).rounded()), "errors": .int(Int64(errors)),
+                "latencyMs": ["p50": .double(percentile(0.5)), "p90": .double(percentile(0.9)), "p99": .double(percentile(0.99)),
+                              "max": .double(Double(all.last ?? 0) / 1000)],
+                "serverRSSBytes": rss.map { .int($0) } ?? .null,
+                "firstError": firstError.map { .string($0) } ?? .null,
+            ]
+            if json {
+                print(JSONWriter.string(result))
+            } else {
+                print("""
+                    workload \(workload.rawValue), \(concurrency) connections, \(duration) s
+                      requests/s  \(Int(Double(all.count) / duration))   records/s \(Int(Double(records) / duration))   errors \(errors)
+                      latency ms  p50 \(String(format: "%.3f", percentile(0.5)))  p90 \(String(format: "%.3f", percentile(0.9)))  p99 \(String(format: "%.3f", percentile(0.99)))  max \(String(format: "%.3f", Double(all.last ?? 0) / 1000))
+                      server RSS  \(rss.map { "\($0 / 1_048_576) MB" } ?? "unknown (needs the admin token)")
+                    """)
+                if let firstError { print("  first error: \(firstError)") }
+            }
+        }
+
+        func containsErrorCode(_ body: [UInt8]) -> Bool {
+            let needle = Array("\"serverErrorCode\"".utf8)
+            guard body.count >= needle.count else { return false }
+            for start in 0...(body.count - needle.count) where body[start] == needle[0] && Array(body[start..<(start + needle.count)]) == needle { return true }
+            return false
+        }
+
+        func serverRSS(host: String, port: Int) -> Int64? {
+            guard let admin = try? options.admin() else { return nil }
+            let connection = BenchConnection(host: host, port: port)
+            guard let (status, body) = try? connection.request("GET", "/management/1/stats", headers: "Authorization: Bearer \(admin)\r\n"), status == 200,
+                  case .int(let rss)? = (try? JSONParser.parse(body))?["rssBytes"] else { return nil }
+            return rss
+        }
+    }
+}
