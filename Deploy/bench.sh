@@ -74,7 +74,9 @@ for _ in $(seq 1 120); do curl -sf "$STRATUS_SERVER/health" >/dev/null && break;
 
 echo "== seeding $CONTAINERS containers x $RECORDS records through the API" >&2
 "$BIN" bench seed --containers "$CONTAINERS" --records "$RECORDS" --state-file "$WORK/state.json" >&2
-$PSQL -c "CREATE TABLE bench_zones AS SELECT row_number() OVER (ORDER BY container_id, zone_id) AS i, container_id, zone_id FROM zones WHERE zone_name LIKE 'z%'; ALTER TABLE bench_zones ADD PRIMARY KEY (i); VACUUM ANALYZE;"
+$PSQL -c "CREATE TABLE bench_zones AS SELECT row_number() OVER (ORDER BY container_id, zone_id) AS i, container_id, zone_id FROM zones WHERE zone_name LIKE 'z%'"
+$PSQL -c "ALTER TABLE bench_zones ADD PRIMARY KEY (i)"
+$PSQL -c "VACUUM ANALYZE"
 ZONES=$($PSQL -c "SELECT count(*) FROM bench_zones")
 PER_ZONE=$(( RECORDS / 4 ))
 

@@ -1,6 +1,8 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import HummingbirdBcrypt
+import NIOPosix
 import NIOCore
 import Logging
 import StratusCore
@@ -15,15 +17,20 @@ public final class StratusApp: Sendable {
     let authenticator: Authenticator
     let configuration: ServerConfiguration
     let logger: Logger
+    /// A bcrypt hash of nothing, verified against when an email is unknown so sign-in takes as long either way.
+    let dummyPasswordHash: String
 
     /// Wires the stores into the service. Reads (or creates) the server secret that signs tokens.
     public static func make(database: Database, configuration: ServerConfiguration, logger: Logger) async throws -> StratusApp {
         let admin = AdminStore(database: database, logger: logger)
         let secret = try await admin.serverSecret(named: "tokens")
-        return StratusApp(database: database, admin: admin, secret: secret, configuration: configuration, logger: logger)
+        let cost = configuration.bcryptCost
+        let dummy = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(UUID().uuidString, cost: cost) }
+        return StratusApp(database: database, admin: admin, secret: secret, configuration: configuration, logger: logger, dummyPasswordHash: dummy)
     }
 
-    init(database: Database, admin: AdminStore, secret: [UInt8], configuration: ServerConfiguration, logger: Logger) {
+    init(database: Database, admin: AdminStore, secret: [UInt8], configuration: ServerConfiguration, logger: Logger, dummyPasswordHash: String) {
+        self.dummyPasswordHash = dummyPasswordHash
         self.database = database
         self.admin = admin
         self.records = RecordStore(database: database, logger: logger)

@@ -51,7 +51,8 @@ final class Authenticator: Sendable {
         let now = ContinuousClock.now
         if let cached = containers.withLock({ $0[name] }), cached.expires > now, let value = cached.value { return value }
         let found = try await admin.container(named: name)
-        containers.withLock { $0[name] = Cached(value: found, expires: now + .seconds(30)) }
+        // Containers are never deleted, so a found one is cached longer than a miss (which a create may soon fix).
+        containers.withLock { $0[name] = Cached(value: found, expires: now + (found == nil ? .seconds(2) : .seconds(30))) }
         guard let found else { throw StratusError(.notFound, "container '\(name)' does not exist; create it with 'stratus container create \(name)'") }
         return found
     }

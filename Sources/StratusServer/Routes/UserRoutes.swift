@@ -80,7 +80,7 @@ extension StratusApp {
         let (email, password) = try await credentials(request)
         let account = try await admin.user(containerID: container.id, email: email)
         // Verify against a dummy hash when the account is missing, so timing does not reveal which emails exist.
-        let hash = account?.passwordHash ?? "$2b$12$C6UzMDM.H6dfI/f/IKxGhuB0mOK8nN9YeKO2ZZpE3/XoUQ7b7Q9Mq"
+        let hash = account?.passwordHash ?? dummyPasswordHash
         let valid = try await NIOThreadPool.singleton.runIfActive { Bcrypt.verify(password, hash: hash) }
         guard let account, valid else {
             throw StratusError(.authenticationFailed, "the email address or password is wrong")
