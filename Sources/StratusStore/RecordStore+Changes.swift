@@ -97,7 +97,7 @@ extension RecordStore {
                 source += " AND record_type = ANY($3::text[])"
             }
             let page = try await readFeed(source: source, columns: Self.recordColumns, binds: binds, after: cursor,
-                                          limit: limit, on: connection, decode: Self.record)
+                                          limit: limit, on: connection, decode: Self.storedRecord)
             return (zoneID, page)
         }
     }

@@ -40,7 +40,7 @@ extension RecordStore {
             for row in rows {
                 let columns = Array(row)
                 let base = PostgresRow.recordColumnCount
-                let record = try Self.record(row)
+                let record = try Self.storedRecord(row)
                 var values: [IndexValue?] = []
                 for (offset, sort) in query.sorts.enumerated() {
                     values.append(try QuerySQL.decodeSortValue(columns[base + offset], scalar: sort.scalar))

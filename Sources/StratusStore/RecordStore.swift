@@ -79,11 +79,22 @@ public final class RecordStore: Sendable {
 
     static let recordColumns = "record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted"
 
+    /// A record row with its fields decoded (write paths, which merge fields).
     static func record(_ row: PostgresRow) throws -> Record {
+        var record = try storedRecord(row)
+        if let encoded = record.encodedFields {
+            record.fields = try Record.decodeFields(encoded)
+            record.encodedFields = nil
+        }
+        return record
+    }
+
+    /// A record row with its field JSON kept as stored (read paths: responses splice it in).
+    static func storedRecord(_ row: PostgresRow) throws -> Record {
         let (name, type, seq, fields, createdAt, createdBy, modifiedAt, modifiedBy, deleted) =
             try row.decode((String, String, Int64, String, Int64, String, Int64, String, Bool).self)
-        return Record(recordName: name, recordType: type, changeSeq: seq, fields: try Record.decodeFields(Array(fields.utf8)),
-                      createdAt: createdAt, createdBy: createdBy, modifiedAt: modifiedAt, modifiedBy: modifiedBy, deleted: deleted)
+        return Record(recordName: name, recordType: type, changeSeq: seq, createdAt: createdAt, createdBy: createdBy,
+                      modifiedAt: modifiedAt, modifiedBy: modifiedBy, deleted: deleted, encodedFields: Array(fields.utf8))
     }
 
     // MARK: Zones
@@ -203,21 +214,27 @@ public final class RecordStore: Sendable {
 
     /// Live records by name; names that do not exist are absent. `ZONE_NOT_FOUND` for a missing custom zone.
     public func lookup(_ db: DatabaseRef, zone: String, names: [String]) async throws -> [String: Record] {
-        try await database.withConnection { connection in
-            guard let zoneID = try await zoneID(db, name: zone, createDefault: false, lock: false, on: connection) else {
-                if zone == Names.defaultZone { return [:] }
-                throw Self.zoneNotFound(zone)
-            }
-            let rows = try await connection.rows("""
-                SELECT \(unescaped: Self.recordColumns) FROM records
-                WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND record_name = ANY(\(names)::text[]) AND NOT deleted
+        // One round trip: the zone row (to tell a missing zone from missing records) joined to the records.
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("""
+                SELECT r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted
+                FROM zones z
+                LEFT JOIN records r ON r.container_id = z.container_id AND r.zone_id = z.zone_id
+                     AND r.record_name = ANY(\(names)::text[]) AND NOT r.deleted
+                WHERE z.container_id = \(db.containerID) AND z.environment = \(db.environment.code) AND z.database_scope = \(db.scope.code)
+                  AND z.owner = \(db.owner) AND z.zone_name = \(zone) AND NOT z.deleted
                 """, logger: logger)
-            var found: [String: Record] = [:]
-            for row in rows {
-                let record = try Self.record(row)
-                found[record.recordName] = record
-            }
-            return found
         }
+        if rows.isEmpty {
+            if zone == Names.defaultZone { return [:] }
+            throw Self.zoneNotFound(zone)
+        }
+        var found: [String: Record] = [:]
+        for row in rows {
+            guard try Array(row)[0].decode(String?.self) != nil else { continue }
+            let record = try Self.storedRecord(row)
+            found[record.recordName] = record
+        }
+        return found
     }
 }

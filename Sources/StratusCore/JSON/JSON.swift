@@ -14,6 +14,9 @@ public enum JSON: Sendable, Equatable {
     case string(String)
     case array([JSON])
     case object([String: JSON])
+    /// Already-encoded JSON bytes, written verbatim by ``JSONWriter`` (stored record fields, so a
+    /// read does not decode and re-encode them). Never produced by the parser.
+    case raw([UInt8])
 
     /// The value of `key` when this is an object.
     public subscript(key: String) -> JSON? {
@@ -48,6 +51,7 @@ public enum JSON: Sendable, Equatable {
         case .string: return "a string"
         case .array: return "an array"
         case .object: return "an object"
+        case .raw: return "JSON"
         }
     }
 }

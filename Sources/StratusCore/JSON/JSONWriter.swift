@@ -29,6 +29,8 @@ public enum JSONWriter {
                 write(element, into: &out)
             }
             out.append(UInt8(ascii: "]"))
+        case .raw(let bytes):
+            out.append(contentsOf: bytes)
         case .object(let members):
             out.append(UInt8(ascii: "{"))
             for (offset, key) in members.keys.sorted().enumerated() {

@@ -12,9 +12,14 @@ public struct Record: Sendable, Equatable {
     public var modifiedBy: String
     /// A tombstone left by a delete, kept for the change feeds.
     public var deleted: Bool
+    /// The stored field JSON, when the record was read without decoding its fields (read paths):
+    /// responses splice it in as is unless they must filter or restyle the fields.
+    public var encodedFields: [UInt8]?
 
     public init(recordName: String, recordType: String, changeSeq: Int64 = 0, fields: [String: FieldValue] = [:],
-                createdAt: Int64 = 0, createdBy: String = "", modifiedAt: Int64 = 0, modifiedBy: String = "", deleted: Bool = false) {
+                createdAt: Int64 = 0, createdBy: String = "", modifiedAt: Int64 = 0, modifiedBy: String = "", deleted: Bool = false,
+                encodedFields: [UInt8]? = nil) {
+        self.encodedFields = encodedFields
         self.recordName = recordName
         self.recordType = recordType
         self.changeSeq = changeSeq
@@ -86,15 +91,22 @@ extension Record {
             if let zoneID = rendering.zoneID { tombstone["zoneID"] = zoneID }
             return .object(tombstone)
         }
-        var fieldMembers: [String: JSON] = [:]
-        for (name, value) in fields where rendering.desiredKeys?.contains(name) ?? true {
-            fieldMembers[name] = value.wireJSON(numbersAsStrings: rendering.numbersAsStrings)
+        let fieldsJSON: JSON
+        if let encodedFields, rendering.desiredKeys == nil, !rendering.numbersAsStrings {
+            fieldsJSON = .raw(encodedFields)
+        } else {
+            let typed = encodedFields.flatMap { try? Record.decodeFields($0) } ?? fields
+            var fieldMembers: [String: JSON] = [:]
+            for (name, value) in typed where rendering.desiredKeys?.contains(name) ?? true {
+                fieldMembers[name] = value.wireJSON(numbersAsStrings: rendering.numbersAsStrings)
+            }
+            fieldsJSON = .object(fieldMembers)
         }
         var members: [String: JSON] = [
             "recordName": .string(recordName),
             "recordType": .string(recordType),
             "recordChangeTag": .string(changeTag),
-            "fields": .object(fieldMembers),
+            "fields": fieldsJSON,
             "created": .object(["timestamp": .int(createdAt), "userRecordName": .string(createdBy), "deviceID": "1"]),
             "modified": .object(["timestamp": .int(modifiedAt), "userRecordName": .string(modifiedBy), "deviceID": "1"]),
             "deleted": .bool(false),

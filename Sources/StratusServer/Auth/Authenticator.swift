@@ -37,6 +37,8 @@ final class Authenticator: Sendable {
     let configuration: ServerConfiguration
     private let tokens = Mutex<[String: Cached<APITokenInfo?>]>([:])
     private let containers = Mutex<[String: Cached<ContainerInfo?>]>([:])
+    /// Verified web auth tokens: token → (container id, user, expiry in seconds since the epoch).
+    private let sessions = Mutex<[String: (Int64, String, Int64)]>([:])
     private let cacheLifetime: Duration = .seconds(3)
 
     init(admin: AdminStore, sealer: TokenSealer, configuration: ServerConfiguration) {
@@ -94,10 +96,22 @@ final class Authenticator: Sendable {
 
     /// The user a web auth token names, checked against the container and its expiry.
     func user(fromWebAuthToken token: String, containerID: Int64) throws(StratusError) -> String {
-        guard let payload = sealer.open(token, purpose: Self.webAuthPurpose),
-              case .int(let container)? = payload["c"], case .string(let user)? = payload["u"], case .int(let expires)? = payload["x"]
-        else {
-            throw StratusError(.authenticationFailed, "the ckWebAuthToken is not valid; sign in again")
+        let container: Int64
+        let user: String
+        let expires: Int64
+        if let cached = sessions.withLock({ $0[token] }) {
+            (container, user, expires) = cached
+        } else {
+            guard let payload = sealer.open(token, purpose: Self.webAuthPurpose),
+                  case .int(let c)? = payload["c"], case .string(let u)? = payload["u"], case .int(let x)? = payload["x"]
+            else {
+                throw StratusError(.authenticationFailed, "the ckWebAuthToken is not valid; sign in again")
+            }
+            (container, user, expires) = (c, u, x)
+            sessions.withLock { entries in
+                if entries.count >= 50_000 { entries.removeAll(keepingCapacity: true) }
+                entries[token] = (c, u, x)
+            }
         }
         guard container == containerID else {
             throw StratusError(.authenticationFailed, "the ckWebAuthToken was issued for another container; sign in to this one")

@@ -31,20 +31,53 @@ public struct TokenSealer: Sendable {
         return try? JSONParser.parse(body)
     }
 
+    static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+    static let reverse: [Int8] = {
+        var table = [Int8](repeating: -1, count: 256)
+        for (index, byte) in alphabet.enumerated() { table[Int(byte)] = Int8(index) }
+        return table
+    }()
+
+    /// Unpadded base64url (RFC 4648 §5).
     static func base64url(_ bytes: [UInt8]) -> String {
-        Data(bytes).base64EncodedString()
-            .replacingOccurrences(of: "+", with: "-")
-            .replacingOccurrences(of: "/", with: "_")
-            .replacingOccurrences(of: "=", with: "")
+        var out: [UInt8] = []
+        out.reserveCapacity((bytes.count * 4 + 2) / 3)
+        var index = 0
+        while index + 2 < bytes.count {
+            let value = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2])
+            out += [alphabet[Int(value >> 18 & 63)], alphabet[Int(value >> 12 & 63)], alphabet[Int(value >> 6 & 63)], alphabet[Int(value & 63)]]
+            index += 3
+        }
+        let rest = bytes.count - index
+        if rest == 1 {
+            let value = UInt32(bytes[index]) << 16
+            out += [alphabet[Int(value >> 18 & 63)], alphabet[Int(value >> 12 & 63)]]
+        } else if rest == 2 {
+            let value = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8
+            out += [alphabet[Int(value >> 18 & 63)], alphabet[Int(value >> 12 & 63)], alphabet[Int(value >> 6 & 63)]]
+        }
+        return String(decoding: out, as: UTF8.self)
     }
 
+    /// Decodes unpadded base64url; `nil` for any other character or an impossible length.
     static func decode(_ text: String) -> [UInt8]? {
-        guard text.utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || ($0 >= 65 && $0 <= 90) || ($0 >= 97 && $0 <= 122) || $0 == 45 || $0 == 95 }) else {
-            return nil
+        let input = Array(text.utf8)
+        guard input.count % 4 != 1 else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(input.count * 3 / 4)
+        var buffer: UInt32 = 0
+        var bits = 0
+        for byte in input {
+            let value = reverse[Int(byte)]
+            guard value >= 0 else { return nil }
+            buffer = buffer << 6 | UInt32(value)
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                out.append(UInt8(buffer >> UInt32(bits) & 0xFF))
+            }
         }
-        var base64 = text.replacingOccurrences(of: "-", with: "+").replacingOccurrences(of: "_", with: "/")
-        while base64.utf8.count % 4 != 0 { base64 += "=" }
-        return Data(base64Encoded: base64).map(Array.init)
+        return out
     }
 
     /// SHA-256 of a secret such as an API token, for storage.
