@@ -217,7 +217,11 @@ enum QuerySQL {
         for (index, filter) in query.filters.enumerated() where index != driver {
             conditions.append(matchCondition(filter, containerID: containerID, zoneID: zoneID, recordType: query.recordType, builder: &builder))
         }
-        let sortExpressions = query.sorts.map { sortExpression($0, containerID: containerID, zoneID: zoneID, recordType: query.recordType, builder: &builder) }
+        var sortExpressions = query.sorts.map { sortExpression($0, containerID: containerID, zoneID: zoneID, recordType: query.recordType, builder: &builder) }
+        // Sorting by the driving field: its index entry is already joined, no per-row lookup needed.
+        if let driver, let first = query.sorts.first, first.target == query.filters[driver].target, first.scalar == query.filters[driver].scalar {
+            sortExpressions[0] = "d.\(column(for: first.scalar))\(collate(first.scalar))"
+        }
         var inner = "SELECT r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted"
         for (offset, expression) in sortExpressions.enumerated() { inner += ", \(expression) AS s\(offset)" }
         inner += " FROM \(from) WHERE " + conditions.joined(separator: " AND ")

@@ -58,6 +58,22 @@ import Testing
             #expect(names == ["note-5", "note-4", "note-2", "note-1"])
             #expect(pages == 2)
 
+            // range and sort on the same field (the sort key comes from the driving index entry), paged
+            var ranged: [String] = []
+            var rangeMarker: JSON?
+            repeat {
+                var body: [String: JSON] = ["resultsLimit": 2, "query": [
+                    "recordType": "Note",
+                    "filterBy": [["fieldName": "score", "comparator": "GREATER_THAN_OR_EQUALS", "fieldValue": ["value": 2.5]]],
+                    "sortBy": [["fieldName": "score", "ascending": false]],
+                ]]
+                if let rangeMarker { body["continuationMarker"] = rangeMarker }
+                let page = try await session.post(database, "records/query", .object(body))
+                ranged += page.json["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []
+                rangeMarker = page.json["continuationMarker"]
+            } while rangeMarker != nil && ranged.count < 20
+            #expect(ranged == ["note-6", "note-5", "note-4", "note-3", "note-2"])
+
             // LIST_CONTAINS, BEGINS_WITH, IN, NOT_EQUALS, system field filter
             func count(_ filter: JSON) async throws -> Int {
                 let result = try await session.post(database, "records/query", ["query": ["recordType": "Note", "filterBy": [filter]]])
