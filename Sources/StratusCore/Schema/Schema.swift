@@ -1,3 +1,11 @@
+/// How a numeric field was declared in the schema language, when it was not a plain type.
+public enum NumberDeclaration: Sendable, Equatable {
+    /// `NUMBER` (a just-in-time number whose type is not pinned; stored as INT64).
+    case number
+    /// `NUMBER PREFERRED AS INT64|DOUBLE`.
+    case preferred
+}
+
 /// A field in a record type's schema.
 public struct FieldSchema: Sendable, Equatable {
     public var type: FieldType
@@ -7,12 +15,19 @@ public struct FieldSchema: Sendable, Equatable {
     public var sortable: Bool
     /// Full-text token filters allowed.
     public var searchable: Bool
+    /// `ENCRYPTED` in the schema language (values use the plain type on the wire).
+    public var encrypted: Bool
+    /// Set when the field was declared `NUMBER …` rather than INT64/DOUBLE.
+    public var number: NumberDeclaration?
 
-    public init(type: FieldType, queryable: Bool = false, sortable: Bool = false, searchable: Bool = false) {
+    public init(type: FieldType, queryable: Bool = false, sortable: Bool = false, searchable: Bool = false,
+                encrypted: Bool = false, number: NumberDeclaration? = nil) {
         self.type = type
         self.queryable = queryable
         self.sortable = sortable
         self.searchable = searchable
+        self.encrypted = encrypted
+        self.number = number
     }
 
     /// Whether the field gets index entries.
@@ -31,16 +46,54 @@ public struct FieldSchema: Sendable, Equatable {
     }
 }
 
+/// Permissions a security role can be granted on a record type.
+public enum Permission: String, Sendable, CaseIterable, Hashable, Comparable {
+    case read = "READ"
+    case create = "CREATE"
+    case write = "WRITE"
+
+    public static func < (a: Permission, b: Permission) -> Bool {
+        allCases.firstIndex(of: a)! < allCases.firstIndex(of: b)!
+    }
+}
+
+/// The built-in security roles.
+public enum SystemRole {
+    /// Anyone with an API token.
+    public static let world = "_world"
+    /// Any signed-in user.
+    public static let icloud = "_icloud"
+    /// The record's creator.
+    public static let creator = "_creator"
+    public static let all: [String] = [creator, icloud, world]
+
+    /// CloudKit's default grants for a new record type: `_creator` WRITE, `_icloud` CREATE, `_world` READ.
+    public static let defaultGrants: [String: Set<Permission>] = [creator: [.write], icloud: [.create], world: [.read]]
+}
+
 /// The schema of one container-environment.
 public struct Schema: Sendable, Equatable {
-    /// Record types by name, each with its fields by name.
+    /// Record types by name, each with its fields by name (system fields such as `___recordID`
+    /// appear only when the schema names them, to give them indexes).
     public var recordTypes: [String: [String: FieldSchema]]
+    /// Grants per record type: role → permissions.
+    public var grants: [String: [String: Set<Permission>]]
+    /// Custom roles (`CREATE ROLE`).
+    public var roles: Set<String>
     /// Bumped by every change.
     public var version: Int64
 
-    public init(recordTypes: [String: [String: FieldSchema]] = [:], version: Int64 = 0) {
+    public init(recordTypes: [String: [String: FieldSchema]] = [:], grants: [String: [String: Set<Permission>]] = [:],
+                roles: Set<String> = [], version: Int64 = 0) {
         self.recordTypes = recordTypes
+        self.grants = grants
+        self.roles = roles
         self.version = version
+    }
+
+    /// The same schema content, ignoring the version number.
+    public func sameDefinition(as other: Schema) -> Bool {
+        recordTypes == other.recordTypes && grants == other.grants && roles == other.roles
     }
 
     /// The schema of a field, if known.
