@@ -7,6 +7,7 @@ import NIOCore
 import Logging
 import StratusCore
 import StratusStore
+import Synchronization
 
 /// The Stratus HTTP service: the CKWS-compatible data API, the auth API and the management API.
 public final class StratusApp: Sendable {
@@ -17,6 +18,8 @@ public final class StratusApp: Sendable {
     let authenticator: Authenticator
     let configuration: ServerConfiguration
     let logger: Logger
+    /// Query shapes already recorded recently (see `noteQueryShape`).
+    let queryShapes = Mutex<[String: Date]>([:])
     /// A bcrypt hash of nothing, verified against when an email is unknown so sign-in takes as long either way.
     let dummyPasswordHash: String
 
@@ -48,6 +51,7 @@ public final class StratusApp: Sendable {
         addDataRoutes(to: router)
         addAuthRoutes(to: router)
         addManagementRoutes(to: router)
+        addSchemaRoutes(to: router)
         return router
     }
 

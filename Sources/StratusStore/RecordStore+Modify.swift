@@ -36,8 +36,9 @@ extension RecordStore {
                 let current = try await lockRecords(db, zoneID: zoneID, names: names, on: connection)
                 var plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
                                               caller: caller, now: now, render: render)
-                if !plan.schemaAdditions.isEmpty {
-                    // Another process may have extended the schema: plan again against the stored one.
+                let failedInProduction = !allowSchemaChanges && plan.outcomes.contains { if case .failure(let error) = $0 { return error.code == .badRequest } else { return false } }
+                if !plan.schemaAdditions.isEmpty || failedInProduction {
+                    // Another process may have extended the schema (or deployed): plan again against the stored one.
                     schema = try await schemas.load(containerID: db.containerID, environment: db.environment, on: connection)
                     plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
                                               caller: caller, now: now, render: render)

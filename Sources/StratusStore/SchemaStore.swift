@@ -48,18 +48,36 @@ public final class SchemaStore: Sendable {
     func load(containerID: Int64, environment: ContainerEnvironment, on connection: PostgresConnection) async throws -> Schema {
         var schema = Schema()
         let rows = try await connection.rows("""
-            SELECT t.record_type, f.field, f.field_type, f.queryable, f.sortable, f.searchable
+            SELECT t.record_type, f.field, f.field_type, f.queryable, f.sortable, f.searchable, f.encrypted, f.number_declaration
             FROM schema_record_types t
             LEFT JOIN schema_fields f ON f.container_id = t.container_id AND f.environment = t.environment AND f.record_type = t.record_type
             WHERE t.container_id = \(containerID) AND t.environment = \(environment.code)
             """, logger: logger)
         for row in rows {
-            let (recordType, field, typeName, queryable, sortable, searchable) =
-                try row.decode((String, String?, String?, Bool?, Bool?, Bool?).self)
+            let (recordType, field, typeName, queryable, sortable, searchable, encrypted, number) =
+                try row.decode((String, String?, String?, Bool?, Bool?, Bool?, Bool?, String?).self)
             if schema.recordTypes[recordType] == nil { schema.recordTypes[recordType] = [:] }
             guard let field, let typeName, let type = FieldType(wireName: typeName) else { continue }
-            schema.recordTypes[recordType]![field] = FieldSchema(type: type, queryable: queryable ?? false,
-                                                                sortable: sortable ?? false, searchable: searchable ?? false)
+            schema.recordTypes[recordType]![field] = FieldSchema(
+                type: type, queryable: queryable ?? false, sortable: sortable ?? false, searchable: searchable ?? false,
+                encrypted: encrypted ?? false, number: number == "number" ? .number : number == "preferred" ? .preferred : nil)
+        }
+        for row in try await connection.rows("""
+            SELECT record_type, role, permissions FROM schema_grants WHERE container_id = \(containerID) AND environment = \(environment.code)
+            """, logger: logger) {
+            let (recordType, role, permissions) = try row.decode((String, String, [String]).self)
+            schema.grants[recordType, default: [:]][role] = Set(permissions.compactMap(Permission.init(rawValue:)))
+        }
+        for row in try await connection.rows("""
+            SELECT role FROM schema_roles WHERE container_id = \(containerID) AND environment = \(environment.code)
+            """, logger: logger) {
+            schema.roles.insert(try row.decode(String.self))
+        }
+        for row in try await connection.rows("""
+            SELECT record_type, field FROM schema_index_builds WHERE container_id = \(containerID) AND environment = \(environment.code) AND NOT done
+            """, logger: logger) {
+            let (recordType, field) = try row.decode((String, String).self)
+            schema.buildingIndexes.insert(recordType + "." + field)
         }
         let version = try await connection.rows("""
             SELECT version FROM schema_versions WHERE container_id = \(containerID) AND environment = \(environment.code)
@@ -68,30 +86,108 @@ public final class SchemaStore: Sendable {
         return schema
     }
 
+    /// Reads a schema inside the caller's transaction (management operations).
+    public func load(containerID: Int64, environment: ContainerEnvironment) async throws -> Schema {
+        try await database.withConnection { try await self.load(containerID: containerID, environment: environment, on: $0) }
+    }
+
+    /// Replaces a container-environment's schema with `schema` and bumps its version; returns the new version.
+    func replace(_ schema: Schema, containerID: Int64, environment: ContainerEnvironment, on connection: PostgresConnection) async throws -> Int64 {
+        let env = environment.code
+        for table in ["schema_fields", "schema_record_types", "schema_grants", "schema_roles"] {
+            try await connection.query(PostgresQuery(unsafeSQL: "DELETE FROM \(table) WHERE container_id = $1 AND environment = $2",
+                                                     binds: RecordStore.binds(containerID, env)), logger: logger)
+        }
+        let types = Array(schema.recordTypes.keys)
+        if !types.isEmpty {
+            try await connection.query("""
+                INSERT INTO schema_record_types (container_id, environment, record_type)
+                SELECT \(containerID), \(env), t FROM unnest(\(types)::text[]) AS t
+                """, logger: logger)
+        }
+        var fieldRows: [(String, String, FieldSchema)] = []
+        for (type, fields) in schema.recordTypes { for (name, field) in fields { fieldRows.append((type, name, field)) } }
+        try await insertFields(fieldRows, containerID: containerID, environment: environment, on: connection)
+        var grantRows: [(String, String, [String])] = []
+        for (type, grants) in schema.grants { for (role, permissions) in grants where !permissions.isEmpty { grantRows.append((type, role, permissions.sorted().map(\.rawValue))) } }
+        try await insertGrants(grantRows, containerID: containerID, environment: environment, on: connection)
+        let roles = Array(schema.roles)
+        if !roles.isEmpty {
+            try await connection.query("""
+                INSERT INTO schema_roles (container_id, environment, role) SELECT \(containerID), \(env), r FROM unnest(\(roles)::text[]) AS r
+                """, logger: logger)
+        }
+        return try await bumpVersion(containerID: containerID, environment: environment, on: connection)
+    }
+
+    func insertFields(_ rows: [(String, String, FieldSchema)], containerID: Int64, environment: ContainerEnvironment,
+                      on connection: PostgresConnection) async throws {
+        guard !rows.isEmpty else { return }
+        let numbers: [String] = rows.map { row -> String in
+            switch row.2.number {
+            case .number?: return "number"
+            case .preferred?: return "preferred"
+            case nil: return ""
+            }
+        }
+        try await connection.query("""
+            INSERT INTO schema_fields (container_id, environment, record_type, field, field_type, queryable, sortable, searchable, encrypted, number_declaration)
+            SELECT \(containerID), \(environment.code), t, f, ft, q, s, se, en, NULLIF(nd, '')
+            FROM unnest(\(rows.map(\.0))::text[], \(rows.map(\.1))::text[], \(rows.map { $0.2.type.wireName })::text[],
+                        \(rows.map { $0.2.queryable })::bool[], \(rows.map { $0.2.sortable })::bool[], \(rows.map { $0.2.searchable })::bool[],
+                        \(rows.map { $0.2.encrypted })::bool[], \(numbers)::text[]) AS u(t, f, ft, q, s, se, en, nd)
+            ON CONFLICT DO NOTHING
+            """, logger: logger)
+    }
+
+    func insertGrants(_ rows: [(String, String, [String])], containerID: Int64, environment: ContainerEnvironment,
+                      on connection: PostgresConnection) async throws {
+        guard !rows.isEmpty else { return }
+        // Arrays of arrays cannot be bound directly: send "READ,WRITE" and split in SQL.
+        try await connection.query("""
+            INSERT INTO schema_grants (container_id, environment, record_type, role, permissions)
+            SELECT \(containerID), \(environment.code), t, r, string_to_array(p, ',')
+            FROM unnest(\(rows.map(\.0))::text[], \(rows.map(\.1))::text[], \(rows.map { $0.2.joined(separator: ",") })::text[]) AS u(t, r, p)
+            ON CONFLICT DO NOTHING
+            """, logger: logger)
+    }
+
+    func bumpVersion(containerID: Int64, environment: ContainerEnvironment, on connection: PostgresConnection) async throws -> Int64 {
+        try await connection.rows("""
+            INSERT INTO schema_versions (container_id, environment, version) VALUES (\(containerID), \(environment.code), 1)
+            ON CONFLICT (container_id, environment) DO UPDATE SET version = schema_versions.version + 1
+            RETURNING version
+            """, logger: logger).first!.decode(Int64.self)
+    }
+
+    /// Forgets the cached schema of a container-environment (after a deploy, import or reset).
+    public func forget(containerID: Int64, environment: ContainerEnvironment) {
+        _ = cache.withLock { $0.removeValue(forKey: Key(containerID: containerID, environment: environment)) }
+    }
+
     /// Records just-in-time additions inside the writer's transaction and checks that no
     /// concurrent writer created one of the same fields with another type.
     func add(_ additions: [SchemaAddition], to schema: Schema, containerID: Int64, environment: ContainerEnvironment,
              on connection: PostgresConnection) async throws -> Schema {
         guard !additions.isEmpty else { return schema }
+        let newTypes = Array(Set(additions.filter { $0.field == nil }.map(\.recordType)))
         let types = Array(Set(additions.map(\.recordType)))
-        try await connection.query("""
+        let inserted = try await connection.rows("""
             INSERT INTO schema_record_types (container_id, environment, record_type)
             SELECT \(containerID), \(environment.code), t FROM unnest(\(types)::text[]) AS t
-            ON CONFLICT DO NOTHING
+            ON CONFLICT DO NOTHING RETURNING record_type
             """, logger: logger)
+        // New types get CloudKit's default grants: _creator WRITE, _icloud CREATE, _world READ.
+        let created = try Set(inserted.map { try $0.decode(String.self) }).intersection(newTypes)
+        var grantRows: [(String, String, [String])] = []
+        for type in created { for (role, permissions) in SystemRole.defaultGrants { grantRows.append((type, role, permissions.sorted().map(\.rawValue))) } }
+        try await insertGrants(grantRows, containerID: containerID, environment: environment, on: connection)
         let fields = additions.compactMap { addition -> (String, String, FieldSchema)? in
             guard let field = addition.field, let type = addition.type else { return nil }
             return (addition.recordType, field, FieldSchema.justInTime(type))
         }
         if !fields.isEmpty {
-            try await connection.query("""
-                INSERT INTO schema_fields (container_id, environment, record_type, field, field_type, queryable, sortable, searchable)
-                SELECT \(containerID), \(environment.code), t, f, ft, q, s, se
-                FROM unnest(\(fields.map(\.0))::text[], \(fields.map(\.1))::text[], \(fields.map { $0.2.type.wireName })::text[],
-                            \(fields.map { $0.2.queryable })::bool[], \(fields.map { $0.2.sortable })::bool[], \(fields.map { $0.2.searchable })::bool[])
-                     AS u(t, f, ft, q, s, se)
-                ON CONFLICT DO NOTHING
-                """, logger: logger)
+            try await insertFields(fields, containerID: containerID, environment: environment, on: connection)
             let stored = try await connection.rows("""
                 SELECT record_type, field, field_type FROM schema_fields
                 WHERE container_id = \(containerID) AND environment = \(environment.code)
@@ -104,13 +200,9 @@ public final class SchemaStore: Sendable {
                 }
             }
         }
-        let version = try await connection.rows("""
-            INSERT INTO schema_versions (container_id, environment, version) VALUES (\(containerID), \(environment.code), 1)
-            ON CONFLICT (container_id, environment) DO UPDATE SET version = schema_versions.version + 1
-            RETURNING version
-            """, logger: logger).first!.decode(Int64.self)
         var updated = schema
-        updated.version = version
+        for type in created { updated.grants[type] = SystemRole.defaultGrants }
+        updated.version = try await bumpVersion(containerID: containerID, environment: environment, on: connection)
         return updated
     }
 }

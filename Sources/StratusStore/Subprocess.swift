@@ -20,6 +20,21 @@ public enum Subprocess {
         return Output(status: exited ? (status >> 8) & 0xff : 128 + (status & 0x7f), text: text)
     }
 
+    /// Runs a program on a thread of its own, so waiting for it never blocks Swift concurrency's
+    /// shared threads (a server in the same process keeps answering it).
+    public static func runDetached(_ arguments: [String], environment: [String: String]? = nil) async throws -> Output {
+        try await withCheckedThrowingContinuation { continuation in
+            let thread = Thread {
+                do {
+                    continuation.resume(returning: try run(arguments, environment: environment))
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+            thread.start()
+        }
+    }
+
     /// Starts a program without waiting for it; its standard output and error go to `outputPath`.
     public static func spawn(_ arguments: [String], outputPath: String, environment: [String: String]? = nil) throws -> pid_t {
         var actions = posix_spawn_file_actions_t()

@@ -42,11 +42,11 @@ import FoundationNetworking
     }
 
     /// Runs the CLI; returns exit status and combined output.
-    static func cli(_ arguments: [String], server: String, token: String = "e2e-admin") throws -> Subprocess.Output {
+    static func cli(_ arguments: [String], server: String, token: String = "e2e-admin") async throws -> Subprocess.Output {
         var environment = ProcessInfo.processInfo.environment
         environment["STRATUS_SERVER"] = server
         environment["STRATUS_ADMIN_TOKEN"] = token
-        return try Subprocess.run([binary] + arguments, environment: environment)
+        return try await Subprocess.runDetached([binary] + arguments, environment: environment)
     }
 
     @Test func serveWithEmbeddedPostgresCLIAndWalkthrough() async throws {
@@ -76,34 +76,34 @@ import FoundationNetworking
         #expect(health?.1.contains("\"status\":\"ok\"") == true)
 
         // CLI verbs
-        let create = try Self.cli(["container", "create", "iCloud.com.example.E2E"], server: server)
+        let create = try await Self.cli(["container", "create", "iCloud.com.example.E2E"], server: server)
         #expect(create.status == 0, "\(create.text)")
-        let again = try Self.cli(["container", "create", "iCloud.com.example.E2E"], server: server)
+        let again = try await Self.cli(["container", "create", "iCloud.com.example.E2E"], server: server)
         #expect(again.status != 0)
         #expect(again.text.contains("EXISTS"))
         #expect(again.text.split(separator: "\n").count == 1, "one clear line: \(again.text)")
-        let list = try Self.cli(["container", "list", "--json"], server: server)
+        let list = try await Self.cli(["container", "list", "--json"], server: server)
         #expect(list.status == 0)
         #expect((try? JSONParser.parse(list.text))?["containers"]?.arrayValue?.first?["name"] == "iCloud.com.example.E2E")
-        let token = try Self.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "development", "--name", "web", "--json"], server: server)
+        let token = try await Self.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "development", "--name", "web", "--json"], server: server)
         #expect(token.status == 0, "\(token.text)")
         let apiToken = (try? JSONParser.parse(token.text))?["apiToken"]?.stringValue ?? ""
         #expect(apiToken.hasPrefix("ck_"))
-        let tokens = try Self.cli(["token", "list", "--container", "iCloud.com.example.E2E", "--json"], server: server)
+        let tokens = try await Self.cli(["token", "list", "--container", "iCloud.com.example.E2E", "--json"], server: server)
         #expect(!tokens.text.contains(apiToken), "listings never print the secret")
         let id = (try? JSONParser.parse(tokens.text))?["tokens"]?.arrayValue?.first?["id"]
-        let badEnvironment = try Self.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "staging"], server: server)
+        let badEnvironment = try await Self.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "staging"], server: server)
         #expect(badEnvironment.status != 0)
         #expect(badEnvironment.text.contains("development"))
-        let wrongAdmin = try Self.cli(["container", "list"], server: server, token: "wrong")
+        let wrongAdmin = try await Self.cli(["container", "list"], server: server, token: "wrong")
         #expect(wrongAdmin.status != 0)
         #expect(wrongAdmin.text.contains("AUTHENTICATION_FAILED"))
-        let unreachable = try Self.cli(["container", "list"], server: "http://127.0.0.1:1")
+        let unreachable = try await Self.cli(["container", "list"], server: "http://127.0.0.1:1")
         #expect(unreachable.status != 0)
         #expect(unreachable.text.contains("cannot reach"))
-        let revoke = try Self.cli(["token", "revoke", "--container", "iCloud.com.example.E2E", id.map { JSONWriter.string($0) } ?? "0"], server: server)
+        let revoke = try await Self.cli(["token", "revoke", "--container", "iCloud.com.example.E2E", id.map { JSONWriter.string($0) } ?? "0"], server: server)
         #expect(revoke.status == 0, "\(revoke.text)")
-        let help = try Self.cli(["token", "create", "--help"], server: server)
+        let help = try await Self.cli(["token", "create", "--help"], server: server)
         #expect(help.text.contains("--environment"))
 
         // The README walk-through, verbatim but for the port.
@@ -113,7 +113,7 @@ import FoundationNetworking
         #expect(blocks.count >= 2)
         let script = "set -e\n" + blocks[1].replacingOccurrences(of: "127.0.0.1:8080", with: "127.0.0.1:\(port)")
             .replacingOccurrences(of: "dev-admin-token", with: "e2e-admin")
-        let walkthrough = try Subprocess.run(["/bin/bash", "-c", script], environment: environment)
+        let walkthrough = try await Subprocess.runDetached(["/bin/bash", "-c", script], environment: environment)
         #expect(walkthrough.status == 0, "\(walkthrough.text)")
         #expect(walkthrough.text.contains("\"recordName\":\"note-1\""), "\(walkthrough.text)")
         #expect(walkthrough.text.contains("\"syncToken\""), "\(walkthrough.text)")

@@ -148,7 +148,7 @@ public struct Query: Sendable, Equatable {
             guard let list = filterJSON.arrayValue else { throw .badRequest("query.filterBy must be an array") }
             guard list.count <= maximumFilters else { throw .badRequest("at most \(maximumFilters) filters are allowed in one query") }
             for (index, item) in list.enumerated() {
-                filters.append(try parseFilter(item, index: index, recordType: recordType, fields: fields))
+                filters.append(try parseFilter(item, index: index, recordType: recordType, fields: fields, building: schema.buildingIndexes))
             }
         }
         var sorts: [QuerySort] = []
@@ -157,7 +157,7 @@ public struct Query: Sendable, Equatable {
             guard list.count <= maximumSorts else { throw .badRequest("at most \(maximumSorts) sort descriptors are allowed in one query") }
             for (index, item) in list.enumerated() {
                 guard let sort = item.objectValue else { throw .badRequest("query.sortBy[\(index)] must be an object") }
-                let (target, scalar, schemaField) = try resolveTarget(sort, key: "query.sortBy[\(index)]", recordType: recordType, fields: fields)
+                let (target, scalar, schemaField) = try resolveTarget(sort, key: "query.sortBy[\(index)]", recordType: recordType, fields: fields, building: schema.buildingIndexes)
                 if let schemaField {
                     guard schemaField.sortable, !schemaField.type.isList else {
                         throw .badRequest("cannot sort by '\(target.displayName)': the field is not SORTABLE in the schema of '\(recordType)'; add a SORTABLE index")
@@ -173,8 +173,8 @@ public struct Query: Sendable, Equatable {
         return Query(recordType: recordType, filters: filters, sorts: sorts)
     }
 
-    static func resolveTarget(_ members: [String: JSON], key: String, recordType: String,
-                              fields: [String: FieldSchema]) throws(StratusError) -> (QueryTarget, ScalarType, FieldSchema?) {
+    static func resolveTarget(_ members: [String: JSON], key: String, recordType: String, fields: [String: FieldSchema],
+                              building: Set<String>) throws(StratusError) -> (QueryTarget, ScalarType, FieldSchema?) {
         if let system = members["systemFieldName"], system != .null {
             guard let name = system.stringValue, let field = SystemField(name: name) else {
                 throw .badRequest("\(key).systemFieldName must be one of \(SystemField.allCases.map(\.rawValue).joined(separator: ", "))")
@@ -191,17 +191,21 @@ public struct Query: Sendable, Equatable {
         guard let field = fields[name] else {
             throw .badRequest("record type '\(recordType)' has no field '\(name)' in the schema")
         }
+        if building.contains(recordType + "." + name) {
+            throw .badRequest("the index on '\(name)' of '\(recordType)' is still being built for existing records; it can be queried once 'stratus schema deploy' has finished building it")
+        }
         return (.field(name), field.type.scalar, field)
     }
 
-    static func parseFilter(_ json: JSON, index: Int, recordType: String, fields: [String: FieldSchema]) throws(StratusError) -> QueryFilter {
+    static func parseFilter(_ json: JSON, index: Int, recordType: String, fields: [String: FieldSchema],
+                            building: Set<String>) throws(StratusError) -> QueryFilter {
         let key = "query.filterBy[\(index)]"
         guard let members = json.objectValue else { throw .badRequest("\(key) must be an object") }
         guard let comparatorText = members["comparator"]?.stringValue else { throw .badRequest("\(key) needs a string 'comparator'") }
         guard let comparator = FilterComparator(rawValue: comparatorText) else {
             throw .badRequest("\(key) has unknown comparator '\(Names.printable(comparatorText))'")
         }
-        let (target, scalar, schemaField) = try resolveTarget(members, key: key, recordType: recordType, fields: fields)
+        let (target, scalar, schemaField) = try resolveTarget(members, key: key, recordType: recordType, fields: fields, building: building)
         let isList = schemaField?.type.isList ?? false
         switch comparator {
         case .near:

@@ -82,6 +82,9 @@ public struct Schema: Sendable, Equatable {
     public var roles: Set<String>
     /// Bumped by every change.
     public var version: Int64
+    /// `Type.field` whose production index entries are still being built after a deploy:
+    /// queries cannot use those indexes yet.
+    public var buildingIndexes: Set<String> = []
 
     public init(recordTypes: [String: [String: FieldSchema]] = [:], grants: [String: [String: Set<Permission>]] = [:],
                 roles: Set<String> = [], version: Int64 = 0) {
@@ -89,6 +92,11 @@ public struct Schema: Sendable, Equatable {
         self.grants = grants
         self.roles = roles
         self.version = version
+    }
+
+    /// Whether `field` of `recordType` has an index still being built.
+    public func isBuilding(_ field: String, of recordType: String) -> Bool {
+        buildingIndexes.contains(recordType + "." + field)
     }
 
     /// The same schema content, ignoring the version number.

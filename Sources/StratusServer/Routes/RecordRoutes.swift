@@ -25,7 +25,7 @@ extension StratusApp {
         let caller = db.owner.isEmpty ? (request.caller.user ?? "") : db.owner
         let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings)
         let results = try await records.modify(db, zone: zone, request: decoded, caller: caller, now: now(),
-                                               allowSchemaChanges: true, render: { $0.wireJSON(rendering) })
+                                               allowSchemaChanges: db.environment == .development, render: { $0.wireJSON(rendering) })
         let uuid = newUUID()
         let items: [JSON] = results.enumerated().map { index, result in
             switch result {
@@ -91,6 +91,7 @@ extension StratusApp {
         let db = try request.database(requireUser: false)
         let zone = try request.zoneName(request.body["zoneID"])
         let query = try await parseQuery(queryJSON, db: db)
+        await noteQueryShape(query, db: db)
         let fingerprint = Self.fingerprint(["c": .int(db.containerID), "e": .string(db.environment.rawValue),
                                             "d": .string(db.scope.rawValue), "o": .string(db.owner), "z": .string(zone), "q": queryJSON])
         var cursor: QueryCursor?

@@ -1,0 +1,142 @@
+import Foundation
+import Hummingbird
+import StratusCore
+import StratusStore
+import Synchronization
+
+/// The schema part of the management API: export, import, validate, diff, deploy, index builds,
+/// history and reset, under `/management/1/containers/{container}/schema`.
+extension StratusApp {
+    func addSchemaRoutes(to router: Router<BasicRequestContext>) {
+        let base = "/management/1/containers/:container/schema"
+        router.get(RouterPath(base)) { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let environment = try ContainerEnvironment(segment: request.uri.queryParameters.get("environment").map { String($0) } ?? "development")
+            let schema = try await self.records.schemas.load(containerID: container.id, environment: environment)
+            return .json(["schema": .string(SchemaLanguage.print(schema)), "version": .int(schema.version), "environment": .string(environment.rawValue)])
+        }
+        router.post("/management/1/schema/validate") { request, _ -> Response in
+            try self.authenticator.requireAdmin(request)
+            let text = try await self.schemaText(request)
+            let schema = try Self.parseSchema(text)
+            return .json(["valid": true, "recordTypes": .int(Int64(schema.recordTypes.count)), "schema": .string(SchemaLanguage.print(schema))])
+        }
+        router.post("\(base)/import") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let body = try await self.readObject(request)
+            guard let text = try Wire.string(body["schema"], key: "schema") else { throw StratusError.badRequest("missing required key 'schema' (the .ckdb text)") }
+            let dryRun = try Wire.bool(body["dryRun"], key: "dryRun") ?? false
+            let schema = try Self.parseSchema(text)
+            let (plan, version) = try await self.records.schemas.importDevelopment(schema, containerID: container.id, by: "admin", dryRun: dryRun)
+            return .json(["plan": plan.json(), "planText": .string(plan.text()), "applied": .bool(!dryRun && !plan.isEmpty), "version": .int(version)])
+        }
+        router.get("\(base)/diff") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let (plan, counts, _, _) = try await self.records.schemas.deploy(containerID: container.id, by: "admin", dryRun: true)
+            return .json(try await self.planResponse(plan, counts: counts, containerID: container.id, applied: false, version: nil))
+        }
+        router.post("\(base)/deploy") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let body = try await self.readObject(request)
+            let dryRun = try Wire.bool(body["dryRun"], key: "dryRun") ?? false
+            let (plan, counts, applied, version) = try await self.records.schemas.deploy(containerID: container.id, by: "admin", dryRun: dryRun)
+            let response = try await self.planResponse(plan, counts: counts, containerID: container.id, applied: applied, version: version)
+            if !plan.refused.isEmpty {
+                var error = StratusError(.badRequest, "the deploy is refused: production is additive only (\(plan.refused.count) refused change\(plan.refused.count == 1 ? "" : "s")); nothing was changed")
+                error.serverRecord = response
+                throw error
+            }
+            return .json(response)
+        }
+        router.post("\(base)/indexes/build") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let body = try await self.readObject(request)
+            let batch = Int(try Wire.int(body["batch"], key: "batch") ?? 2000)
+            guard (1...20_000).contains(batch) else { throw StratusError.badRequest("batch must be 1–20000") }
+            let builds = try await self.records.schemas.buildIndexes(containerID: container.id, batch: batch)
+            self.records.schemas.forget(containerID: container.id, environment: .production)
+            return .json(["builds": .array(builds.map(Self.buildJSON)), "done": .bool(builds.allSatisfy(\.done))])
+        }
+        router.get("\(base)/history") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let environment = try ContainerEnvironment(segment: request.uri.queryParameters.get("environment").map { String($0) } ?? "production")
+            let entries = try await self.records.schemas.history(containerID: container.id, environment: environment)
+            return .json(["history": .array(entries.map { entry in
+                ["id": .int(entry.id), "version": .int(entry.version), "by": .string(entry.by), "at": Self.iso(entry.at),
+                 "kind": .string(entry.kind), "plan": .string(entry.plan)]
+            })])
+        }
+        router.post("\(base)/reset") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let (version, deleted) = try await self.records.schemas.resetDevelopment(containerID: container.id, by: "admin")
+            return .json(["version": .int(version), "deletedRecords": .int(deleted)])
+        }
+    }
+
+    static func parseSchema(_ text: String) throws(StratusError) -> Schema {
+        do {
+            return try SchemaLanguage.parse(text)
+        } catch {
+            throw StratusError.badRequest("schema error at \(error.description)")
+        }
+    }
+
+    func schemaText(_ request: Request) async throws -> String {
+        let body = try await readObject(request)
+        guard let text = try Wire.string(body["schema"], key: "schema") else { throw StratusError.badRequest("missing required key 'schema' (the .ckdb text)") }
+        return text
+    }
+
+    static func buildJSON(_ build: IndexBuild) -> JSON {
+        ["recordType": .string(build.recordType), "field": .string(build.field), "built": .int(build.built), "total": .int(build.total), "done": .bool(build.done)]
+    }
+
+    /// The plan with backfill counts and warnings about development queries production would not index.
+    func planResponse(_ plan: SchemaPlan, counts: [String: Int64], containerID: Int64, applied: Bool, version: Int64?) async throws -> JSON {
+        let development = try await records.schemas.load(containerID: containerID, environment: .development)
+        var warnings: [JSON] = []
+        for (type, field, usage) in try await records.schemas.recentQueryShapes(containerID: containerID, days: 7) {
+            guard let schema = development.field(field, of: type) else {
+                warnings.append(.string("development queries used \(type).\(field) (\(usage)), which the schema no longer has"))
+                continue
+            }
+            let indexed = usage == "sort" || usage == "range" ? schema.sortable : schema.queryable
+            if !indexed {
+                warnings.append(.string("development queries in the last 7 days \(usage == "sort" ? "sorted by" : "filtered on") \(type).\(field), which production would not index (\(usage == "sort" || usage == "range" ? "SORTABLE" : "QUERYABLE") missing)"))
+            }
+        }
+        var text = plan.text(counts: counts)
+        for warning in warnings { text += "\n  warning: \(warning.stringValue ?? "")" }
+        var members: [String: JSON] = ["plan": plan.json(counts: counts), "planText": .string(text), "refused": .int(Int64(plan.refused.count)),
+                                       "applied": .bool(applied), "warnings": .array(warnings)]
+        if let version { members["version"] = .int(version) }
+        members["backfills"] = .array(plan.backfills.map { ["recordType": .string($0.recordType), "field": .string($0.field), "records": .int(counts[$0.recordType] ?? 0)] })
+        return .object(members)
+    }
+
+    /// Remembers, at most once an hour per process, the fields a development query filtered or sorted on.
+    func noteQueryShape(_ query: Query, db: DatabaseRef) async {
+        guard db.environment == .development else { return }
+        var fields: [(String, String)] = []
+        for filter in query.filters { if case .field(let name) = filter.target { fields.append((name, filter.comparator.isRange ? "range" : "filter")) } }
+        for sort in query.sorts { if case .field(let name) = sort.target { fields.append((name, "sort")) } }
+        let now = Date()
+        let fresh = fields.filter { field in
+            let key = "\(db.containerID)|\(query.recordType)|\(field.0)|\(field.1)"
+            return queryShapes.withLock { seen in
+                if let last = seen[key], now.timeIntervalSince(last) < 3600 { return false }
+                if seen.count > 100_000 { seen.removeAll() }
+                seen[key] = now
+                return true
+            }
+        }
+        try? await records.schemas.recordQueryShape(containerID: db.containerID, recordType: query.recordType, fields: fresh)
+    }
+}

@@ -1,0 +1,223 @@
+import Foundation
+import Logging
+import PostgresNIO
+import StratusCore
+
+/// Progress of building one production index after a deploy.
+public struct IndexBuild: Sendable, Equatable {
+    public var recordType: String
+    public var field: String
+    public var built: Int64
+    public var total: Int64
+    public var done: Bool
+}
+
+/// One entry of the schema history.
+public struct SchemaHistoryEntry: Sendable {
+    public var id: Int64
+    public var environment: ContainerEnvironment
+    public var version: Int64
+    public var by: String
+    public var at: Date
+    public var kind: String
+    public var plan: String
+}
+
+extension SchemaStore {
+    /// Live production records per record type, for the plan's backfill counts.
+    func productionCounts(containerID: Int64, types: [String], on connection: PostgresConnection) async throws -> [String: Int64] {
+        guard !types.isEmpty else { return [:] }
+        var counts: [String: Int64] = [:]
+        for row in try await connection.rows("""
+            SELECT r.record_type, count(*) FROM records r
+            JOIN zones z ON z.container_id = r.container_id AND z.zone_id = r.zone_id AND z.environment = 2
+            WHERE r.container_id = \(containerID) AND r.record_type = ANY(\(types)::text[]) AND NOT r.deleted
+            GROUP BY r.record_type
+            """, logger: logger) {
+            let (type, count) = try row.decode((String, Int64).self)
+            counts[type] = count
+        }
+        return counts
+    }
+
+    /// Serializes schema changes of one container (deploy, import, reset) within the transaction.
+    func lockSchema(containerID: Int64, on connection: PostgresConnection) async throws {
+        try await connection.query("SELECT pg_advisory_xact_lock(\(Int32(0x5343_4845)), \(Int32(truncatingIfNeeded: containerID)))", logger: logger)
+    }
+
+    /// Plans, and unless `dryRun` or refused, applies development → production in one transaction.
+    /// Added index options queue index builds for the existing production records.
+    public func deploy(containerID: Int64, by actor: String, dryRun: Bool) async throws -> (plan: SchemaPlan, counts: [String: Int64], applied: Bool, version: Int64) {
+        let result = try await database.transaction { connection in
+            try await lockSchema(containerID: containerID, on: connection)
+            let development = try await load(containerID: containerID, environment: .development, on: connection)
+            let production = try await load(containerID: containerID, environment: .production, on: connection)
+            let plan = SchemaPlan.between(production: production, development: development)
+            let counts = try await productionCounts(containerID: containerID, types: Array(Set(plan.backfills.map(\.recordType))), on: connection)
+            guard !dryRun, plan.refused.isEmpty, !plan.isEmpty else { return (plan, counts, false, production.version) }
+            let version = try await replace(development, containerID: containerID, environment: .production, on: connection)
+            for (type, field) in plan.backfills {
+                let total = counts[type] ?? 0
+                try await connection.query("""
+                    INSERT INTO schema_index_builds (container_id, environment, record_type, field, total, done)
+                    VALUES (\(containerID), 2, \(type), \(field), \(total), \(total == 0))
+                    ON CONFLICT (container_id, environment, record_type, field) DO UPDATE
+                        SET next_zone = 0, next_record = '', built = 0, total = EXCLUDED.total, done = EXCLUDED.done
+                    """, logger: logger)
+            }
+            try await recordHistory(containerID: containerID, environment: .production, version: version, by: actor, kind: "deploy",
+                                    plan: plan.text(counts: counts), on: connection)
+            return (plan, counts, true, version)
+        }
+        forget(containerID: containerID, environment: .production)
+        return result
+    }
+
+    /// Builds up to `batch` records' index entries for the first unfinished production index build.
+    /// Each call is its own transaction, so an interrupted build resumes where it stopped.
+    public func buildIndexes(containerID: Int64, batch: Int) async throws -> [IndexBuild] {
+        try await database.transaction { connection in
+            let pending = try await connection.rows("""
+                SELECT record_type, field, next_zone, next_record FROM schema_index_builds
+                WHERE container_id = \(containerID) AND environment = 2 AND NOT done
+                ORDER BY record_type, field LIMIT 1 FOR UPDATE SKIP LOCKED
+                """, logger: logger)
+            if let row = pending.first {
+                let (type, field, nextZone, nextRecord) = try row.decode((String, String, Int64, String).self)
+                let schema = try await load(containerID: containerID, environment: .production, on: connection)
+                guard let fieldSchema = schema.field(field, of: type) else {
+                    try await connection.query("UPDATE schema_index_builds SET done = true WHERE container_id = \(containerID) AND environment = 2 AND record_type = \(type) AND field = \(field)", logger: logger)
+                    return try await builds(containerID: containerID, on: connection)
+                }
+                let rows = try await connection.rows("""
+                    SELECT r.zone_id, r.record_name, r.fields FROM records r
+                    JOIN zones z ON z.container_id = r.container_id AND z.zone_id = r.zone_id AND z.environment = 2
+                    WHERE r.container_id = \(containerID) AND r.record_type = \(type) AND NOT r.deleted
+                      AND (r.zone_id, r.record_name) > (\(nextZone), \(nextRecord))
+                    ORDER BY r.zone_id, r.record_name
+                    LIMIT \(batch)
+                    FOR UPDATE OF r
+                    """, logger: logger)
+                var byZone: [Int64: [Record]] = [:]
+                var last = (nextZone, nextRecord)
+                for row in rows {
+                    let (zoneID, name, fieldsText) = try row.decode((Int64, String, String).self)
+                    let fields = try Record.decodeFields(Array(fieldsText.utf8)).filter { $0.key == field }
+                    byZone[zoneID, default: []].append(Record(recordName: name, recordType: type, fields: fields))
+                    last = (zoneID, name)
+                }
+                let only = Schema(recordTypes: [type: [field: fieldSchema]])
+                let store = RecordStore(database: database, logger: logger)
+                for (zoneID, records) in byZone {
+                    let names = records.map(\.recordName)
+                    try await connection.query("""
+                        DELETE FROM index_entries WHERE container_id = \(containerID) AND zone_id = \(zoneID) AND record_name = ANY(\(names)::text[])
+                          AND record_type = \(type) AND field = \(field)
+                        """, logger: logger)
+                    let db = DatabaseRef(containerID: containerID, environment: .production, scope: .public, owner: "")
+                    try await store.writeIndexEntries(db, zoneID: zoneID, records: records, schema: only, on: connection)
+                }
+                try await connection.query("""
+                    UPDATE schema_index_builds SET next_zone = \(last.0), next_record = \(last.1), built = built + \(Int64(rows.count)),
+                           done = \(rows.count < batch)
+                    WHERE container_id = \(containerID) AND environment = 2 AND record_type = \(type) AND field = \(field)
+                    """, logger: logger)
+            }
+            return try await builds(containerID: containerID, on: connection)
+        }
+    }
+
+    /// Every production index build of a container (finished ones included).
+    func builds(containerID: Int64, on connection: PostgresConnection) async throws -> [IndexBuild] {
+        try await connection.rows("""
+            SELECT record_type, field, built, total, done FROM schema_index_builds
+            WHERE container_id = \(containerID) AND environment = 2 ORDER BY record_type, field
+            """, logger: logger).map { row in
+            let (type, field, built, total, done) = try row.decode((String, String, Int64, Int64, Bool).self)
+            return IndexBuild(recordType: type, field: field, built: built, total: total, done: done)
+        }
+    }
+
+    /// Replaces the development schema with `schema` (from an imported `.ckdb` file); returns the plan
+    /// from the current development schema to the new one.
+    public func importDevelopment(_ schema: Schema, containerID: Int64, by actor: String, dryRun: Bool) async throws -> (plan: SchemaPlan, version: Int64) {
+        let result = try await database.transaction { connection in
+            try await lockSchema(containerID: containerID, on: connection)
+            let current = try await load(containerID: containerID, environment: .development, on: connection)
+            let plan = SchemaPlan.between(production: current, development: schema)
+            guard !dryRun, !plan.isEmpty else { return (plan, current.version) }
+            let version = try await replace(schema, containerID: containerID, environment: .development, on: connection)
+            try await recordHistory(containerID: containerID, environment: .development, version: version, by: actor, kind: "import",
+                                    plan: plan.text(), on: connection)
+            return (plan, version)
+        }
+        forget(containerID: containerID, environment: .development)
+        return result
+    }
+
+    /// Development ← production schema, and every development record and zone deleted.
+    public func resetDevelopment(containerID: Int64, by actor: String) async throws -> (version: Int64, deletedRecords: Int64) {
+        let result = try await database.transaction { connection in
+            try await lockSchema(containerID: containerID, on: connection)
+            let production = try await load(containerID: containerID, environment: .production, on: connection)
+            let version = try await replace(production, containerID: containerID, environment: .development, on: connection)
+            let zoneFilter = "container_id = $1 AND zone_id IN (SELECT zone_id FROM zones WHERE container_id = $1 AND environment = 1)"
+            let deleted = try await connection.rows(PostgresQuery(unsafeSQL: "WITH d AS (DELETE FROM records WHERE \(zoneFilter) AND NOT deleted RETURNING 1) SELECT count(*) FROM d",
+                                                                  binds: RecordStore.binds(containerID)), logger: logger).first!.decode(Int64.self)
+            for table in ["records", "index_entries", "record_references"] {
+                try await connection.query(PostgresQuery(unsafeSQL: "DELETE FROM \(table) WHERE \(zoneFilter)", binds: RecordStore.binds(containerID)), logger: logger)
+            }
+            try await connection.query("DELETE FROM zones WHERE container_id = \(containerID) AND environment = 1", logger: logger)
+            try await connection.query("DELETE FROM schema_query_shapes WHERE container_id = \(containerID) AND environment = 1", logger: logger)
+            try await recordHistory(containerID: containerID, environment: .development, version: version, by: actor, kind: "reset",
+                                    plan: "development schema reset to production (version \(production.version)); \(deleted) development records deleted", on: connection)
+            return (version, deleted)
+        }
+        forget(containerID: containerID, environment: .development)
+        return result
+    }
+
+    func recordHistory(containerID: Int64, environment: ContainerEnvironment, version: Int64, by actor: String, kind: String, plan: String,
+                       on connection: PostgresConnection) async throws {
+        try await connection.query("""
+            INSERT INTO schema_deploys (container_id, environment, version, deployed_by, kind, plan)
+            VALUES (\(containerID), \(environment.code), \(version), \(actor), \(kind), \(plan))
+            """, logger: logger)
+    }
+
+    /// Deploys, imports and resets of one environment, newest first.
+    public func history(containerID: Int64, environment: ContainerEnvironment) async throws -> [SchemaHistoryEntry] {
+        try await database.withConnection { connection in
+            try await connection.rows("""
+                SELECT deploy_id, version, deployed_by, deployed_at, kind, plan FROM schema_deploys
+                WHERE container_id = \(containerID) AND environment = \(environment.code) ORDER BY deploy_id DESC
+                """, logger: logger)
+        }.map { row in
+            let (id, version, by, at, kind, plan) = try row.decode((Int64, Int64, String, Date, String, String).self)
+            return SchemaHistoryEntry(id: id, environment: environment, version: version, by: by, at: at, kind: kind, plan: plan)
+        }
+    }
+
+    /// Remembers which fields development queries filter and sort on (for deploy warnings).
+    public func recordQueryShape(containerID: Int64, recordType: String, fields: [(String, String)]) async throws {
+        guard !fields.isEmpty else { return }
+        try await database.withConnection { connection in
+            try await connection.query("""
+                INSERT INTO schema_query_shapes (container_id, environment, record_type, field, usage)
+                SELECT \(containerID), 1, \(recordType), f, u FROM unnest(\(fields.map(\.0))::text[], \(fields.map(\.1))::text[]) AS x(f, u)
+                ON CONFLICT (container_id, environment, record_type, field, usage) DO UPDATE SET last_used = now()
+                """, logger: logger)
+        }
+    }
+
+    /// Query shapes development used in the last `days` days: (record type, field, usage).
+    public func recentQueryShapes(containerID: Int64, days: Int) async throws -> [(String, String, String)] {
+        try await database.withConnection { connection in
+            try await connection.rows("""
+                SELECT record_type, field, usage FROM schema_query_shapes
+                WHERE container_id = \(containerID) AND environment = 1 AND last_used > now() - make_interval(days => \(Int32(days)))
+                ORDER BY 1, 2, 3
+                """, logger: logger)
+        }.map { try $0.decode((String, String, String).self) }
+    }
+}
