@@ -57,6 +57,11 @@ import Testing
             #expect(newField.json.record(0)?["reason"]?.stringValue?.contains("extra") == true)
             #expect(try await cli(harness, ["schema", "export", "--container", name, "--environment", "production"]).text == prodExport.text)
 
+            // development queries are remembered for deploy warnings
+            let devQuery = try await dev.post("public", "records/query", ["query": ["recordType": "Note", "filterBy": [["fieldName": "title", "comparator": "EQUALS", "fieldValue": ["value": "hello"]]]]])
+            #expect(devQuery.json["records"]?.arrayValue?.count == 1)
+            let versionBefore = try await harness.admin(.get, "containers/\(name)/schema?environment=production").json["version"]
+
             // a deploy that removes a field or changes its type is refused, naming it; production stays byte-identical
             let folder = NSTemporaryDirectory() + "stratus-schema-\(UInt32.random(in: 0...UInt32.max))"
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
@@ -71,7 +76,9 @@ import Testing
             #expect(refusedDeploy.status != 0)
             #expect(refusedDeploy.text.contains("REFUSED removed field: Note.title"), "\(refusedDeploy.text)")
             #expect(refusedDeploy.text.contains("REFUSED changed field type: Note.stars INT64 → DOUBLE"), "\(refusedDeploy.text)")
+            #expect(refusedDeploy.text.contains("warning: development queries used Note.title"), "\(refusedDeploy.text)")
             #expect(try await cli(harness, ["schema", "export", "--container", name, "--environment", "production"]).text == prodExport.text)
+            #expect(try await harness.admin(.get, "containers/\(name)/schema?environment=production").json["version"] == versionBefore)
             let diff = try await cli(harness, ["schema", "diff", "--container", name])
             #expect(diff.status != 0)
 

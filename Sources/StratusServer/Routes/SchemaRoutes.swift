@@ -29,7 +29,7 @@ extension StratusApp {
             guard let text = try Wire.string(body["schema"], key: "schema") else { throw StratusError.badRequest("missing required key 'schema' (the .ckdb text)") }
             let dryRun = try Wire.bool(body["dryRun"], key: "dryRun") ?? false
             let schema = try Self.parseSchema(text)
-            let (plan, version) = try await self.records.schemas.importDevelopment(schema, containerID: container.id, by: "admin", dryRun: dryRun)
+            let (plan, version) = try await self.records.schemas.importDevelopment(schema, containerID: container.id, by: try Self.actor(body), dryRun: dryRun)
             return .json(["plan": plan.json(), "planText": .string(plan.text()), "applied": .bool(!dryRun && !plan.isEmpty), "version": .int(version)])
         }
         router.get("\(base)/diff") { request, context -> Response in
@@ -43,7 +43,7 @@ extension StratusApp {
             let container = try await self.managedContainer(context)
             let body = try await self.readObject(request)
             let dryRun = try Wire.bool(body["dryRun"], key: "dryRun") ?? false
-            let (plan, counts, applied, version) = try await self.records.schemas.deploy(containerID: container.id, by: "admin", dryRun: dryRun)
+            let (plan, counts, applied, version) = try await self.records.schemas.deploy(containerID: container.id, by: try Self.actor(body), dryRun: dryRun)
             let response = try await self.planResponse(plan, counts: counts, containerID: container.id, applied: applied, version: version)
             if !plan.refused.isEmpty {
                 var error = StratusError(.badRequest, "the deploy is refused: production is additive only (\(plan.refused.count) refused change\(plan.refused.count == 1 ? "" : "s")); nothing was changed")
@@ -75,9 +75,19 @@ extension StratusApp {
         router.post("\(base)/reset") { request, context -> Response in
             try self.authenticator.requireAdmin(request)
             let container = try await self.managedContainer(context)
-            let (version, deleted) = try await self.records.schemas.resetDevelopment(containerID: container.id, by: "admin")
+            let body = (try? await self.readObject(request)) ?? [:]
+            let (version, deleted) = try await self.records.schemas.resetDevelopment(containerID: container.id, by: try Self.actor(body))
             return .json(["version": .int(version), "deletedRecords": .int(deleted)])
         }
+    }
+
+    /// Who asked for a schema change (`by` in the body, e.g. `alice@laptop`; "admin" when absent).
+    static func actor(_ body: [String: JSON]) throws(StratusError) -> String {
+        let name = try Wire.string(body["by"], key: "by") ?? "admin"
+        guard !name.isEmpty, name.utf8.count <= 200, name.unicodeScalars.allSatisfy(Names.isPrintable) else {
+            throw .badRequest("'by' must be 1–200 printable characters")
+        }
+        return "admin token (\(name))"
     }
 
     static func parseSchema(_ text: String) throws(StratusError) -> Schema {

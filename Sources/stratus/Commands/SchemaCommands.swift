@@ -2,6 +2,11 @@ import ArgumentParser
 import Foundation
 import StratusCore
 
+/// Who runs the CLI, recorded with schema changes: `user@host`.
+func operatorName() -> String {
+    "\(ProcessInfo.processInfo.environment["USER"] ?? ProcessInfo.processInfo.userName)@\(ProcessInfo.processInfo.hostName)"
+}
+
 /// Asks a yes/no question on the terminal; without a terminal the answer is no.
 func confirm(_ question: String) -> Bool {
     guard isatty(STDIN_FILENO) != 0 else {
@@ -87,7 +92,7 @@ struct SchemaCommand: AsyncParsableCommand {
                     return
                 }
                 guard yes || confirm("Replace the development schema?") else { throw CLIError("import cancelled; nothing changed") }
-                let applied = try await client.send("POST", path, body: ["schema": .string(text)])
+                let applied = try await client.send("POST", path, body: ["schema": .string(text), "by": .string(operatorName())])
                 options.output(applied) { "development schema replaced (version \(applied["version"].map { JSONWriter.string($0) } ?? "?"))" }
             }
         }
@@ -134,7 +139,7 @@ struct SchemaCommand: AsyncParsableCommand {
                 }
                 if plan["plan"]?.arrayValue?.isEmpty == false {
                     guard yes || confirm("Apply these changes to production?") else { throw CLIError("deploy cancelled; production is unchanged") }
-                    result = try await client.send("POST", base + "/deploy", body: [:])
+                    result = try await client.send("POST", base + "/deploy", body: ["by": .string(operatorName())])
                     if !options.json { print("deployed: production schema is now version \(result["version"].map { JSONWriter.string($0) } ?? "?")") }
                 } else if !options.json {
                     print("production already matches development")
@@ -199,7 +204,7 @@ struct SchemaCommand: AsyncParsableCommand {
                 guard yes || confirm("Delete ALL development records of \(container) and reset its development schema to production?") else {
                     throw CLIError("reset cancelled; nothing changed")
                 }
-                let response = try await options.client.send("POST", "management/1/containers/\(container)/schema/reset")
+                let response = try await options.client.send("POST", "management/1/containers/\(container)/schema/reset", body: ["by": .string(operatorName())])
                 options.output(response) { "development reset to production (version \(response["version"].map { JSONWriter.string($0) } ?? "?")); \(response["deletedRecords"].map { JSONWriter.string($0) } ?? "0") development records deleted" }
             }
         }
