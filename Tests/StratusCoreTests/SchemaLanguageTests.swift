@@ -106,6 +106,8 @@ import Testing
         ("DEFINE SCHEMA\nRECORD TYPE A (x STRING) ; RECORD TYPE A (y STRING);", 2, 40, "twice"),
         ("DEFINE SCHEMA\nRECORD TYPE A (x ENCRYPTED REFERENCE);", 2, 18, "ENCRYPTED"),
         ("DEFINE SCHEMA\nCREATE ROLE \"_boss\";", 2, 13, "reserved"),
+        ("DEFINE SCHEMA\nCREATE ROLE \"a\u{0}b\";", 2, 13, "invalid role name"),
+        ("DEFINE SCHEMA\nRECORD TYPE A (x STRING, GRANT READ TO \"x y\");", 2, 40, "invalid role name"),
     ])
     func reportsErrorsWithLineAndColumn(text: String, line: Int, column: Int, fragment: String) {
         do {

@@ -145,12 +145,15 @@ import Testing
             #expect(again.json.errorCode == "EXISTS")
             #expect(try await harness.send(.post, signup, json: ["emailAddress": "not-an-email", "password": "correct horse"]).status == 400)
             #expect(try await harness.send(.post, signup, json: ["emailAddress": "b@example.com", "password": "short"]).status == 400)
+            #expect(try await harness.send(.post, signup, json: ["emailAddress": "c@example.com", "password": "correct\u{0}horse"]).status == 400)
 
             let wrong = try await harness.send(.post, signin, json: ["emailAddress": "ada@example.com", "password": "wrong password"])
             #expect(wrong.status == 401)
             #expect(wrong.json.errorCode == "AUTHENTICATION_FAILED")
             let unknown = try await harness.send(.post, signin, json: ["emailAddress": "nobody@example.com", "password": "wrong password"])
             #expect(unknown.json["reason"] == wrong.json["reason"], "no account enumeration")
+            let truncated = try await harness.send(.post, signin, json: ["emailAddress": "ada@example.com", "password": "correct horse\u{0}anything"])
+            #expect(truncated.status == 400, "a NUL never cuts a password short")
             let ok = try await harness.send(.post, signin, json: ["emailAddress": "ada@example.com", "password": "correct horse"])
             #expect(ok.json["userRecordName"]?.stringValue == userRecordName)
             let token = ok.json["ckWebAuthToken"]?.stringValue ?? ""

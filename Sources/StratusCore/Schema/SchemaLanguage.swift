@@ -243,6 +243,7 @@ public enum SchemaLanguage {
                     try expectKeyword("role")
                     let (role, token) = try name("role name")
                     guard !role.hasPrefix("_") else { throw failure("custom role names cannot start with '_' (reserved for _world, _icloud, _creator)", at: token) }
+                    guard Names.isIdentifier(role) else { throw failure("invalid role name '\(Names.printable(role))': use a letter followed by letters, digits or '_'", at: token) }
                     guard schema.roles.insert(role).inserted else { throw failure("role \(role) is created twice", at: token) }
                 } else if isKeyword("record") {
                     index += 1
@@ -274,6 +275,9 @@ public enum SchemaLanguage {
                             } while accept(",")
                             try expectKeyword("to")
                             let (role, roleToken) = try name("role name")
+                            guard SystemRole.all.contains(role) || Names.isIdentifier(role) else {
+                                throw failure("invalid role name '\(Names.printable(role))'", at: roleToken)
+                            }
                             grants[role, default: []].formUnion(permissions)
                             pendingGrants.append((roleToken, role))
                         } else {

@@ -53,7 +53,11 @@ extension StratusApp {
         router.post("\(base)/containers/:container/tokens/:token/revoke") { request, context -> Response in
             try self.authenticator.requireAdmin(request)
             let container = try await self.managedContainer(context)
-            let info = try await self.admin.revokeAPIToken(containerID: container.id, idOrPrefix: context.parameters.get("token") ?? "")
+            let token = context.parameters.get("token") ?? ""
+            guard !token.isEmpty, token.utf8.count <= 64, token.unicodeScalars.allSatisfy({ Names.isPrintable($0) }) else {
+                throw StratusError.badRequest("give the token's id (from 'stratus token list') or its prefix")
+            }
+            let info = try await self.admin.revokeAPIToken(containerID: container.id, idOrPrefix: token)
             return .json(["token": Self.tokenJSON(info)])
         }
     }

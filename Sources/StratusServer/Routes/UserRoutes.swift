@@ -51,6 +51,8 @@ extension StratusApp {
         guard let password = try Wire.string(body["password"], key: "password") else {
             throw StratusError.badRequest("missing required key 'password'")
         }
+        // bcrypt reads C strings: a NUL would silently cut the password short.
+        guard !password.utf8.contains(0) else { throw StratusError.badRequest("the password must not contain NUL characters") }
         let email = rawEmail.trimmingCharacters(in: .whitespaces).lowercased()
         let parts = email.split(separator: "@", omittingEmptySubsequences: false)
         guard email.utf8.count <= 254, parts.count == 2, !parts[0].isEmpty, parts[1].contains("."),
