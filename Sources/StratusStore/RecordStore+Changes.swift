@@ -37,7 +37,8 @@ extension RecordStore {
     ///   - source: `FROM … WHERE …` of the feed's rows (bound parameters in `binds`, numbered from 1).
     ///   - columns: the columns `decode` reads (the feed adds its own position columns after them).
     func readFeed<Item>(source: String, columns: String, binds: PostgresBindings, after cursor: FeedCursor, limit: Int,
-                        on connection: PostgresConnection, decode: (PostgresRow) throws -> Item) async throws -> ChangePage<Item> {
+                        on connection: PostgresConnection, prepared: Prepared.ZoneFeed? = nil,
+                        decode: (PostgresRow) throws -> Item) async throws -> ChangePage<Item> {
         var bindings = binds
         let next = bindings.count + 1
         bindings.append(cursor.position.xid)
@@ -56,7 +57,12 @@ extension RecordStore {
             ) r ON true
             ORDER BY r.part, r.feed_xid, r.feed_seq
             """
-        let rows = try await connection.rows(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger)
+        let rows: [PostgresRow]
+        if let prepared {
+            rows = try await connection.rows(prepared, logger: logger)
+        } else {
+            rows = try await connection.rows(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger)
+        }
         var items: [Item] = []
         var position = cursor.position
         var mainCount = 0
@@ -96,8 +102,9 @@ extension RecordStore {
                 binds.append(Array(recordTypes))
                 source += " AND record_type = ANY($3::text[])"
             }
+            let prepared = recordTypes == nil ? Prepared.ZoneFeed(containerID: db.containerID, zoneID: zoneID, cursor: cursor, limit: limit) : nil
             let page = try await readFeed(source: source, columns: Self.recordColumns, binds: binds, after: cursor,
-                                          limit: limit, on: connection, decode: Self.storedRecord)
+                                          limit: limit, on: connection, prepared: prepared, decode: Self.storedRecord)
             return (zoneID, page)
         }
     }

@@ -126,9 +126,12 @@ public final class RecordStore: Sendable {
             defaultZones.withLock { $0[db] = id }
             return id
         }
+        guard lock else {
+            return try await connection.rows(Prepared.ZoneID(db: db, zone: name), logger: logger).first
+        }
         let rows = try await connection.rows(PostgresQuery(unsafeSQL: """
             SELECT zone_id FROM zones WHERE container_id = $1 AND environment = $2 AND database_scope = $3 AND owner = $4
-              AND zone_name = $5 AND NOT deleted \(lock ? (db.tracksZoneChanges ? "FOR NO KEY UPDATE" : "FOR SHARE") : "")
+              AND zone_name = $5 AND NOT deleted \(db.tracksZoneChanges ? "FOR NO KEY UPDATE" : "FOR SHARE")
             """, binds: Self.binds(db.containerID, db.environment.code, db.scope.code, db.owner, name)), logger: logger)
         return try rows.first?.decode(Int64.self)
     }
@@ -216,14 +219,7 @@ public final class RecordStore: Sendable {
     public func lookup(_ db: DatabaseRef, zone: String, names: [String]) async throws -> [String: Record] {
         // One round trip: the zone row (to tell a missing zone from missing records) joined to the records.
         let rows = try await database.withConnection { connection in
-            try await connection.rows("""
-                SELECT r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted
-                FROM zones z
-                LEFT JOIN records r ON r.container_id = z.container_id AND r.zone_id = z.zone_id
-                     AND r.record_name = ANY(\(names)::text[]) AND NOT r.deleted
-                WHERE z.container_id = \(db.containerID) AND z.environment = \(db.environment.code) AND z.database_scope = \(db.scope.code)
-                  AND z.owner = \(db.owner) AND z.zone_name = \(zone) AND NOT z.deleted
-                """, logger: logger)
+            try await connection.rows(Prepared.Lookup(db: db, zone: zone, names: names), logger: logger)
         }
         if rows.isEmpty {
             if zone == Names.defaultZone { return [:] }
