@@ -295,11 +295,14 @@ extension RecordStore {
         // Index entries and references of everything rewritten.
         let rewritten = updates.map(\.recordName)
         if !rewritten.isEmpty {
+            // One round trip for both (data-modifying CTEs run whether or not they are read).
             try await connection.query("""
-                DELETE FROM index_entries WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND record_name = ANY(\(rewritten)::text[])
-                """, logger: logger)
-            try await connection.query("""
-                DELETE FROM record_references WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND source_name = ANY(\(rewritten)::text[])
+                WITH entries AS (
+                    DELETE FROM index_entries WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND record_name = ANY(\(rewritten)::text[])
+                ), refs AS (
+                    DELETE FROM record_references WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND source_name = ANY(\(rewritten)::text[])
+                )
+                SELECT 1
                 """, logger: logger)
         }
         let live = (inserts + updates).filter { !$0.deleted && written[$0.recordName] != nil }
@@ -355,24 +358,19 @@ extension RecordStore {
                 }
             }
         }
-        if !ints.values.isEmpty {
-            try await connection.query("""
-                INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, record_name)
-                SELECT \(db.containerID), \(zoneID), t, f, v, n FROM unnest(\(ints.types)::text[], \(ints.fields)::text[], \(ints.values)::bigint[], \(ints.names)::text[]) AS u(t, f, v, n)
-                """, logger: logger)
-        }
-        if !doubles.values.isEmpty {
-            try await connection.query("""
-                INSERT INTO index_entries (container_id, zone_id, record_type, field, v_double, record_name)
-                SELECT \(db.containerID), \(zoneID), t, f, v, n FROM unnest(\(doubles.types)::text[], \(doubles.fields)::text[], \(doubles.values)::float8[], \(doubles.names)::text[]) AS u(t, f, v, n)
-                """, logger: logger)
-        }
-        if !texts.values.isEmpty {
-            try await connection.query("""
-                INSERT INTO index_entries (container_id, zone_id, record_type, field, v_text, record_name)
-                SELECT \(db.containerID), \(zoneID), t, f, v, n FROM unnest(\(texts.types)::text[], \(texts.fields)::text[], \(texts.values)::text[], \(texts.names)::text[]) AS u(t, f, v, n)
-                """, logger: logger)
-        }
+        guard !ints.values.isEmpty || !doubles.values.isEmpty || !texts.values.isEmpty else { return }
+        // All three value kinds in one statement (empty arrays contribute no rows).
+        try await connection.query("""
+            INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
+            SELECT \(db.containerID), \(zoneID), t, f, v, NULL, NULL, n
+              FROM unnest(\(ints.types)::text[], \(ints.fields)::text[], \(ints.values)::bigint[], \(ints.names)::text[]) AS u(t, f, v, n)
+            UNION ALL
+            SELECT \(db.containerID), \(zoneID), t, f, NULL, v, NULL, n
+              FROM unnest(\(doubles.types)::text[], \(doubles.fields)::text[], \(doubles.values)::float8[], \(doubles.names)::text[]) AS u(t, f, v, n)
+            UNION ALL
+            SELECT \(db.containerID), \(zoneID), t, f, NULL, NULL, v, n
+              FROM unnest(\(texts.types)::text[], \(texts.fields)::text[], \(texts.values)::text[], \(texts.names)::text[]) AS u(t, f, v, n)
+            """, logger: logger)
     }
 
     /// Inserts `VALIDATE` and `DELETE_SELF` references of `records`.
