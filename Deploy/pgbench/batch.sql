@@ -12,9 +12,9 @@ SELECT :c, :z, 'pb-' || :b || '-' || g, 'Item', pg_current_xact_id()::text::bigi
   FROM generate_series(1, 100) g
 ON CONFLICT (container_id, zone_id, record_name) DO NOTHING RETURNING record_name, change_seq;
 INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
-SELECT :c, :z, 'Item', f, CASE f WHEN 'rank' THEN g * 7919 % 1048576 ELSE 1 END, NULL, NULL, 'pb-' || :b || '-' || g FROM generate_series(1, 100) g, unnest(ARRAY['rank', 'done']) f
+SELECT :c::bigint, :z::bigint, 'Item', f, CASE f WHEN 'rank' THEN g * 7919 % 1048576 ELSE 1 END, NULL::float8, NULL::text, 'pb-' || :b || '-' || g FROM generate_series(1, 100) g, unnest(ARRAY['rank', 'done']) f
 UNION ALL
-SELECT :c, :z, 'Item', f, NULL, NULL, CASE f WHEN 'title' THEN 'title-' || (g % 25) WHEN 'notes' THEN repeat('0123456789abcdef', 52) ELSE f || '1' END, 'pb-' || :b || '-' || g
+SELECT :c::bigint, :z::bigint, 'Item', f, NULL::bigint, NULL::float8, CASE f WHEN 'title' THEN 'title-' || (g % 25) WHEN 'notes' THEN repeat('0123456789abcdef', 52) ELSE f || '1' END, 'pb-' || :b || '-' || g
   FROM generate_series(1, 100) g, unnest(ARRAY['title', 'createdBy', 'notes', 'a', 'b', 'c']) f;
 UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq') WHERE container_id = :c AND zone_id = :z;
 COMMIT;

@@ -14,9 +14,9 @@ WITH entries AS (DELETE FROM index_entries WHERE container_id = :c AND zone_id =
      refs AS (DELETE FROM record_references WHERE container_id = :c AND zone_id = :z AND source_name = ANY(ARRAY['rec-' || :n]))
 SELECT 1;
 INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
-SELECT :c, :z, t, f, v, NULL, NULL, n FROM unnest(ARRAY['Item', 'Item'], ARRAY['rank', 'done'], ARRAY[:rk, 1]::bigint[], ARRAY['rec-' || :n, 'rec-' || :n]) AS u(t, f, v, n)
+SELECT :c::bigint, :z::bigint, t, f, v, NULL::float8, NULL::text, n FROM unnest(ARRAY['Item', 'Item'], ARRAY['rank', 'done'], ARRAY[:rk, 1]::bigint[], ARRAY['rec-' || :n, 'rec-' || :n]) AS u(t, f, v, n)
 UNION ALL
-SELECT :c, :z, t, f, NULL, NULL, v, n FROM unnest(ARRAY['Item', 'Item', 'Item', 'Item', 'Item', 'Item'], ARRAY['title', 'createdBy', 'tags', 'tags', 'tags', 'notes'],
+SELECT :c::bigint, :z::bigint, t, f, NULL::bigint, NULL::float8, v, n FROM unnest(ARRAY['Item', 'Item', 'Item', 'Item', 'Item', 'Item'], ARRAY['title', 'createdBy', 'tags', 'tags', 'tags', 'notes'],
        ARRAY['title-' || (:n % 25), 'user-1', 'a1', 'b1', 'c1', repeat('0123456789abcdef', 52)], ARRAY['rec-' || :n, 'rec-' || :n, 'rec-' || :n, 'rec-' || :n, 'rec-' || :n, 'rec-' || :n]) AS u(t, f, v, n);
 UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq') WHERE container_id = :c AND zone_id = :z;
 COMMIT;

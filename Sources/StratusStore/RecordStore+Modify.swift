@@ -362,13 +362,13 @@ extension RecordStore {
         // All three value kinds in one statement (empty arrays contribute no rows).
         try await connection.query("""
             INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
-            SELECT \(db.containerID), \(zoneID), t, f, v, NULL, NULL, n
+            SELECT \(db.containerID), \(zoneID), t, f, v, NULL::float8, NULL::text, n
               FROM unnest(\(ints.types)::text[], \(ints.fields)::text[], \(ints.values)::bigint[], \(ints.names)::text[]) AS u(t, f, v, n)
             UNION ALL
-            SELECT \(db.containerID), \(zoneID), t, f, NULL, v, NULL, n
+            SELECT \(db.containerID), \(zoneID), t, f, NULL::bigint, v, NULL::text, n
               FROM unnest(\(doubles.types)::text[], \(doubles.fields)::text[], \(doubles.values)::float8[], \(doubles.names)::text[]) AS u(t, f, v, n)
             UNION ALL
-            SELECT \(db.containerID), \(zoneID), t, f, NULL, NULL, v, n
+            SELECT \(db.containerID), \(zoneID), t, f, NULL::bigint, NULL::float8, v, n
               FROM unnest(\(texts.types)::text[], \(texts.fields)::text[], \(texts.values)::text[], \(texts.names)::text[]) AS u(t, f, v, n)
             """, logger: logger)
     }
