@@ -4,6 +4,17 @@ import StratusCore
 /// The hottest queries as named prepared statements: PostgreSQL parses and plans each once per
 /// connection instead of on every request.
 enum Prepared {
+    /// `$1…$5`: the columns that name a zone (container, environment, database, owner, zone name).
+    static func zoneBindings(_ db: DatabaseRef, _ zone: String, capacity: Int) -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: capacity)
+        bindings.append(db.containerID)
+        bindings.append(db.environment.code)
+        bindings.append(db.scope.code)
+        bindings.append(db.owner)
+        bindings.append(zone)
+        return bindings
+    }
+
     /// `records/lookup`: the zone row joined to the named live records (one round trip).
     struct Lookup: PostgresPreparedStatement {
         static let sql = """
@@ -21,12 +32,7 @@ enum Prepared {
         var names: [String]
 
         func makeBindings() throws -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 6)
-            bindings.append(db.containerID)
-            bindings.append(db.environment.code)
-            bindings.append(db.scope.code)
-            bindings.append(db.owner)
-            bindings.append(zone)
+            var bindings = Prepared.zoneBindings(db, zone, capacity: 6)
             bindings.append(names)
             return bindings
         }
@@ -46,13 +52,7 @@ enum Prepared {
         var zone: String
 
         func makeBindings() throws -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 5)
-            bindings.append(db.containerID)
-            bindings.append(db.environment.code)
-            bindings.append(db.scope.code)
-            bindings.append(db.owner)
-            bindings.append(zone)
-            return bindings
+            Prepared.zoneBindings(db, zone, capacity: 5)
         }
 
         func decodeRow(_ row: PostgresRow) throws -> Int64 { try row.decode(Int64.self) }
