@@ -50,8 +50,14 @@ public struct DatabaseConfiguration: Sendable {
         var configuration = PostgresClient.Configuration(
             host: host, port: port, username: username, password: password, database: database,
             tls: requireTLS ? .require(.makeClientConfiguration()) : .disable)
+        // The pool keeps all its connections open and sends no keep-alive pings: PostgresNIO's pool
+        // schedules an idle-timeout and a keep-alive timer (each a task sleeping on a clock) every
+        // time a connection is handed back, which cost more CPU than the query itself (a lookup
+        // went from ~2k to … req/s without them; see README, Performance). A connection that died
+        // while idle is found on its next use and answered TRY_AGAIN_LATER.
         configuration.options.maximumConnections = maximumConnections
-        configuration.options.minimumConnections = 0
+        configuration.options.minimumConnections = maximumConnections
+        configuration.options.keepAliveBehavior = nil
         configuration.options.connectTimeout = .seconds(5)
         return configuration
     }
