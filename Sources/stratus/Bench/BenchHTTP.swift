@@ -118,3 +118,169 @@ final class BenchConnection {
         return (status, body)
     }
 }
+
+/// Drives many keep-alive connections from one thread with `poll(2)`, like wrk: each connection
+/// sends a request, waits for the whole response, reports it and sends the next. A thread per
+/// connection would spend the shared cores on context switches the server then lacks.
+final class BenchLoop {
+    /// What a connection sends next: request line target, body, and a tag handed back with the response.
+    struct Outgoing {
+        var path: String
+        var body: [UInt8]
+        var records: Int
+    }
+
+    private struct Connection {
+        var fd: Int32
+        var out: [UInt8] = []
+        var sent = 0
+        var received: [UInt8] = []
+        var started: UInt64 = 0
+        var records = 0
+    }
+
+    let host: String
+    let port: Int
+    private var connections: [Connection] = []
+
+    init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+
+    deinit { for connection in connections where connection.fd >= 0 { close(connection.fd) } }
+
+    /// Runs until `next` returns nil for every connection. `next(connectionIndex)` gives the next
+    /// request; `done(status, body, nanoseconds, records)` sees every response (status 0: connection failed).
+    func run(connections count: Int, next: (Int) -> Outgoing?, done: (Int, ArraySlice<UInt8>, UInt64, Int) -> Void) throws {
+        connections = try (0..<count).map { _ in Connection(fd: try openSocket()) }
+        var active = count
+        for index in 0..<count { if !start(index, next(index)) { active -= 1 } }
+        var fds = [pollfd](repeating: pollfd(), count: count)
+        var chunk = [UInt8](repeating: 0, count: 1 << 16)
+        while active > 0 {
+            for index in 0..<count {
+                let connection = connections[index]
+                fds[index] = pollfd(fd: connection.fd, events: Int16(connection.sent < connection.out.count ? POLLOUT : POLLIN), revents: 0)
+            }
+            let ready = poll(&fds, nfds_t(count), 1000)
+            if ready < 0 && errno != EINTR { throw BenchConnection.Failure(description: "poll failed: errno \(errno)") }
+            guard ready > 0 else { continue }
+            for index in 0..<count where fds[index].fd >= 0 && fds[index].revents != 0 {
+                var connection = connections[index]
+                var failed = false
+                if connection.sent < connection.out.count {
+                    let sent = connection.out[connection.sent...].withUnsafeBytes { send(connection.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+                    if sent > 0 { connection.sent += sent } else if sent < 0 && errno != EAGAIN { failed = true }
+                } else {
+                    let count = chunk.withUnsafeMutableBytes { recv(connection.fd, $0.baseAddress, $0.count, 0) }
+                    if count > 0 {
+                        connection.received.append(contentsOf: chunk[0..<count])
+                    } else if count == 0 || errno != EAGAIN {
+                        failed = true
+                    }
+                }
+                if failed {
+                    close(connection.fd)
+                    connection.fd = (try? openSocket()) ?? -1
+                    connection.received.removeAll(keepingCapacity: true)
+                    let elapsed = DispatchTime.now().uptimeNanoseconds - connection.started
+                    connections[index] = connection
+                    done(0, [], elapsed, connection.records)
+                    if connection.fd < 0 || !start(index, next(index)) { active -= 1; fds[index].fd = -1 }
+                    continue
+                }
+                connections[index] = connection
+                if let (status, bodyRange, total) = Self.parse(connections[index].received) {
+                    let elapsed = DispatchTime.now().uptimeNanoseconds - connections[index].started
+                    done(status, connections[index].received[bodyRange], elapsed, connections[index].records)
+                    connections[index].received.removeFirst(total)
+                    if !start(index, next(index)) { active -= 1 }
+                }
+            }
+        }
+    }
+
+    private func start(_ index: Int, _ request: Outgoing?) -> Bool {
+        guard let request else {
+            close(connections[index].fd)
+            connections[index].fd = -1
+            return false
+        }
+        var head = "POST \(request.path) HTTP/1.1\r\nHost: \(host)\r\nContent-Type: text/plain\r\nContent-Length: \(request.body.count)\r\n\r\n"
+        head.withUTF8 { connections[index].out = Array($0) }
+        connections[index].out.append(contentsOf: request.body)
+        connections[index].sent = 0
+        connections[index].records = request.records
+        connections[index].started = DispatchTime.now().uptimeNanoseconds
+        return true
+    }
+
+    private func openSocket() throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw BenchConnection.Failure(description: "socket() failed") }
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = in_port_t(UInt16(port).bigEndian)
+        address.sin_addr.s_addr = inet_addr(host == "localhost" ? "127.0.0.1" : host)
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard result == 0 else {
+            close(fd)
+            throw BenchConnection.Failure(description: "cannot connect to \(host):\(port)")
+        }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+        return fd
+    }
+
+    /// A complete response at the start of `bytes`: status, where its body is, and its total length.
+    /// Nil while incomplete. Handles Content-Length and chunked bodies.
+    static func parse(_ bytes: [UInt8]) -> (Int, Range<Int>, Int)? {
+        guard let headerEnd = find([13, 10, 13, 10], in: bytes, from: 0) else { return nil }
+        let head = String(decoding: bytes[0..<headerEnd], as: UTF8.self)
+        let lines = head.split(separator: "\r\n")
+        let status = lines.first.flatMap { Int($0.split(separator: " ").dropFirst().first ?? "") } ?? 0
+        var length = 0
+        var chunked = false
+        for line in lines.dropFirst() {
+            let lower = line.lowercased()
+            if lower.hasPrefix("content-length:") { length = Int(lower.dropFirst(15).trimmingCharacters(in: .whitespaces)) ?? 0 }
+            if lower.hasPrefix("transfer-encoding:") && lower.contains("chunked") { chunked = true }
+        }
+        let bodyStart = headerEnd + 4
+        guard chunked else {
+            guard bytes.count >= bodyStart + length else { return nil }
+            return (status, bodyStart..<(bodyStart + length), bodyStart + length)
+        }
+        // Chunked: report the raw chunked region as the body (callers only look for error codes).
+        var position = bodyStart
+        while true {
+            guard let lineEnd = find([13, 10], in: bytes, from: position) else { return nil }
+            let size = Int(String(decoding: bytes[position..<lineEnd], as: UTF8.self).split(separator: ";").first ?? "", radix: 16) ?? 0
+            position = lineEnd + 2 + size + 2
+            guard bytes.count >= position else { return nil }
+            if size == 0 { return (status, bodyStart..<position, position) }
+        }
+    }
+
+    /// The first offset of `needle` in `haystack` at or after offset `from` (offsets count from the start, also for slices).
+    static func find(_ needle: [UInt8], in haystack: some RandomAccessCollection<UInt8>, from: Int) -> Int? {
+        haystack.withContiguousStorageIfAvailable { buffer -> Int? in
+            guard buffer.count >= needle.count, from <= buffer.count - needle.count else { return nil }
+            var index = from
+            let last = buffer.count - needle.count
+            while index <= last {
+                if buffer[index] == needle[0] {
+                    var match = true
+                    for offset in 1..<needle.count where buffer[index + offset] != needle[offset] { match = false; break }
+                    if match { return index }
+                }
+                index += 1
+            }
+            return nil
+        } ?? nil
+    }
+}

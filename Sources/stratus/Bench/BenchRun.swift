@@ -13,6 +13,7 @@ extension Bench {
         @OptionGroup var options: Bench.Options
         @Option(help: "lookup, modify, batch, query-eq, query-range, changes or mixed.") var workload: Workload = .lookup
         @Option(help: "Concurrent connections.") var concurrency = 16
+        @Option(help: "Load-generator threads the connections are spread over (like pgbench -j).") var threads = 2
         @Option(help: "Seconds to run (after a 1 s warm-up).") var duration: Double = 10
         @Option(help: "Use only the first N seeded containers (default all).") var containers: Int?
         @Flag(help: "Print one JSON document instead of text.") var json = false
@@ -85,41 +86,45 @@ extension Bench {
             }
             reporter.start()
             let state_ = state
-            runThreads(concurrency) { worker in
-                let connection = BenchConnection(host: host, port: port)
+            let threads = max(1, min(self.threads, concurrency))
+            latencies = Array(repeating: [], count: threads)
+            runThreads(threads) { thread in
+                // This thread's connections are the global indexes thread, thread + threads, …
+                let mine = stride(from: thread, to: concurrency, by: threads).map { $0 }
+                var sequences = [Int](repeating: 0, count: mine.count)
                 var local: [UInt32] = []
                 local.reserveCapacity(100_000)
                 var localErrors = 0
                 var localRecords = 0
-                var sequence = 0
                 var localFirstError: String?
-                while true {
-                    let now = Date()
-                    if now >= deadline { break }
-                    let tenant = state_.tenants[Int.random(in: 0..<state_.tenants.count)]
-                    let request = makeRequest(workload, tenant: tenant, state: state_, worker: worker, sequence: sequence)
-                    sequence += 1
-                    let start = DispatchTime.now().uptimeNanoseconds
-                    var ok = false
-                    do {
-                        let (status, body) = try connection.request("POST", request.path, body: request.body)
-                        ok = status == 200 && !body.isEmpty && !containsErrorCode(body)
-                        if !ok, localFirstError == nil { localFirstError = "HTTP \(status): \(String(decoding: body.prefix(300), as: UTF8.self))" }
-                    } catch {
-                        if localFirstError == nil { localFirstError = "\(error)" }
-                    }
-                    let elapsed = DispatchTime.now().uptimeNanoseconds - start
-                    progress.add(1)
-                    guard now >= measureFrom else { continue }
-                    if ok {
-                        local.append(UInt32(min(elapsed / 1000, UInt64(UInt32.max))))
-                        localRecords += request.records
-                    } else {
-                        localErrors += 1
-                    }
+                let loop = BenchLoop(host: host, port: port)
+                do {
+                    try loop.run(connections: mine.count, next: { index in
+                        guard Date() < deadline else { return nil }
+                        let tenant = state_.tenants[Int.random(in: 0..<state_.tenants.count)]
+                        let request = makeRequest(workload, tenant: tenant, state: state_, worker: mine[index], sequence: sequences[index])
+                        sequences[index] += 1
+                        return BenchLoop.Outgoing(path: request.path, body: request.body, records: request.records)
+                    }, done: { status, body, elapsed, records in
+                        progress.add(1)
+                        let ok = status == 200 && !body.isEmpty && BenchLoop.find(Self.errorNeedle, in: body, from: 0) == nil
+                        if !ok, localFirstError == nil {
+                            localFirstError = status == 0 ? "connection closed" : "HTTP \(status): \(String(decoding: body.prefix(300), as: UTF8.self))"
+                        }
+                        guard Date() >= measureFrom else { return }
+                        if ok {
+                            local.append(UInt32(min(elapsed / 1000, UInt64(UInt32.max))))
+                            localRecords += records
+                        } else {
+                            localErrors += 1
+                        }
+                    })
+                } catch {
+                    if localFirstError == nil { localFirstError = "\(error)" }
+                    localErrors += 1
                 }
                 lock.lock()
-                latencies[worker] = local
+                latencies[thread] = local
                 errors += localErrors
                 records += localRecords
                 if firstError == nil { firstError = localFirstError }
@@ -154,12 +159,7 @@ extension Bench {
             }
         }
 
-        func containsErrorCode(_ body: [UInt8]) -> Bool {
-            let needle = Array("\"serverErrorCode\"".utf8)
-            guard body.count >= needle.count else { return false }
-            for start in 0...(body.count - needle.count) where body[start] == needle[0] && Array(body[start..<(start + needle.count)]) == needle { return true }
-            return false
-        }
+        static let errorNeedle = Array("\"serverErrorCode\"".utf8)
 
         func serverRSS(host: String, port: Int) -> Int64? {
             guard let admin = try? options.admin() else { return nil }
