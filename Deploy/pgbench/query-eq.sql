@@ -1,5 +1,5 @@
 \set i random(1, :zones)
-\set t random(0, 24)
+\set t random(0, :titles - 1)
 SELECT * FROM (
   SELECT r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted
     FROM index_entries d JOIN records r ON r.container_id = d.container_id AND r.zone_id = d.zone_id AND r.record_name = d.record_name

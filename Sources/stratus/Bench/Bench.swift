@@ -12,11 +12,15 @@ struct Bench: AsyncParsableCommand {
               stratus bench seed --containers 100 --records 1000
               stratus bench --workload lookup --concurrency 16 --duration 20
 
-            Workloads: lookup (records/lookup of one record), modify (records/modify forceUpdate of one
+            Workloads: lookup (records/lookup of one record), create (records/modify creating one new
+            ~1 KB record), modify (records/modify forceUpdate of one
             ~1 KB record), batch (100 new records per records/modify), query-eq (equality filter, ~10
             results), query-range (range filter sorted, 100 results), changes (changes/zone page of
             100), mixed (50% lookup, 15% query-eq, 20% changes, 15% modify). Reports requests/s,
             records/s, p50/p90/p99/max latency, errors and the server's RSS.
+
+            --peer pocketbase points the same generator at a PocketBase server (getOne, create,
+            update, list with filter) for the side-by-side table of Deploy/bench.sh.
             """,
         subcommands: [Run.self, Seed.self],
         defaultSubcommand: Run.self)
@@ -82,12 +86,15 @@ struct BenchState {
 enum BenchRecord {
     static let notes = String(repeating: "0123456789abcdef", count: 52)
 
-    static func fields(_ index: Int, rank: Int) -> String {
-        #"{"title":{"value":"title-\#(index % 25)"},"rank":{"value":\#(rank)},"createdBy":{"value":"user-\#(index % 37)"},"done":{"value":\#(index % 2)},"tags":{"value":["a\#(index % 7)","b\#(index % 11)","c\#(index % 13)"]},"notes":{"value":"\#(notes)"}}"#
+    /// Distinct titles in a zone of `perZone` records: an equality query on title finds ~10.
+    static func titles(perZone: Int) -> Int { max(1, perZone / 10) }
+
+    static func fields(_ index: Int, rank: Int, titles: Int = 25) -> String {
+        #"{"title":{"value":"title-\#(index % titles)"},"rank":{"value":\#(rank)},"createdBy":{"value":"user-\#(index % 37)"},"done":{"value":\#(index % 2)},"tags":{"value":["a\#(index % 7)","b\#(index % 11)","c\#(index % 13)"]},"notes":{"value":"\#(notes)"}}"#
     }
 
-    static func create(_ name: String, index: Int, rank: Int, operation: String = "create") -> String {
-        #"{"operationType":"\#(operation)","record":{"recordType":"Item","recordName":"\#(name)","fields":\#(fields(index, rank: rank))}}"#
+    static func create(_ name: String, index: Int, rank: Int, operation: String = "create", titles: Int = 25) -> String {
+        #"{"operationType":"\#(operation)","record":{"recordType":"Item","recordName":"\#(name)","fields":\#(fields(index, rank: rank, titles: titles))}}"#
     }
 }
 
@@ -103,12 +110,19 @@ extension Bench {
         @Option(help: "Custom zones per container (records are spread evenly).") var zones = 4
         @Option(help: "Parallel seeding connections.") var concurrency = 8
         @Option(help: "Prefix of the container names.") var prefix = "bench"
+        @Option(help: "stratus, or pocketbase to fill a PocketBase 'items' collection with the same records (see Deploy/bench.sh).") var peer: Peer = .stratus
 
         func run() async throws {
             let (host, port) = try options.hostAndPort()
-            let admin = try options.admin()
             let perZone = max(1, records / zones)
             let started = Date()
+            if peer == .pocketbase {
+                let state = try PocketBase.seed(host: host, port: port, containers: containers, zones: zones, perZone: perZone, concurrency: concurrency)
+                try save(state)
+                print("seeded PocketBase with \(containers * zones * perZone) records in \(String(format: "%.1f", Date().timeIntervalSince(started))) s; state in \(options.stateFile)")
+                return
+            }
+            let admin = try options.admin()
             let counter = Counter()
             let indexes = Array(0..<containers)
             let tenants = try parallelMap(indexes, concurrency: concurrency) { index -> BenchState.Tenant in
@@ -131,7 +145,7 @@ extension Bench {
                     var next = 0
                     while next < perZone {
                         let end = min(perZone, next + 200)
-                        let ops = (next..<end).map { BenchRecord.create("rec-\($0)", index: $0, rank: Int.random(in: 0..<1_048_576), operation: "forceReplace") }.joined(separator: ",")
+                        let ops = (next..<end).map { BenchRecord.create("rec-\($0)", index: $0, rank: Int.random(in: 0..<1_048_576), operation: "forceReplace", titles: BenchRecord.titles(perZone: perZone)) }.joined(separator: ",")
                         (status, body) = try connection.request("POST", "/database/1/\(name)/development/private/records/modify?\(query)",
                                                                 body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"atomic":false,"operations":[\#(ops)]}"#.utf8))
                         guard status == 200 else { throw CLIError("records in \(name)/\(zone): \(String(decoding: body.prefix(300), as: UTF8.self))") }
@@ -145,13 +159,18 @@ extension Bench {
                 }
                 return BenchState.Tenant(container: name, query: query, zones: zoneNames)
             }
-            let state = BenchState(tenants: tenants, recordsPerZone: perZone)
-            let folder = URL(fileURLWithPath: options.stateFile).deletingLastPathComponent().path
-            try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-            try JSONWriter.string(state.json()).write(toFile: options.stateFile, atomically: true, encoding: .utf8)
+            try save(BenchState(tenants: tenants, recordsPerZone: perZone))
             let seconds = Date().timeIntervalSince(started)
             print("seeded \(containers) containers × \(zones) zones × \(perZone) records = \(counter.value) records in \(String(format: "%.1f", seconds)) s (\(Int(Double(counter.value) / max(seconds, 0.001))) records/s); state in \(options.stateFile)")
         }
+    }
+}
+
+extension Bench.Seed {
+    func save(_ state: BenchState) throws {
+        let folder = URL(fileURLWithPath: options.stateFile).deletingLastPathComponent().path
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        try JSONWriter.string(state.json()).write(toFile: options.stateFile, atomically: true, encoding: .utf8)
     }
 }
 

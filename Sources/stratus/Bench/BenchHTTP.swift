@@ -44,8 +44,8 @@ final class BenchConnection {
     }
 
     /// Sends one request and returns (status, body). Reconnects once if the connection was closed.
-    func request(_ method: String, _ path: String, body: [UInt8] = [], headers: String = "") throws -> (Int, [UInt8]) {
-        var head = "\(method) \(path) HTTP/1.1\r\nHost: \(host)\r\nContent-Type: text/plain\r\n\(headers)"
+    func request(_ method: String, _ path: String, body: [UInt8] = [], headers: String = "", contentType: String = "text/plain") throws -> (Int, [UInt8]) {
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: \(host)\r\nContent-Type: \(contentType)\r\n\(headers)"
         head += "Content-Length: \(body.count)\r\n\r\n"
         let message = Array(head.utf8) + body
         for attempt in 0..<2 {
@@ -125,9 +125,13 @@ final class BenchConnection {
 final class BenchLoop {
     /// What a connection sends next: request line target, body, and a tag handed back with the response.
     struct Outgoing {
+        var method = "POST"
         var path: String
         var body: [UInt8]
         var records: Int
+        var contentType = "text/plain"
+        /// Extra header lines, each ending in CRLF.
+        var headers = ""
     }
 
     private struct Connection {
@@ -207,7 +211,8 @@ final class BenchLoop {
             connections[index].fd = -1
             return false
         }
-        var head = "POST \(request.path) HTTP/1.1\r\nHost: \(host)\r\nContent-Type: text/plain\r\nContent-Length: \(request.body.count)\r\n\r\n"
+        let type = request.method == "GET" ? "" : "Content-Type: \(request.contentType)\r\nContent-Length: \(request.body.count)\r\n"
+        var head = "\(request.method) \(request.path) HTTP/1.1\r\nHost: \(host)\r\n\(type)\(request.headers)\r\n"
         head.withUTF8 { connections[index].out = Array($0) }
         connections[index].out.append(contentsOf: request.body)
         connections[index].sent = 0

@@ -7,11 +7,12 @@ extension Bench {
         static let configuration = CommandConfiguration(commandName: "run", abstract: "Run a workload against seeded data (the default verb).")
 
         enum Workload: String, ExpressibleByArgument, CaseIterable {
-            case lookup, modify, batch, queryEq = "query-eq", queryRange = "query-range", changes, mixed
+            case lookup, create, modify, batch, queryEq = "query-eq", queryRange = "query-range", changes, mixed
         }
 
         @OptionGroup var options: Bench.Options
-        @Option(help: "lookup, modify, batch, query-eq, query-range, changes or mixed.") var workload: Workload = .lookup
+        @Option(help: "lookup, create, modify, batch, query-eq, query-range, changes or mixed.") var workload: Workload = .lookup
+        @Option(help: "What --server is: stratus, or pocketbase for the peer comparison (lookup, create, modify and query-eq only; seed it with 'bench seed --peer pocketbase').") var peer: Peer = .stratus
         @Option(help: "Concurrent connections.") var concurrency = 16
         @Option(help: "Load-generator threads the connections are spread over (like pgbench -j).") var threads = 2
         @Option(help: "Seconds to run (after a 1 s warm-up).") var duration: Double = 10
@@ -19,16 +20,14 @@ extension Bench {
         @Flag(help: "Print one JSON document instead of text.") var json = false
 
         func validate() throws {
+            if peer == .pocketbase, ![.lookup, .create, .modify, .queryEq].contains(workload) {
+                throw ValidationError("PocketBase has no equivalent of the \(workload.rawValue) workload; use lookup, create, modify or query-eq")
+            }
             guard concurrency >= 1, concurrency <= 1024 else { throw ValidationError("--concurrency must be 1–1024") }
             guard duration > 0, duration <= 3600 else { throw ValidationError("--duration must be 0–3600 seconds") }
         }
 
-        /// One request: path, body, and how many records it carries.
-        struct Request {
-            var path: String
-            var body: [UInt8]
-            var records: Int
-        }
+        typealias Request = BenchLoop.Outgoing
 
         func makeRequest(_ workload: Workload, tenant: BenchState.Tenant, state: BenchState, worker: Int, sequence: Int) -> Request {
             let zone = tenant.zones.randomElement() ?? "z0"
@@ -38,6 +37,9 @@ extension Bench {
             switch workload {
             case .lookup:
                 return Request(path: base + "records/lookup" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"records":[{"recordName":"rec-\#(record)"}]}"#.utf8), records: 1)
+            case .create:
+                let op = BenchRecord.create("n-\(worker)-\(sequence)-\(UInt32.random(in: 0...UInt32.max))", index: record, rank: Int.random(in: 0..<1_048_576))
+                return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"operations":[\#(op)]}"#.utf8), records: 1)
             case .modify:
                 let op = BenchRecord.create("rec-\(record)", index: record, rank: Int.random(in: 0..<1_048_576), operation: "forceUpdate")
                 return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"operations":[\#(op)]}"#.utf8), records: 1)
@@ -45,7 +47,7 @@ extension Bench {
                 let ops = (0..<100).map { BenchRecord.create("b-\(worker)-\(sequence)-\($0)-\(UInt32.random(in: 0...UInt32.max))", index: $0, rank: Int.random(in: 0..<1_048_576)) }.joined(separator: ",")
                 return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"atomic":false,"operations":[\#(ops)]}"#.utf8), records: 100)
             case .queryEq:
-                return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"query":{"recordType":"Item","filterBy":[{"fieldName":"title","comparator":"EQUALS","fieldValue":{"value":"title-\#(Int.random(in: 0..<25))"}}]}}"#.utf8), records: 10)
+                return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"query":{"recordType":"Item","filterBy":[{"fieldName":"title","comparator":"EQUALS","fieldValue":{"value":"title-\#(Int.random(in: 0..<BenchRecord.titles(perZone: state.recordsPerZone)))"}}]}}"#.utf8), records: 10)
             case .queryRange:
                 return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"resultsLimit":100,"query":{"recordType":"Item","filterBy":[{"fieldName":"rank","comparator":"GREATER_THAN_OR_EQUALS","fieldValue":{"value":\#(Int.random(in: 0..<524_288))}}],"sortBy":[{"fieldName":"rank"}]}}"#.utf8), records: 100)
             case .changes:
@@ -102,9 +104,11 @@ extension Bench {
                     try loop.run(connections: mine.count, next: { index in
                         guard Date() < deadline else { return nil }
                         let tenant = state_.tenants[Int.random(in: 0..<state_.tenants.count)]
-                        let request = makeRequest(workload, tenant: tenant, state: state_, worker: mine[index], sequence: sequences[index])
-                        sequences[index] += 1
-                        return BenchLoop.Outgoing(path: request.path, body: request.body, records: request.records)
+                        defer { sequences[index] += 1 }
+                        if peer == .pocketbase {
+                            return PocketBase.request(workload, state: state_, worker: mine[index], sequence: sequences[index])
+                        }
+                        return makeRequest(workload, tenant: tenant, state: state_, worker: mine[index], sequence: sequences[index])
                     }, done: { status, body, elapsed, records in
                         progress.add(1)
                         let ok = status == 200 && !body.isEmpty && BenchLoop.find(Self.errorNeedle, in: body, from: 0) == nil

@@ -55,6 +55,7 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("max-body-bytes"), help: "Largest request body accepted (env STRATUS_MAX_BODY_BYTES, default 8388608).") var maxBodyBytes: Int?
     @Option(name: .customLong("public-url"), help: "URL clients reach this server at, for sign-in redirects (env STRATUS_PUBLIC_URL).") var publicURL: String?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env STRATUS_LOG_LEVEL, default info).") var logLevel: String?
+    @Option(name: .customLong("bcrypt-cost"), help: "bcrypt work factor for user passwords, 4–16 (env STRATUS_BCRYPT_COST, default 12; each step doubles the CPU a sign-up or sign-in costs).") var bcryptCost: Int?
     @OptionGroup var database: DatabaseOptions
 
     func run() async throws {
@@ -64,6 +65,8 @@ struct Serve: AsyncParsableCommand {
         guard let port = Int(portText), (0...65535).contains(port) else { throw ValidationError("--port must be 0–65535") }
         let bodyText = setting(maxBodyBytes.map(String.init), "STRATUS_MAX_BODY_BYTES", default: String(ServerConfiguration.defaultMaximumBodyBytes))!
         guard let maxBody = Int(bodyText), maxBody >= 1024 else { throw ValidationError("--max-body-bytes must be at least 1024") }
+        let costText = setting(bcryptCost.map(String.init), "STRATUS_BCRYPT_COST", default: "12")!
+        guard let cost = UInt8(costText), (4...16).contains(cost) else { throw ValidationError("--bcrypt-cost must be 4–16") }
         let migrations = try loadMigrations()
 
         var admin = setting(adminToken, "STRATUS_ADMIN_TOKEN")
@@ -74,7 +77,7 @@ struct Serve: AsyncParsableCommand {
         let (configuration, cluster) = try database.open(logger: logger)
         defer { cluster?.stop() }
         let db = Database(configuration: configuration, logger: logger)
-        let serverConfiguration = ServerConfiguration(adminToken: admin, maximumBodyBytes: maxBody,
+        let serverConfiguration = ServerConfiguration(adminToken: admin, maximumBodyBytes: maxBody, bcryptCost: cost,
                                                       publicURL: setting(publicURL, "STRATUS_PUBLIC_URL", default: "http://\(host):\(port)")!)
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await db.client.run() }
