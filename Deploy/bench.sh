@@ -49,7 +49,7 @@ WORK=${STRATUS_BENCH_DIR:-/tmp/stratus-bench}
 PGPORT=55433
 HTTPPORT=18080
 PBPORT=18090
-rm -rf "$WORK/pg" "$WORK/pb" "$WORK"/*.json "$WORK"/*.tsv; mkdir -p "$WORK"
+rm -rf "$WORK/pg" "$WORK/pb" "$WORK/pb_migrations" "$WORK"/*.json "$WORK"/*.tsv "$WORK"/*.sql; mkdir -p "$WORK"
 AS=""
 if [ "$(id -u)" = "0" ]; then chown postgres "$WORK"; AS="runuser -u postgres --"; fi
 
@@ -180,17 +180,18 @@ if [ "$PEER" = 1 ]; then
   fi
   PB="$WORK/venv/bin/pocketbase"
   "$PB" superuser upsert bench@example.com bench-password --dir "$WORK/pb" >/dev/null
-  "$PB" serve --http 127.0.0.1:$PBPORT --dir "$WORK/pb" > "$WORK/pb.log" 2>&1 &
+  "$PB" serve --http 127.0.0.1:$PBPORT --dir "$WORK/pb" --automigrate=false > "$WORK/pb.log" 2>&1 &
   PB_PID=$!
   for _ in $(seq 1 60); do curl -sf "http://127.0.0.1:$PBPORT/api/health" >/dev/null && break; sleep 0.5; done
   PBTOKEN=$(curl -sf -X POST "http://127.0.0.1:$PBPORT/api/collections/_superusers/auth-with-password" -H 'Content-Type: application/json' \
     -d '{"identity":"bench@example.com","password":"bench-password"}' | sed -nE 's/.*"token":"([^"]+)".*/\1/p')
   # Public rules (no per-request auth: this favours PocketBase) and an index for the filtered list.
-  curl -sf -X POST "http://127.0.0.1:$PBPORT/api/collections" -H "Authorization: $PBTOKEN" -H 'Content-Type: application/json' -d '{
+  curl -s -o "$WORK/pb-collection.json" -w '%{http_code}' -X POST "http://127.0.0.1:$PBPORT/api/collections" -H "Authorization: $PBTOKEN" -H 'Content-Type: application/json' -d '{
     "name":"items","type":"base","listRule":"","viewRule":"","createRule":"","updateRule":"",
     "fields":[{"name":"zone","type":"text"},{"name":"title","type":"text"},{"name":"rank","type":"number"},{"name":"createdBy","type":"text"},
               {"name":"done","type":"number"},{"name":"tags","type":"json"},{"name":"notes","type":"text","max":5000}],
-    "indexes":["CREATE INDEX idx_items_zone_title ON items (zone, title)"]}' >/dev/null
+    "indexes":["CREATE INDEX idx_items_zone_title ON items (zone, title)"]}' | grep -q '^200$' ||
+    { echo "PocketBase refused the 'items' collection: $(cat "$WORK/pb-collection.json")" >&2; exit 1; }
   echo "== seeding PocketBase with the same $CONTAINERS x $RECORDS records" >&2
   "$BIN" bench seed --peer pocketbase --server "http://127.0.0.1:$PBPORT" --containers "$CONTAINERS" --records "$RECORDS" --state-file "$WORK/pb.json" >&2
 fi
