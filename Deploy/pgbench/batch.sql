@@ -1,20 +1,57 @@
+-- The SQL `stratus serve` runs for this records/modify, statement for statement (RecordStore+Modify.swift):
+-- zone lock, record locks, then one statement that writes records, index entries (title, rank: the bench
+-- schema) and the zone's change position. Regenerate when the service's SQL changes.
 \set i random(1, :zones)
 \set b random(1, 1000000000)
 BEGIN;
 SELECT container_id AS c, zone_id AS z FROM bench_zones WHERE i = :i \gset
 SELECT zone_id FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted FOR NO KEY UPDATE;
-SELECT record_name FROM records WHERE container_id = :c AND zone_id = :z
-   AND record_name = ANY(ARRAY(SELECT 'pb-' || :b || '-' || g FROM generate_series(1, 100) g)) ORDER BY record_name FOR UPDATE;
-INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted, size)
-SELECT :c, :z, 'pb-' || :b || '-' || g, 'Item', pg_current_xact_id()::text::bigint, nextval('change_seq'),
-       '{"createdBy":{"type":"STRING","value":"user-1"},"done":{"type":"INT64","value":1},"notes":{"type":"STRING","value":"' || repeat('0123456789abcdef', 52) || '"},"rank":{"type":"INT64","value":' || (g * 7919 % 1048576) || '},"tags":{"type":"STRING_LIST","value":["a1","b1","c1"]},"title":{"type":"STRING","value":"title-' || (g % 25) || '"}}',
-       1735689600000, '_bench', 1735689600000, '_bench', false, 1000
-  FROM generate_series(1, 100) g
-ON CONFLICT (container_id, zone_id, record_name) DO NOTHING RETURNING record_name, change_seq;
-INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
-SELECT :c::bigint, :z::bigint, 'Item', f, CASE f WHEN 'rank' THEN g * 7919 % 1048576 ELSE 1 END, NULL::float8, NULL::text, 'pb-' || :b || '-' || g FROM generate_series(1, 100) g, unnest(ARRAY['rank', 'done']) f
-UNION ALL
-SELECT :c::bigint, :z::bigint, 'Item', f, NULL::bigint, NULL::float8, CASE f WHEN 'title' THEN 'title-' || (g % 25) WHEN 'notes' THEN repeat('0123456789abcdef', 52) ELSE f || '1' END, 'pb-' || :b || '-' || g
-  FROM generate_series(1, 100) g, unnest(ARRAY['title', 'createdBy', 'notes', 'a', 'b', 'c']) f;
-UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq') WHERE container_id = :c AND zone_id = :z;
+SELECT record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted
+  FROM records WHERE container_id = :c AND zone_id = :z AND record_name = ANY(ARRAY(SELECT 'pb-' || :b || '-' || g FROM generate_series(1, 100) g)) ORDER BY record_name FOR UPDATE;
+WITH ins AS (
+    INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
+                         created_at, created_by, modified_at, modified_by, deleted, size)
+    SELECT :c, :z, u.n, u.t, pg_current_xact_id()::text::bigint, nextval('change_seq'), u.f,
+           u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f)
+    FROM unnest(ARRAY(SELECT 'pb-' || :b || '-' || g FROM generate_series(1, 100) g)::text[], ARRAY(SELECT 'Item' FROM generate_series(1, 100) g)::text[], ARRAY(SELECT '{"createdBy":{"type":"STRING","value":"user-1"},"done":{"type":"INT64","value":1},"notes":{"type":"STRING","value":"' || repeat('0123456789abcdef', 52) || '"},"rank":{"type":"INT64","value":' || (g * 7919 % 1048576) || '},"tags":{"type":"STRING_LIST","value":["a1","b1","c1"]},"title":{"type":"STRING","value":"title-' || (g % 25) || '"}}' FROM generate_series(1, 100) g)::text[],
+                ARRAY(SELECT 1735689600000 FROM generate_series(1, 100) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 100) g)::text[],
+                ARRAY(SELECT 1735689600000 FROM generate_series(1, 100) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 100) g)::text[]) AS u(n, t, f, ca, cb, ma, mb)
+    ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
+    RETURNING record_name, change_seq
+), upd AS (
+    UPDATE records r SET record_type = u.t, fields = u.f, created_at = CASE WHEN u.d THEN r.created_at ELSE u.ca END,
+           created_by = CASE WHEN u.d THEN r.created_by ELSE u.cb END,
+           modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
+           modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
+           deleted = u.d, size = octet_length(u.f),
+           change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
+    FROM unnest('{}'::text[], '{}'::text[], '{}'::text[],
+                '{}'::bigint[], '{}'::text[],
+                '{}'::bigint[], '{}'::text[],
+                '{}'::bool[]) AS u(n, t, f, ca, cb, ma, mb, d)
+    WHERE r.container_id = :c AND r.zone_id = :z AND r.record_name = u.n
+    RETURNING r.record_name, r.change_seq
+), written AS (
+    SELECT record_name, change_seq FROM ins UNION ALL SELECT record_name, change_seq FROM upd
+), old_entries AS (
+    DELETE FROM index_entries WHERE container_id = :c AND zone_id = :z AND record_name = ANY('{}'::text[])
+), old_references AS (
+    DELETE FROM record_references WHERE container_id = :c AND zone_id = :z AND source_name = ANY('{}'::text[])
+), new_entries AS (
+    INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
+    SELECT :c, :z, e.t, e.f, e.vi, e.vd, e.vt, e.n FROM (
+        SELECT t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, n
+          FROM unnest(ARRAY(SELECT 'Item' FROM generate_series(1, 100) g)::text[], ARRAY(SELECT 'rank' FROM generate_series(1, 100) g)::text[], ARRAY(SELECT (g * 7919 % 1048576) FROM generate_series(1, 100) g)::bigint[], ARRAY(SELECT 'pb-' || :b || '-' || g FROM generate_series(1, 100) g)::text[]) AS u(t, f, v, n)
+        UNION ALL
+        SELECT t, f, NULL::bigint, v, NULL::text, n
+          FROM unnest('{}'::text[], '{}'::text[], '{}'::float8[], '{}'::text[]) AS u(t, f, v, n)
+        UNION ALL
+        SELECT t, f, NULL::bigint, NULL::float8, v, n
+          FROM unnest(ARRAY(SELECT 'Item' FROM generate_series(1, 100) g)::text[], ARRAY(SELECT 'title' FROM generate_series(1, 100) g)::text[], ARRAY(SELECT 'title-' || (g % 25) FROM generate_series(1, 100) g)::text[], ARRAY(SELECT 'pb-' || :b || '-' || g FROM generate_series(1, 100) g)::text[]) AS u(t, f, v, n)
+    ) e WHERE e.n IN (SELECT record_name FROM written)
+), zone AS (
+    UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
+    WHERE container_id = :c AND zone_id = :z AND true
+)
+SELECT record_name, change_seq FROM written;
 COMMIT;

@@ -61,12 +61,6 @@ extension RecordStore {
                         return .success(.alreadyAbsent(recordName: ""))
                     }, names: request.recordNames))
                 }
-                if db.tracksZoneChanges {
-                    try await connection.query("""
-                        UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
-                        WHERE container_id = \(db.containerID) AND zone_id = \(zoneID)
-                        """, logger: logger)
-                }
                 if !plan.schemaAdditions.isEmpty {
                     schemas.remember(finalSchema, containerID: db.containerID, environment: db.environment)
                 }
@@ -251,62 +245,69 @@ extension RecordStore {
         inserts.sort { $0.recordName < $1.recordName }
         updates.sort { $0.recordName < $1.recordName }
 
-        var written: [String: Int64] = [:]
-        if !inserts.isEmpty {
-            let encoded = inserts.map { String(decoding: Record.encodeFields($0.fields), as: UTF8.self) }
-            let rows = try await connection.rows("""
+        // One statement writes the records, replaces their index entries, drops their old
+        // references and marks the zone changed: data-modifying CTEs share one snapshot, so the
+        // DELETE of old entries cannot see the entries the same statement inserts (index_entries has
+        // no unique key, so old and new may coexist until the statement ends). New entries are kept
+        // only for records the INSERT/UPDATE actually wrote.
+        let insertFields = inserts.map { String(decoding: Record.encodeFields($0.fields), as: UTF8.self) }
+        let updateFields = updates.map { $0.deleted ? "{}" : String(decoding: Record.encodeFields($0.fields), as: UTF8.self) }
+        let rewritten = updates.map(\.recordName)
+        let entries = Self.indexEntryRows((inserts + updates).filter { !$0.deleted }, schema: schema)
+        let rows = try await connection.rows("""
+            WITH ins AS (
                 INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
                                      created_at, created_by, modified_at, modified_by, deleted, size)
                 SELECT \(db.containerID), \(zoneID), u.n, u.t, pg_current_xact_id()::text::bigint, nextval('change_seq'), u.f,
                        u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f)
-                FROM unnest(\(inserts.map(\.recordName))::text[], \(inserts.map(\.recordType))::text[], \(encoded)::text[],
+                FROM unnest(\(inserts.map(\.recordName))::text[], \(inserts.map(\.recordType))::text[], \(insertFields)::text[],
                             \(inserts.map(\.createdAt))::bigint[], \(inserts.map(\.createdBy))::text[],
                             \(inserts.map(\.modifiedAt))::bigint[], \(inserts.map(\.modifiedBy))::text[]) AS u(n, t, f, ca, cb, ma, mb)
                 ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
                 RETURNING record_name, change_seq
-                """, logger: logger)
-            for row in rows {
-                let (name, seq) = try row.decode((String, Int64).self)
-                written[name] = seq
-            }
-        }
-        if !updates.isEmpty {
-            let encoded = updates.map { $0.deleted ? "{}" : String(decoding: Record.encodeFields($0.fields), as: UTF8.self) }
-            let rows = try await connection.rows("""
+            ), upd AS (
                 UPDATE records r SET record_type = u.t, fields = u.f, created_at = CASE WHEN u.d THEN r.created_at ELSE u.ca END,
                        created_by = CASE WHEN u.d THEN r.created_by ELSE u.cb END,
                        modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
                        modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
                        deleted = u.d, size = octet_length(u.f),
                        change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
-                FROM unnest(\(updates.map(\.recordName))::text[], \(updates.map(\.recordType))::text[], \(encoded)::text[],
+                FROM unnest(\(rewritten)::text[], \(updates.map(\.recordType))::text[], \(updateFields)::text[],
                             \(updates.map(\.createdAt))::bigint[], \(updates.map(\.createdBy))::text[],
                             \(updates.map(\.modifiedAt))::bigint[], \(updates.map(\.modifiedBy))::text[],
                             \(updates.map(\.deleted))::bool[]) AS u(n, t, f, ca, cb, ma, mb, d)
                 WHERE r.container_id = \(db.containerID) AND r.zone_id = \(zoneID) AND r.record_name = u.n
                 RETURNING r.record_name, r.change_seq
-                """, logger: logger)
-            for row in rows {
-                let (name, seq) = try row.decode((String, Int64).self)
-                written[name] = seq
-            }
-        }
-
-        // Index entries and references of everything rewritten.
-        let rewritten = updates.map(\.recordName)
-        if !rewritten.isEmpty {
-            // One round trip for both (data-modifying CTEs run whether or not they are read).
-            try await connection.query("""
-                WITH entries AS (
-                    DELETE FROM index_entries WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND record_name = ANY(\(rewritten)::text[])
-                ), refs AS (
-                    DELETE FROM record_references WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND source_name = ANY(\(rewritten)::text[])
-                )
-                SELECT 1
-                """, logger: logger)
+            ), written AS (
+                SELECT record_name, change_seq FROM ins UNION ALL SELECT record_name, change_seq FROM upd
+            ), old_entries AS (
+                DELETE FROM index_entries WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND record_name = ANY(\(rewritten)::text[])
+            ), old_references AS (
+                DELETE FROM record_references WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND source_name = ANY(\(rewritten)::text[])
+            ), new_entries AS (
+                INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
+                SELECT \(db.containerID), \(zoneID), e.t, e.f, e.vi, e.vd, e.vt, e.n FROM (
+                    SELECT t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, n
+                      FROM unnest(\(entries.ints.types)::text[], \(entries.ints.fields)::text[], \(entries.ints.values)::bigint[], \(entries.ints.names)::text[]) AS u(t, f, v, n)
+                    UNION ALL
+                    SELECT t, f, NULL::bigint, v, NULL::text, n
+                      FROM unnest(\(entries.doubles.types)::text[], \(entries.doubles.fields)::text[], \(entries.doubles.values)::float8[], \(entries.doubles.names)::text[]) AS u(t, f, v, n)
+                    UNION ALL
+                    SELECT t, f, NULL::bigint, NULL::float8, v, n
+                      FROM unnest(\(entries.texts.types)::text[], \(entries.texts.fields)::text[], \(entries.texts.values)::text[], \(entries.texts.names)::text[]) AS u(t, f, v, n)
+                ) e WHERE e.n IN (SELECT record_name FROM written)
+            ), zone AS (
+                UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
+                WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND \(db.tracksZoneChanges)::bool
+            )
+            SELECT record_name, change_seq FROM written
+            """, logger: logger)
+        var written: [String: Int64] = [:]
+        for row in rows {
+            let (name, seq) = try row.decode((String, Int64).self)
+            written[name] = seq
         }
         let live = (inserts + updates).filter { !$0.deleted && written[$0.recordName] != nil }
-        try await writeIndexEntries(db, zoneID: zoneID, records: live, schema: schema, on: connection)
         try await writeReferences(db, zoneID: zoneID, records: live, on: connection)
 
         var results: [ModifyResult] = []
@@ -332,9 +333,43 @@ extension RecordStore {
 
     /// Inserts index entries for the indexed fields of `records`.
     func writeIndexEntries(_ db: DatabaseRef, zoneID: Int64, records: [Record], schema: Schema, on connection: PostgresConnection) async throws {
-        var ints: (types: [String], fields: [String], values: [Int64], names: [String]) = ([], [], [], [])
-        var doubles: (types: [String], fields: [String], values: [Double], names: [String]) = ([], [], [], [])
-        var texts: (types: [String], fields: [String], values: [String], names: [String]) = ([], [], [], [])
+        let entries = Self.indexEntryRows(records, schema: schema)
+        guard !entries.isEmpty else { return }
+        // All three value kinds in one statement (empty arrays contribute no rows).
+        try await connection.query("""
+            INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
+            SELECT \(db.containerID), \(zoneID), t, f, v, NULL::float8, NULL::text, n
+              FROM unnest(\(entries.ints.types)::text[], \(entries.ints.fields)::text[], \(entries.ints.values)::bigint[], \(entries.ints.names)::text[]) AS u(t, f, v, n)
+            UNION ALL
+            SELECT \(db.containerID), \(zoneID), t, f, NULL::bigint, v, NULL::text, n
+              FROM unnest(\(entries.doubles.types)::text[], \(entries.doubles.fields)::text[], \(entries.doubles.values)::float8[], \(entries.doubles.names)::text[]) AS u(t, f, v, n)
+            UNION ALL
+            SELECT \(db.containerID), \(zoneID), t, f, NULL::bigint, NULL::float8, v, n
+              FROM unnest(\(entries.texts.types)::text[], \(entries.texts.fields)::text[], \(entries.texts.values)::text[], \(entries.texts.names)::text[]) AS u(t, f, v, n)
+            """, logger: logger)
+    }
+
+    /// The index entries of `records` under `schema`, as parallel arrays per value kind (for `unnest`).
+    struct IndexEntryRows {
+        struct Column<Value> {
+            var types: [String] = []
+            var fields: [String] = []
+            var values: [Value] = []
+            var names: [String] = []
+
+            mutating func append(_ type: String, _ field: String, _ value: Value, _ name: String) {
+                types.append(type); fields.append(field); values.append(value); names.append(name)
+            }
+        }
+        var ints = Column<Int64>()
+        var doubles = Column<Double>()
+        var texts = Column<String>()
+
+        var isEmpty: Bool { ints.values.isEmpty && doubles.values.isEmpty && texts.values.isEmpty }
+    }
+
+    static func indexEntryRows(_ records: [Record], schema: Schema) -> IndexEntryRows {
+        var rows = IndexEntryRows()
         for record in records {
             guard let fieldSchemas = schema.recordTypes[record.recordType] else { continue }
             for (field, value) in record.fields {
@@ -348,29 +383,14 @@ extension RecordStore {
                 }
                 for entry in entries {
                     switch entry {
-                    case .int(let number):
-                        ints.types.append(record.recordType); ints.fields.append(field); ints.values.append(number); ints.names.append(record.recordName)
-                    case .double(let number):
-                        doubles.types.append(record.recordType); doubles.fields.append(field); doubles.values.append(number); doubles.names.append(record.recordName)
-                    case .text(let text):
-                        texts.types.append(record.recordType); texts.fields.append(field); texts.values.append(text); texts.names.append(record.recordName)
+                    case .int(let number): rows.ints.append(record.recordType, field, number, record.recordName)
+                    case .double(let number): rows.doubles.append(record.recordType, field, number, record.recordName)
+                    case .text(let text): rows.texts.append(record.recordType, field, text, record.recordName)
                     }
                 }
             }
         }
-        guard !ints.values.isEmpty || !doubles.values.isEmpty || !texts.values.isEmpty else { return }
-        // All three value kinds in one statement (empty arrays contribute no rows).
-        try await connection.query("""
-            INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
-            SELECT \(db.containerID), \(zoneID), t, f, v, NULL::float8, NULL::text, n
-              FROM unnest(\(ints.types)::text[], \(ints.fields)::text[], \(ints.values)::bigint[], \(ints.names)::text[]) AS u(t, f, v, n)
-            UNION ALL
-            SELECT \(db.containerID), \(zoneID), t, f, NULL::bigint, v, NULL::text, n
-              FROM unnest(\(doubles.types)::text[], \(doubles.fields)::text[], \(doubles.values)::float8[], \(doubles.names)::text[]) AS u(t, f, v, n)
-            UNION ALL
-            SELECT \(db.containerID), \(zoneID), t, f, NULL::bigint, NULL::float8, v, n
-              FROM unnest(\(texts.types)::text[], \(texts.fields)::text[], \(texts.values)::text[], \(texts.names)::text[]) AS u(t, f, v, n)
-            """, logger: logger)
+        return rows
     }
 
     /// Inserts `VALIDATE` and `DELETE_SELF` references of `records`.

@@ -99,6 +99,15 @@ import Testing
             #expect(updated.json.record(0)?["fields"]?["priority"]?["value"] == 0, "update keeps unlisted fields")
             let newTag = updated.json.record(0)?["recordChangeTag"]?.stringValue
             #expect(newTag != tag0)
+            // the update replaced the record's index entries: the old title no longer matches, the new one does
+            func titled(_ title: String) async throws -> [String] {
+                let found = try await session.post(database, "records/query", ["query": ["recordType": "Note", "filterBy": [
+                    ["fieldName": "title", "comparator": "EQUALS", "fieldValue": ["value": .string(title)]]]]])
+                return (found.json["records"]?.arrayValue ?? []).compactMap { $0["recordName"]?.stringValue }
+            }
+            #expect(try await titled("Note 0") == [])
+            #expect(try await titled("Renamed") == ["note-0"])
+            #expect(try await titled("Note 1") == ["note-1"], "other records keep their entries")
             let stale = try await session.modify(database, [op("update", "note-0", type: nil, tag: tag0, fields: ["title": ["value": "Lost"]])])
             #expect(stale.status == 200)
             #expect(stale.json.record(0)?.errorCode == "CONFLICT")
@@ -114,6 +123,7 @@ import Testing
             #expect(deleted.json.record(0)?["deleted"] == true)
             let gone = try await session.post(database, "records/lookup", ["records": [["recordName": "note-0"]]])
             #expect(gone.json.record(0)?.errorCode == "NOT_FOUND")
+            #expect(try await titled("Only") == [], "a deleted record leaves no index entries behind")
             // create over the tombstone works again; create of a live record is EXISTS
             let again = try await session.modify(database, [op("create", "note-0"), op("create", "note-1")])
             #expect(again.json.record(0)?["recordName"] == "note-0")

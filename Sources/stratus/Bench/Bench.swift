@@ -86,6 +86,24 @@ struct BenchState {
 enum BenchRecord {
     static let notes = String(repeating: "0123456789abcdef", count: 52)
 
+    /// The development schema every bench container gets before its records: title and rank are
+    /// indexed (as in performance.md's pgbench table); the other fields, the ~830-byte notes
+    /// among them, are not (just-in-time fields would be QUERYABLE and SORTABLE).
+    static let schema = """
+        DEFINE SCHEMA
+            RECORD TYPE Item (
+                title STRING QUERYABLE,
+                rank INT64 QUERYABLE SORTABLE,
+                createdBy STRING,
+                done INT64,
+                tags LIST<STRING>,
+                notes STRING,
+                GRANT WRITE TO "_creator",
+                GRANT CREATE TO "_icloud",
+                GRANT READ TO "_world"
+            );
+        """
+
     /// Distinct titles in a zone of `perZone` records: an equality query on title finds ~10.
     static func titles(perZone: Int) -> Int { max(1, perZone / 10) }
 
@@ -102,7 +120,11 @@ extension Bench {
     struct Seed: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Create containers, users, zones and records through the public API for 'stratus bench'.",
-            discussion: "Each container gets one API token, one signed-up user and --zones custom zones in that user's private database.")
+            discussion: """
+                Each container gets a development schema (type Item: title QUERYABLE, rank QUERYABLE SORTABLE,
+                createdBy, done, tags, notes), one API token, one signed-up user and --zones custom zones in
+                that user's private database, filled with ~1 KB records.
+                """)
 
         @OptionGroup var options: Bench.Options
         @Option(help: "How many containers.") var containers = 10
@@ -131,6 +153,9 @@ extension Bench {
                 let auth = "Authorization: Bearer \(admin)\r\n"
                 var (status, body) = try connection.request("POST", "/management/1/containers", body: Array(#"{"name":"\#(name)"}"#.utf8), headers: auth)
                 guard status == 201 || status == 409 else { throw CLIError("creating \(name): \(String(decoding: body, as: UTF8.self))") }
+                (status, body) = try connection.request("POST", "/management/1/containers/\(name)/schema/import",
+                                                        body: Array(JSONWriter.string(["schema": .string(BenchRecord.schema), "by": "stratus bench seed"]).utf8), headers: auth)
+                guard status == 200 else { throw CLIError("schema of \(name): \(String(decoding: body, as: UTF8.self))") }
                 (status, body) = try connection.request("POST", "/management/1/containers/\(name)/tokens", body: Array(#"{"environment":"development","name":"bench"}"#.utf8), headers: auth)
                 guard status == 201, let token = (try? JSONParser.parse(body))?["apiToken"]?.stringValue else { throw CLIError("token for \(name): \(String(decoding: body, as: UTF8.self))") }
                 (status, body) = try connection.request("POST", "/auth/1/\(name)/development/signup?ckAPIToken=\(token)",
