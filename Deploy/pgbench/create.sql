@@ -1,13 +1,14 @@
 -- The SQL `stratus serve` runs for this records/modify, statement for statement (RecordStore+Modify.swift):
--- zone lock, record locks, then one statement that writes records, index entries (title, rank: the bench
+-- zone and record locks in one statement, then one statement that writes records, index entries (title, rank: the bench
 -- schema) and the zone's change position. Regenerate when the service's SQL changes.
 \set i random(1, :zones)
 \set b random(1, 1000000000)
 BEGIN;
 SELECT container_id AS c, zone_id AS z FROM bench_zones WHERE i = :i \gset
-SELECT zone_id FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted FOR NO KEY UPDATE;
-SELECT record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted
-  FROM records WHERE container_id = :c AND zone_id = :z AND record_name = ANY(ARRAY(SELECT 'pc-' || :b || '-' || g FROM generate_series(1, 1) g)) ORDER BY record_name FOR UPDATE;
+WITH z AS (SELECT zone_id FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted FOR NO KEY UPDATE)
+SELECT z.zone_id, r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted
+  FROM z LEFT JOIN LATERAL (SELECT record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted
+    FROM records WHERE container_id = :c AND zone_id = z.zone_id AND record_name = ANY(ARRAY(SELECT 'pc-' || :b || '-' || g FROM generate_series(1, 1) g)) ORDER BY record_name FOR UPDATE) r ON true;
 WITH ins AS (
     INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
                          created_at, created_by, modified_at, modified_by, deleted, size)

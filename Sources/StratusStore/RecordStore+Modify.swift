@@ -28,12 +28,22 @@ extension RecordStore {
         let atomic = request.atomic && zone != Names.defaultZone
         do {
             return try await database.transaction { connection in
-                guard let zoneID = try await zoneID(db, name: zone, createDefault: true, lock: true, on: connection) else {
-                    throw Self.zoneNotFound(zone)
+                let names = request.recordNames.compactMap { $0 }
+                let zoneID: Int64
+                let current: [String: Record]
+                if zone == Names.defaultZone {
+                    guard let id = try await self.zoneID(db, name: zone, createDefault: true, lock: true, on: connection) else {
+                        throw Self.zoneNotFound(zone)
+                    }
+                    zoneID = id
+                    current = try await lockRecords(db, zoneID: zoneID, names: names, on: connection)
+                } else {
+                    guard let locked = try await lockZoneAndRecords(db, zone: zone, names: names, on: connection) else {
+                        throw Self.zoneNotFound(zone)
+                    }
+                    (zoneID, current) = locked
                 }
                 var schema = try await schemas.schema(containerID: db.containerID, environment: db.environment)
-                let names = request.recordNames.compactMap { $0 }
-                let current = try await lockRecords(db, zoneID: zoneID, names: names, on: connection)
                 var plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
                                               caller: caller, now: now, render: render)
                 let failedInProduction = !allowSchemaChanges && plan.outcomes.contains { if case .failure(let error) = $0 { return error.code == .badRequest } else { return false } }
@@ -89,6 +99,38 @@ extension RecordStore {
             if case .failure(let error) = outcome { return .failed(recordName: names[index], error) }
             return .failed(recordName: names[index], StratusError(.atomicError, "not applied: the atomic batch failed because of \(summary)"))
         }
+    }
+
+    /// Locks a custom zone's row (as `zoneID(…, lock: true)` does) and then the current rows of
+    /// `names` in it, in one round trip. `nil` when the zone does not exist.
+    func lockZoneAndRecords(_ db: DatabaseRef, zone: String, names: [String], on connection: PostgresConnection) async throws -> (Int64, [String: Record])? {
+        var bindings = Prepared.zoneBindings(db, zone, capacity: 6)
+        bindings.append(names)
+        let rows = try await connection.rows(PostgresQuery(unsafeSQL: """
+            WITH z AS (
+                SELECT zone_id FROM zones WHERE container_id = $1 AND environment = $2 AND database_scope = $3 AND owner = $4
+                  AND zone_name = $5 AND NOT deleted \(db.tracksZoneChanges ? "FOR NO KEY UPDATE" : "FOR SHARE")
+            )
+            SELECT z.zone_id, r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted
+            FROM z LEFT JOIN LATERAL (
+                SELECT \(Self.recordColumns) FROM records
+                WHERE container_id = $1 AND zone_id = z.zone_id AND record_name = ANY($6::text[])
+                ORDER BY record_name
+                FOR UPDATE
+            ) r ON true
+            """, binds: bindings), logger: logger)
+        var zoneID: Int64?
+        var current: [String: Record] = [:]
+        for row in rows {
+            let (id, name, type, seq, fields, createdAt, createdBy, modifiedAt, modifiedBy, deleted) =
+                try row.decode((Int64, String?, String?, Int64?, String?, Int64?, String?, Int64?, String?, Bool?).self)
+            zoneID = id
+            guard let name, let type, let seq, let fields, let createdAt, let createdBy, let modifiedAt, let modifiedBy, let deleted else { continue }
+            current[name] = Record(recordName: name, recordType: type, changeSeq: seq, fields: try Record.decodeFields(Array(fields.utf8)),
+                                   createdAt: createdAt, createdBy: createdBy, modifiedAt: modifiedAt, modifiedBy: modifiedBy, deleted: deleted)
+        }
+        guard let zoneID else { return nil }
+        return (zoneID, current)
     }
 
     /// Loads and locks the current rows (live or tombstones) of `names`.
