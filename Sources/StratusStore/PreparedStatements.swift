@@ -58,6 +58,126 @@ enum Prepared {
         func decodeRow(_ row: PostgresRow) throws -> Int64 { try row.decode(Int64.self) }
     }
 
+    /// `records/modify` in a custom zone: locks the zone row, then the rows of the named records
+    /// (in name order), in one round trip. No row at all: the zone does not exist.
+    struct LockZoneAndRecords: PostgresPreparedStatement {
+        static let sql = """
+            WITH z AS (
+                SELECT zone_id FROM zones WHERE container_id = $1 AND environment = $2 AND database_scope = $3 AND owner = $4
+                  AND zone_name = $5 AND NOT deleted FOR NO KEY UPDATE
+            )
+            SELECT z.zone_id, r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted
+            FROM z LEFT JOIN LATERAL (
+                SELECT \(RecordStore.recordColumns) FROM records
+                WHERE container_id = $1 AND zone_id = z.zone_id AND record_name = ANY($6::text[])
+                ORDER BY record_name
+                FOR UPDATE
+            ) r ON true
+            """
+        typealias Row = PostgresRow
+
+        var db: DatabaseRef
+        var zone: String
+        var names: [String]
+
+        func makeBindings() throws -> PostgresBindings {
+            var bindings = Prepared.zoneBindings(db, zone, capacity: 6)
+            bindings.append(names)
+            return bindings
+        }
+
+        func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
+    }
+
+    /// `records/modify`'s writes in one statement: new records, changed records (and tombstones),
+    /// their old index entries and references dropped, their new index entries added (only for the
+    /// records actually written), the zone's change position moved. Data-modifying CTEs share one
+    /// snapshot, so the DELETE of old entries cannot see the ones this statement inserts
+    /// (index_entries has no unique key). Returns each written record's name and change sequence.
+    struct WriteRecords: PostgresPreparedStatement {
+        static let sql = """
+            WITH ins AS (
+                INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
+                                     created_at, created_by, modified_at, modified_by, deleted, size)
+                SELECT $1, $2, u.n, u.t, pg_current_xact_id()::text::bigint, nextval('change_seq'), u.f,
+                       u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f)
+                FROM unnest($3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bigint[], $9::text[]) AS u(n, t, f, ca, cb, ma, mb)
+                ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
+                RETURNING record_name, change_seq
+            ), upd AS (
+                UPDATE records r SET record_type = u.t, fields = u.f, created_at = CASE WHEN u.d THEN r.created_at ELSE u.ca END,
+                       created_by = CASE WHEN u.d THEN r.created_by ELSE u.cb END,
+                       modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
+                       modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
+                       deleted = u.d, size = octet_length(u.f),
+                       change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
+                FROM unnest($10::text[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::bool[])
+                     AS u(n, t, f, ca, cb, ma, mb, d)
+                WHERE r.container_id = $1 AND r.zone_id = $2 AND r.record_name = u.n
+                RETURNING r.record_name, r.change_seq
+            ), written AS (
+                SELECT record_name, change_seq FROM ins UNION ALL SELECT record_name, change_seq FROM upd
+            ), old_entries AS (
+                DELETE FROM index_entries WHERE container_id = $1 AND zone_id = $2 AND record_name = ANY($10::text[])
+            ), old_references AS (
+                DELETE FROM record_references WHERE container_id = $1 AND zone_id = $2 AND source_name = ANY($10::text[])
+            ), new_entries AS (
+                INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
+                SELECT $1, $2, e.t, e.f, e.vi, e.vd, e.vt, e.n FROM (
+                    SELECT t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, n
+                      FROM unnest($18::text[], $19::text[], $20::bigint[], $21::text[]) AS u(t, f, v, n)
+                    UNION ALL
+                    SELECT t, f, NULL::bigint, v, NULL::text, n
+                      FROM unnest($22::text[], $23::text[], $24::float8[], $25::text[]) AS u(t, f, v, n)
+                    UNION ALL
+                    SELECT t, f, NULL::bigint, NULL::float8, v, n
+                      FROM unnest($26::text[], $27::text[], $28::text[], $29::text[]) AS u(t, f, v, n)
+                ) e WHERE e.n IN (SELECT record_name FROM written)
+            ), zone AS (
+                UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
+                WHERE container_id = $1 AND zone_id = $2 AND $30::bool
+            )
+            SELECT record_name, change_seq FROM written
+            """
+        typealias Row = (String, Int64)
+
+        var containerID: Int64
+        var zoneID: Int64
+        var inserts: [Record]
+        var insertFields: [String]
+        var updates: [Record]
+        var updateFields: [String]
+        var entries: RecordStore.IndexEntryRows
+        var tracksZoneChanges: Bool
+
+        func makeBindings() throws -> PostgresBindings {
+            var bindings = PostgresBindings(capacity: 30)
+            bindings.append(containerID)
+            bindings.append(zoneID)
+            for (records, fields) in [(inserts, insertFields), (updates, updateFields)] {
+                bindings.append(records.map(\.recordName))
+                bindings.append(records.map(\.recordType))
+                bindings.append(fields)
+                bindings.append(records.map(\.createdAt))
+                bindings.append(records.map(\.createdBy))
+                bindings.append(records.map(\.modifiedAt))
+                bindings.append(records.map(\.modifiedBy))
+            }
+            bindings.append(updates.map(\.deleted))
+            for column in [entries.ints.types, entries.ints.fields] { bindings.append(column) }
+            bindings.append(entries.ints.values)
+            bindings.append(entries.ints.names)
+            for column in [entries.doubles.types, entries.doubles.fields] { bindings.append(column) }
+            bindings.append(entries.doubles.values)
+            bindings.append(entries.doubles.names)
+            for column in [entries.texts.types, entries.texts.fields, entries.texts.values, entries.texts.names] { bindings.append(column) }
+            bindings.append(tracksZoneChanges)
+            return bindings
+        }
+
+        func decodeRow(_ row: PostgresRow) throws -> (String, Int64) { try row.decode((String, Int64).self) }
+    }
+
     /// One page of a zone's record changes (no record-type filter); see `RecordStore.readFeed`.
     struct ZoneFeed: PostgresPreparedStatement {
         static let sql = """

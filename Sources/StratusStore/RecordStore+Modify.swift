@@ -104,21 +104,8 @@ extension RecordStore {
     /// Locks a custom zone's row (as `zoneID(…, lock: true)` does) and then the current rows of
     /// `names` in it, in one round trip. `nil` when the zone does not exist.
     func lockZoneAndRecords(_ db: DatabaseRef, zone: String, names: [String], on connection: PostgresConnection) async throws -> (Int64, [String: Record])? {
-        var bindings = Prepared.zoneBindings(db, zone, capacity: 6)
-        bindings.append(names)
-        let rows = try await connection.rows(PostgresQuery(unsafeSQL: """
-            WITH z AS (
-                SELECT zone_id FROM zones WHERE container_id = $1 AND environment = $2 AND database_scope = $3 AND owner = $4
-                  AND zone_name = $5 AND NOT deleted \(db.tracksZoneChanges ? "FOR NO KEY UPDATE" : "FOR SHARE")
-            )
-            SELECT z.zone_id, r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted
-            FROM z LEFT JOIN LATERAL (
-                SELECT \(Self.recordColumns) FROM records
-                WHERE container_id = $1 AND zone_id = z.zone_id AND record_name = ANY($6::text[])
-                ORDER BY record_name
-                FOR UPDATE
-            ) r ON true
-            """, binds: bindings), logger: logger)
+        precondition(db.tracksZoneChanges, "custom zones exist only in databases whose zone rows record changes")
+        let rows = try await connection.rows(Prepared.LockZoneAndRecords(db: db, zone: zone, names: names), logger: logger)
         var zoneID: Int64?
         var current: [String: Record] = [:]
         for row in rows {
@@ -294,61 +281,12 @@ extension RecordStore {
         // only for records the INSERT/UPDATE actually wrote.
         let insertFields = inserts.map { String(decoding: Record.encodeFields($0.fields), as: UTF8.self) }
         let updateFields = updates.map { $0.deleted ? "{}" : String(decoding: Record.encodeFields($0.fields), as: UTF8.self) }
-        let rewritten = updates.map(\.recordName)
         let entries = Self.indexEntryRows((inserts + updates).filter { !$0.deleted }, schema: schema)
-        let rows = try await connection.rows("""
-            WITH ins AS (
-                INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
-                                     created_at, created_by, modified_at, modified_by, deleted, size)
-                SELECT \(db.containerID), \(zoneID), u.n, u.t, pg_current_xact_id()::text::bigint, nextval('change_seq'), u.f,
-                       u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f)
-                FROM unnest(\(inserts.map(\.recordName))::text[], \(inserts.map(\.recordType))::text[], \(insertFields)::text[],
-                            \(inserts.map(\.createdAt))::bigint[], \(inserts.map(\.createdBy))::text[],
-                            \(inserts.map(\.modifiedAt))::bigint[], \(inserts.map(\.modifiedBy))::text[]) AS u(n, t, f, ca, cb, ma, mb)
-                ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
-                RETURNING record_name, change_seq
-            ), upd AS (
-                UPDATE records r SET record_type = u.t, fields = u.f, created_at = CASE WHEN u.d THEN r.created_at ELSE u.ca END,
-                       created_by = CASE WHEN u.d THEN r.created_by ELSE u.cb END,
-                       modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
-                       modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
-                       deleted = u.d, size = octet_length(u.f),
-                       change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
-                FROM unnest(\(rewritten)::text[], \(updates.map(\.recordType))::text[], \(updateFields)::text[],
-                            \(updates.map(\.createdAt))::bigint[], \(updates.map(\.createdBy))::text[],
-                            \(updates.map(\.modifiedAt))::bigint[], \(updates.map(\.modifiedBy))::text[],
-                            \(updates.map(\.deleted))::bool[]) AS u(n, t, f, ca, cb, ma, mb, d)
-                WHERE r.container_id = \(db.containerID) AND r.zone_id = \(zoneID) AND r.record_name = u.n
-                RETURNING r.record_name, r.change_seq
-            ), written AS (
-                SELECT record_name, change_seq FROM ins UNION ALL SELECT record_name, change_seq FROM upd
-            ), old_entries AS (
-                DELETE FROM index_entries WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND record_name = ANY(\(rewritten)::text[])
-            ), old_references AS (
-                DELETE FROM record_references WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND source_name = ANY(\(rewritten)::text[])
-            ), new_entries AS (
-                INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
-                SELECT \(db.containerID), \(zoneID), e.t, e.f, e.vi, e.vd, e.vt, e.n FROM (
-                    SELECT t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, n
-                      FROM unnest(\(entries.ints.types)::text[], \(entries.ints.fields)::text[], \(entries.ints.values)::bigint[], \(entries.ints.names)::text[]) AS u(t, f, v, n)
-                    UNION ALL
-                    SELECT t, f, NULL::bigint, v, NULL::text, n
-                      FROM unnest(\(entries.doubles.types)::text[], \(entries.doubles.fields)::text[], \(entries.doubles.values)::float8[], \(entries.doubles.names)::text[]) AS u(t, f, v, n)
-                    UNION ALL
-                    SELECT t, f, NULL::bigint, NULL::float8, v, n
-                      FROM unnest(\(entries.texts.types)::text[], \(entries.texts.fields)::text[], \(entries.texts.values)::text[], \(entries.texts.names)::text[]) AS u(t, f, v, n)
-                ) e WHERE e.n IN (SELECT record_name FROM written)
-            ), zone AS (
-                UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
-                WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND \(db.tracksZoneChanges)::bool
-            )
-            SELECT record_name, change_seq FROM written
-            """, logger: logger)
+        let rows = try await connection.rows(Prepared.WriteRecords(
+            containerID: db.containerID, zoneID: zoneID, inserts: inserts, insertFields: insertFields,
+            updates: updates, updateFields: updateFields, entries: entries, tracksZoneChanges: db.tracksZoneChanges), logger: logger)
         var written: [String: Int64] = [:]
-        for row in rows {
-            let (name, seq) = try row.decode((String, Int64).self)
-            written[name] = seq
-        }
+        for (name, seq) in rows { written[name] = seq }
         let live = (inserts + updates).filter { !$0.deleted && written[$0.recordName] != nil }
         try await writeReferences(db, zoneID: zoneID, records: live, on: connection)
 
@@ -392,8 +330,8 @@ extension RecordStore {
     }
 
     /// The index entries of `records` under `schema`, as parallel arrays per value kind (for `unnest`).
-    struct IndexEntryRows {
-        struct Column<Value> {
+    struct IndexEntryRows: Sendable {
+        struct Column<Value: Sendable>: Sendable {
             var types: [String] = []
             var fields: [String] = []
             var values: [Value] = []
