@@ -91,10 +91,11 @@ public final class RecordStore: Sendable {
 
     /// A record row with its field JSON kept as stored (read paths: responses splice it in).
     static func storedRecord(_ row: PostgresRow) throws -> Record {
+        // The field JSON is taken as raw bytes (a text column's binary form is its UTF-8): one copy, no String.
         let (name, type, seq, fields, createdAt, createdBy, modifiedAt, modifiedBy, deleted) =
-            try row.decode((String, String, Int64, String, Int64, String, Int64, String, Bool).self)
+            try row.decode((String, String, Int64, ByteBuffer, Int64, String, Int64, String, Bool).self)
         return Record(recordName: name, recordType: type, changeSeq: seq, createdAt: createdAt, createdBy: createdBy,
-                      modifiedAt: modifiedAt, modifiedBy: modifiedBy, deleted: deleted, encodedFields: Array(fields.utf8))
+                      modifiedAt: modifiedAt, modifiedBy: modifiedBy, deleted: deleted, encodedFields: Array(fields.readableBytesView))
     }
 
     // MARK: Zones

@@ -72,6 +72,10 @@ import Testing
         let value: JSON = ["s": "q\"\\\n\u{01}é", "i": .int(Int64.min), "d": 0.1, "w": 2.0, "l": [nil, true]]
         #expect(try JSONParser.parse(JSONWriter.bytes(value)) == value)
         #expect(JSONWriter.string(["b": 1, "a": 2]) == #"{"a":2,"b":1}"#)
+        // escapes at the start, middle and end of runs of plain bytes
+        #expect(JSONWriter.string(.string("\"ab\\c\td\u{1f}")) == #""\"ab\\c\td\u001f""#)
+        #expect(JSONWriter.string(.string("plain é")) == #""plain é""#)
+        #expect(JSONWriter.string(.string("")) == #""""#)
     }
 }
 
