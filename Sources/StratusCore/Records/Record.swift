@@ -91,17 +91,15 @@ extension Record {
             if let zoneID = rendering.zoneID { tombstone["zoneID"] = zoneID }
             return .object(tombstone)
         }
-        let fieldsJSON: JSON
         if let encodedFields, rendering.desiredKeys == nil, !rendering.numbersAsStrings {
-            fieldsJSON = .raw(encodedFields)
-        } else {
-            let typed = encodedFields.flatMap { try? Record.decodeFields($0) } ?? fields
-            var fieldMembers: [String: JSON] = [:]
-            for (name, value) in typed where rendering.desiredKeys?.contains(name) ?? true {
-                fieldMembers[name] = value.wireJSON(numbersAsStrings: rendering.numbersAsStrings)
-            }
-            fieldsJSON = .object(fieldMembers)
+            return .raw(wireBytes(fields: encodedFields, zoneID: rendering.zoneID))
         }
+        let typed = encodedFields.flatMap { try? Record.decodeFields($0) } ?? fields
+        var fieldMembers: [String: JSON] = [:]
+        for (name, value) in typed where rendering.desiredKeys?.contains(name) ?? true {
+            fieldMembers[name] = value.wireJSON(numbersAsStrings: rendering.numbersAsStrings)
+        }
+        let fieldsJSON = JSON.object(fieldMembers)
         var members: [String: JSON] = [
             "recordName": .string(recordName),
             "recordType": .string(recordType),
@@ -113,5 +111,39 @@ extension Record {
         ]
         if let zoneID = rendering.zoneID { members["zoneID"] = zoneID }
         return .object(members)
+    }
+
+    /// The bytes `JSONWriter` would write for the record dictionary above (keys in sorted order),
+    /// written directly around the stored field JSON: the read paths (lookup, query, changes)
+    /// render up to 200 records per response, and building a dictionary per record cost more
+    /// than the rest of the request.
+    func wireBytes(fields: [UInt8], zoneID: JSON?) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(fields.count + 256 + recordName.utf8.count + createdBy.utf8.count + modifiedBy.utf8.count)
+        func stamp(_ timestamp: Int64, _ user: String) {
+            out.append(contentsOf: #"{"deviceID":"1","timestamp":"#.utf8)
+            out.append(contentsOf: String(timestamp).utf8)
+            out.append(contentsOf: #","userRecordName":"#.utf8)
+            JSONWriter.writeString(user, into: &out)
+            out.append(UInt8(ascii: "}"))
+        }
+        out.append(contentsOf: #"{"created":"#.utf8)
+        stamp(createdAt, createdBy)
+        out.append(contentsOf: #","deleted":false,"fields":"#.utf8)
+        out.append(contentsOf: fields)
+        out.append(contentsOf: #","modified":"#.utf8)
+        stamp(modifiedAt, modifiedBy)
+        out.append(contentsOf: #","recordChangeTag":"#.utf8)
+        JSONWriter.writeString(changeTag, into: &out)
+        out.append(contentsOf: #","recordName":"#.utf8)
+        JSONWriter.writeString(recordName, into: &out)
+        out.append(contentsOf: #","recordType":"#.utf8)
+        JSONWriter.writeString(recordType, into: &out)
+        if let zoneID {
+            out.append(contentsOf: #","zoneID":"#.utf8)
+            JSONWriter.write(zoneID, into: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+        return out
     }
 }
