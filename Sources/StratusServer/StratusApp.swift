@@ -57,7 +57,7 @@ public final class StratusApp: Sendable {
 
     func health() async throws -> Response {
         do {
-            try await database.withConnection { connection in
+            _ = try await database.withConnection { connection in
                 try await connection.query("SELECT 1 FROM schema_migrations LIMIT 1", logger: logger)
             }
             return .json(["status": "ok", "database": "ok"])

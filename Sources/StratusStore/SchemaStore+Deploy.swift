@@ -201,7 +201,7 @@ extension SchemaStore {
     /// Remembers which fields development queries filter and sort on (for deploy warnings).
     public func recordQueryShape(containerID: Int64, recordType: String, fields: [(String, String)]) async throws {
         guard !fields.isEmpty else { return }
-        try await database.withConnection { connection in
+        _ = try await database.withConnection { connection in
             try await connection.query("""
                 INSERT INTO schema_query_shapes (container_id, environment, record_type, field, usage)
                 SELECT \(containerID), 1, \(recordType), f, u FROM unnest(\(fields.map(\.0))::text[], \(fields.map(\.1))::text[]) AS x(f, u)

@@ -58,6 +58,7 @@ extension StratusApp {
                 throw StratusError.badRequest("give the token's id (from 'stratus token list') or its prefix")
             }
             let info = try await self.admin.revokeAPIToken(containerID: container.id, idOrPrefix: token)
+            self.authenticator.forget(tokenID: info.tokenID)
             return .json(["token": Self.tokenJSON(info)])
         }
     }

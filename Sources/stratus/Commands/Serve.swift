@@ -122,6 +122,8 @@ func localAdminToken(dataDir: String, create: Bool) throws -> String? {
     try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
     var generator = SystemRandomNumberGenerator()
     let token = "adm_" + (0..<24).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
-    FileManager.default.createFile(atPath: path, contents: Data(token.utf8), attributes: [.posixPermissions: 0o600])
+    guard FileManager.default.createFile(atPath: path, contents: Data(token.utf8), attributes: [.posixPermissions: 0o600]) else {
+        throw CLIError("cannot write the admin token to \(path); check the folder's permissions or set STRATUS_ADMIN_TOKEN")
+    }
     return token
 }
