@@ -18,8 +18,13 @@ public final class StratusApp: Sendable {
     let authenticator: Authenticator
     let configuration: ServerConfiguration
     let logger: Logger
-    /// Query shapes already recorded recently (see `noteQueryShape`).
-    let queryShapes = Mutex<[String: Date]>([:])
+    /// Development query shapes: when each was last noted, and those not yet written (see `noteQueryShape`).
+    struct QueryShapeState {
+        var seen: [SchemaStore.QueryShape: Date] = [:]
+        var pending: [SchemaStore.QueryShape] = []
+        var flushScheduled = false
+    }
+    let queryShapes = Mutex(QueryShapeState())
     /// A bcrypt hash of nothing, verified against when an email is unknown so sign-in takes as long either way.
     let dummyPasswordHash: String
 

@@ -198,13 +198,30 @@ extension SchemaStore {
         }
     }
 
-    /// Remembers which fields development queries filter and sort on (for deploy warnings).
-    public func recordQueryShape(containerID: Int64, recordType: String, fields: [(String, String)]) async throws {
-        guard !fields.isEmpty else { return }
+    /// One field a development query filtered or sorted on.
+    public struct QueryShape: Hashable, Sendable {
+        public var containerID: Int64
+        public var recordType: String
+        public var field: String
+        /// `filter`, `range` or `sort`.
+        public var usage: String
+
+        public init(containerID: Int64, recordType: String, field: String, usage: String) {
+            self.containerID = containerID
+            self.recordType = recordType
+            self.field = field
+            self.usage = usage
+        }
+    }
+
+    /// Remembers which fields development queries filter and sort on (for deploy warnings), in one statement.
+    public func recordQueryShapes(_ shapes: [QueryShape]) async throws {
+        guard !shapes.isEmpty else { return }
         _ = try await database.withConnection { connection in
             try await connection.query("""
                 INSERT INTO schema_query_shapes (container_id, environment, record_type, field, usage)
-                SELECT \(containerID), 1, \(recordType), f, u FROM unnest(\(fields.map(\.0))::text[], \(fields.map(\.1))::text[]) AS x(f, u)
+                SELECT DISTINCT c, 1, t, f, u FROM unnest(\(shapes.map(\.containerID))::bigint[], \(shapes.map(\.recordType))::text[],
+                                                  \(shapes.map(\.field))::text[], \(shapes.map(\.usage))::text[]) AS x(c, t, f, u)
                 ON CONFLICT (container_id, environment, record_type, field, usage) DO UPDATE SET last_used = now()
                 """, logger: logger)
         }

@@ -91,7 +91,7 @@ extension StratusApp {
         let db = try request.database(requireUser: false)
         let zone = try request.zoneName(request.body["zoneID"])
         let query = try await parseQuery(queryJSON, db: db)
-        await noteQueryShape(query, db: db)
+        noteQueryShape(query, db: db)
         let fingerprint = Self.fingerprint(["c": .int(db.containerID), "e": .string(db.environment.rawValue),
                                             "d": .string(db.scope.rawValue), "o": .string(db.owner), "z": .string(zone), "q": queryJSON])
         var cursor: QueryCursor?

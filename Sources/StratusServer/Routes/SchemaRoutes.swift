@@ -110,6 +110,7 @@ extension StratusApp {
 
     /// The plan with backfill counts and warnings about development queries production would not index.
     func planResponse(_ plan: SchemaPlan, counts: [String: Int64], containerID: Int64, applied: Bool, version: Int64?) async throws -> JSON {
+        await flushQueryShapes()
         let development = try await records.schemas.load(containerID: containerID, environment: .development)
         var warnings: [JSON] = []
         for (type, field, usage) in try await records.schemas.recentQueryShapes(containerID: containerID, days: 7) {
@@ -132,21 +133,48 @@ extension StratusApp {
     }
 
     /// Remembers, at most once an hour per process, the fields a development query filtered or sorted on.
-    func noteQueryShape(_ query: Query, db: DatabaseRef) async {
+    func noteQueryShape(_ query: Query, db: DatabaseRef) {
         guard db.environment == .development else { return }
         var fields: [(String, String)] = []
         for filter in query.filters { if case .field(let name) = filter.target { fields.append((name, filter.comparator.isRange ? "range" : "filter")) } }
         for sort in query.sorts { if case .field(let name) = sort.target { fields.append((name, "sort")) } }
         let now = Date()
-        let fresh = fields.filter { field in
-            let key = "\(db.containerID)|\(query.recordType)|\(field.0)|\(field.1)"
-            return queryShapes.withLock { seen in
-                if let last = seen[key], now.timeIntervalSince(last) < 3600 { return false }
-                if seen.count > 100_000 { seen.removeAll() }
-                seen[key] = now
-                return true
+        let fresh = fields.compactMap { field -> SchemaStore.QueryShape? in
+            let shape = SchemaStore.QueryShape(containerID: db.containerID, recordType: query.recordType, field: field.0, usage: field.1)
+            return queryShapes.withLock { state in
+                if let last = state.seen[shape], now.timeIntervalSince(last) < 3600 { return nil }
+                if state.seen.count > 100_000 { state.seen.removeAll() }
+                state.seen[shape] = now
+                return shape
             }
         }
-        try? await records.schemas.recordQueryShape(containerID: db.containerID, recordType: query.recordType, fields: fresh)
+        guard !fresh.isEmpty else { return }
+        // Written off the request path, a second's worth at a time: with thousands of containers
+        // nearly every query would otherwise wait for its own durable commit.
+        let schedule = queryShapes.withLock { state -> Bool in
+            state.pending.append(contentsOf: fresh)
+            defer { state.flushScheduled = true }
+            return !state.flushScheduled
+        }
+        if schedule {
+            Task {
+                try? await Task.sleep(for: .seconds(1))
+                await self.flushQueryShapes()
+            }
+        }
+    }
+
+    /// Writes the query shapes noted so far (also called before a deploy plan reads them).
+    func flushQueryShapes() async {
+        let pending = queryShapes.withLock { state -> [SchemaStore.QueryShape] in
+            defer { state.pending.removeAll(); state.flushScheduled = false }
+            return state.pending
+        }
+        do {
+            try await records.schemas.recordQueryShapes(pending)
+        } catch {
+            logger.warning("could not record development query shapes", metadata: ["stratus.error": "\(error)"])
+        }
     }
 }
+
