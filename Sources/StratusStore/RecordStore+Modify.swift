@@ -279,8 +279,17 @@ extension RecordStore {
         // DELETE of old entries cannot see the entries the same statement inserts (index_entries has
         // no unique key, so old and new may coexist until the statement ends). New entries are kept
         // only for records the INSERT/UPDATE actually wrote.
-        let insertFields = inserts.map { String(decoding: Record.encodeFields($0.fields), as: UTF8.self) }
-        let updateFields = updates.map { $0.deleted ? "{}" : String(decoding: Record.encodeFields($0.fields), as: UTF8.self) }
+        // Each record's field JSON is encoded once: stored, and kept on the result so the response
+        // splices it in instead of encoding the fields again.
+        var encoded: [String: [UInt8]] = [:]
+        func encode(_ record: Record) -> String {
+            guard !record.deleted else { return "{}" }
+            let bytes = Record.encodeFields(record.fields)
+            encoded[record.recordName] = bytes
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        let insertFields = inserts.map(encode)
+        let updateFields = updates.map(encode)
         let entries = Self.indexEntryRows((inserts + updates).filter { !$0.deleted }, schema: schema)
         let rows = try await connection.rows(Prepared.WriteRecords(
             containerID: db.containerID, zoneID: zoneID, inserts: inserts, insertFields: insertFields,
@@ -298,6 +307,7 @@ extension RecordStore {
             case .success(.save(var record, let isNew)):
                 if let seq = written[record.recordName] {
                     record.changeSeq = seq
+                    record.encodedFields = encoded[record.recordName]
                     results.append(.saved(record))
                 } else if isNew {
                     results.append(.failed(recordName: record.recordName, StratusError(.exists, "record '\(Names.printable(record.recordName))' was created by another request at the same time")))
