@@ -24,7 +24,14 @@ final class BenchConnection {
 
     private func connect() throws {
         if fd >= 0 { close(fd) }
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        fd = -1
+        fd = try BenchConnection.openSocket(host: host, port: port)
+        pending.removeAll(keepingCapacity: true)
+    }
+
+    /// A connected TCP socket with Nagle off (blocking unless `nonBlocking`).
+    static func openSocket(host: String, port: Int, nonBlocking: Bool = false) throws -> Int32 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw Failure(description: "socket() failed") }
         var one: Int32 = 1
         setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
@@ -37,10 +44,10 @@ final class BenchConnection {
         }
         guard result == 0 else {
             close(fd)
-            fd = -1
             throw Failure(description: "cannot connect to \(host):\(port)")
         }
-        pending.removeAll(keepingCapacity: true)
+        if nonBlocking { _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK) }
+        return fd
     }
 
     /// Sends one request and returns (status, body). Reconnects once if the connection was closed.
@@ -222,23 +229,7 @@ final class BenchLoop {
     }
 
     private func openSocket() throws -> Int32 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw BenchConnection.Failure(description: "socket() failed") }
-        var one: Int32 = 1
-        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = in_port_t(UInt16(port).bigEndian)
-        address.sin_addr.s_addr = inet_addr(host == "localhost" ? "127.0.0.1" : host)
-        let result = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard result == 0 else {
-            close(fd)
-            throw BenchConnection.Failure(description: "cannot connect to \(host):\(port)")
-        }
-        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
-        return fd
+        try BenchConnection.openSocket(host: host, port: port, nonBlocking: true)
     }
 
     /// A complete response at the start of `bytes`: status, where its body is, and its total length.
