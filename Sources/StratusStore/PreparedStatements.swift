@@ -59,7 +59,10 @@ enum Prepared {
     }
 
     /// `records/modify` in a custom zone: locks the zone row, then the rows of the named records
-    /// (in name order), in one round trip. No row at all: the zone does not exist.
+    /// (in name order), in one round trip. No row at all: the zone does not exist. The zone row is
+    /// locked `FOR NO KEY UPDATE` because the writer updates it before committing (its change
+    /// position); taking the strong lock first avoids a share-then-upgrade deadlock between
+    /// writers. (Custom zones exist only in the private and shared databases.)
     struct LockZoneAndRecords: PostgresPreparedStatement {
         static let sql = """
             WITH z AS (

@@ -90,7 +90,7 @@ extension RecordStore {
     public func zoneChanges(_ db: DatabaseRef, zoneID expected: Int64?, zone: String, after cursor: FeedCursor, limit: Int,
                             recordTypes: Set<String>?) async throws -> (zoneID: Int64, page: ChangePage<Record>)? {
         try await database.withConnection { connection in
-            guard let zoneID = try await zoneID(db, name: zone, createDefault: zone == Names.defaultZone, lock: false, on: connection) else {
+            guard let zoneID = try await zoneID(db, name: zone, createDefault: zone == Names.defaultZone, on: connection) else {
                 return nil
             }
             if let expected, expected != zoneID { return nil }

@@ -32,7 +32,7 @@ extension RecordStore {
                 let zoneID: Int64
                 let current: [String: Record]
                 if zone == Names.defaultZone {
-                    guard let id = try await self.zoneID(db, name: zone, createDefault: true, lock: true, on: connection) else {
+                    guard let id = try await self.zoneID(db, name: zone, createDefault: true, on: connection) else {
                         throw Self.zoneNotFound(zone)
                     }
                     zoneID = id
@@ -101,10 +101,9 @@ extension RecordStore {
         }
     }
 
-    /// Locks a custom zone's row (as `zoneID(…, lock: true)` does) and then the current rows of
-    /// `names` in it, in one round trip. `nil` when the zone does not exist.
+    /// Locks a custom zone's row and then the current rows of `names` in it, in one round trip.
+    /// `nil` when the zone does not exist.
     func lockZoneAndRecords(_ db: DatabaseRef, zone: String, names: [String], on connection: PostgresConnection) async throws -> (Int64, [String: Record])? {
-        precondition(db.tracksZoneChanges, "custom zones exist only in databases whose zone rows record changes")
         let rows = try await connection.rows(Prepared.LockZoneAndRecords(db: db, zone: zone, names: names), logger: logger)
         var zoneID: Int64?
         var current: [String: Record] = [:]

@@ -29,7 +29,7 @@ extension RecordStore {
     /// keyset-paged on the sort values plus the record name (no OFFSET).
     public func query(_ db: DatabaseRef, zone: String, query: Query, limit: Int, after cursor: QueryCursor?) async throws -> QueryPage {
         try await database.withConnection { connection in
-            guard let zoneID = try await zoneID(db, name: zone, createDefault: false, lock: false, on: connection) else {
+            guard let zoneID = try await zoneID(db, name: zone, createDefault: false, on: connection) else {
                 if zone == Names.defaultZone { return QueryPage(records: [], next: nil) }
                 throw Self.zoneNotFound(zone)
             }

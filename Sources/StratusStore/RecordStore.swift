@@ -100,13 +100,9 @@ public final class RecordStore: Sendable {
 
     // MARK: Zones
 
-    /// The id of a live zone, or `nil`. The default zone's row is created when `createDefault` is set.
-    ///
-    /// With `lock`, a custom zone's row is locked for the rest of the transaction: `FOR NO KEY UPDATE`
-    /// in databases whose zone rows record changes (the writer updates that row before committing;
-    /// taking the strong lock first avoids a share-then-upgrade deadlock between writers),
-    /// `FOR SHARE` elsewhere (only a concurrent zone delete waits).
-    func zoneID(_ db: DatabaseRef, name: String, createDefault: Bool, lock: Bool, on connection: PostgresConnection) async throws -> Int64? {
+    /// The id of a live zone, or `nil` (reads; unlocked). The default zone's row is created when
+    /// `createDefault` is set. Writers to a custom zone lock its row with `Prepared.LockZoneAndRecords`.
+    func zoneID(_ db: DatabaseRef, name: String, createDefault: Bool, on connection: PostgresConnection) async throws -> Int64? {
         if name == Names.defaultZone {
             if let cached = defaultZones.withLock({ $0[db] }) { return cached }
             var rows = try await connection.rows("""
@@ -127,14 +123,7 @@ public final class RecordStore: Sendable {
             defaultZones.withLock { $0[db] = id }
             return id
         }
-        guard lock else {
-            return try await connection.rows(Prepared.ZoneID(db: db, zone: name), logger: logger).first
-        }
-        let rows = try await connection.rows(PostgresQuery(unsafeSQL: """
-            SELECT zone_id FROM zones WHERE container_id = $1 AND environment = $2 AND database_scope = $3 AND owner = $4
-              AND zone_name = $5 AND NOT deleted \(db.tracksZoneChanges ? "FOR NO KEY UPDATE" : "FOR SHARE")
-            """, binds: Self.binds(db.containerID, db.environment.code, db.scope.code, db.owner, name)), logger: logger)
-        return try rows.first?.decode(Int64.self)
+        return try await connection.rows(Prepared.ZoneID(db: db, zone: name), logger: logger).first
     }
 
     static func binds(_ values: any PostgresNonThrowingEncodable & Sendable...) -> PostgresBindings {
