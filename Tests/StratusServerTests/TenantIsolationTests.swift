@@ -51,7 +51,7 @@ import Testing
                     """, logger: TestCluster.logger)
             }
             let (containerID, zoneID) = try rows[0].decode((Int64, Int64).self)
-            try await harness.database.withConnection { try await $0.query("ANALYZE", logger: TestCluster.logger) }
+            _ = try await harness.database.withConnection { try await $0.query("ANALYZE", logger: TestCluster.logger) }
             let schema = try await harness.app.records.schemas.reload(containerID: containerID, environment: .development)
 
             let queries: [(String, JSON, Int)] = [

@@ -139,22 +139,19 @@ extension StratusApp {
         for filter in query.filters { if case .field(let name) = filter.target { fields.append((name, filter.comparator.isRange ? "range" : "filter")) } }
         for sort in query.sorts { if case .field(let name) = sort.target { fields.append((name, "sort")) } }
         let now = Date()
-        let fresh = fields.compactMap { field -> SchemaStore.QueryShape? in
-            let shape = SchemaStore.QueryShape(containerID: db.containerID, recordType: query.recordType, field: field.0, usage: field.1)
-            return queryShapes.withLock { state in
-                if let last = state.seen[shape], now.timeIntervalSince(last) < 3600 { return nil }
-                if state.seen.count > 100_000 { state.seen.removeAll() }
-                state.seen[shape] = now
-                return shape
-            }
-        }
-        guard !fresh.isEmpty else { return }
         // Written off the request path, a second's worth at a time: with thousands of containers
         // nearly every query would otherwise wait for its own durable commit.
         let schedule = queryShapes.withLock { state -> Bool in
-            state.pending.append(contentsOf: fresh)
-            defer { state.flushScheduled = true }
-            return !state.flushScheduled
+            if state.seen.count > 100_000 { state.seen.removeAll() }
+            for (field, usage) in fields {
+                let shape = SchemaStore.QueryShape(containerID: db.containerID, recordType: query.recordType, field: field, usage: usage)
+                if let last = state.seen[shape], now.timeIntervalSince(last) < 3600 { continue }
+                state.seen[shape] = now
+                state.pending.append(shape)
+            }
+            guard !state.pending.isEmpty, !state.flushScheduled else { return false }
+            state.flushScheduled = true
+            return true
         }
         if schedule {
             Task {
