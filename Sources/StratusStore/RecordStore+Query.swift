@@ -33,8 +33,9 @@ extension RecordStore {
                 if zone == Names.defaultZone { return QueryPage(records: [], next: nil) }
                 throw Self.zoneNotFound(zone)
             }
-            let sql = QuerySQL.build(containerID: db.containerID, zoneID: zoneID, query: query, limit: limit, after: cursor)
-            let rows = try await connection.rows(sql, logger: logger)
+            let built = QuerySQL.build(containerID: db.containerID, zoneID: zoneID, query: query, limit: limit, after: cursor)
+            let rows = try await Prepared.Dynamic.rows(built.sql, types: built.types, bindings: built.bindings,
+                                                       on: connection, logger: logger)
             var records: [Record] = []
             var sortValues: [[IndexValue?]] = []
             for row in rows {
@@ -67,14 +68,25 @@ extension PostgresRow {
 /// this code are spliced into the text.
 enum QuerySQL {
     struct Builder {
-        var sql = ""
         var bindings = PostgresBindings()
-        var count = 0
+        var types: [PostgresDataType] = []
 
-        mutating func bind(_ value: some PostgresNonThrowingEncodable & Sendable) -> String {
+        /// Binds the container, zone and record type as `$1…$3`, shared by every clause.
+        init(containerID: Int64, zoneID: Int64, recordType: String) {
+            _ = bind(containerID)
+            _ = bind(zoneID)
+            _ = bind(recordType)
+        }
+
+        /// `alias`'s rows of this container, zone and record type.
+        func keyed(_ alias: String) -> String {
+            "\(alias).container_id = $1 AND \(alias).zone_id = $2 AND \(alias).record_type = $3"
+        }
+
+        mutating func bind<Value: PostgresNonThrowingEncodable & Sendable>(_ value: Value) -> String {
             bindings.append(value)
-            count += 1
-            return "$\(count)"
+            types.append(Value.psqlType)
+            return "$\(types.count)"
         }
 
         mutating func bind(_ value: IndexValue) -> String {
@@ -142,7 +154,7 @@ enum QuerySQL {
     }
 
     /// An `EXISTS` over the field's index entries (for fields) or a column test (for system fields).
-    static func matchCondition(_ filter: QueryFilter, containerID: Int64, zoneID: Int64, recordType: String, builder: inout Builder) -> String {
+    static func matchCondition(_ filter: QueryFilter, builder: inout Builder) -> String {
         switch filter.target {
         case .system(let field):
             let condition = valueCondition(systemColumn(field), filter, values: filter.values, builder: &builder)
@@ -152,8 +164,8 @@ enum QuerySQL {
                 let column = column(for: filter.scalar)
                 let condition = valueCondition("e.\(column)", filter, values: values, builder: &builder)
                 return """
-                    EXISTS (SELECT 1 FROM index_entries e WHERE e.container_id = \(builder.bind(containerID)) AND e.zone_id = \(builder.bind(zoneID))
-                    AND e.record_type = \(builder.bind(recordType)) AND e.field = \(builder.bind(name)) AND e.record_name = r.record_name AND \(condition))
+                    EXISTS (SELECT 1 FROM index_entries e WHERE \(builder.keyed("e")) AND e.field = \(builder.bind(name))
+                    AND e.record_name = r.record_name AND \(condition))
                     """
             }
             switch filter.comparator {
@@ -163,7 +175,7 @@ enum QuerySQL {
             case .notEquals:
                 // A different value, and the field is present (CloudKit does not match missing fields).
                 let column = column(for: filter.scalar)
-                let present = "EXISTS (SELECT 1 FROM index_entries e WHERE e.container_id = \(builder.bind(containerID)) AND e.zone_id = \(builder.bind(zoneID)) AND e.record_type = \(builder.bind(recordType)) AND e.field = \(builder.bind(name)) AND e.record_name = r.record_name AND e.\(column) IS NOT NULL)"
+                let present = "EXISTS (SELECT 1 FROM index_entries e WHERE \(builder.keyed("e")) AND e.field = \(builder.bind(name)) AND e.record_name = r.record_name AND e.\(column) IS NOT NULL)"
                 var equals = filter
                 equals.comparator = .equals
                 return "(\(present) AND NOT \(exists(equals.values)))"
@@ -175,21 +187,21 @@ enum QuerySQL {
     }
 
     /// The sort expression for a sort descriptor.
-    static func sortExpression(_ sort: QuerySort, containerID: Int64, zoneID: Int64, recordType: String, builder: inout Builder) -> String {
+    static func sortExpression(_ sort: QuerySort, builder: inout Builder) -> String {
         switch sort.target {
         case .system(let field):
             return systemColumn(field) + collate(sort.scalar)
         case .field(let name):
             let column = column(for: sort.scalar)
-            return "(SELECT e.\(column)\(collate(sort.scalar)) FROM index_entries e WHERE e.container_id = \(builder.bind(containerID)) AND e.zone_id = \(builder.bind(zoneID)) AND e.record_type = \(builder.bind(recordType)) AND e.field = \(builder.bind(name)) AND e.record_name = r.record_name AND e.\(column) IS NOT NULL LIMIT 1)"
+            return "(SELECT e.\(column)\(collate(sort.scalar)) FROM index_entries e WHERE \(builder.keyed("e")) AND e.field = \(builder.bind(name)) AND e.record_name = r.record_name AND e.\(column) IS NOT NULL LIMIT 1)"
         }
     }
 
-    static func build(containerID: Int64, zoneID: Int64, query: Query, limit: Int, after cursor: QueryCursor?) -> PostgresQuery {
-        var builder = Builder()
-        let c = builder.bind(containerID)
-        let z = builder.bind(zoneID)
-        let t = builder.bind(query.recordType)
+    /// The SQL of a query, its bound values and their types. The text depends only on the query's
+    /// shape (filters, comparators, sorts), never on its values, so it can be prepared once.
+    static func build(containerID: Int64, zoneID: Int64, query: Query, limit: Int, after cursor: QueryCursor?)
+        -> (sql: String, bindings: PostgresBindings, types: [PostgresDataType]) {
+        var builder = Builder(containerID: containerID, zoneID: zoneID, recordType: query.recordType)
         var conditions: [String] = []
         var from = "records r"
         // Drive from the index entries of the first positive, single-valued field filter.
@@ -211,13 +223,13 @@ enum QuerySQL {
             from = """
                 index_entries d JOIN records r ON r.container_id = d.container_id AND r.zone_id = d.zone_id AND r.record_name = d.record_name
                 """
-            conditions.append("d.container_id = \(c) AND d.zone_id = \(z) AND d.record_type = \(t) AND d.field = \(builder.bind(name)) AND \(condition)")
+            conditions.append("\(builder.keyed("d")) AND d.field = \(builder.bind(name)) AND \(condition)")
         }
-        conditions.append("r.container_id = \(c) AND r.zone_id = \(z) AND r.record_type = \(t) AND NOT r.deleted")
+        conditions.append("\(builder.keyed("r")) AND NOT r.deleted")
         for (index, filter) in query.filters.enumerated() where index != driver {
-            conditions.append(matchCondition(filter, containerID: containerID, zoneID: zoneID, recordType: query.recordType, builder: &builder))
+            conditions.append(matchCondition(filter, builder: &builder))
         }
-        var sortExpressions = query.sorts.map { sortExpression($0, containerID: containerID, zoneID: zoneID, recordType: query.recordType, builder: &builder) }
+        var sortExpressions = query.sorts.map { sortExpression($0, builder: &builder) }
         // Sorting by the driving field: its index entry is already joined, no per-row lookup needed.
         if let driver, let first = query.sorts.first, first.target == query.filters[driver].target, first.scalar == query.filters[driver].scalar {
             sortExpressions[0] = "d.\(column(for: first.scalar))\(collate(first.scalar))"
@@ -235,8 +247,8 @@ enum QuerySQL {
             order.append("s\(offset) \(sort.ascending ? "ASC NULLS LAST" : "DESC NULLS FIRST")")
         }
         order.append("record_name COLLATE \"C\" ASC")
-        outer += " ORDER BY " + order.joined(separator: ", ") + " LIMIT \(limit + 1)"
-        return PostgresQuery(unsafeSQL: outer, binds: builder.bindings)
+        outer += " ORDER BY " + order.joined(separator: ", ") + " LIMIT \(builder.bind(Int64(limit + 1)))"
+        return (outer, builder.bindings, builder.types)
     }
 
     /// Rows strictly after the cursor in the sort order (NULL sorts as the largest value).

@@ -18,7 +18,8 @@ import Testing
         func visit(_ node: JSON) {
             let type = node["Node Type"]?.stringValue ?? ""
             nodes.append(type)
-            if type.contains("Scan") { conditions.append(node["Index Cond"]?.stringValue ?? "") }
+            // A bitmap heap scan's keys are its bitmap index scan child's.
+            if type.contains("Scan") && type != "Bitmap Heap Scan" { conditions.append(node["Index Cond"]?.stringValue ?? "") }
             let loops: Int64 = { if case .int(let n)? = node["Actual Loops"] { return n } else { return 1 } }()
             if type.contains("Scan") {
                 if case .int(let n)? = node["Actual Rows"] { rows += n * loops }
@@ -64,7 +65,7 @@ import Testing
             for (label, queryJSON, expected) in queries {
                 let query = try Query.parse(queryJSON, schema: schema)
                 let sql = QuerySQL.build(containerID: containerID, zoneID: zoneID, query: query, limit: 200, after: nil)
-                let explain = PostgresQuery(unsafeSQL: "EXPLAIN (ANALYZE, FORMAT JSON) " + sql.sql, binds: sql.binds)
+                let explain = PostgresQuery(unsafeSQL: "EXPLAIN (ANALYZE, FORMAT JSON) " + sql.sql, binds: sql.bindings)
                 let planText = try await harness.database.withConnection { connection in
                     try await connection.rows(explain, logger: TestCluster.logger).first!.decode(String.self)
                 }
@@ -78,6 +79,24 @@ import Testing
                 // …and touches at most this zone's own rows (25 records, 50 index entries): the other container
                 // holds 3,000 records and 6,000 entries of the same type and title, and reading any would show here.
                 #expect(stats.rows + stats.removed <= 300, "\(label): scans touched \(stats.rows) rows and removed \(stats.removed); plan: \(planText)")
+                // The service runs the SQL as a prepared statement, which PostgreSQL may serve with a generic
+                // plan (values unknown). That plan, too, must key every scan by this container and zone ($1, $2).
+                let genericText = try await harness.database.withConnection { connection in
+                    let types = sql.types.map { $0.knownSQLName ?? "text" }.joined(separator: ", ")
+                    let nulls = Array(repeating: "NULL", count: sql.types.count).joined(separator: ", ")
+                    try await connection.query("SET plan_cache_mode = force_generic_plan", logger: TestCluster.logger)
+                    try await connection.query(PostgresQuery(unsafeSQL: "PREPARE probe(\(types)) AS \(sql.sql)"), logger: TestCluster.logger)
+                    let text = try await connection.rows(PostgresQuery(unsafeSQL: "EXPLAIN (FORMAT JSON) EXECUTE probe(\(nulls))"),
+                                                         logger: TestCluster.logger).first!.decode(String.self)
+                    try await connection.query("DEALLOCATE probe", logger: TestCluster.logger)
+                    try await connection.query("RESET plan_cache_mode", logger: TestCluster.logger)
+                    return text
+                }
+                let generic = scanStatistics(try JSONParser.parse(genericText))
+                #expect(!generic.nodes.contains("Seq Scan"), "\(label), generic plan: \(generic.nodes)")
+                for condition in generic.conditions {
+                    #expect(condition.contains("container_id = $1") && condition.contains("zone_id = $2"), "\(label): generic scan condition \(condition)")
+                }
                 let response = try await a.post("public", "records/query", ["query": queryJSON])
                 #expect(response.json["records"]?.arrayValue?.count == expected, "\(label)")
             }
