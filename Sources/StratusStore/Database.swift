@@ -150,6 +150,26 @@ public final class Database: Sendable {
     }
 }
 
+/// Reads a row's cells left to right, each with a concrete type, in one pass. (Decoding a row as
+/// one tuple goes through variadic generics resolved at run time, with type-metadata lookups on
+/// every row; `Array(row)` makes every cell again.)
+struct RowReader {
+    private var cells: PostgresRow.Iterator
+
+    init(_ row: PostgresRow) {
+        cells = row.makeIterator()
+    }
+
+    mutating func nextCell() throws -> PostgresCell {
+        guard let cell = cells.next() else { throw StratusError(.internalError, "a database row has fewer columns than expected") }
+        return cell
+    }
+
+    mutating func next<Value: PostgresDecodable>(_: Value.Type) throws -> Value {
+        try nextCell().decode(Value.self)
+    }
+}
+
 extension PostgresConnection {
     /// Runs a query and collects its rows.
     func rows(_ query: PostgresQuery, logger: Logger) async throws -> [PostgresRow] {

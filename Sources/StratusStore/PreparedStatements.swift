@@ -17,13 +17,27 @@ enum Prepared {
         return bindings
     }
 
-    /// `records/lookup`: the zone row joined to the named live records (one round trip).
+    /// `records/lookup`: the zone row joined to the named records, tombstones included (the
+    /// caller skips them), in one round trip.
+    ///
+    /// Written so that PostgreSQL plans it once per connection, and well:
+    /// - the names array is read through a sub-select, so no plan knows its length. Given
+    ///   `ANY($6)` directly, each custom plan saw the real length and looked cheaper than the
+    ///   generic plan (which assumes 10), so PostgreSQL planned every execution (and so did
+    ///   `LockZoneAndRecords`; `pg_prepared_statements` showed 0 generic plans);
+    /// - the records are a LATERAL subquery kept apart by `OFFSET 0`, so the zone id reaches it as
+    ///   a parameter that the zone statistics (migration 0004) apply to;
+    /// - there is no `NOT deleted`, which made the partial index `records_by_type` (scan the zone,
+    ///   filter the names) look cheaper than probing the primary key once per name.
     struct Lookup: PostgresPreparedStatement {
         static let sql = """
-            SELECT r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted
+            SELECT r.*
             FROM zones z
-            LEFT JOIN records r ON r.container_id = z.container_id AND r.zone_id = z.zone_id
-                 AND r.record_name = ANY($6::text[]) AND NOT r.deleted
+            LEFT JOIN LATERAL (
+                SELECT \(RecordStore.recordColumns) FROM records
+                WHERE container_id = $1 AND zone_id = z.zone_id AND record_name = ANY((SELECT $6::text[])::text[])
+                OFFSET 0
+            ) r ON true
             WHERE z.container_id = $1 AND z.environment = $2 AND z.database_scope = $3
               AND z.owner = $4 AND z.zone_name = $5 AND NOT z.deleted
             """
@@ -64,7 +78,8 @@ enum Prepared {
     /// (in name order), in one round trip. No row at all: the zone does not exist. The zone row is
     /// locked `FOR NO KEY UPDATE` because the writer updates it before committing (its change
     /// position); taking the strong lock first avoids a share-then-upgrade deadlock between
-    /// writers. (Custom zones exist only in the private and shared databases.)
+    /// writers. (Custom zones exist only in the private and shared databases.) The names array is
+    /// read through a sub-select for the reason given at `Lookup`.
     struct LockZoneAndRecords: PostgresPreparedStatement {
         static let sql = """
             WITH z AS (
@@ -74,7 +89,7 @@ enum Prepared {
             SELECT z.zone_id, r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted
             FROM z LEFT JOIN LATERAL (
                 SELECT \(RecordStore.recordColumns) FROM records
-                WHERE container_id = $1 AND zone_id = z.zone_id AND record_name = ANY($6::text[])
+                WHERE container_id = $1 AND zone_id = z.zone_id AND record_name = ANY((SELECT $6::text[])::text[])
                 ORDER BY record_name
                 FOR UPDATE
             ) r ON true
@@ -182,46 +197,24 @@ enum Prepared {
 
         func decodeRow(_ row: PostgresRow) throws -> (String, Int64) { try row.decode((String, Int64).self) }
     }
-
-    /// One page of a zone's record changes (no record-type filter); see `RecordStore.readFeed`.
-    struct ZoneFeed: PostgresPreparedStatement {
-        static let sql = """
-            SELECT r.*, (SELECT array_agg(x::text::bigint) FROM pg_snapshot_xip(snap.s) x) AS xip
-            FROM (SELECT pg_current_snapshot() AS s) snap
-            LEFT JOIN LATERAL (
-                (SELECT \(RecordStore.recordColumns), change_xid AS feed_xid, change_seq AS feed_seq, 0 AS part
-                 FROM records WHERE container_id = $1 AND zone_id = $2 AND change_xid = ANY($5::bigint[]))
-                UNION ALL
-                (SELECT \(RecordStore.recordColumns), change_xid AS feed_xid, change_seq AS feed_seq, 1 AS part
-                 FROM records WHERE container_id = $1 AND zone_id = $2 AND (change_xid, change_seq) > ($3, $4)
-                 ORDER BY change_xid, change_seq LIMIT $6)
-            ) r ON true
-            ORDER BY r.part, r.feed_xid, r.feed_seq
-            """
-        typealias Row = PostgresRow
-
-        var containerID: Int64
-        var zoneID: Int64
-        var cursor: FeedCursor
-        var limit: Int
-
-        func makeBindings() throws -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 6)
-            bindings.append(containerID)
-            bindings.append(zoneID)
-            bindings.append(cursor.position.xid)
-            bindings.append(cursor.position.seq)
-            bindings.append(cursor.pending)
-            bindings.append(Int64(limit + 1))
-            return bindings
-        }
-
-        func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
-    }
 }
 
 extension Prepared {
-    /// A statement whose SQL is built at run time (record queries), prepared per connection like
+    /// Bound values of a statement built at run time, with their types (which a prepared
+    /// statement is declared with).
+    struct Binds: Sendable {
+        var bindings = PostgresBindings()
+        var types: [PostgresDataType] = []
+
+        /// Appends `value` and returns its placeholder (`$n`).
+        mutating func bind<Value: PostgresNonThrowingEncodable & Sendable>(_ value: Value) -> String {
+            bindings.append(value)
+            types.append(Value.psqlType)
+            return "$\(types.count)"
+        }
+    }
+
+    /// A statement whose SQL is built at run time (record queries, change feeds), prepared per connection like
     /// the static ones, so PostgreSQL stops planning every query (pgbench on the query-eq SQL:
     /// ~1.8k tps planned each time, ~5k prepared).
     ///
@@ -256,11 +249,10 @@ extension Prepared {
         func makeBindings() throws -> PostgresBindings { bindings }
         func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
 
-        /// Runs `sql` with `bindings` (whose types are `types`, in order) and collects its rows,
-        /// prepared when the shape has, or can get, a name.
-        static func rows(_ sql: String, types: [PostgresDataType], bindings: PostgresBindings,
-                         on connection: PostgresConnection, logger: Logger) async throws -> [PostgresRow] {
-            let key = Key(sql: sql, types: types.map(\.rawValue))
+        /// Runs `sql` with `binds` and collects its rows, prepared when the shape has, or can
+        /// get, a name.
+        static func rows(_ sql: String, _ binds: Binds, on connection: PostgresConnection, logger: Logger) async throws -> [PostgresRow] {
+            let key = Key(sql: sql, types: binds.types.map(\.rawValue))
             let name: String? = names.withLock { names in
                 if let name = names[key] { return name }
                 guard names.count < maximumShapes else { return nil }
@@ -269,10 +261,10 @@ extension Prepared {
                 return name
             }
             guard let name else {
-                return try await connection.rows(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger)
+                return try await connection.rows(PostgresQuery(unsafeSQL: sql, binds: binds.bindings), logger: logger)
             }
-            return try await $shape.withValue(Shape(name: name, sql: sql, types: types)) {
-                try await connection.rows(Dynamic(bindings: bindings), logger: logger)
+            return try await $shape.withValue(Shape(name: name, sql: sql, types: binds.types)) {
+                try await connection.rows(Dynamic(bindings: binds.bindings), logger: logger)
             }
         }
     }

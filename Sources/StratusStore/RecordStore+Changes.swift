@@ -34,50 +34,43 @@ extension RecordStore {
     /// in-flight transactions come from the same snapshot.
     ///
     /// - Parameters:
-    ///   - source: `FROM … WHERE …` of the feed's rows (bound parameters in `binds`, numbered from 1).
-    ///   - columns: the columns `decode` reads (the feed adds its own position columns after them).
-    func readFeed<Item>(source: String, columns: String, binds: PostgresBindings, after cursor: FeedCursor, limit: Int,
-                        on connection: PostgresConnection, prepared: Prepared.ZoneFeed? = nil,
-                        decode: (PostgresRow) throws -> Item) async throws -> ChangePage<Item> {
-        var bindings = binds
-        let next = bindings.count + 1
-        bindings.append(cursor.position.xid)
-        bindings.append(cursor.position.seq)
-        bindings.append(cursor.pending)
+    ///   - source: `FROM … WHERE …` of the feed's rows, with its values in `binds`.
+    ///   - columns: the columns `decode` reads (after the feed's own position columns).
+    func readFeed<Item>(source: String, columns: String, binds: Prepared.Binds, after cursor: FeedCursor, limit: Int,
+                        on connection: PostgresConnection, decode: (inout RowReader) throws -> Item) async throws -> ChangePage<Item> {
+        var binds = binds
+        let xid = binds.bind(cursor.position.xid)
+        let seq = binds.bind(cursor.position.seq)
+        let inFlightXids = binds.bind(cursor.pending)
         let sql = """
-            SELECT r.*, (SELECT array_agg(x::text::bigint) FROM pg_snapshot_xip(snap.s) x) AS xip
+            SELECT (SELECT array_agg(x::text::bigint) FROM pg_snapshot_xip(snap.s) x) AS xip, r.*
             FROM (SELECT pg_current_snapshot() AS s) snap
             LEFT JOIN LATERAL (
-                (SELECT \(columns), change_xid AS feed_xid, change_seq AS feed_seq, 0 AS part \(source)
-                 AND change_xid = ANY($\(next + 2)::bigint[]))
+                (SELECT 0 AS part, change_xid AS feed_xid, change_seq AS feed_seq, \(columns) \(source)
+                 AND change_xid = ANY(\(inFlightXids)::bigint[]))
                 UNION ALL
-                (SELECT \(columns), change_xid AS feed_xid, change_seq AS feed_seq, 1 AS part \(source)
-                 AND (change_xid, change_seq) > ($\(next), $\(next + 1))
-                 ORDER BY change_xid, change_seq LIMIT \(limit + 1))
+                (SELECT 1 AS part, change_xid AS feed_xid, change_seq AS feed_seq, \(columns) \(source)
+                 AND (change_xid, change_seq) > (\(xid), \(seq))
+                 ORDER BY change_xid, change_seq LIMIT \(binds.bind(Int64(limit + 1))))
             ) r ON true
             ORDER BY r.part, r.feed_xid, r.feed_seq
             """
-        let rows: [PostgresRow]
-        if let prepared {
-            rows = try await connection.rows(prepared, logger: logger)
-        } else {
-            rows = try await connection.rows(PostgresQuery(unsafeSQL: sql, binds: bindings), logger: logger)
-        }
+        let rows = try await Prepared.Dynamic.rows(sql, binds, on: connection, logger: logger)
         var items: [Item] = []
         var position = cursor.position
         var mainCount = 0
         var inFlight: [Int64] = []
         for row in rows {
-            let cells = Array(row)
-            let count = cells.count
-            inFlight = try cells[count - 1].decode([Int64]?.self) ?? []
-            guard let part = try cells[count - 2].decode(Int32?.self) else { continue }
+            var reader = RowReader(row)
+            inFlight = try reader.next([Int64]?.self) ?? []
+            guard let part = try reader.next(Int32?.self) else { continue }  // no rows: only the snapshot
+            let feedPosition = ChangePosition(xid: try reader.next(Int64.self), seq: try reader.next(Int64.self))
             if part == 1 {
                 mainCount += 1
                 if mainCount > limit { continue }
-                position = ChangePosition(xid: try cells[count - 4].decode(Int64.self), seq: try cells[count - 3].decode(Int64.self))
+                position = feedPosition
             }
-            items.append(try decode(row))
+            items.append(try decode(&reader))
         }
         // Transactions still running below the new position may yet commit rows there: remember them.
         let pending = inFlight.filter { $0 < position.xid }.sorted()
@@ -94,17 +87,13 @@ extension RecordStore {
                 return nil
             }
             if let expected, expected != zoneID { return nil }
-            var binds = PostgresBindings()
-            binds.append(db.containerID)
-            binds.append(zoneID)
-            var source = "FROM records WHERE container_id = $1 AND zone_id = $2"
+            var binds = Prepared.Binds()
+            var source = "FROM records WHERE container_id = \(binds.bind(db.containerID)) AND zone_id = \(binds.bind(zoneID))"
             if let recordTypes {
-                binds.append(Array(recordTypes))
-                source += " AND record_type = ANY($3::text[])"
+                source += " AND record_type = ANY(\(binds.bind(Array(recordTypes).sorted()))::text[])"
             }
-            let prepared = recordTypes == nil ? Prepared.ZoneFeed(containerID: db.containerID, zoneID: zoneID, cursor: cursor, limit: limit) : nil
             let page = try await readFeed(source: source, columns: Self.recordColumns, binds: binds, after: cursor,
-                                          limit: limit, on: connection, prepared: prepared, decode: Self.storedRecord)
+                                          limit: limit, on: connection, decode: Self.storedRecord)
             return (zoneID, page)
         }
     }
@@ -113,12 +102,11 @@ extension RecordStore {
     /// in private and shared databases).
     public func databaseChanges(_ db: DatabaseRef, after cursor: FeedCursor, limit: Int) async throws -> ChangePage<ZoneInfo> {
         try await database.withConnection { connection in
-            var binds = PostgresBindings()
-            binds.append(db.containerID)
-            binds.append(db.environment.code)
-            binds.append(db.scope.code)
-            binds.append(db.owner)
-            let source = "FROM zones WHERE container_id = $1 AND environment = $2 AND database_scope = $3 AND owner = $4"
+            var binds = Prepared.Binds()
+            let source = """
+                FROM zones WHERE container_id = \(binds.bind(db.containerID)) AND environment = \(binds.bind(db.environment.code))
+                  AND database_scope = \(binds.bind(db.scope.code)) AND owner = \(binds.bind(db.owner))
+                """
             return try await readFeed(source: source, columns: "zone_id, zone_name, deleted, change_xid, change_seq", binds: binds,
                                       after: cursor, limit: limit, on: connection, decode: Self.zone)
         }

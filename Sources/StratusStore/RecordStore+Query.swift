@@ -34,17 +34,15 @@ extension RecordStore {
                 throw Self.zoneNotFound(zone)
             }
             let built = QuerySQL.build(containerID: db.containerID, zoneID: zoneID, query: query, limit: limit, after: cursor)
-            let rows = try await Prepared.Dynamic.rows(built.sql, types: built.types, bindings: built.bindings,
-                                                       on: connection, logger: logger)
+            let rows = try await Prepared.Dynamic.rows(built.sql, built.binds, on: connection, logger: logger)
             var records: [Record] = []
             var sortValues: [[IndexValue?]] = []
             for row in rows {
-                let columns = Array(row)
-                let base = PostgresRow.recordColumnCount
-                let record = try Self.storedRecord(row)
+                var reader = RowReader(row)
+                let record = try Self.storedRecord(&reader)
                 var values: [IndexValue?] = []
-                for (offset, sort) in query.sorts.enumerated() {
-                    values.append(try QuerySQL.decodeSortValue(columns[base + offset], scalar: sort.scalar))
+                for sort in query.sorts {
+                    values.append(try QuerySQL.decodeSortValue(try reader.nextCell(), scalar: sort.scalar))
                 }
                 records.append(record)
                 sortValues.append(values)
@@ -60,16 +58,11 @@ extension RecordStore {
     }
 }
 
-extension PostgresRow {
-    static let recordColumnCount = 9
-}
-
 /// Builds the SQL of a query. Every value is a bound parameter; only column names chosen by
 /// this code are spliced into the text.
 enum QuerySQL {
     struct Builder {
-        var bindings = PostgresBindings()
-        var types: [PostgresDataType] = []
+        var binds = Prepared.Binds()
 
         /// Binds the container, zone and record type as `$1…$3`, shared by every clause.
         init(containerID: Int64, zoneID: Int64, recordType: String) {
@@ -84,9 +77,7 @@ enum QuerySQL {
         }
 
         mutating func bind<Value: PostgresNonThrowingEncodable & Sendable>(_ value: Value) -> String {
-            bindings.append(value)
-            types.append(Value.psqlType)
-            return "$\(types.count)"
+            binds.bind(value)
         }
 
         mutating func bind(_ value: IndexValue) -> String {
@@ -200,7 +191,7 @@ enum QuerySQL {
     /// The SQL of a query, its bound values and their types. The text depends only on the query's
     /// shape (filters, comparators, sorts), never on its values, so it can be prepared once.
     static func build(containerID: Int64, zoneID: Int64, query: Query, limit: Int, after cursor: QueryCursor?)
-        -> (sql: String, bindings: PostgresBindings, types: [PostgresDataType]) {
+        -> (sql: String, binds: Prepared.Binds) {
         var builder = Builder(containerID: containerID, zoneID: zoneID, recordType: query.recordType)
         var conditions: [String] = []
         var from = "records r"
@@ -248,7 +239,7 @@ enum QuerySQL {
         }
         order.append("record_name COLLATE \"C\" ASC")
         outer += " ORDER BY " + order.joined(separator: ", ") + " LIMIT \(builder.bind(Int64(limit + 1)))"
-        return (outer, builder.bindings, builder.types)
+        return (outer, builder.binds)
     }
 
     /// Rows strictly after the cursor in the sort order (NULL sorts as the largest value).

@@ -91,9 +91,17 @@ public final class RecordStore: Sendable {
 
     /// A record row with its field JSON kept as stored (read paths: responses splice it in).
     static func storedRecord(_ row: PostgresRow) throws -> Record {
-        // The field JSON is taken as raw bytes (a text column's binary form is its UTF-8): one copy, no String.
-        let (name, type, seq, fields, createdAt, createdBy, modifiedAt, modifiedBy, deleted) =
-            try row.decode((String, String, Int64, ByteBuffer, Int64, String, Int64, String, Bool).self)
+        var reader = RowReader(row)
+        return try storedRecord(&reader)
+    }
+
+    /// The record in the next nine cells of `reader` (`recordColumns`). The field JSON is taken as
+    /// raw bytes (a text column's binary form is its UTF-8): one copy, no String.
+    static func storedRecord(_ reader: inout RowReader) throws -> Record {
+        let name = try reader.next(String.self), type = try reader.next(String.self), seq = try reader.next(Int64.self)
+        let fields = try reader.next(ByteBuffer.self)
+        let createdAt = try reader.next(Int64.self), createdBy = try reader.next(String.self)
+        let modifiedAt = try reader.next(Int64.self), modifiedBy = try reader.next(String.self), deleted = try reader.next(Bool.self)
         return Record(recordName: name, recordType: type, changeSeq: seq, createdAt: createdAt, createdBy: createdBy,
                       modifiedAt: modifiedAt, modifiedBy: modifiedBy, deleted: deleted, encodedFields: Array(fields.readableBytesView))
     }
@@ -155,8 +163,14 @@ public final class RecordStore: Sendable {
     }
 
     static func zone(_ row: PostgresRow) throws -> ZoneInfo {
-        let (id, name, deleted, xid, seq) = try row.decode((Int64, String, Bool, Int64, Int64).self)
-        return ZoneInfo(zoneID: id, name: name, deleted: deleted, changeXID: xid, changeSeq: seq)
+        var reader = RowReader(row)
+        return try zone(&reader)
+    }
+
+    /// The zone in the next five cells of `reader` (zone_id, zone_name, deleted, change_xid, change_seq).
+    static func zone(_ reader: inout RowReader) throws -> ZoneInfo {
+        let id = try reader.next(Int64.self), name = try reader.next(String.self), deleted = try reader.next(Bool.self)
+        return ZoneInfo(zoneID: id, name: name, deleted: deleted, changeXID: try reader.next(Int64.self), changeSeq: try reader.next(Int64.self))
     }
 
     /// Looks up zones by name; missing ones are absent from the result. The default zone always exists.
@@ -217,9 +231,9 @@ public final class RecordStore: Sendable {
         }
         var found: [String: Record] = [:]
         for row in rows {
-            guard try Array(row)[0].decode(String?.self) != nil else { continue }
+            guard row.first?.bytes != nil else { continue }  // the zone matched, no record did
             let record = try Self.storedRecord(row)
-            found[record.recordName] = record
+            if !record.deleted { found[record.recordName] = record }
         }
         return found
     }
