@@ -211,8 +211,13 @@ enum QuerySQL {
             let filter = query.filters[driver]
             let column = column(for: filter.scalar)
             let condition = valueCondition("d.\(column)", filter, values: filter.values, builder: &builder)
+            // Each matching entry fetches its record with one primary-key probe. As a plain join the
+            // planner may merge-join the entries with all the zone's records in name order instead,
+            // which reads the whole zone (3,500 records for 51 matches in the benchmark); the LATERAL
+            // subquery, kept apart by OFFSET 0, can only be probed.
             from = """
-                index_entries d JOIN records r ON r.container_id = d.container_id AND r.zone_id = d.zone_id AND r.record_name = d.record_name
+                index_entries d CROSS JOIN LATERAL (SELECT * FROM records r WHERE r.container_id = d.container_id
+                    AND r.zone_id = d.zone_id AND r.record_name = d.record_name OFFSET 0) r
                 """
             conditions.append("\(builder.keyed("d")) AND d.field = \(builder.bind(name)) AND \(condition)")
         }
