@@ -17,6 +17,9 @@ extension Bench {
         @Option(help: "Load-generator threads the connections are spread over (like pgbench -j).") var threads = 2
         @Option(help: "Seconds to run (after a 1 s warm-up).") var duration: Double = 10
         @Option(help: "Use only the first N seeded containers (default all).") var containers: Int?
+        @Option(help: ArgumentHelp("Pick containers with Zipf popularity of this exponent (e.g. 1.1: a few busy tenants, a long tail) instead of uniformly.",
+                                   discussion: "The i-th seeded container is picked with probability proportional to 1/i^s, like pgbench's random_zipfian.",
+                                   valueName: "s")) var zipf: Double?
         @Flag(help: "Print one JSON document instead of text.") var json = false
 
         func validate() throws {
@@ -25,6 +28,7 @@ extension Bench {
             }
             guard concurrency >= 1, concurrency <= 1024 else { throw ValidationError("--concurrency must be 1–1024") }
             guard duration > 0, duration <= 3600 else { throw ValidationError("--duration must be 0–3600 seconds") }
+            if let zipf, !(zipf > 0 && zipf <= 10) { throw ValidationError("--zipf must be an exponent above 0 and at most 10, e.g. 1.1") }
         }
 
         typealias Request = BenchLoop.Outgoing
@@ -88,6 +92,7 @@ extension Bench {
             }
             reporter.start()
             let state_ = state
+            let pick = TenantPicker(count: state.tenants.count, zipf: zipf)
             let threads = max(1, min(self.threads, concurrency))
             latencies = Array(repeating: [], count: threads)
             runThreads(threads) { thread in
@@ -103,7 +108,7 @@ extension Bench {
                 do {
                     try loop.run(connections: mine.count, next: { index in
                         guard Date() < deadline else { return nil }
-                        let tenant = state_.tenants[Int.random(in: 0..<state_.tenants.count)]
+                        let tenant = state_.tenants[pick.next()]
                         defer { sequences[index] += 1 }
                         if peer == .pocketbase {
                             return PocketBase.request(workload, state: state_, worker: mine[index], sequence: sequences[index])
@@ -143,6 +148,7 @@ extension Bench {
             let rss = serverRSS(host: host, port: port)
             let result: JSON = [
                 "workload": .string(workload.rawValue), "concurrency": .int(Int64(concurrency)), "durationSeconds": .double(duration),
+                "containers": .int(Int64(state.tenants.count)), "zipf": zipf.map { .double($0) } ?? .null,
                 "requests": .int(Int64(all.count)), "requestsPerSecond": .double((Double(all.count) / duration).rounded()),
                 "recordsPerSecond": .double((Double(records) / duration).rounded()), "errors": .int(Int64(errors)),
                 "latencyMs": ["p50": .double(percentile(0.5)), "p90": .double(percentile(0.9)), "p99": .double(percentile(0.99)),
@@ -154,7 +160,7 @@ extension Bench {
                 print(JSONWriter.string(result))
             } else {
                 print("""
-                    workload \(workload.rawValue), \(concurrency) connections, \(duration) s
+                    workload \(workload.rawValue), \(concurrency) connections, \(duration) s, \(state.tenants.count) containers picked \(zipf.map { "with Zipf(\($0)) popularity" } ?? "uniformly")
                       requests/s  \(Int(Double(all.count) / duration))   records/s \(Int(Double(records) / duration))   errors \(errors)
                       latency ms  p50 \(String(format: "%.3f", percentile(0.5)))  p90 \(String(format: "%.3f", percentile(0.9)))  p99 \(String(format: "%.3f", percentile(0.99)))  max \(String(format: "%.3f", Double(all.last ?? 0) / 1000))
                       server RSS  \(rss.map { "\($0 / 1_048_576) MB" } ?? "unknown (needs the admin token)")
@@ -172,5 +178,40 @@ extension Bench {
                   case .int(let rss)? = (try? JSONParser.parse(body))?["rssBytes"] else { return nil }
             return rss
         }
+    }
+}
+
+/// Picks a tenant index: uniformly, or with Zipf popularity (index i with probability ∝ 1/(i+1)^s),
+/// by binary search over the cumulative distribution.
+struct TenantPicker: Sendable {
+    private let cumulative: [Double]
+    private let count: Int
+
+    init(count: Int, zipf exponent: Double?) {
+        self.count = count
+        guard let exponent else {
+            cumulative = []
+            return
+        }
+        var sums: [Double] = []
+        sums.reserveCapacity(count)
+        var total = 0.0
+        for rank in 1...max(1, count) {
+            total += 1 / pow(Double(rank), exponent)
+            sums.append(total)
+        }
+        cumulative = sums.map { $0 / total }
+    }
+
+    func next() -> Int {
+        guard !cumulative.isEmpty else { return Int.random(in: 0..<count) }
+        let target = Double.random(in: 0..<1)
+        var low = 0
+        var high = cumulative.count - 1
+        while low < high {
+            let middle = (low + high) / 2
+            if cumulative[middle] <= target { low = middle + 1 } else { high = middle }
+        }
+        return low
     }
 }
