@@ -72,6 +72,19 @@ public enum JSONWriter {
         out.append(UInt8(ascii: "\""))
     }
 
+    /// The length `writeString` writes for `text`, quotes included.
+    public static func stringByteCount(_ text: String) -> Int {
+        var count = 2
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x0A, 0x0D, 0x09: count += 2
+            case ..<0x20: count += 6
+            default: count += 1
+            }
+        }
+        return count
+    }
+
     static func writeEscape(_ byte: UInt8, into out: inout [UInt8]) {
         out.append(0x5C)
         switch byte {

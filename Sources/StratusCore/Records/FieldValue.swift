@@ -304,6 +304,19 @@ extension FieldValue {
         return Reference(recordName: name, zoneName: zoneName, ownerRecordName: owner, action: action)
     }
 
+    /// The length of `JSONWriter.bytes(wireJSON())`, counted without building either (the record
+    /// size limit is checked on every field written, and a 100-record batch spent a sixth of its
+    /// time encoding fields only to count them).
+    public var wireByteCount: Int {
+        // {"type":"<TYPE>","value":<value>}
+        let wrapper = #"{"type":"","value":}"#.utf8.count + type.wireName.utf8.count
+        switch self {
+        case .string(let text), .bytes(let text): return wrapper + JSONWriter.stringByteCount(text)
+        case .int64(let number), .timestamp(let number): return wrapper + String(number).utf8.count
+        default: return wrapper + JSONWriter.bytes(valueJSON()).count
+        }
+    }
+
     /// The wire encoding `{"type": …, "value": …}`.
     public func wireJSON(numbersAsStrings: Bool = false) -> JSON {
         .object(["type": .string(type.wireName), "value": valueJSON(numbersAsStrings: numbersAsStrings)])

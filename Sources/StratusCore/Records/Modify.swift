@@ -237,7 +237,7 @@ public enum ModifyPlanner {
                 schema.recordTypes[recordType]![name] = FieldSchema.justInTime(value.type)
                 additions.append(SchemaAddition(recordType: recordType, field: name, type: value.type))
             }
-            if let value { encodedSize += JSONWriter.bytes(value.wireJSON()).count + name.utf8.count }
+            if let value { encodedSize += value.wireByteCount + name.utf8.count }
             typed[name] = .some(value)
         }
         guard encodedSize <= FieldLimits.maximumRecordBytes else {
