@@ -28,33 +28,34 @@ extension RecordStore {
     /// cost follows the rows that match in this zone, never other zones or containers. Pages are
     /// keyset-paged on the sort values plus the record name (no OFFSET).
     public func query(_ db: DatabaseRef, zone: String, query: Query, limit: Int, after cursor: QueryCursor?) async throws -> QueryPage {
-        try await database.withConnection { connection in
-            guard let zoneID = try await zoneID(db, name: zone, createDefault: false, on: connection) else {
-                if zone == Names.defaultZone { return QueryPage(records: [], next: nil) }
-                throw Self.zoneNotFound(zone)
-            }
-            let built = QuerySQL.build(containerID: db.containerID, zoneID: zoneID, query: query, limit: limit, after: cursor)
-            let rows = try await Prepared.Dynamic.rows(built.sql, built.binds, on: connection, logger: logger)
-            var records: [Record] = []
-            var sortValues: [[IndexValue?]] = []
-            for row in rows {
-                var reader = RowReader(row)
-                let record = try Self.storedRecord(&reader)
-                var values: [IndexValue?] = []
-                for sort in query.sorts {
-                    values.append(try QuerySQL.decodeSortValue(try reader.nextCell(), scalar: sort.scalar))
-                }
-                records.append(record)
-                sortValues.append(values)
-            }
-            var next: QueryCursor?
-            if records.count > limit {
-                records.removeLast()
-                sortValues.removeLast()
-                next = QueryCursor(sortValues: sortValues.last!, recordName: records.last!.recordName)
-            }
-            return QueryPage(records: records, next: next)
+        let built = QuerySQL.build(db: db, zone: zone, query: query, limit: limit, after: cursor)
+        let rows = try await database.withConnection { connection in
+            try await Prepared.Dynamic.rows(built.sql, built.binds, on: connection, logger: logger)
         }
+        // No row: no such zone. One row of NULLs: the zone exists and nothing matched.
+        if rows.isEmpty {
+            if zone == Names.defaultZone { return QueryPage(records: [], next: nil) }
+            throw Self.zoneNotFound(zone)
+        }
+        var records: [Record] = []
+        var sortValues: [[IndexValue?]] = []
+        for row in rows where row.first?.bytes != nil {
+            var reader = RowReader(row)
+            let record = try Self.storedRecord(&reader)
+            var values: [IndexValue?] = []
+            for sort in query.sorts {
+                values.append(try QuerySQL.decodeSortValue(try reader.nextCell(), scalar: sort.scalar))
+            }
+            records.append(record)
+            sortValues.append(values)
+        }
+        var next: QueryCursor?
+        if records.count > limit {
+            records.removeLast()
+            sortValues.removeLast()
+            next = QueryCursor(sortValues: sortValues.last!, recordName: records.last!.recordName)
+        }
+        return QueryPage(records: records, next: next)
     }
 }
 
@@ -64,17 +65,24 @@ enum QuerySQL {
     struct Builder {
         var binds = Prepared.Binds()
 
-        /// Binds the container, zone and record type as `$1…$3`, shared by every clause.
-        init(containerID: Int64, zoneID: Int64, recordType: String) {
-            _ = bind(containerID)
-            _ = bind(zoneID)
+        /// Binds the container and record type as `$1`, `$2`, shared by every clause, and the
+        /// zone's environment, database, owner and name as `$3…$6` (see `zoneRow`).
+        init(db: DatabaseRef, zone: String, recordType: String) {
+            _ = bind(db.containerID)
             _ = bind(recordType)
+            _ = bind(db.environment.code)
+            _ = bind(db.scope.code)
+            _ = bind(db.owner)
+            _ = bind(zone)
         }
 
-        /// `alias`'s rows of this container, zone and record type.
+        /// `alias`'s rows of this container, zone (`z`, the zone row) and record type.
         func keyed(_ alias: String) -> String {
-            "\(alias).container_id = $1 AND \(alias).zone_id = $2 AND \(alias).record_type = $3"
+            "\(alias).container_id = $1 AND \(alias).zone_id = z.zone_id AND \(alias).record_type = $2"
         }
+
+        /// The live zone row `z` the query runs in.
+        static let zoneRow = "z.container_id = $1 AND z.environment = $3 AND z.database_scope = $4 AND z.owner = $5 AND z.zone_name = $6 AND NOT z.deleted"
 
         mutating func bind<Value: PostgresNonThrowingEncodable & Sendable>(_ value: Value) -> String {
             binds.bind(value)
@@ -190,9 +198,13 @@ enum QuerySQL {
 
     /// The SQL of a query, its bound values and their types. The text depends only on the query's
     /// shape (filters, comparators, sorts), never on its values, so it can be prepared once.
-    static func build(containerID: Int64, zoneID: Int64, query: Query, limit: Int, after cursor: QueryCursor?)
+    ///
+    /// The zone is found by name in the same statement: the page is a LATERAL subquery of the
+    /// zone row, so a missing zone returns no row and an empty page one row of NULLs (one round
+    /// trip instead of two).
+    static func build(db: DatabaseRef, zone: String, query: Query, limit: Int, after cursor: QueryCursor?)
         -> (sql: String, binds: Prepared.Binds) {
-        var builder = Builder(containerID: containerID, zoneID: zoneID, recordType: query.recordType)
+        var builder = Builder(db: db, zone: zone, recordType: query.recordType)
         var conditions: [String] = []
         var from = "records r"
         // Drive from the index entries of the first positive, single-valued field filter.
@@ -244,7 +256,7 @@ enum QuerySQL {
         }
         order.append("record_name COLLATE \"C\" ASC")
         outer += " ORDER BY " + order.joined(separator: ", ") + " LIMIT \(builder.bind(Int64(limit + 1)))"
-        return (outer, builder.binds)
+        return ("SELECT page.* FROM zones z LEFT JOIN LATERAL (\(outer)) page ON true WHERE \(Builder.zoneRow)", builder.binds)
     }
 
     /// Rows strictly after the cursor in the sort order (NULL sorts as the largest value).

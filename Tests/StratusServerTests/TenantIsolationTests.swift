@@ -17,9 +17,15 @@ import Testing
         var conditions: [String] = []
         func visit(_ node: JSON) {
             let type = node["Node Type"]?.stringValue ?? ""
-            nodes.append(type)
+            // The zone row is found by name in the same statement; in the test's few-row zones table a
+            // sequential scan is the planner's right choice and reads no records.
+            let onZones = node["Relation Name"]?.stringValue == "zones"
+            if !onZones { nodes.append(type) }
             // A bitmap heap scan's keys are its bitmap index scan child's; a subquery scan reads its child.
-            if type.contains("Scan") && type != "Bitmap Heap Scan" && type != "Subquery Scan" { conditions.append(node["Index Cond"]?.stringValue ?? "") }
+            if type.contains("Scan") && type != "Bitmap Heap Scan" && type != "Subquery Scan" && !onZones
+                && !(node["Index Name"]?.stringValue?.hasPrefix("zones") ?? false) {
+                conditions.append(node["Index Cond"]?.stringValue ?? "")
+            }
             let loops: Int64 = { if case .int(let n)? = node["Actual Loops"] { return n } else { return 1 } }()
             if type.contains("Scan") {
                 if case .int(let n)? = node["Actual Rows"] { rows += n * loops }
@@ -64,7 +70,8 @@ import Testing
             ]
             for (label, queryJSON, expected) in queries {
                 let query = try Query.parse(queryJSON, schema: schema)
-                let sql = QuerySQL.build(containerID: containerID, zoneID: zoneID, query: query, limit: 200, after: nil)
+                let db = DatabaseRef(containerID: containerID, environment: .development, scope: .public, owner: "")
+                let sql = QuerySQL.build(db: db, zone: Names.defaultZone, query: query, limit: 200, after: nil)
                 let explain = PostgresQuery(unsafeSQL: "EXPLAIN (ANALYZE, FORMAT JSON) " + sql.sql, binds: sql.binds.bindings)
                 let planText = try await harness.database.withConnection { connection in
                     try await connection.rows(explain, logger: TestCluster.logger).first!.decode(String.self)
@@ -72,10 +79,13 @@ import Testing
                 let plan = try JSONParser.parse(planText)
                 let stats = scanStatistics(plan)
                 #expect(!stats.nodes.contains("Seq Scan"), "\(label): \(stats.nodes)")
-                // Every scan is keyed by this container and zone, directly or through the index entry it
-                // fetches the record of…
+                // Every scan is keyed by this container and zone (found by name, or the zone row's id, which
+                // reaches subplans as a parameter $n), directly
+                // or through the index entry it fetches the record of…
                 for condition in stats.conditions {
-                    let direct = condition.contains("container_id = '\(containerID)'") && condition.contains("zone_id = '\(zoneID)'")
+                    let zoneKeyed = condition.contains("zone_id = z.zone_id") || condition.contains("zone_id = $") || condition.contains("zone_id = '\(zoneID)'")
+                        || condition.contains("zone_name = '\(Names.defaultZone)'")
+                    let direct = condition.contains("container_id = '\(containerID)'") && zoneKeyed
                     let viaEntry = condition.contains("container_id = d.container_id") && condition.contains("zone_id = d.zone_id")
                         && condition.contains("record_name = d.record_name")
                     #expect(direct || viaEntry, "\(label): scan condition \(condition)")
