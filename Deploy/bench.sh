@@ -92,7 +92,8 @@ for _ in $(seq 1 120); do curl -sf "$STRATUS_SERVER/health" >/dev/null && break;
 # the same random (container, zone) pairs `stratus bench` does.
 index_zones() {
   $PSQL -c "DROP TABLE IF EXISTS bench_zones"
-  $PSQL -c "CREATE TABLE bench_zones AS SELECT row_number() OVER (ORDER BY z.container_id, z.zone_id) AS i, z.container_id, z.zone_id
+  $PSQL -c "CREATE TABLE bench_zones AS SELECT row_number() OVER (ORDER BY z.container_id, z.zone_id) AS i, z.container_id, z.zone_id,
+              z.environment, z.database_scope, z.owner, z.zone_name
             FROM zones z JOIN containers c USING (container_id) WHERE c.name LIKE '$1.%' AND z.zone_name LIKE 'z%'"
   $PSQL -c "ALTER TABLE bench_zones ADD PRIMARY KEY (i)"
   $PSQL -c "VACUUM ANALYZE"
