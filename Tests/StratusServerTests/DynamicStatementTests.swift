@@ -1,0 +1,32 @@
+import PostgresNIO
+@testable import StratusStore
+import Testing
+
+/// Statements built at run time (queries, change feeds) are prepared under names that never
+/// change meaning, up to a cap; past the cap they run unprepared, with the same answers.
+@Suite struct DynamicStatementTests {
+    @Test func shapesBeyondTheCapRunUnpreparedWithTheSameAnswers() async throws {
+        try await Harness.run { harness in
+            let shapes = Prepared.Dynamic.maximumShapes + 44
+            let (answers, prepared) = try await harness.database.withConnection { connection in
+                var answers: [Int64] = []
+                for shape in 0..<shapes {
+                    var binds = Prepared.Binds()
+                    let value = binds.bind(Int64(shape))
+                    // Each text is a new shape; running it twice reuses its statement (or runs it unprepared twice).
+                    for _ in 0..<2 {
+                        let rows = try await Prepared.Dynamic.rows("SELECT \(value) * 2 + \(shape) AS n", binds, on: connection, logger: TestCluster.logger)
+                        answers.append(try rows[0].decode(Int64.self))
+                    }
+                }
+                let prepared = try await connection.rows(
+                    "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE 'stratus_dynamic_%'", logger: TestCluster.logger)
+                return (answers, try prepared[0].decode(Int64.self))
+            }
+            let expected: [Int64] = (0..<shapes).flatMap { shape -> [Int64] in [Int64(shape * 3), Int64(shape * 3)] }
+            #expect(answers == expected)
+            // Some of these shapes were prepared on this connection, never more than the cap.
+            #expect(prepared > 0 && prepared <= Int64(Prepared.Dynamic.maximumShapes), "\(prepared) prepared")
+        }
+    }
+}
