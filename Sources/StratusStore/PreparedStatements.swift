@@ -29,7 +29,7 @@ enum Prepared {
     ///   a parameter that the zone statistics (migration 0004) apply to;
     /// - there is no `NOT deleted`, which made the partial index `records_by_type` (scan the zone,
     ///   filter the names) look cheaper than probing the primary key once per name.
-    struct Lookup: PostgresPreparedStatement {
+    struct Lookup: ZoneAndNames {
         static let sql = """
             SELECT r.*
             FROM zones z
@@ -41,19 +41,9 @@ enum Prepared {
             WHERE z.container_id = $1 AND z.environment = $2 AND z.database_scope = $3
               AND z.owner = $4 AND z.zone_name = $5 AND NOT z.deleted
             """
-        typealias Row = PostgresRow
-
         var db: DatabaseRef
         var zone: String
         var names: [String]
-
-        func makeBindings() throws -> PostgresBindings {
-            var bindings = Prepared.zoneBindings(db, zone, capacity: 6)
-            bindings.append(names)
-            return bindings
-        }
-
-        func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
     }
 
     /// The id of a live zone, unlocked (reads).
@@ -80,7 +70,7 @@ enum Prepared {
     /// position); taking the strong lock first avoids a share-then-upgrade deadlock between
     /// writers. (Custom zones exist only in the private and shared databases.) The names array is
     /// read through a sub-select for the reason given at `Lookup`.
-    struct LockZoneAndRecords: PostgresPreparedStatement {
+    struct LockZoneAndRecords: ZoneAndNames {
         static let sql = """
             WITH z AS (
                 SELECT zone_id FROM zones WHERE container_id = $1 AND environment = $2 AND database_scope = $3 AND owner = $4
@@ -94,19 +84,9 @@ enum Prepared {
                 FOR UPDATE
             ) r ON true
             """
-        typealias Row = PostgresRow
-
         var db: DatabaseRef
         var zone: String
         var names: [String]
-
-        func makeBindings() throws -> PostgresBindings {
-            var bindings = Prepared.zoneBindings(db, zone, capacity: 6)
-            bindings.append(names)
-            return bindings
-        }
-
-        func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
     }
 
     /// `records/modify`'s writes in one statement: new records, changed records (and tombstones),
@@ -197,6 +177,23 @@ enum Prepared {
 
         func decodeRow(_ row: PostgresRow) throws -> (String, Int64) { try row.decode((String, Int64).self) }
     }
+}
+
+/// A statement keyed by a zone (`$1…$5`) and a list of record names (`$6`), returning raw rows.
+protocol ZoneAndNames: PostgresPreparedStatement where Row == PostgresRow {
+    var db: DatabaseRef { get }
+    var zone: String { get }
+    var names: [String] { get }
+}
+
+extension ZoneAndNames {
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = Prepared.zoneBindings(db, zone, capacity: 6)
+        bindings.append(names)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
 }
 
 extension Prepared {
