@@ -237,7 +237,7 @@ extension Prepared {
         static let maximumShapes = 256
         private struct Key: Hashable {
             var sql: String
-            var types: [UInt32]
+            var types: [PostgresDataType]
         }
         private static let names = Mutex<[Key: String]>([:])
 
@@ -249,7 +249,7 @@ extension Prepared {
         /// Runs `sql` with `binds` and collects its rows, prepared when the shape has, or can
         /// get, a name.
         static func rows(_ sql: String, _ binds: Binds, on connection: PostgresConnection, logger: Logger) async throws -> [PostgresRow] {
-            let key = Key(sql: sql, types: binds.types.map(\.rawValue))
+            let key = Key(sql: sql, types: binds.types)
             let name: String? = names.withLock { names in
                 if let name = names[key] { return name }
                 guard names.count < maximumShapes else { return nil }
