@@ -12,6 +12,20 @@ import Testing
         #expect(try JSONParser.parse("-9223372036854775808") == .int(Int64.min))
         #expect(try JSONParser.parse("1.0") == .double(1.0))
         #expect(try JSONParser.parse("-0") == .double(-0.0))
+        // Integers of up to 18 characters take a path that does not build text; longer ones do.
+        #expect(try JSONParser.parse("999999999999999999") == .int(999_999_999_999_999_999))
+        #expect(try JSONParser.parse("-99999999999999999") == .int(-99_999_999_999_999_999))
+        #expect(try JSONParser.parse("1000000000000000000") == .int(1_000_000_000_000_000_000))
+        #expect(try JSONParser.parse("[0,-1,10,-0]") == [0, -1, 10, .double(-0.0)])
+    }
+
+    /// Strings without escapes are taken straight from the input; with escapes, decoded. Both
+    /// validate UTF-8 and reject raw control characters.
+    @Test func readsStringsWithAndWithoutEscapes() throws {
+        #expect(try JSONParser.parse(#"["", "plain", "日本🚀", "a\"b", "tab\tend", "x\u00e9"]"#) ==
+                ["", "plain", "日本🚀", "a\"b", "tab\tend", "xé"])
+        #expect(throws: JSONParser.Failure.self) { try JSONParser.parse([0x22, 0xC3, 0x28, 0x22]) }
+        #expect(throws: JSONParser.Failure.self) { try JSONParser.parse([0x22, 0x61, 0x5C, 0x6E, 0xFF, 0x22]) }
     }
 
     @Test(arguments: [

@@ -173,6 +173,21 @@ public struct JSONParser {
     private mutating func parseString() throws(Failure) -> String {
         let start = index
         index += 1
+        // Fast path: no escapes, so the string is the bytes between the quotes (one allocation,
+        // none for short strings, instead of a byte array and then a string).
+        var end = index
+        while end < bytes.count {
+            let byte = bytes[end]
+            if byte == UInt8(ascii: "\"") {
+                guard let text = String(validating: bytes[index..<end], as: UTF8.self) else {
+                    throw failure("string is not valid UTF-8", at: start)
+                }
+                index = end + 1
+                return text
+            }
+            if byte == UInt8(ascii: "\\") || byte < 0x20 { break }
+            end += 1
+        }
         var utf8: [UInt8] = []
         var runStart = index
         while true {
@@ -268,6 +283,18 @@ public struct JSONParser {
             if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") { index += 1 }
             guard index < bytes.count, isDigit(bytes[index]) else { throw failure("invalid number: digits expected in exponent", at: start) }
             while index < bytes.count, isDigit(bytes[index]) { index += 1 }
+        }
+        if isInteger, index - start <= 18 {
+            // Up to 18 digits (with the sign) cannot overflow: no text needed.
+            var value: Int64 = 0
+            for position in (bytes[start] == UInt8(ascii: "-") ? start + 1 : start)..<index {
+                value = value * 10 + Int64(bytes[position] - UInt8(ascii: "0"))
+            }
+            if bytes[start] == UInt8(ascii: "-") {
+                if value == 0 { return .double(-0.0) }
+                value = -value
+            }
+            return .int(value)
         }
         let text = String(decoding: bytes[start..<index], as: UTF8.self)
         if isInteger {

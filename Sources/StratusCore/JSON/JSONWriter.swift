@@ -74,15 +74,17 @@ public enum JSONWriter {
 
     /// The length `writeString` writes for `text`, quotes included.
     public static func stringByteCount(_ text: String) -> Int {
-        var count = 2
-        for byte in text.utf8 {
-            switch byte {
-            case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x0A, 0x0D, 0x09: count += 2
-            case ..<0x20: count += 6
-            default: count += 1
+        var text = text
+        return text.withUTF8 { bytes in
+            var count = 2 + bytes.count
+            for byte in bytes where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
+                switch byte {
+                case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x0A, 0x0D, 0x09: count += 1
+                default: count += 5
+                }
             }
+            return count
         }
-        return count
     }
 
     static func writeEscape(_ byte: UInt8, into out: inout [UInt8]) {

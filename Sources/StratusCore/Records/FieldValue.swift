@@ -317,6 +317,21 @@ extension FieldValue {
         }
     }
 
+    /// Appends the bytes `JSONWriter` writes for `wireJSON()`, without building it: stored
+    /// records are encoded this way on every write.
+    public func writeWire(into out: inout [UInt8]) {
+        out.append(contentsOf: #"{"type":"#.utf8)
+        JSONWriter.writeString(type.wireName, into: &out)
+        out.append(contentsOf: #","value":"#.utf8)
+        switch self {
+        case .string(let text), .bytes(let text): JSONWriter.writeString(text, into: &out)
+        case .int64(let number), .timestamp(let number): out.append(contentsOf: String(number).utf8)
+        case .double(let number): JSONWriter.writeDouble(number, into: &out)
+        default: JSONWriter.write(valueJSON(), into: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+    }
+
     /// The wire encoding `{"type": …, "value": …}`.
     public func wireJSON(numbersAsStrings: Bool = false) -> JSON {
         .object(["type": .string(type.wireName), "value": valueJSON(numbersAsStrings: numbersAsStrings)])

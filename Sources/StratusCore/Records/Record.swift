@@ -43,11 +43,19 @@ public struct Record: Sendable, Equatable {
         return Int64(tag, radix: 36)
     }
 
-    /// The canonical JSON text of the fields, as stored and as sent on the wire.
+    /// The canonical JSON text of the fields, as stored and as sent on the wire: what `JSONWriter`
+    /// writes for an object of each field's `wireJSON()` (keys sorted), written directly.
     public static func encodeFields(_ fields: [String: FieldValue]) -> [UInt8] {
-        var members: [String: JSON] = [:]
-        for (name, value) in fields { members[name] = value.wireJSON() }
-        return JSONWriter.bytes(.object(members))
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        out.reserveCapacity(64 * fields.count)
+        for (offset, field) in fields.sorted(by: { $0.key < $1.key }).enumerated() {
+            if offset > 0 { out.append(UInt8(ascii: ",")) }
+            JSONWriter.writeString(field.key, into: &out)
+            out.append(UInt8(ascii: ":"))
+            field.value.writeWire(into: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+        return out
     }
 
     /// Parses stored field JSON back into typed values.
