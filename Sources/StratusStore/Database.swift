@@ -76,23 +76,41 @@ public final class Database: Sendable {
         self.logger = logger
     }
 
+    /// The connection the current task already holds, inside `transaction` or `withConnection`.
+    ///
+    /// Nested calls use it instead of leasing a second connection: a task that waits for a
+    /// second lease while holding one deadlocks the pool as soon as every connection is held by
+    /// such a task (sixteen concurrent writes to a container whose schema was not cached yet did,
+    /// and their open transactions then blocked every other writer of those rows).
+    struct Held: Sendable {
+        var connection: PostgresConnection
+        var inTransaction: Bool
+    }
+
+    @TaskLocal static var held: Held?
+
     /// Runs `body` in one transaction (READ COMMITTED). Serialization failures and deadlocks
     /// are retried up to three times, then answered `TRY_AGAIN_LATER`. Errors thrown by `body`
-    /// roll the transaction back and are rethrown unchanged.
+    /// roll the transaction back and are rethrown unchanged. Called inside a transaction, `body`
+    /// joins it (and the outer transaction retries).
     public func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+        if let held = Database.held {
+            if held.inTransaction { return try await body(held.connection) }
+            do {
+                return try await Database.$held.withValue(Held(connection: held.connection, inTransaction: true)) {
+                    try await inTransaction(on: held.connection, body)
+                }
+            } catch {
+                throw Database.map(error)
+            }
+        }
         var attempt = 0
         while true {
             attempt += 1
             do {
                 return try await client.withConnection { connection in
-                    try await connection.query("BEGIN", logger: logger)
-                    do {
-                        let value = try await body(connection)
-                        try await connection.query("COMMIT", logger: logger)
-                        return value
-                    } catch {
-                        _ = try? await connection.query("ROLLBACK", logger: logger)
-                        throw error
+                    try await Database.$held.withValue(Held(connection: connection, inTransaction: true)) {
+                        try await inTransaction(on: connection, body)
                     }
                 }
             } catch let error as PSQLError where Database.isRetryable(error) && attempt < 4 {
@@ -104,10 +122,26 @@ public final class Database: Sendable {
         }
     }
 
-    /// Runs `body` with a pooled connection, outside a transaction.
+    private func inTransaction<T: Sendable>(on connection: PostgresConnection, _ body: (PostgresConnection) async throws -> T) async throws -> T {
+        try await connection.query("BEGIN", logger: logger)
+        do {
+            let value = try await body(connection)
+            try await connection.query("COMMIT", logger: logger)
+            return value
+        } catch {
+            _ = try? await connection.query("ROLLBACK", logger: logger)
+            throw error
+        }
+    }
+
+    /// Runs `body` with a pooled connection, outside a transaction (or on the connection, and in
+    /// the transaction, the task already holds).
     public func withConnection<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         do {
-            return try await client.withConnection { connection in try await body(connection) }
+            if let held = Database.held { return try await body(held.connection) }
+            return try await client.withConnection { connection in
+                try await Database.$held.withValue(Held(connection: connection, inTransaction: false)) { try await body(connection) }
+            }
         } catch {
             throw Database.map(error)
         }

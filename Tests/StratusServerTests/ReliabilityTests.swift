@@ -8,6 +8,39 @@ import Testing
     /// R1: 16 clients race read-modify-write cycles on one record with change tags. Every
     /// acknowledged append must be in the final list (0 lost), none twice, and every loser must
     /// have been told CONFLICT with the server's record.
+    /// Writers that find the container's schema uncached load it on the connection they already
+    /// hold. Loading it on a second pooled connection deadlocked: with as many writers as pooled
+    /// connections, each held one inside its transaction and waited for another, forever, and
+    /// their open transactions blocked every later writer of those rows.
+    @Test func writersOnAColdSchemaCacheDoNotExhaustThePool() async throws {
+        try await Harness.run(poolSize: 4) { harness in
+            let session = try await harness.container().signedUp()
+            let info = try #require(try await harness.app.admin.container(named: session.container))
+            for round in 0..<3 {
+                harness.app.records.schemas.forget(containerID: info.id, environment: .development)
+                // Unstructured writers, so that a deadlock fails the test after a minute instead of hanging it.
+                let (answers, answer) = AsyncStream.makeStream(of: Int.self)
+                for writer in 0..<16 {
+                    Task {
+                        let response = try? await session.modify("private", [op("create", "cold-\(round)-\(writer)", fields: ["n": ["value": .int(Int64(writer))]])])
+                        answer.yield(response?.json.record(0)?["recordChangeTag"] != nil ? response!.status : -(response?.status ?? 0))
+                    }
+                }
+                let timer = Task {
+                    try await Task.sleep(for: .seconds(60))
+                    answer.finish()
+                }
+                var statuses: [Int] = []
+                for await status in answers {
+                    statuses.append(status)
+                    if statuses.count == 16 { break }
+                }
+                timer.cancel()
+                #expect(statuses == Array(repeating: 200, count: 16), "round \(round): \(statuses.count) of 16 writers answered, statuses \(statuses)")
+            }
+        }
+    }
+
     @Test func racingWritersLoseNoUpdate() async throws {
         try await Harness.run(poolSize: 16) { harness in
             let session = try await harness.container().signedUp()

@@ -154,7 +154,8 @@ extension StratusApp {
             return true
         }
         if schedule {
-            Task {
+            // Detached: a task-local pooled connection of the request must not outlive it here.
+            Task.detached {
                 try? await Task.sleep(for: .seconds(1))
                 await self.flushQueryShapes()
             }
