@@ -73,6 +73,7 @@ public enum Names {
         guard name.utf8.count <= 255 else {
             throw .badRequest("recordName '\(printable(name))' is longer than 255 bytes")
         }
+        if name.isPrintableASCII { return }
         for scalar in name.unicodeScalars where !isPrintable(scalar) {
             throw .badRequest("recordName '\(printable(name))' contains a control or invisible character (U+\(String(scalar.value, radix: 16, uppercase: true)))")
         }
@@ -143,5 +144,19 @@ public enum UserRecordName {
         var text = "_"
         for _ in 0..<32 { text += String(Int.random(in: 0..<16, using: &generator), radix: 16) }
         return text
+    }
+}
+
+extension String {
+    /// Whether the text holds U+0000 (scanned as contiguous UTF-8: field values run to a megabyte).
+    var containsNUL: Bool {
+        var text = self
+        return text.withUTF8 { $0.contains(0) }
+    }
+
+    /// Whether every character is printable ASCII (space to `~`): such names need no Unicode check.
+    var isPrintableASCII: Bool {
+        var text = self
+        return text.withUTF8 { bytes in !bytes.contains { $0 < 0x20 || $0 > 0x7E } }
     }
 }

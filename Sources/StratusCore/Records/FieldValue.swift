@@ -211,7 +211,7 @@ extension FieldValue {
         switch scalar {
         case .string:
             guard case .string(let text) = value else { throw mismatch() }
-            if text.utf8.contains(0) { throw .badRequest("field '\(field)' contains a NUL character (U+0000), which Stratus does not store") }
+            if text.containsNUL { throw .badRequest("field '\(field)' contains a NUL character (U+0000), which Stratus does not store") }
             return .string(text)
         case .int64:
             return .int64(try integer(value, field: field, scalar: scalar))
