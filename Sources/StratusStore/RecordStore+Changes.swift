@@ -36,15 +36,16 @@ extension RecordStore {
     /// - Parameters:
     ///   - source: `FROM … WHERE …` of the feed's rows, with its values in `binds`.
     ///   - columns: the columns `decode` reads (after the feed's own position columns).
-    func readFeed<Item>(source: String, columns: String, binds: Prepared.Binds, after cursor: FeedCursor, limit: Int,
-                        on connection: PostgresConnection, decode: (inout RowReader) throws -> Item) async throws -> ChangePage<Item> {
+    ///   - zoneRow: when set, the feed is read inside the zone row `z` this condition selects, in
+    ///     the same statement (`source` may use `z.zone_id`). No zone row: the result is `nil`.
+    /// - Returns: the page, and the zone row's id when `zoneRow` is set.
+    func readFeed<Item>(source: String, columns: String, binds: Prepared.Binds, zoneRow: String? = nil, after cursor: FeedCursor, limit: Int,
+                        on connection: PostgresConnection, decode: (inout RowReader) throws -> Item) async throws -> (zoneID: Int64?, page: ChangePage<Item>)? {
         var binds = binds
         let xid = binds.bind(cursor.position.xid)
         let seq = binds.bind(cursor.position.seq)
         let inFlightXids = binds.bind(cursor.pending)
-        let sql = """
-            SELECT (SELECT array_agg(x::text::bigint) FROM pg_snapshot_xip(snap.s) x) AS xip, r.*
-            FROM (SELECT pg_current_snapshot() AS s) snap
+        let feed = """
             LEFT JOIN LATERAL (
                 (SELECT 0 AS part, change_xid AS feed_xid, change_seq AS feed_seq, \(columns) \(source)
                  AND change_xid = ANY(\(inFlightXids)::bigint[]))
@@ -53,15 +54,34 @@ extension RecordStore {
                  AND (change_xid, change_seq) > (\(xid), \(seq))
                  ORDER BY change_xid, change_seq LIMIT \(binds.bind(Int64(limit + 1))))
             ) r ON true
+            """
+        let sql = if let zoneRow {
+            """
+            SELECT z.zone_id, (SELECT array_agg(x::text::bigint) FROM pg_snapshot_xip(pg_current_snapshot()) x) AS xip, r.*
+            FROM zones z
+            \(feed)
+            WHERE \(zoneRow)
             ORDER BY r.part, r.feed_xid, r.feed_seq
             """
+        } else {
+            """
+            SELECT (SELECT array_agg(x::text::bigint) FROM pg_snapshot_xip(snap.s) x) AS xip, r.*
+            FROM (SELECT pg_current_snapshot() AS s) snap
+            \(feed)
+            ORDER BY r.part, r.feed_xid, r.feed_seq
+            """
+        }
         let rows = try await Prepared.Dynamic.rows(sql, binds, on: connection, logger: logger)
+        var zoneID: Int64?
         var items: [Item] = []
         var position = cursor.position
         var mainCount = 0
         var inFlight: [Int64] = []
+        var sawRow = false
         for row in rows {
+            sawRow = true
             var reader = RowReader(row)
+            if zoneRow != nil { zoneID = try reader.next(Int64.self) }
             inFlight = try reader.next([Int64]?.self) ?? []
             guard let part = try reader.next(Int32?.self) else { continue }  // no rows: only the snapshot
             let feedPosition = ChangePosition(xid: try reader.next(Int64.self), seq: try reader.next(Int64.self))
@@ -72,10 +92,11 @@ extension RecordStore {
             }
             items.append(try decode(&reader))
         }
+        if zoneRow != nil, !sawRow { return nil }
         // Transactions still running below the new position may yet commit rows there: remember them.
         let pending = inFlight.filter { $0 < position.xid }.sorted()
-        return ChangePage(items: items, cursor: FeedCursor(position: position, pending: Array(pending.prefix(FeedCursor.maximumPending))),
-                          moreComing: mainCount > limit)
+        return (zoneID, ChangePage(items: items, cursor: FeedCursor(position: position, pending: Array(pending.prefix(FeedCursor.maximumPending))),
+                                   moreComing: mainCount > limit))
     }
 
     /// Record changes of a zone after `cursor`; deletions are tombstones.
@@ -83,18 +104,35 @@ extension RecordStore {
     public func zoneChanges(_ db: DatabaseRef, zoneID expected: Int64?, zone: String, after cursor: FeedCursor, limit: Int,
                             recordTypes: Set<String>?) async throws -> (zoneID: Int64, page: ChangePage<Record>)? {
         try await database.withConnection { connection in
-            guard let zoneID = try await zoneID(db, name: zone, createDefault: zone == Names.defaultZone, on: connection) else {
-                return nil
-            }
-            if let expected, expected != zoneID { return nil }
             var binds = Prepared.Binds()
-            var source = "FROM records WHERE container_id = \(binds.bind(db.containerID)) AND zone_id = \(binds.bind(zoneID))"
+            let container = binds.bind(db.containerID)
+            var zoneRow: String?
+            var defaultZoneID: Int64?
+            let zoneKey: String
+            if zone == Names.defaultZone {
+                // The default zone's id is cached (and the zone made on first use).
+                guard let zoneID = try await zoneID(db, name: zone, createDefault: true, on: connection) else { return nil }
+                defaultZoneID = zoneID
+                zoneKey = binds.bind(zoneID)
+            } else {
+                // A custom zone is found by name in the feed's own statement.
+                zoneRow = """
+                    z.container_id = \(container) AND z.environment = \(binds.bind(db.environment.code)) AND z.database_scope = \(binds.bind(db.scope.code))
+                      AND z.owner = \(binds.bind(db.owner)) AND z.zone_name = \(binds.bind(zone)) AND NOT z.deleted
+                    """
+                zoneKey = "z.zone_id"
+            }
+            var source = "FROM records WHERE container_id = \(container) AND zone_id = \(zoneKey)"
             if let recordTypes {
                 source += " AND record_type = ANY(\(binds.bind(Array(recordTypes).sorted()))::text[])"
             }
-            let page = try await readFeed(source: source, columns: Self.recordColumns, binds: binds, after: cursor,
-                                          limit: limit, on: connection, decode: Self.storedRecord)
-            return (zoneID, page)
+            guard let (zoneID, page) = try await readFeed(source: source, columns: Self.recordColumns, binds: binds, zoneRow: zoneRow,
+                                                          after: cursor, limit: limit, on: connection, decode: Self.storedRecord) else {
+                return nil
+            }
+            guard let id = zoneID ?? defaultZoneID else { return nil }
+            if let expected, expected != id { return nil }
+            return (id, page)
         }
     }
 
@@ -108,7 +146,7 @@ extension RecordStore {
                   AND database_scope = \(binds.bind(db.scope.code)) AND owner = \(binds.bind(db.owner))
                 """
             return try await readFeed(source: source, columns: "zone_id, zone_name, deleted, change_xid, change_seq", binds: binds,
-                                      after: cursor, limit: limit, on: connection, decode: Self.zone)
+                                      after: cursor, limit: limit, on: connection, decode: Self.zone)!.page
         }
     }
 }
