@@ -13,9 +13,18 @@ public struct DatabaseConfiguration: Sendable {
     public var requireTLS: Bool
     /// Pool size; 8–16 backends is the sweet spot on a 2-core machine (performance.md §2.3).
     public var maximumConnections: Int
+    /// How long one statement may wait for a row or table lock before it fails and the request is
+    /// answered TRY_AGAIN_LATER (PostgreSQL's `lock_timeout`, set on every pooled session); `nil`
+    /// waits for ever. Bounds how long a request can hang behind another transaction, and so how
+    /// long a graceful shutdown can wait for it.
+    public var lockTimeout: Duration?
+
+    /// The default lock wait: 10 seconds, far above any lock the service itself holds (a
+    /// 400-record modify holds its row locks for well under a second here).
+    public static let defaultLockTimeout: Duration = .seconds(10)
 
     public init(host: String, port: Int, username: String, password: String?, database: String,
-                requireTLS: Bool = false, maximumConnections: Int = 16) {
+                requireTLS: Bool = false, maximumConnections: Int = 16, lockTimeout: Duration? = DatabaseConfiguration.defaultLockTimeout) {
         self.host = host
         self.port = port
         self.username = username
@@ -23,6 +32,7 @@ public struct DatabaseConfiguration: Sendable {
         self.database = database
         self.requireTLS = requireTLS
         self.maximumConnections = maximumConnections
+        self.lockTimeout = lockTimeout
     }
 
     /// Parses `postgres://user:password@host:port/database[?sslmode=disable|require]`.
@@ -59,6 +69,10 @@ public struct DatabaseConfiguration: Sendable {
         configuration.options.minimumConnections = maximumConnections
         configuration.options.keepAliveBehavior = nil
         configuration.options.connectTimeout = .seconds(5)
+        if let lockTimeout {
+            let milliseconds = lockTimeout.components.seconds * 1000 + lockTimeout.components.attoseconds / 1_000_000_000_000_000
+            configuration.options.additionalStartupParameters = [("lock_timeout", "\(max(milliseconds, 1))ms")]
+        }
         return configuration
     }
 }
@@ -172,6 +186,9 @@ public final class Database: Sendable {
                 }
                 if state.hasPrefix("08") || state == "57P01" || state == "57P03" || state == "53300" {
                     return StratusError(.tryAgainLater, "the database is not available right now; retry shortly", retryAfter: 1, underlying: error)
+                }
+                if state == "55P03" {
+                    return StratusError(.tryAgainLater, "the data is locked by another request that is taking long; retry shortly", retryAfter: 1, underlying: error)
                 }
                 if state == "57014" {
                     return StratusError(.tryAgainLater, "the request took too long and was cancelled; retry with a smaller request", retryAfter: 1, underlying: error)

@@ -130,4 +130,108 @@ import FoundationNetworking
         let clusterLog = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(clusterLog.contains("embedded PostgreSQL stopped"), "\(clusterLog.suffix(1500))")
     }
+
+    /// POSTs `body` and returns status and the parsed answer.
+    static func post(_ url: String, _ body: String, headers: [String: String] = [:]) async throws -> (Int, JSON) {
+        var request = URLRequest(url: URL(string: url)!)
+        request.httpMethod = "POST"
+        request.httpBody = Data(body.utf8)
+        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return ((response as? HTTPURLResponse)?.statusCode ?? 0, (try? JSONParser.parse(Array(data))) ?? .null)
+    }
+
+    /// The served binary bounds what a slow client or a held lock can cost it: a connection that
+    /// stops sending in the middle of its request head is closed after `--idle-timeout`; a write
+    /// behind a lock another session holds is answered TRY_AGAIN_LATER after `--lock-timeout`;
+    /// SIGTERM ends the process within `--shutdown-timeout` while a client still trickles a body.
+    @Test func servedBinaryBoundsSlowClientsLockWaitsAndShutdown() async throws {
+        let configuration = try await TestCluster.shared.newDatabase()
+        let folder = NSTemporaryDirectory() + "stratus-bounds-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let port = Self.freePort()
+        let server = "http://127.0.0.1:\(port)"
+        var environment = ProcessInfo.processInfo.environment
+        environment["STRATUS_ADMIN_TOKEN"] = "bounds-admin"
+        environment["STRATUS_MIGRATIONS_DIR"] = TestCluster.repositoryRoot.appendingPathComponent("Migrations").path
+        let password = configuration.password.map { ":" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0) } ?? ""
+        let url = "postgres://\(configuration.username)\(password)@\(configuration.host):\(configuration.port)/\(configuration.database)"
+        let log = folder + "/serve.log"
+        let pid = try Subprocess.spawn([Self.binary, "serve", "--port", String(port), "--database-url", url, "--bcrypt-cost", "4",
+                                        "--idle-timeout", "2", "--lock-timeout", "1", "--shutdown-timeout", "3"],
+                                       outputPath: log, environment: environment)
+        var exited = false
+        defer { if !exited { kill(pid, SIGKILL); var status: Int32 = 0; waitpid(pid, &status, 0) } }
+        var health: (Int, String)?
+        for _ in 0..<240 {
+            health = await Self.get(server + "/health")
+            if health?.0 == 200 { break }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        try #require(health?.0 == 200, "server log: \(((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").suffix(2000))")
+
+        // 1. A request head that never ends: the server closes the connection (cat sees EOF; a
+        // timeout would exit 124).
+        let slowHead = try await Subprocess.runDetached(["/bin/bash", "-c", """
+            exec 3<>/dev/tcp/127.0.0.1/\(port)
+            printf 'POST /health HTTP/1.1\\r\\nHost: x\\r\\n' >&3
+            start=$(date +%s); timeout 20 cat <&3 >/dev/null; echo "rc=$? after=$(( $(date +%s) - start ))"
+            """])
+        #expect(slowHead.text.contains("rc=0"), "the half-sent request was not cut off: \(slowHead.text)")
+        let after = Int(slowHead.text.components(separatedBy: "after=").last?.trimmingCharacters(in: .whitespacesAndNewlines) ?? "") ?? 99
+        #expect(after >= 1 && after <= 10, "closed after \(after) s with --idle-timeout 2")
+
+        // 2. A write whose zone another session keeps locked: TRY_AGAIN_LATER, not a hang.
+        let admin = ["Authorization": "Bearer bounds-admin"]
+        let container = "iCloud.com.example.Bounds"
+        #expect(try await Self.post(server + "/management/1/containers", #"{"name":"\#(container)"}"#, headers: admin).0 == 201)
+        let token = try await Self.post(server + "/management/1/containers/\(container)/tokens", #"{"environment":"development","name":"t"}"#, headers: admin)
+        let apiToken = try #require(token.1["apiToken"]?.stringValue)
+        let signup = try await Self.post(server + "/auth/1/\(container)/development/signup?ckAPIToken=\(apiToken)",
+                                         #"{"emailAddress":"ada@example.com","password":"correct horse"}"#)
+        let userToken = try #require(signup.1["ckWebAuthToken"]?.stringValue)
+        let modify = server + "/database/1/\(container)/development/private/records/modify?ckAPIToken=\(apiToken)&ckWebAuthToken="
+            + (userToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? userToken)
+        @Sendable func create(_ name: String) async throws -> (Int, JSON) {
+            try await Self.post(modify, #"{"operations":[{"operationType":"create","record":{"recordType":"Note","recordName":"\#(name)","fields":{"title":{"value":"x"}}}}]}"#)
+        }
+        #expect(try await create("first").0 == 200)
+        try await withDatabase(configuration, maximumConnections: 1) { db in
+            try await db.withConnection { connection in
+                try await connection.query("BEGIN", logger: TestCluster.logger)
+                try await connection.query("SELECT zone_id FROM zones FOR UPDATE", logger: TestCluster.logger)
+                let started = ContinuousClock.now
+                let blocked = try await create("second")
+                let waited = ContinuousClock.now - started
+                try await connection.query("ROLLBACK", logger: TestCluster.logger)
+                #expect(blocked.0 == 503, "\(blocked)")
+                #expect(blocked.1["serverErrorCode"] == "TRY_AGAIN_LATER")
+                #expect(blocked.1["reason"]?.stringValue?.contains("locked") == true, "\(blocked.1)")
+                #expect(waited >= .milliseconds(900) && waited < .seconds(10), "answered after \(waited) with --lock-timeout 1")
+            }
+        }
+        #expect(try await create("second").0 == 200, "the lock is gone, the write goes through")
+
+        // 3. SIGTERM while a client trickles a body a byte every half second (which keeps the
+        // connection from ever going idle): the process still ends soon after the deadline.
+        let trickle = try Subprocess.spawn(["/bin/bash", "-c", """
+            exec 3<>/dev/tcp/127.0.0.1/\(port)
+            printf 'POST /management/1/containers HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer bounds-admin\\r\\nContent-Length: 400\\r\\n\\r\\n' >&3
+            for i in $(seq 1 400); do printf 'x' >&3 || exit 0; sleep 0.5; done
+            """], outputPath: folder + "/trickle.log")
+        defer { kill(trickle, SIGKILL); var status: Int32 = 0; waitpid(trickle, &status, 0) }
+        try await Task.sleep(for: .seconds(2))
+        let stopping = ContinuousClock.now
+        kill(pid, SIGTERM)
+        var status: Int32 = 0
+        while ContinuousClock.now - stopping < .seconds(40) {
+            if waitpid(pid, &status, WNOHANG) == pid { exited = true; break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let took = ContinuousClock.now - stopping
+        let serveLog = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+        #expect(exited, "SIGTERM did not stop the server within 40 s; log: \(serveLog.suffix(1500))")
+        #expect(took >= .seconds(2), "shutdown did not wait for the request in flight (\(took))")
+    }
 }

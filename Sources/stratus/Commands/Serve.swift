@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Hummingbird
 import Logging
+import ServiceLifecycle
 import StratusCore
 import StratusServer
 import StratusStore
@@ -56,6 +57,9 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("public-url"), help: "URL clients reach this server at, for sign-in redirects (env STRATUS_PUBLIC_URL).") var publicURL: String?
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env STRATUS_LOG_LEVEL, default info).") var logLevel: String?
     @Option(name: .customLong("bcrypt-cost"), help: "bcrypt work factor for user passwords, 4–16 (env STRATUS_BCRYPT_COST, default 12; each step doubles the CPU a sign-up or sign-in costs).") var bcryptCost: Int?
+    @Option(name: .customLong("idle-timeout"), help: "Seconds a connection may sit idle, or send nothing of a request it started, before it is closed (env STRATUS_IDLE_TIMEOUT, default 60).") var idleTimeout: Int?
+    @Option(name: .customLong("lock-timeout"), help: "Seconds a request may wait for data another request has locked before it is answered TRY_AGAIN_LATER; 0 waits for ever (env STRATUS_LOCK_TIMEOUT, default 10).") var lockTimeout: Int?
+    @Option(name: .customLong("shutdown-timeout"), help: "Seconds SIGTERM/SIGINT waits for requests in flight before it cancels them (env STRATUS_SHUTDOWN_TIMEOUT, default 30).") var shutdownTimeout: Int?
     @OptionGroup var database: DatabaseOptions
 
     func run() async throws {
@@ -67,6 +71,9 @@ struct Serve: AsyncParsableCommand {
         guard let maxBody = Int(bodyText), maxBody >= 1024 else { throw ValidationError("--max-body-bytes must be at least 1024") }
         let costText = setting(bcryptCost.map(String.init), "STRATUS_BCRYPT_COST", default: "12")!
         guard let cost = UInt8(costText), (4...16).contains(cost) else { throw ValidationError("--bcrypt-cost must be 4–16") }
+        let idle = try seconds(idleTimeout, "STRATUS_IDLE_TIMEOUT", default: 60, option: "--idle-timeout", allowZero: false)
+        let lockWait = try seconds(lockTimeout, "STRATUS_LOCK_TIMEOUT", default: 10, option: "--lock-timeout", allowZero: true)
+        let shutdown = try seconds(shutdownTimeout, "STRATUS_SHUTDOWN_TIMEOUT", default: 30, option: "--shutdown-timeout", allowZero: false)
         let migrations = try loadMigrations()
 
         var admin = setting(adminToken, "STRATUS_ADMIN_TOKEN")
@@ -74,8 +81,9 @@ struct Serve: AsyncParsableCommand {
             admin = try localAdminToken(dataDir: database.resolvedDataDir, create: true)
             logger.notice("STRATUS_ADMIN_TOKEN is unset; the CLI on this machine reads the generated one", metadata: ["stratus.admin_token_file": "\(database.resolvedDataDir)/admin-token"])
         }
-        let (configuration, cluster) = try database.open(logger: logger)
+        var (configuration, cluster) = try database.open(logger: logger)
         defer { cluster?.stop() }
+        configuration.lockTimeout = lockWait == 0 ? nil : .seconds(lockWait)
         let db = Database(configuration: configuration, logger: logger)
         let serverConfiguration = ServerConfiguration(adminToken: admin, maximumBodyBytes: maxBody, bcryptCost: cost,
                                                       publicURL: setting(publicURL, "STRATUS_PUBLIC_URL", default: "http://\(host):\(port)")!)
@@ -84,11 +92,24 @@ struct Serve: AsyncParsableCommand {
             defer { group.cancelAll() }
             try await MigrationRunner(migrations: migrations, logger: logger).run(on: db)
             let stratus = try await StratusApp.make(database: db, configuration: serverConfiguration, logger: logger)
-            let app = Application(router: stratus.router(), configuration: .init(address: .hostname(host, port: port), serverName: "Stratus"),
-                                  logger: logger)
-            try await app.runService()
+            let app = Application(router: stratus.router(), server: .http1(configuration: .init(idleTimeout: .seconds(Int64(idle)))),
+                                  configuration: .init(address: .hostname(host, port: port), serverName: "Stratus"), logger: logger)
+            // On SIGTERM/SIGINT the server stops accepting, finishes the requests in flight and
+            // closes idle connections; past the deadline, what is left is cancelled.
+            var group = ServiceGroupConfiguration(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            group.maximumGracefulShutdownDuration = .seconds(shutdown)
+            try await ServiceGroup(configuration: group).run()
         }
     }
+}
+
+/// A whole number of seconds from an option or its environment variable.
+private func seconds(_ value: Int?, _ variable: String, default fallback: Int, option: String, allowZero: Bool) throws -> Int {
+    let text = setting(value.map(String.init), variable, default: String(fallback))!
+    guard let seconds = Int(text), seconds >= (allowZero ? 0 : 1), seconds <= 86_400 else {
+        throw ValidationError("\(option) (\(variable)) must be a whole number of seconds, \(allowZero ? 0 : 1)–86400; got '\(text)'")
+    }
+    return seconds
 }
 
 struct Migrate: AsyncParsableCommand {
