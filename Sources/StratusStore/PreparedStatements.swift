@@ -4,7 +4,8 @@ import StratusCore
 import Synchronization
 
 /// The hottest queries as named prepared statements: PostgreSQL parses and plans each once per
-/// connection instead of on every request.
+/// connection instead of on every request. Each names itself with a constant: PostgresNIO's
+/// default name, `String(reflecting:)`, is computed by reflection on every execution.
 enum Prepared {
     /// `$1…$5`: the columns that name a zone (container, environment, database, owner, zone name).
     static func zoneBindings(_ db: DatabaseRef, _ zone: String, capacity: Int) -> PostgresBindings {
@@ -30,6 +31,7 @@ enum Prepared {
     /// - there is no `NOT deleted`, which made the partial index `records_by_type` (scan the zone,
     ///   filter the names) look cheaper than probing the primary key once per name.
     struct Lookup: ZoneAndNames {
+        static let name = "stratus.Lookup"
         static let sql = """
             SELECT r.*
             FROM zones z
@@ -48,6 +50,7 @@ enum Prepared {
 
     /// The id of a live zone, unlocked (reads).
     struct ZoneID: PostgresPreparedStatement {
+        static let name = "stratus.ZoneID"
         static let sql = """
             SELECT zone_id FROM zones WHERE container_id = $1 AND environment = $2 AND database_scope = $3 AND owner = $4
               AND zone_name = $5 AND NOT deleted
@@ -71,6 +74,7 @@ enum Prepared {
     /// writers. (Custom zones exist only in the private and shared databases.) The names array is
     /// read through a sub-select for the reason given at `Lookup`.
     struct LockZoneAndRecords: ZoneAndNames {
+        static let name = "stratus.LockZoneAndRecords"
         static let sql = """
             WITH z AS (
                 SELECT zone_id FROM zones WHERE container_id = $1 AND environment = $2 AND database_scope = $3 AND owner = $4
@@ -95,6 +99,7 @@ enum Prepared {
     /// snapshot, so the DELETE of old entries cannot see the ones this statement inserts
     /// (index_entries has no unique key). Returns each written record's name and change sequence.
     struct WriteRecords: PostgresPreparedStatement {
+        static let name = "stratus.WriteRecords"
         static let sql = """
             WITH ins AS (
                 INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
