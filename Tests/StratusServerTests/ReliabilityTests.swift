@@ -1,4 +1,5 @@
 import Foundation
+import PostgresNIO
 import StratusCore
 import Testing
 @testable import StratusServer
@@ -38,6 +39,46 @@ import Testing
                 timer.cancel()
                 #expect(statuses == Array(repeating: 200, count: 16), "round \(round): \(statuses.count) of 16 writers answered, statuses \(statuses)")
             }
+        }
+    }
+
+    /// PostgreSQL drops every connection the service holds (a failover, a restart, an operator's
+    /// `pg_terminate_backend`). Meanwhile each request is answered 200 or 503 TRY_AGAIN_LATER,
+    /// never 500; the pool opens new connections, requests succeed again within seconds, and what
+    /// was written before is intact.
+    @Test func droppedDatabaseConnectionsAreRetryableAndReplaced() async throws {
+        try await Harness.run(poolSize: 4) { harness in
+            let session = try await harness.container().signedUp()
+            #expect(try await session.modify("private", [op("create", "before", fields: ["n": ["value": 1]])]).status == 200)
+            let terminated = try await withDatabase(harness.database.configuration, maximumConnections: 1) { admin in
+                try await admin.withConnection { connection in
+                    var count = 0
+                    for try await _ in try await connection.query("""
+                        SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+                        WHERE datname = current_database() AND pid <> pg_backend_pid() AND backend_type = 'client backend'
+                        """, logger: TestCluster.logger) {
+                        count += 1
+                    }
+                    return count
+                }
+            }
+            #expect(terminated >= 1, "no connection of the service was found to terminate")
+            var statuses: [Int] = []
+            var succeeded = 0
+            let deadline = ContinuousClock.now + .seconds(30)
+            while succeeded < 8, ContinuousClock.now < deadline {
+                let read = try await session.post("private", "records/lookup", ["records": [["recordName": "before"]]])
+                statuses.append(read.status)
+                if read.status == 200 {
+                    #expect(read.json.record(0)?["fields"]?["n"]?["value"] == 1)
+                    succeeded += 1
+                } else {
+                    #expect(read.status == 503 && read.json.errorCode == "TRY_AGAIN_LATER", "\(read.status) \(read.json)")
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+            }
+            #expect(succeeded == 8, "statuses after the connections were dropped: \(statuses)")
+            #expect(try await session.modify("private", [op("create", "after")]).status == 200)
         }
     }
 

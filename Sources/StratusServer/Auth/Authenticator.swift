@@ -29,19 +29,17 @@ struct Caller: Sendable {
 /// revoked through this process stops working at once (`forget(tokenID:)`); another server
 /// process sharing the database notices within `cacheLifetime`.
 final class Authenticator: Sendable {
-    struct Cached<Value: Sendable>: Sendable {
-        var value: Value
-        var expires: ContinuousClock.Instant
-    }
-
     static let webAuthPurpose = "ckWebAuthToken"
     let admin: AdminStore
     let sealer: TokenSealer
     let configuration: ServerConfiguration
-    private let tokens = Mutex<[String: Cached<APITokenInfo?>]>([:])
-    private let containers = Mutex<[String: Cached<ContainerInfo?>]>([:])
+    /// How many API tokens, containers and verified web auth tokens each cache keeps: enough for
+    /// every tenant of a large deployment (an entry is ~200 bytes, so 100,000 are ~20 MB at most).
+    static let cacheCapacity = 100_000
+    private let tokens = Mutex(ExpiringCache<String, APITokenInfo?>(capacity: cacheCapacity))
+    private let containers = Mutex(ExpiringCache<String, ContainerInfo?>(capacity: cacheCapacity))
     /// Verified web auth tokens: token → (container id, user, expiry in seconds since the epoch).
-    private let sessions = Mutex<[String: (Int64, String, Int64)]>([:])
+    private let sessions = Mutex(ExpiringCache<String, (Int64, String, Int64)>(capacity: cacheCapacity))
     let cacheLifetime: Duration = .seconds(60)
 
     init(admin: AdminStore, sealer: TokenSealer, configuration: ServerConfiguration) {
@@ -54,10 +52,10 @@ final class Authenticator: Sendable {
     func container(named name: String) async throws -> ContainerInfo {
         try Names.validateContainer(name)
         let now = ContinuousClock.now
-        if let cached = containers.withLock({ $0[name] }), cached.expires > now, let value = cached.value { return value }
+        if let cached = containers.withLock({ $0.value(for: name, now: now) }), let value = cached { return value }
         let found = try await admin.container(named: name)
         // Containers are never deleted, so a found one is cached longer than a miss (which a create may soon fix).
-        containers.withLock { $0[name] = Cached(value: found, expires: now + (found == nil ? .seconds(2) : .seconds(30))) }
+        containers.withLock { $0.set(found, for: name, expires: now + (found == nil ? .seconds(2) : .seconds(30)), now: now) }
         guard let found else { throw StratusError(.notFound, "container '\(name)' does not exist; create it with 'stratus container create \(name)'") }
         return found
     }
@@ -66,18 +64,17 @@ final class Authenticator: Sendable {
     func apiToken(_ token: String) async throws -> APITokenInfo? {
         guard !token.isEmpty, token.utf8.count <= 200 else { return nil }
         let now = ContinuousClock.now
-        if let cached = tokens.withLock({ $0[token] }), cached.expires > now { return cached.value }
+        if let cached = tokens.withLock({ $0.value(for: token, now: now) }) { return cached }
         let info = try await admin.apiToken(hash: TokenSealer.hash(token))
-        tokens.withLock { entries in
-            if entries.count > 10_000 { entries.removeAll() }
-            entries[token] = Cached(value: info, expires: now + cacheLifetime)
-        }
+        // An unknown token is remembered briefly (a client retrying a bad token costs no reads),
+        // a known one for the cache lifetime.
+        tokens.withLock { $0.set(info, for: token, expires: now + (info == nil ? .seconds(5) : cacheLifetime), now: now) }
         return info
     }
 
     /// Drops a revoked token from the cache so it fails on its next use.
     func forget(tokenID: Int64) {
-        tokens.withLock { entries in entries = entries.filter { $0.value.value?.tokenID != tokenID } }
+        tokens.withLock { $0.removeAll { $0?.tokenID == tokenID } }
     }
 
     /// Authenticates a data-API request for `containerName`/`environmentSegment`.
@@ -107,7 +104,8 @@ final class Authenticator: Sendable {
         let container: Int64
         let user: String
         let expires: Int64
-        if let cached = sessions.withLock({ $0[token] }) {
+        let now = ContinuousClock.now
+        if let cached = sessions.withLock({ $0.value(for: token, now: now) }) {
             (container, user, expires) = cached
         } else {
             guard let payload = sealer.open(token, purpose: Self.webAuthPurpose),
@@ -116,10 +114,8 @@ final class Authenticator: Sendable {
                 throw StratusError(.authenticationFailed, "the ckWebAuthToken is not valid; sign in again")
             }
             (container, user, expires) = (c, u, x)
-            sessions.withLock { entries in
-                if entries.count >= 50_000 { entries.removeAll(keepingCapacity: true) }
-                entries[token] = (c, u, x)
-            }
+            // The token carries its own expiry (checked below); the cache entry only bounds memory.
+            sessions.withLock { $0.set((c, u, x), for: token, expires: now + cacheLifetime, now: now) }
         }
         guard container == containerID else {
             throw StratusError(.authenticationFailed, "the ckWebAuthToken was issued for another container; sign in to this one")
