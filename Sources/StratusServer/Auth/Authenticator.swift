@@ -54,8 +54,10 @@ final class Authenticator: Sendable {
         let now = ContinuousClock.now
         if let cached = containers.withLock({ $0.value(for: name, now: now) }), let value = cached { return value }
         let found = try await admin.container(named: name)
-        // Containers are never deleted, so a found one is cached longer than a miss (which a create may soon fix).
-        containers.withLock { $0.set(found, for: name, expires: now + (found == nil ? .seconds(2) : .seconds(30)), now: now) }
+        // A container is never deleted and what is cached of it never changes, so a found one is
+        // kept for an hour (a tenant calling now and then finds it cached); a miss for 2 seconds
+        // (a create may soon fix it).
+        containers.withLock { $0.set(found, for: name, expires: now + (found == nil ? .seconds(2) : .seconds(3600)), now: now) }
         guard let found else { throw StratusError(.notFound, "container '\(name)' does not exist; create it with 'stratus container create \(name)'") }
         return found
     }
