@@ -41,6 +41,17 @@ import FoundationNetworking
         }
     }
 
+    /// Polls `/health` for up to a minute; returns its last answer (200 once the server is up).
+    static func waitForHealth(_ server: String) async throws -> (Int, String)? {
+        var health: (Int, String)?
+        for _ in 0..<240 {
+            health = await get(server + "/health")
+            if health?.0 == 200 { break }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        return health
+    }
+
     /// Runs the CLI; returns exit status and combined output.
     static func cli(_ arguments: [String], server: String, token: String = "e2e-admin") async throws -> Subprocess.Output {
         var environment = ProcessInfo.processInfo.environment
@@ -65,12 +76,7 @@ import FoundationNetworking
         defer { if !stopped { kill(pid, SIGKILL); var status: Int32 = 0; waitpid(pid, &status, 0) } }
 
         // /health answers once the embedded cluster is up and migrated
-        var health: (Int, String)?
-        for _ in 0..<240 {
-            health = await Self.get(server + "/health")
-            if health?.0 == 200 { break }
-            try await Task.sleep(for: .milliseconds(250))
-        }
+        let health = try await Self.waitForHealth(server)
         let serveLog = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(health?.0 == 200, "server log: \(serveLog.suffix(2000))")
         #expect(health?.1.contains("\"status\":\"ok\"") == true)
@@ -163,12 +169,7 @@ import FoundationNetworking
                                        outputPath: log, environment: environment)
         var exited = false
         defer { if !exited { kill(pid, SIGKILL); var status: Int32 = 0; waitpid(pid, &status, 0) } }
-        var health: (Int, String)?
-        for _ in 0..<240 {
-            health = await Self.get(server + "/health")
-            if health?.0 == 200 { break }
-            try await Task.sleep(for: .milliseconds(250))
-        }
+        let health = try await Self.waitForHealth(server)
         try #require(health?.0 == 200, "server log: \(((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").suffix(2000))")
 
         // 1. A request head that never ends: the server closes the connection (cat sees EOF; a

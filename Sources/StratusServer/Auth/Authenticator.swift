@@ -34,7 +34,7 @@ final class Authenticator: Sendable {
     let sealer: TokenSealer
     let configuration: ServerConfiguration
     /// How many API tokens, containers and verified web auth tokens each cache keeps: enough for
-    /// every tenant of a large deployment (an entry is ~200 bytes, so 100,000 are ~20 MB at most).
+    /// every tenant of a large deployment (an entry is a key string and a few small fields).
     static let cacheCapacity = 100_000
     private let tokens = Mutex(ExpiringCache<String, APITokenInfo?>(capacity: cacheCapacity))
     private let containers = Mutex(ExpiringCache<String, ContainerInfo?>(capacity: cacheCapacity))
