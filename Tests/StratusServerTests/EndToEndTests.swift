@@ -41,6 +41,22 @@ import FoundationNetworking
         }
     }
 
+    /// A new empty folder under the temporary directory (the caller removes it).
+    static func scratchFolder(_ prefix: String) throws -> String {
+        let folder = NSTemporaryDirectory() + "\(prefix)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        return folder
+    }
+
+    /// This process's environment plus what `stratus serve` needs here: the admin token and the
+    /// repository's migrations.
+    static func serveEnvironment(adminToken: String) -> [String: String] {
+        var environment = ProcessInfo.processInfo.environment
+        environment["STRATUS_ADMIN_TOKEN"] = adminToken
+        environment["STRATUS_MIGRATIONS_DIR"] = TestCluster.repositoryRoot.appendingPathComponent("Migrations").path
+        return environment
+    }
+
     /// Polls `/health` for up to a minute; returns its last answer (200 once the server is up).
     static func waitForHealth(_ server: String) async throws -> (Int, String)? {
         var health: (Int, String)?
@@ -61,15 +77,12 @@ import FoundationNetworking
     }
 
     @Test func serveWithEmbeddedPostgresCLIAndWalkthrough() async throws {
-        let folder = NSTemporaryDirectory() + "stratus-e2e-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let folder = try Self.scratchFolder("stratus-e2e")
         defer { try? FileManager.default.removeItem(atPath: folder) }
         let port = Self.freePort()
         let server = "http://127.0.0.1:\(port)"
-        var environment = ProcessInfo.processInfo.environment
+        var environment = Self.serveEnvironment(adminToken: "e2e-admin")
         environment["STRATUS_DATABASE_URL"] = nil
-        environment["STRATUS_ADMIN_TOKEN"] = "e2e-admin"
-        environment["STRATUS_MIGRATIONS_DIR"] = TestCluster.repositoryRoot.appendingPathComponent("Migrations").path
         let log = folder + "/serve.log"
         let pid = try Subprocess.spawn([Self.binary, "serve", "--port", String(port), "--data-dir", folder + "/state"], outputPath: log, environment: environment)
         var stopped = false
@@ -153,14 +166,11 @@ import FoundationNetworking
     /// SIGTERM ends the process within `--shutdown-timeout` while a client still trickles a body.
     @Test func servedBinaryBoundsSlowClientsLockWaitsAndShutdown() async throws {
         let configuration = try await TestCluster.shared.newDatabase()
-        let folder = NSTemporaryDirectory() + "stratus-bounds-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let folder = try Self.scratchFolder("stratus-bounds")
         defer { try? FileManager.default.removeItem(atPath: folder) }
         let port = Self.freePort()
         let server = "http://127.0.0.1:\(port)"
-        var environment = ProcessInfo.processInfo.environment
-        environment["STRATUS_ADMIN_TOKEN"] = "bounds-admin"
-        environment["STRATUS_MIGRATIONS_DIR"] = TestCluster.repositoryRoot.appendingPathComponent("Migrations").path
+        let environment = Self.serveEnvironment(adminToken: "bounds-admin")
         let password = configuration.password.map { ":" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0) } ?? ""
         let url = "postgres://\(configuration.username)\(password)@\(configuration.host):\(configuration.port)/\(configuration.database)"
         let log = folder + "/serve.log"
