@@ -151,12 +151,50 @@ extension String {
     /// Whether the text holds U+0000 (scanned as contiguous UTF-8: field values run to a megabyte).
     var containsNUL: Bool {
         var text = self
-        return text.withUTF8 { $0.contains(0) }
+        return text.withUTF8 { bytes in bytes.baseAddress.map { memchr($0, 0, bytes.count) != nil } ?? false }
     }
 
     /// Whether every character is printable ASCII (space to `~`): such names need no Unicode check.
     var isPrintableASCII: Bool {
         var text = self
         return text.withUTF8 { bytes in !bytes.contains { $0 < 0x20 || $0 > 0x7E } }
+    }
+}
+
+/// Random (version 4) UUID strings drawn from the system's secure generator.
+///
+/// Foundation's `UUID()` on Linux opens, reads and closes `/dev/urandom` on every call: three
+/// system calls and a file descriptor per response id, measured at ~2% of the server's CPU on
+/// `records/lookup`. `SystemRandomNumberGenerator` reads from `getrandom(2)` without a descriptor.
+public enum RandomUUID {
+    /// `xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx` in upper case (`UUID().uuidString`'s form) or lower case.
+    public static func string(uppercase: Bool = false) -> String {
+        var generator = SystemRandomNumberGenerator()
+        let high = (generator.next() as UInt64) & 0xFFFF_FFFF_FFFF_0FFF | 0x0000_0000_0000_4000
+        let low = (generator.next() as UInt64) & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
+        let digits: StaticString = uppercase ? "0123456789ABCDEF" : "0123456789abcdef"
+        return String(unsafeUninitializedCapacity: 36) { buffer in
+            digits.withUTF8Buffer { hex in
+                var position = 0
+                func put(_ value: UInt64, nibbles: Int) {
+                    var shift = (nibbles - 1) * 4
+                    while shift >= 0 {
+                        buffer[position] = hex[Int((value >> UInt64(shift)) & 0xF)]
+                        position += 1
+                        shift -= 4
+                    }
+                }
+                func dash() {
+                    buffer[position] = UInt8(ascii: "-")
+                    position += 1
+                }
+                put(high >> 32, nibbles: 8); dash()
+                put(high >> 16, nibbles: 4); dash()
+                put(high, nibbles: 4); dash()
+                put(low >> 48, nibbles: 4); dash()
+                put(low, nibbles: 12)
+            }
+            return 36
+        }
     }
 }

@@ -6,7 +6,7 @@ import StratusCore
 @main
 struct Stratus: AsyncParsableCommand {
     static func main() async {
-        LoggingSystem.bootstrap(StreamLogHandler.standardError)
+        LoggingSystem.bootstrap(StderrLogHandler.init)
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? any AsyncParsableCommand {

@@ -16,14 +16,23 @@ public struct JSONParser {
         public var description: String { "invalid JSON at line \(line), column \(column): \(message)" }
     }
 
-    private let bytes: [UInt8]
+    // The document's bytes, borrowed for the length of `parse` (no bounds checks or reference
+    // counting on each read, as an array would have).
+    private let bytes: UnsafeBufferPointer<UInt8>
     private var index = 0
     private var depth = 0
 
-    private init(bytes: [UInt8]) { self.bytes = bytes }
+    private init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
     /// Parses one JSON document that must fill all of `bytes` (surrounding white space allowed).
     public static func parse(_ bytes: [UInt8]) throws(Failure) -> JSON {
+        let result: Result<JSON, Failure> = bytes.withUnsafeBufferPointer { buffer in
+            Result { () throws(Failure) -> JSON in try parse(buffer) }
+        }
+        return try result.get()
+    }
+
+    private static func parse(_ bytes: UnsafeBufferPointer<UInt8>) throws(Failure) -> JSON {
         var parser = JSONParser(bytes: bytes)
         parser.skipWhitespace()
         if parser.index >= bytes.count { throw parser.failure("the body is empty; expected a JSON object") }
@@ -176,16 +185,19 @@ public struct JSONParser {
         // Fast path: no escapes, so the string is the bytes between the quotes (one allocation,
         // none for short strings, instead of a byte array and then a string).
         var end = index
+        var highBits: UInt8 = 0
         while end < bytes.count {
             let byte = bytes[end]
             if byte == UInt8(ascii: "\"") {
-                guard let text = String(validating: bytes[index..<end], as: UTF8.self) else {
-                    throw failure("string is not valid UTF-8", at: start)
-                }
+                let run = UnsafeBufferPointer(rebasing: bytes[index..<end])
+                // ASCII needs no validation; anything else must be well-formed UTF-8.
+                let text = highBits < 0x80 ? String(decoding: run, as: UTF8.self) : String(validating: run, as: UTF8.self)
+                guard let text else { throw failure("string is not valid UTF-8", at: start) }
                 index = end + 1
                 return text
             }
             if byte == UInt8(ascii: "\\") || byte < 0x20 { break }
+            highBits |= byte
             end += 1
         }
         var utf8: [UInt8] = []

@@ -42,6 +42,13 @@ public struct ModifyRequest: Sendable {
     public var atomic: Bool
     public var desiredKeys: Set<String>?
     public var numbersAsStrings: Bool
+
+    /// The keys to return for operation `index`: its own `desiredKeys`, else the request's.
+    /// (Reads the one property in place instead of copying the whole operation out of its `Result`.)
+    public func desiredKeys(ofOperation index: Int) -> Set<String>? {
+        if case .success(let operation) = operations[index], let own = operation.desiredKeys { return own }
+        return desiredKeys
+    }
     /// Decodes the structure of a `records/modify` body. Field values stay raw until
     /// ``ModifyPlanner/plan(_:current:schema:allowSchemaChanges:caller:now:render:)`` knows each record's type.
     ///

@@ -21,7 +21,7 @@ extension StratusApp {
         let db = try request.database(requireUser: true)
         let zone = try request.zoneName(request.body["zoneID"])
         let body = JSON.object(request.body)
-        let decoded = try ModifyRequest.decode(body, newRecordName: { UUID().uuidString })
+        let decoded = try ModifyRequest.decode(body, newRecordName: { RandomUUID.string(uppercase: true) })
         let caller = db.owner.isEmpty ? (request.caller.user ?? "") : db.owner
         let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings)
         let results = try await records.modify(db, zone: zone, request: decoded, caller: caller, now: now(),
@@ -30,9 +30,8 @@ extension StratusApp {
         let items: [JSON] = results.enumerated().map { index, result in
             switch result {
             case .saved(let record):
-                let desired = (try? decoded.operations[index].get().desiredKeys) ?? nil
                 var itemRendering = rendering
-                itemRendering.desiredKeys = desired ?? decoded.desiredKeys
+                itemRendering.desiredKeys = decoded.desiredKeys(ofOperation: index)
                 return record.wireJSON(itemRendering)
             case .deleted(let name):
                 return ["recordName": .string(name), "deleted": true]

@@ -44,4 +44,4 @@ extension StratusError {
 }
 
 /// A new request/error id.
-func newUUID() -> String { UUID().uuidString.lowercased() }
+func newUUID() -> String { RandomUUID.string() }
