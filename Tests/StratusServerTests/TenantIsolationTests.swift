@@ -154,4 +154,39 @@ import Testing
             #expect((plans[Prepared.LockZoneAndRecords.name] ?? 0) >= 4, "\(plans)")
         }
     }
+
+    /// The change feed's statement must stay on its generic plan. With PostgreSQL left to choose,
+    /// the feed's LIMIT parameter made custom plans look cheaper in busy zones, and it re-planned
+    /// ~29% of pages at ~0.5 ms each; the pool now sets `plan_cache_mode = force_generic_plan`.
+    /// (PostgreSQL always builds custom plans for a statement's first five runs when left to
+    /// choose, so `custom_plans` is 0 only with the setting.)
+    @Test func changeFeedsAreNeverReplanned() async throws {
+        try await Harness.run(poolSize: 1) { harness in
+            let b = try await harness.container().signedUp()
+            let zoneCreated = try await b.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Feed"]]]]])
+            #expect(zoneCreated.status == 200)
+            let created = try await b.modify("private", zone: "Feed", (0..<30).map { op("create", "c-\($0)", fields: ["title": ["value": .string("t\($0)")]]) })
+            #expect(created.status == 200)
+            var token: JSON?
+            var seen = 0
+            for _ in 0..<8 {
+                var zone: JSON = ["zoneID": ["zoneName": "Feed"], "resultsLimit": 4]
+                if let token { zone = ["zoneID": ["zoneName": "Feed"], "resultsLimit": 4, "syncToken": token] }
+                let page = try await b.post("private", "changes/zone", ["zones": [zone]])
+                #expect(page.status == 200, "\(page.json)")
+                let result = page.json["zones"]?.arrayValue?.first
+                seen += result?["records"]?.arrayValue?.count ?? 0
+                token = result?["syncToken"]
+            }
+            #expect(seen == 30)
+            let plans = try await harness.database.withConnection { connection in
+                try await connection.rows("""
+                    SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE '%pg_snapshot_xip%'
+                    """, logger: TestCluster.logger).map { try $0.decode((Int64, Int64).self) }
+            }
+            #expect(!plans.isEmpty)
+            #expect(plans.allSatisfy { $0.1 == 0 }, "custom plans were built: \(plans)")
+            #expect(plans.map(\.0).reduce(0, +) >= 8, "\(plans)")
+        }
+    }
 }
