@@ -1,3 +1,25 @@
+/// Where ``JSONWriter`` puts its bytes: an array, or ``JSONByteCount`` when only the length is
+/// wanted, so that measuring and writing follow one set of encoding rules.
+public protocol JSONOutput {
+    mutating func append(_ byte: UInt8)
+    mutating func append<S: Sequence>(contentsOf bytes: S) where S.Element == UInt8
+}
+
+extension Array: JSONOutput where Element == UInt8 {}
+
+/// Counts the bytes ``JSONWriter`` would write, without storing them.
+public struct JSONByteCount: JSONOutput {
+    public private(set) var count = 0
+
+    public init() {}
+
+    public mutating func append(_ byte: UInt8) { count += 1 }
+
+    public mutating func append<S: Sequence>(contentsOf bytes: S) where S.Element == UInt8 {
+        count += bytes.withContiguousStorageIfAvailable { $0.count } ?? bytes.reduce(0) { total, _ in total + 1 }
+    }
+}
+
 /// Serialises ``JSON`` values compactly, with object keys in sorted order so that equal values
 /// always produce equal bytes.
 public enum JSONWriter {
@@ -15,7 +37,7 @@ public enum JSONWriter {
     }
 
     /// Appends the encoding of `value` to `out`.
-    public static func write(_ value: JSON, into out: inout [UInt8]) {
+    public static func write<Out: JSONOutput>(_ value: JSON, into out: inout Out) {
         switch value {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let flag): out.append(contentsOf: (flag ? "true" : "false").utf8)
@@ -44,7 +66,7 @@ public enum JSONWriter {
     }
 
     /// Writes a finite double in its shortest round-trip form (`1.0` stays distinguishable from `1`).
-    public static func writeDouble(_ number: Double, into out: inout [UInt8]) {
+    public static func writeDouble<Out: JSONOutput>(_ number: Double, into out: inout Out) {
         guard number.isFinite else {
             out.append(contentsOf: "null".utf8)
             return
@@ -55,7 +77,7 @@ public enum JSONWriter {
     }
 
     /// Writes `text` as a JSON string literal. Runs of bytes that need no escape are copied whole.
-    public static func writeString(_ text: String, into out: inout [UInt8]) {
+    public static func writeString<Out: JSONOutput>(_ text: String, into out: inout Out) {
         out.append(UInt8(ascii: "\""))
         var text = text
         text.withUTF8 { bytes in
@@ -72,22 +94,7 @@ public enum JSONWriter {
         out.append(UInt8(ascii: "\""))
     }
 
-    /// The length `writeString` writes for `text`, quotes included.
-    public static func stringByteCount(_ text: String) -> Int {
-        var text = text
-        return text.withUTF8 { bytes in
-            var count = 2 + bytes.count
-            for byte in bytes where byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") {
-                switch byte {
-                case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x0A, 0x0D, 0x09: count += 1
-                default: count += 5
-                }
-            }
-            return count
-        }
-    }
-
-    static func writeEscape(_ byte: UInt8, into out: inout [UInt8]) {
+    static func writeEscape<Out: JSONOutput>(_ byte: UInt8, into out: inout Out) {
         out.append(0x5C)
         switch byte {
         case UInt8(ascii: "\""), UInt8(ascii: "\\"): out.append(byte)
