@@ -4,7 +4,9 @@ SELECT z.zone_id, (SELECT array_agg(x::text::bigint) FROM pg_snapshot_xip(pg_cur
   LEFT JOIN LATERAL (
     (SELECT 0 AS part, change_xid AS feed_xid, change_seq AS feed_seq,
             record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted
-       FROM records WHERE container_id = z.container_id AND zone_id = z.zone_id AND change_xid = ANY('{}'::bigint[]))
+       FROM unnest('{}'::bigint[]) AS pending(xid)
+       CROSS JOIN LATERAL (SELECT * FROM records WHERE container_id = z.container_id AND zone_id = z.zone_id
+                             AND change_xid = pending.xid OFFSET 0) AS in_flight)
     UNION ALL
     (SELECT 1 AS part, change_xid AS feed_xid, change_seq AS feed_seq,
             record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted

@@ -45,10 +45,16 @@ extension RecordStore {
         let xid = binds.bind(cursor.position.xid)
         let seq = binds.bind(cursor.position.seq)
         let inFlightXids = binds.bind(cursor.pending)
+        // Part 0 re-reads the rows of transactions that were in flight at the last page. It probes
+        // the change index once per such transaction, usually none (`OFFSET 0` keeps the planner
+        // from flattening the probe into a join). Written as `change_xid = ANY(array)`, the
+        // generic plan could not know the array's length, and in a small table it scanned the
+        // whole table, other tenants' rows included (a test checks the plan).
         let feed = """
             LEFT JOIN LATERAL (
-                (SELECT 0 AS part, change_xid AS feed_xid, change_seq AS feed_seq, \(columns) \(source)
-                 AND change_xid = ANY(\(inFlightXids)::bigint[]))
+                (SELECT 0 AS part, change_xid AS feed_xid, change_seq AS feed_seq, \(columns)
+                 FROM unnest(\(inFlightXids)::bigint[]) AS pending(xid)
+                 CROSS JOIN LATERAL (SELECT * \(source) AND change_xid = pending.xid OFFSET 0) AS in_flight)
                 UNION ALL
                 (SELECT 1 AS part, change_xid AS feed_xid, change_seq AS feed_seq, \(columns) \(source)
                  AND (change_xid, change_seq) > (\(xid), \(seq))

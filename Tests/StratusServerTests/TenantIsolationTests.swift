@@ -99,6 +99,75 @@ import Testing
         }
     }
 
+    /// The change feed's statement, as the service prepared it, must read none of another
+    /// container's rows either: B's zone of the same name holds 2,000 records, A's 20.
+    @Test func changeFeedsReadNoOtherContainersRows() async throws {
+        try await Harness.run(poolSize: 1) { harness in
+            let a = try await harness.container().signedUp()
+            let b = try await harness.container().signedUp()
+            for session in [a, b] {
+                let zone = try await session.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Feed"]]]]])
+                #expect(zone.status == 200)
+            }
+            for batch in 0..<10 {
+                let created = try await b.modify("private", zone: "Feed", (0..<200).map { op("create", "b-\(batch)-\($0)", fields: ["title": ["value": "same"]]) })
+                #expect(created.status == 200)
+            }
+            let created = try await a.modify("private", zone: "Feed", (0..<20).map { op("create", "a-\($0)", fields: ["title": ["value": "same"]]) })
+            #expect(created.status == 200)
+            _ = try await harness.database.withConnection { try await $0.query("ANALYZE", logger: TestCluster.logger) }
+
+            let page = try await a.post("private", "changes/zone", ["zones": [["zoneID": ["zoneName": "Feed"], "resultsLimit": 200]]])
+            #expect(page.json["zones"]?.arrayValue?.first?["records"]?.arrayValue?.count == 20, "\(page.json)")
+
+            // The statement that page ran, on the pool's only connection, run again under EXPLAIN with A's
+            // values: with no transaction in flight, and with the one that wrote A's records (part 0 re-reads it).
+            let plans = try await harness.database.withConnection { connection in
+                let zone = try await connection.rows("""
+                    SELECT z.container_id, z.owner, (SELECT min(change_xid) FROM records r WHERE r.container_id = z.container_id AND r.zone_id = z.zone_id)
+                    FROM zones z JOIN containers c USING (container_id)
+                    WHERE c.name = \(a.container) AND z.zone_name = 'Feed'
+                    """, logger: TestCluster.logger)
+                let (containerID, owner, writer) = try zone[0].decode((Int64, String, Int64).self)
+                let statements = try await connection.rows("""
+                    SELECT name FROM pg_prepared_statements WHERE statement LIKE '%pg_snapshot_xip%' AND statement LIKE '%FROM records%'
+                    """, logger: TestCluster.logger)
+                #expect(statements.count == 1)
+                let name = try statements[0].decode(String.self)
+                var plans: [String] = []
+                for inFlight in ["{}", "{\(writer)}"] {
+                    let explain = PostgresQuery(unsafeSQL: """
+                        EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE "\(name)"(\(containerID), \(ContainerEnvironment.development.code), \(DatabaseScope.private.code), '\(owner)', 'Feed', 0, 0, '\(inFlight)', 201)
+                        """)
+                    plans.append(try await connection.rows(explain, logger: TestCluster.logger).first!.decode(String.self))
+                }
+                return plans
+            }
+            for (index, planText) in plans.enumerated() {
+                // Only the scans of `records` (the zone row and the in-flight list are scans too).
+                var rows: Int64 = 0
+                var removed: Int64 = 0
+                var types: [String] = []
+                func visit(_ node: JSON) {
+                    if node["Relation Name"]?.stringValue == "records" {
+                        types.append(node["Node Type"]?.stringValue ?? "")
+                        let loops: Int64 = { if case .int(let n)? = node["Actual Loops"] { return n } else { return 1 } }()
+                        if case .int(let n)? = node["Actual Rows"] { rows += n * loops }
+                        for key in ["Rows Removed by Filter", "Rows Removed by Index Recheck"] {
+                            if case .int(let n)? = node[key] { removed += n * loops }
+                        }
+                    }
+                    for child in node["Plans"]?.arrayValue ?? [] { visit(child) }
+                }
+                for entry in try JSONParser.parse(planText).arrayValue ?? [] { if let root = entry["Plan"] { visit(root) } }
+                #expect(!types.contains("Seq Scan"), "\(types)")
+                // A's 20 records, read once by the page, and once more as in flight in the second plan.
+                #expect(rows == Int64(20 * (index + 1)), "the plan did not read A's records as expected: \(planText)")
+                #expect(removed == 0, "scans removed \(removed) rows; plan: \(planText)")
+            }
+        }
+    }
+
     /// The hottest statements must be planned once per connection and then served from
     /// PostgreSQL's plan cache. A names array bound straight into `ANY($6)` let every custom
     /// plan see the array's length and look cheaper than the generic plan, so PostgreSQL planned
