@@ -73,7 +73,7 @@ public struct DatabaseConfiguration: Sendable {
         // choose (`auto`), PostgreSQL built a fresh custom plan for 29% of change-feed reads (their
         // LIMIT parameter makes the generic estimate depend on the zone's size), at ~0.5 ms of
         // planning each: forcing the generic plan cut PostgreSQL's CPU per `changes/zone` page
-        // from ~1,200 to ~700 µs (README, Performance). The risk it takes: a value-skewed
+        // from ~1,000–1,150 to ~620 µs (README, Performance). The risk it takes: a value-skewed
         // predicate (a rare against a common indexed value) no longer gets a plan of its own.
         configuration.options.additionalStartupParameters = [("plan_cache_mode", "force_generic_plan")]
         if let lockTimeout {

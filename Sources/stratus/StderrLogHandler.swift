@@ -43,8 +43,9 @@ struct StderrLogHandler: LogHandler {
     private static func timestamp() -> String {
         var buffer = [CChar](repeating: 0, count: 64)
         var now = time(nil)
-        guard let local = localtime(&now) else { return "<unknown>" }
-        strftime(&buffer, buffer.count, "%Y-%m-%dT%H:%M:%S%z", local)
+        var local = tm()
+        guard localtime_r(&now, &local) != nil else { return "<unknown>" }
+        strftime(&buffer, buffer.count, "%Y-%m-%dT%H:%M:%S%z", &local)
         return String(cString: buffer)
     }
 }
