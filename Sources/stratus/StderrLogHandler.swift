@@ -7,7 +7,7 @@ import Logging
 /// `StreamLogHandler` re-renders (sorts and joins) its whole metadata dictionary every time a
 /// key is set. Hummingbird sets a request id on every request, and PostgresNIO a connection id
 /// on every query, so at the default `info` level the server paid that cost on each request
-/// (about 2% of its CPU on `records/lookup` in `perf`) for lines it never wrote.
+/// (~1.4% of its CPU on `records/lookup` in `perf`) for lines it never wrote.
 struct StderrLogHandler: LogHandler {
     private let label: String
     var logLevel: Logger.Level = .info

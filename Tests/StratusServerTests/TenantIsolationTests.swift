@@ -9,13 +9,16 @@ import Testing
 /// tenants' data. EXPLAIN ANALYZE of the SQL the service runs must read none of another
 /// container's rows, however many there are.
 @Suite struct TenantIsolationTests {
-    /// Sums the rows every scan node produced and removed, and lists the node types.
-    func scanStatistics(_ plan: JSON) -> (rows: Int64, removed: Int64, nodes: [String], conditions: [String]) {
+    /// Sums the rows every scan node produced and removed, and lists the node types; with
+    /// `relation`, only the nodes that read that table.
+    func scanStatistics(_ plan: JSON, relation: String? = nil) -> (rows: Int64, removed: Int64, nodes: [String], conditions: [String]) {
         var rows: Int64 = 0
         var removed: Int64 = 0
         var nodes: [String] = []
         var conditions: [String] = []
         func visit(_ node: JSON) {
+            defer { for child in node["Plans"]?.arrayValue ?? [] { visit(child) } }
+            if let relation, node["Relation Name"]?.stringValue != relation { return }
             let type = node["Node Type"]?.stringValue ?? ""
             // The zone row is found by name in the same statement; in the test's few-row zones table a
             // sequential scan is the planner's right choice and reads no records.
@@ -33,7 +36,6 @@ import Testing
                     if case .int(let n)? = node[key] { removed += n * loops }
                 }
             }
-            for child in node["Plans"]?.arrayValue ?? [] { visit(child) }
         }
         for entry in plan.arrayValue ?? [] { if let root = entry["Plan"] { visit(root) } }
         return (rows, removed, nodes, conditions)
@@ -145,21 +147,8 @@ import Testing
             }
             for (index, planText) in plans.enumerated() {
                 // Only the scans of `records` (the zone row and the in-flight list are scans too).
-                var rows: Int64 = 0
-                var removed: Int64 = 0
-                var types: [String] = []
-                func visit(_ node: JSON) {
-                    if node["Relation Name"]?.stringValue == "records" {
-                        types.append(node["Node Type"]?.stringValue ?? "")
-                        let loops: Int64 = { if case .int(let n)? = node["Actual Loops"] { return n } else { return 1 } }()
-                        if case .int(let n)? = node["Actual Rows"] { rows += n * loops }
-                        for key in ["Rows Removed by Filter", "Rows Removed by Index Recheck"] {
-                            if case .int(let n)? = node[key] { removed += n * loops }
-                        }
-                    }
-                    for child in node["Plans"]?.arrayValue ?? [] { visit(child) }
-                }
-                for entry in try JSONParser.parse(planText).arrayValue ?? [] { if let root = entry["Plan"] { visit(root) } }
+                let stats = scanStatistics(try JSONParser.parse(planText), relation: "records")
+                let (rows, removed, types) = (stats.rows, stats.removed, stats.nodes)
                 #expect(!types.contains("Seq Scan"), "\(types)")
                 // A's 20 records, read once by the page, and once more as in flight in the second plan.
                 #expect(rows == Int64(20 * (index + 1)), "the plan did not read A's records as expected: \(planText)")

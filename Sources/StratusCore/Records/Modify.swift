@@ -44,7 +44,6 @@ public struct ModifyRequest: Sendable {
     public var numbersAsStrings: Bool
 
     /// The keys to return for operation `index`: its own `desiredKeys`, else the request's.
-    /// (Reads the one property in place instead of copying the whole operation out of its `Result`.)
     public func desiredKeys(ofOperation index: Int) -> Set<String>? {
         if case .success(let operation) = operations[index], let own = operation.desiredKeys { return own }
         return desiredKeys
