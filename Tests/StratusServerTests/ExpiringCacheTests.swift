@@ -48,6 +48,27 @@ import Testing
         #expect(cache.value(for: 9_999, now: now) == 0)
     }
 
+    /// When only a few entries have expired, a full cache still frees a quarter of itself or
+    /// more, so the next new keys do not each pay for rebuilding it.
+    @Test func aFullCacheFreesAtLeastAQuarter() {
+        var cache = ExpiringCache<Int, Int>(capacity: 100)
+        cache.set(0, for: 0, expires: now + .seconds(1), now: now)
+        for key in 1..<100 { cache.set(key, for: key, expires: now + .seconds(60), now: now) }
+        let later = now + .seconds(2)
+        cache.set(100, for: 100, expires: later + .seconds(60), now: later)
+        #expect(cache.count <= 76)
+        #expect(cache.value(for: 100, now: later) == 100)
+        // The next quarter of new keys go in without another rebuild: each adds exactly one entry.
+        var inserted = 0
+        while cache.count < 100, inserted < 100 {
+            let before = cache.count
+            cache.set(inserted, for: 1_000 + inserted, expires: later + .seconds(60), now: later)
+            #expect(cache.count == before + 1)
+            inserted += 1
+        }
+        #expect(inserted >= 24)
+    }
+
     @Test func removeAllWhere() {
         var cache = ExpiringCache<String, Int?>(capacity: 8)
         cache.set(7, for: "seven", expires: now + .seconds(60), now: now)

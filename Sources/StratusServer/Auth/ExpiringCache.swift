@@ -1,7 +1,8 @@
 /// A bounded map whose entries expire. When it is full, an insert first drops the expired
-/// entries and then, if it is still full, an arbitrary half of the rest: never everything at
-/// once, so a working set larger than the bound still mostly hits, and a flood of new keys
-/// (say, made-up tokens) cannot grow it without limit.
+/// entries and then, if that freed less than a quarter of it, an arbitrary half of the rest:
+/// never everything at once, so a working set larger than the bound still mostly hits, and a
+/// flood of new keys (say, made-up tokens) cannot grow it without limit. Each such rebuild
+/// frees at least a quarter, so the O(n) rebuild runs at most once per `capacity / 4` new keys.
 struct ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     private var entries: [Key: (value: Value, expires: ContinuousClock.Instant)] = [:]
     let capacity: Int
@@ -22,7 +23,7 @@ struct ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     mutating func set(_ value: Value, for key: Key, expires: ContinuousClock.Instant, now: ContinuousClock.Instant) {
         if entries.count >= capacity, entries[key] == nil {
             entries = entries.filter { $0.value.expires > now }
-            if entries.count >= capacity {
+            if entries.count > capacity * 3 / 4 {
                 var kept = 0
                 entries = entries.filter { _ in
                     kept += 1
