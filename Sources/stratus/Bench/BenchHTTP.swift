@@ -236,15 +236,34 @@ final class BenchLoop {
     /// Nil while incomplete. Handles Content-Length and chunked bodies.
     static func parse(_ bytes: [UInt8]) -> (Int, Range<Int>, Int)? {
         guard let headerEnd = find([13, 10, 13, 10], in: bytes, from: 0) else { return nil }
-        let head = String(decoding: bytes[0..<headerEnd], as: UTF8.self)
-        let lines = head.split(separator: "\r\n")
-        let status = lines.first.flatMap { Int($0.split(separator: " ").dropFirst().first ?? "") } ?? 0
+        // Read on bytes, not Strings: splitting and lowercasing the head as text was most of the
+        // generator's CPU per lookup.
+        func number(from start: Int, to end: Int, radix: Int = 10) -> Int {
+            var value = 0
+            var index = start
+            while index < end, bytes[index] == UInt8(ascii: " ") { index += 1 }
+            while index < end, let digit = hexDigit(bytes[index]), digit < radix {
+                value = value * radix + digit
+                index += 1
+            }
+            return value
+        }
+        func hasPrefix(_ name: [UInt8], at start: Int) -> Bool {
+            guard start + name.count <= headerEnd else { return false }
+            for offset in 0..<name.count where bytes[start + offset] | 0x20 != name[offset] { return false }
+            return true
+        }
+        let statusStart = (find([UInt8(ascii: " ")], in: bytes[0..<headerEnd], from: 0) ?? headerEnd) + 1
+        let status = number(from: statusStart, to: headerEnd)
         var length = 0
         var chunked = false
-        for line in lines.dropFirst() {
-            let lower = line.lowercased()
-            if lower.hasPrefix("content-length:") { length = Int(lower.dropFirst(15).trimmingCharacters(in: .whitespaces)) ?? 0 }
-            if lower.hasPrefix("transfer-encoding:") && lower.contains("chunked") { chunked = true }
+        var line = (find([13, 10], in: bytes, from: 0) ?? headerEnd) + 2
+        while line < headerEnd {
+            let lineEnd = find([13, 10], in: bytes, from: line) ?? headerEnd
+            if hasPrefix(contentLengthName, at: line) { length = number(from: line + contentLengthName.count, to: lineEnd) }
+            if hasPrefix(transferEncodingName, at: line),
+               find(Array("chunked".utf8), in: bytes[line..<lineEnd], from: 0) != nil { chunked = true }
+            line = lineEnd + 2
         }
         let bodyStart = headerEnd + 4
         guard chunked else {
@@ -255,10 +274,22 @@ final class BenchLoop {
         var position = bodyStart
         while true {
             guard let lineEnd = find([13, 10], in: bytes, from: position) else { return nil }
-            let size = Int(String(decoding: bytes[position..<lineEnd], as: UTF8.self).split(separator: ";").first ?? "", radix: 16) ?? 0
+            let size = number(from: position, to: lineEnd, radix: 16)
             position = lineEnd + 2 + size + 2
             guard bytes.count >= position else { return nil }
             if size == 0 { return (status, bodyStart..<position, position) }
+        }
+    }
+
+    private static let contentLengthName = Array("content-length:".utf8)
+    private static let transferEncodingName = Array("transfer-encoding:".utf8)
+
+    private static func hexDigit(_ byte: UInt8) -> Int? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return Int(byte - UInt8(ascii: "0"))
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return Int(byte - UInt8(ascii: "a")) + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return Int(byte - UInt8(ascii: "A")) + 10
+        default: return nil
         }
     }
 
