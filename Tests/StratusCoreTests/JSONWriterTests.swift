@@ -28,6 +28,23 @@ import Testing
         #expect(direct == encoded, "\(value)")
     }
 
+    /// Responses are written once into memory of the size `byteCount` measured: the bytes must be
+    /// those `bytes` gives, for every kind of value, and the count exact (or the write traps).
+    @Test(arguments: [
+        JSON.null, true, 0, -7, 1.5, "", "quote\" backslash\\ nul\u{00} é 🚀",
+        .raw(Array(#"{"a":1}"#.utf8)),
+        ["records": [.raw(Array(#"{"r":"x"}"#.utf8)), ["b": [1, 2.25, nil, "s\n"], "a": [:]]], "moreComing": false, "zoneID": ["zoneName": "z\"1"]],
+    ] as [JSON])
+    func exactSizeWritingMatchesTheWriter(_ value: JSON) {
+        let expected = JSONWriter.bytes(value)
+        let size = JSONWriter.byteCount(value)
+        #expect(size == expected.count)
+        let memory = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 1)
+        defer { memory.deallocate() }
+        JSONWriter.write(value, exactly: size, into: memory)
+        #expect(Array(memory) == expected)
+    }
+
     /// `Record.encodeFields` writes the fields object directly; it must equal the generic writer's
     /// output (keys sorted), which the read paths splice into responses as is.
     @Test func encodedFieldsMatchTheGenericWriter() throws {

@@ -20,6 +20,30 @@ public struct JSONByteCount: JSONOutput {
     }
 }
 
+/// Writes into memory sized beforehand with ``JSONByteCount`` (see ``JSONWriter/write(_:exactly:into:)``).
+struct JSONFixedOutput: JSONOutput {
+    let memory: UnsafeMutableRawBufferPointer
+    var count = 0
+
+    mutating func append(_ byte: UInt8) {
+        memory[count] = byte
+        count += 1
+    }
+
+    mutating func append<S: Sequence>(contentsOf bytes: S) where S.Element == UInt8 {
+        let copied = bytes.withContiguousStorageIfAvailable { source -> Int in
+            let target = UnsafeMutableRawBufferPointer(rebasing: memory[count..<(count + source.count)])
+            target.copyMemory(from: UnsafeRawBufferPointer(source))
+            return source.count
+        }
+        if let copied {
+            count += copied
+        } else {
+            for byte in bytes { append(byte) }
+        }
+    }
+}
+
 /// Serialises ``JSON`` values compactly, with object keys in sorted order so that equal values
 /// always produce equal bytes.
 public enum JSONWriter {
@@ -29,6 +53,24 @@ public enum JSONWriter {
         out.reserveCapacity(256)
         write(value, into: &out)
         return out
+    }
+
+    /// The number of bytes ``write(_:into:)`` writes for `value`.
+    public static func byteCount(_ value: JSON) -> Int {
+        var counter = JSONByteCount()
+        write(value, into: &counter)
+        return counter.count
+    }
+
+    /// Writes `value` into `memory`, which must hold exactly ``byteCount(_:)`` bytes, the count
+    /// passed as `size`. Large responses are written once into memory of their final size: growing
+    /// an array by doubling and then copying it into the response buffer cost ~10% of the server's
+    /// CPU on 100-record pages (copies, and page faults on fresh memory).
+    public static func write(_ value: JSON, exactly size: Int, into memory: UnsafeMutableRawBufferPointer) {
+        precondition(memory.count == size, "the memory must have the size byteCount(_:) measured")
+        var out = JSONFixedOutput(memory: memory)
+        write(value, into: &out)
+        precondition(out.count == size, "JSONWriter wrote \(out.count) bytes where it counted \(size)")
     }
 
     /// The text of `value`.

@@ -7,8 +7,13 @@ extension Response {
     static func json(_ value: JSON, status: HTTPResponse.Status = .ok, headers extra: HTTPFields = [:]) -> Response {
         var headers: HTTPFields = [.contentType: "application/json; charset=utf-8"]
         headers.append(contentsOf: extra)
-        let bytes = JSONWriter.bytes(value)
-        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(bytes: bytes)))
+        let size = JSONWriter.byteCount(value)
+        var buffer = ByteBufferAllocator().buffer(capacity: size)
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: size) { memory in
+            JSONWriter.write(value, exactly: size, into: UnsafeMutableRawBufferPointer(rebasing: memory[0..<size]))
+            return size
+        }
+        return Response(status: status, headers: headers, body: ResponseBody(byteBuffer: buffer))
     }
 }
 
