@@ -45,6 +45,37 @@ import Testing
         #expect(Array(memory) == expected)
     }
 
+    /// `writeString` looks for bytes to escape eight at a time: every byte that needs an escape
+    /// must be found wherever it sits in a word, also after multi-byte characters and next to
+    /// bytes that are close to it in value (0x1F, 0x20, 0x21, 0x23, 0x5B, 0x5D, 0x7F, 0x80…).
+    @Test func escapesAreFoundAtEveryPositionOfAWord() throws {
+        let neighbours: [UInt8] = [0x1F, 0x20, 0x21, 0x22, 0x23, 0x5B, 0x5C, 0x5D, 0x7F, 0x00, 0x0A]
+        let filler = Array("ab é 日 🚀 xyz 0123456789".utf8)
+        for special in neighbours {
+            for position in 0..<24 {
+                var bytes = filler
+                bytes.insert(special, at: position)
+                let text = String(decoding: bytes, as: UTF8.self)
+                var written: [UInt8] = []
+                JSONWriter.writeString(text, into: &written)
+                // The byte-by-byte rule: escape below 0x20, '"' and '\\'; copy every other byte.
+                var expected: [UInt8] = [UInt8(ascii: "\"")]
+                for byte in Array(text.utf8) {
+                    switch byte {
+                    case UInt8(ascii: "\""), UInt8(ascii: "\\"): expected += [0x5C, byte]
+                    case 0x0A: expected += Array("\\n".utf8)
+                    case 0x00: expected += Array("\\u0000".utf8)
+                    case 0x1F: expected += Array("\\u001f".utf8)
+                    default: expected.append(byte)
+                    }
+                }
+                expected.append(UInt8(ascii: "\""))
+                #expect(written == expected, "byte \(special) at \(position)")
+                #expect(try JSONParser.parse(written) == .string(text))
+            }
+        }
+    }
+
     /// `Record.encodeFields` writes the fields object directly; it must equal the generic writer's
     /// output (keys sorted), which the read paths splice into responses as is.
     @Test func encodedFieldsMatchTheGenericWriter() throws {

@@ -118,22 +118,54 @@ public enum JSONWriter {
         out.append(contentsOf: text.utf8)
     }
 
-    /// Writes `text` as a JSON string literal. Runs of bytes that need no escape are copied whole.
+    /// Writes `text` as a JSON string literal. Runs of bytes that need no escape are copied whole;
+    /// the scan for the next byte to escape reads eight bytes at a time (stored records carry
+    /// kilobyte strings that are counted and written on every write).
     public static func writeString<Out: JSONOutput>(_ text: String, into out: inout Out) {
         out.append(UInt8(ascii: "\""))
         var text = text
         text.withUTF8 { bytes in
             var runStart = 0
-            for index in 0..<bytes.count {
-                let byte = bytes[index]
-                guard byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") else { continue }
+            var index = 0
+            while true {
+                index = nextEscape(in: bytes, from: index)
+                guard index < bytes.count else { break }
                 if runStart < index { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<index])) }
-                writeEscape(byte, into: &out)
-                runStart = index + 1
+                writeEscape(bytes[index], into: &out)
+                index += 1
+                runStart = index
             }
             if runStart < bytes.count { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<bytes.count])) }
         }
         out.append(UInt8(ascii: "\""))
+    }
+
+    /// The offset of the first byte at or after `start` that JSON must escape (a control byte,
+    /// `"` or `\\`), or `bytes.count`.
+    static func nextEscape(in bytes: UnsafeBufferPointer<UInt8>, from start: Int) -> Int {
+        var index = start
+        if let base = UnsafeRawPointer(bytes.baseAddress) {
+            let ones: UInt64 = 0x0101_0101_0101_0101
+            let highs: UInt64 = 0x8080_8080_8080_8080
+            while index + 8 <= bytes.count {
+                let word = UInt64(littleEndian: base.loadUnaligned(fromByteOffset: index, as: UInt64.self))
+                // A lane is flagged when its byte is below 0x20, or equals '"' or '\\' (zero after the XOR);
+                // a flag may be false only in lanes after a true one, which the byte loop below settles.
+                let quotes = word ^ (ones &* 0x22)
+                let backslashes = word ^ (ones &* 0x5C)
+                let control = (word &- (ones &* 0x20)) & ~word
+                let quote = (quotes &- ones) & ~quotes
+                let backslash = (backslashes &- ones) & ~backslashes
+                if (control | quote | backslash) & highs != 0 { break }
+                index += 8
+            }
+        }
+        while index < bytes.count {
+            let byte = bytes[index]
+            if byte < 0x20 || byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { return index }
+            index += 1
+        }
+        return index
     }
 
     static func writeEscape<Out: JSONOutput>(_ byte: UInt8, into out: inout Out) {
