@@ -82,47 +82,14 @@ final class BenchConnection {
     }
 
     private func readResponse() throws -> (Int, [UInt8]) {
-        var headerEnd: Int?
-        while headerEnd == nil {
-            if pending.count >= 4 {
-                for index in 0...(pending.count - 4) where pending[index] == 13 && pending[index + 1] == 10 && pending[index + 2] == 13 && pending[index + 3] == 10 {
-                    headerEnd = index
-                    break
-                }
+        while true {
+            if let response = BenchLoop.parse(pending) {
+                let body = response.chunked ? BenchLoop.dechunk(pending, in: response.body) : Array(pending[response.body])
+                pending.removeFirst(response.total)
+                return (response.status, body)
             }
-            if headerEnd == nil { try fill() }
+            try fill()
         }
-        let head = String(decoding: pending[0..<headerEnd!], as: UTF8.self)
-        let lines = head.split(separator: "\r\n")
-        let status = lines.first.flatMap { Int($0.split(separator: " ").dropFirst().first ?? "") } ?? 0
-        var length = 0
-        var chunked = false
-        for line in lines.dropFirst() {
-            let lower = line.lowercased()
-            if lower.hasPrefix("content-length:") { length = Int(lower.dropFirst(15).trimmingCharacters(in: .whitespaces)) ?? 0 }
-            if lower.hasPrefix("transfer-encoding:") && lower.contains("chunked") { chunked = true }
-        }
-        pending.removeFirst(headerEnd! + 4)
-        if chunked {
-            var body: [UInt8] = []
-            while true {
-                var lineEnd: Int?
-                while lineEnd == nil {
-                    if pending.count >= 2 { for index in 0..<(pending.count - 1) where pending[index] == 13 && pending[index + 1] == 10 { lineEnd = index; break } }
-                    if lineEnd == nil { try fill() }
-                }
-                let size = Int(String(decoding: pending[0..<lineEnd!], as: UTF8.self).split(separator: ";")[0], radix: 16) ?? 0
-                pending.removeFirst(lineEnd! + 2)
-                while pending.count < size + 2 { try fill() }
-                body.append(contentsOf: pending[0..<size])
-                pending.removeFirst(size + 2)
-                if size == 0 { return (status, body) }
-            }
-        }
-        while pending.count < length { try fill() }
-        let body = Array(pending[0..<length])
-        pending.removeFirst(length)
-        return (status, body)
     }
 }
 
@@ -202,10 +169,10 @@ final class BenchLoop {
                     continue
                 }
                 connections[index] = connection
-                if let (status, bodyRange, total) = Self.parse(connections[index].received) {
+                if let response = Self.parse(connections[index].received) {
                     let elapsed = DispatchTime.now().uptimeNanoseconds - connections[index].started
-                    done(status, connections[index].received[bodyRange], elapsed, connections[index].records)
-                    connections[index].received.removeFirst(total)
+                    done(response.status, connections[index].received[response.body], elapsed, connections[index].records)
+                    connections[index].received.removeFirst(response.total)
                     if !start(index, next(index)) { active -= 1 }
                 }
             }
@@ -232,21 +199,25 @@ final class BenchLoop {
         try BenchConnection.openSocket(host: host, port: port, nonBlocking: true)
     }
 
-    /// A complete response at the start of `bytes`: status, where its body is, and its total length.
-    /// Nil while incomplete. Handles Content-Length and chunked bodies.
-    static func parse(_ bytes: [UInt8]) -> (Int, Range<Int>, Int)? {
+    /// A complete response at the start of `bytes`.
+    struct Response {
+        var status: Int
+        /// Where the body is; for a chunked body, the whole chunked region (see ``dechunk(_:in:)``).
+        var body: Range<Int>
+        /// The response's length, head included.
+        var total: Int
+        var chunked: Bool
+    }
+
+    /// The complete response at the start of `bytes`, or nil while it is incomplete. Handles
+    /// Content-Length and chunked bodies. Both clients read responses with it: the poll loop and
+    /// the blocking connection that seeds.
+    static func parse(_ bytes: [UInt8]) -> Response? {
         guard let headerEnd = find([13, 10, 13, 10], in: bytes, from: 0) else { return nil }
         // Read on bytes, not Strings: splitting and lowercasing the head as text was most of the
         // generator's CPU per lookup.
         func number(from start: Int, to end: Int, radix: Int = 10) -> Int {
-            var value = 0
-            var index = start
-            while index < end, bytes[index] == UInt8(ascii: " ") { index += 1 }
-            while index < end, let digit = hexDigit(bytes[index]), digit < radix {
-                value = value * radix + digit
-                index += 1
-            }
-            return value
+            Self.number(in: bytes, from: start, to: end, radix: radix)
         }
         func hasPrefix(_ name: [UInt8], at start: Int) -> Bool {
             guard start + name.count <= headerEnd else { return false }
@@ -268,17 +239,42 @@ final class BenchLoop {
         let bodyStart = headerEnd + 4
         guard chunked else {
             guard bytes.count >= bodyStart + length else { return nil }
-            return (status, bodyStart..<(bodyStart + length), bodyStart + length)
+            return Response(status: status, body: bodyStart..<(bodyStart + length), total: bodyStart + length, chunked: false)
         }
-        // Chunked: report the raw chunked region as the body (callers only look for error codes).
+        // Chunked: report the raw chunked region as the body (the poll loop only looks for error codes).
         var position = bodyStart
         while true {
             guard let lineEnd = find([13, 10], in: bytes, from: position) else { return nil }
             let size = number(from: position, to: lineEnd, radix: 16)
             position = lineEnd + 2 + size + 2
             guard bytes.count >= position else { return nil }
-            if size == 0 { return (status, bodyStart..<position, position) }
+            if size == 0 { return Response(status: status, body: bodyStart..<position, total: position, chunked: true) }
         }
+    }
+
+    /// The content of a complete chunked region of `bytes` (as ``parse(_:)`` found it), without its framing.
+    static func dechunk(_ bytes: [UInt8], in region: Range<Int>) -> [UInt8] {
+        var content: [UInt8] = []
+        var position = region.lowerBound
+        while position < region.upperBound, let lineEnd = find([13, 10], in: bytes, from: position) {
+            let size = number(in: bytes, from: position, to: lineEnd, radix: 16)
+            guard size > 0 else { break }
+            content.append(contentsOf: bytes[(lineEnd + 2)..<(lineEnd + 2 + size)])
+            position = lineEnd + 2 + size + 2
+        }
+        return content
+    }
+
+    /// The number written at `start` (after spaces) in `radix`, up to the first other byte or `end`.
+    private static func number(in bytes: [UInt8], from start: Int, to end: Int, radix: Int) -> Int {
+        var value = 0
+        var index = start
+        while index < end, bytes[index] == UInt8(ascii: " ") { index += 1 }
+        while index < end, let digit = hexDigit(bytes[index]), digit < radix {
+            value = value * radix + digit
+            index += 1
+        }
+        return value
     }
 
     private static let contentLengthName = Array("content-length:".utf8)
