@@ -226,6 +226,48 @@ struct RowReader {
     mutating func next<Value: PostgresDecodable>(_: Value.Type) throws -> Value {
         try nextCell().decode(Value.self)
     }
+
+    /// Passes over a cell without decoding it.
+    mutating func skip() throws {
+        _ = try nextCell()
+    }
+
+    // The types every row of the read paths carries, decoded straight from their binary form.
+    // `PostgresCell.decode` is general (any source type, a decoding context holding a JSON
+    // decoder, errors naming file and line): on 100-record change-feed pages it cost ~5% of the
+    // server's CPU. Any other column type or format goes the general way.
+
+    mutating func next(_: String.Type) throws -> String {
+        let cell = try nextCell()
+        if cell.format == .binary, cell.dataType == .text || cell.dataType == .varchar, let bytes = cell.bytes {
+            return String(buffer: bytes)
+        }
+        return try cell.decode(String.self)
+    }
+
+    mutating func next(_: Int64.Type) throws -> Int64 {
+        let cell = try nextCell()
+        if cell.format == .binary, cell.dataType == .int8, let bytes = cell.bytes, bytes.readableBytes == 8,
+           let value = bytes.getInteger(at: bytes.readerIndex, as: Int64.self) {
+            return value
+        }
+        return try cell.decode(Int64.self)
+    }
+
+    mutating func next(_: Bool.Type) throws -> Bool {
+        let cell = try nextCell()
+        if cell.format == .binary, cell.dataType == .bool, let bytes = cell.bytes, bytes.readableBytes == 1,
+           let value = bytes.getInteger(at: bytes.readerIndex, as: UInt8.self) {
+            return value != 0
+        }
+        return try cell.decode(Bool.self)
+    }
+
+    mutating func next(_: ByteBuffer.Type) throws -> ByteBuffer {
+        let cell = try nextCell()
+        if let bytes = cell.bytes { return bytes }
+        return try cell.decode(ByteBuffer.self)
+    }
 }
 
 extension PostgresConnection {

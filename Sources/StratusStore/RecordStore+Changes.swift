@@ -85,10 +85,16 @@ extension RecordStore {
         var inFlight: [Int64] = []
         var sawRow = false
         for row in rows {
-            sawRow = true
             var reader = RowReader(row)
-            if zoneRow != nil { zoneID = try reader.next(Int64.self) }
-            inFlight = try reader.next([Int64]?.self) ?? []
+            // The zone id and the snapshot's in-flight transactions repeat on every row: read them once.
+            if sawRow {
+                if zoneRow != nil { try reader.skip() }
+                try reader.skip()
+            } else {
+                if zoneRow != nil { zoneID = try reader.next(Int64.self) }
+                inFlight = try reader.next([Int64]?.self) ?? []
+            }
+            sawRow = true
             guard let part = try reader.next(Int32?.self) else { continue }  // no rows: only the snapshot
             let feedPosition = ChangePosition(xid: try reader.next(Int64.self), seq: try reader.next(Int64.self))
             if part == 1 {

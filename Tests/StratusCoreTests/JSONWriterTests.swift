@@ -45,6 +45,18 @@ import Testing
         #expect(Array(memory) == expected)
     }
 
+    /// Integers and change tags are written digit by digit: the text must be `String(n, radix:)`'s.
+    @Test func integersAreWrittenAsTheirText() {
+        let numbers: [Int64] = [0, 1, -1, 9, 10, 35, 36, -36, 1_795_335_446_987, Int64.max, Int64.min, Int64.min + 1]
+        for number in numbers {
+            for radix in [2, 10, 16, 36] {
+                var written: [UInt8] = []
+                JSONWriter.writeInteger(number, radix: radix, into: &written)
+                #expect(String(decoding: written, as: UTF8.self) == String(number, radix: radix), "\(number) in base \(radix)")
+            }
+        }
+    }
+
     /// `writeString` looks for bytes to escape eight at a time: every byte that needs an escape
     /// must be found wherever it sits in a word, also after multi-byte characters and next to
     /// bytes that are close to it in value (0x1F, 0x20, 0x21, 0x23, 0x5B, 0x5D, 0x7F, 0x80…).

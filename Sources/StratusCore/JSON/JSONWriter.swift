@@ -84,7 +84,7 @@ public enum JSONWriter {
         switch value {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let flag): out.append(contentsOf: (flag ? "true" : "false").utf8)
-        case .int(let number): out.append(contentsOf: String(number).utf8)
+        case .int(let number): writeInteger(number, into: &out)
         case .double(let number): writeDouble(number, into: &out)
         case .string(let text): writeString(text, into: &out)
         case .array(let elements):
@@ -105,6 +105,28 @@ public enum JSONWriter {
                 write(members[key]!, into: &out)
             }
             out.append(UInt8(ascii: "}"))
+        }
+    }
+
+    /// Writes `number` in base `radix` with lowercase digits: the text of `String(number, radix:)`,
+    /// without making a String (every record in a response carries two timestamps and a tag).
+    public static func writeInteger<Out: JSONOutput>(_ number: Int64, radix: Int = 10, into out: inout Out) {
+        precondition(radix >= 2 && radix <= 36, "radix must be in 2...36")
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 65) { digits in
+            let base = UInt64(radix)
+            var magnitude = number.magnitude
+            var start = digits.count
+            repeat {
+                let digit = UInt8(magnitude % base)
+                magnitude /= base
+                start -= 1
+                digits[start] = digit < 10 ? UInt8(ascii: "0") + digit : UInt8(ascii: "a") + digit - 10
+            } while magnitude > 0
+            if number < 0 {
+                start -= 1
+                digits[start] = UInt8(ascii: "-")
+            }
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: digits[start...]))
         }
     }
 

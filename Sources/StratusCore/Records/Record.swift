@@ -129,29 +129,44 @@ extension Record {
         var out: [UInt8] = []
         out.reserveCapacity(fields.count + 256 + recordName.utf8.count + createdBy.utf8.count + modifiedBy.utf8.count)
         func stamp(_ timestamp: Int64, _ user: String) {
-            out.append(contentsOf: #"{"deviceID":"1","timestamp":"#.utf8)
-            out.append(contentsOf: String(timestamp).utf8)
-            out.append(contentsOf: #","userRecordName":"#.utf8)
+            out.append(contentsOf: WireText.stampTimestamp)
+            JSONWriter.writeInteger(timestamp, into: &out)
+            out.append(contentsOf: WireText.stampUser)
             JSONWriter.writeString(user, into: &out)
             out.append(UInt8(ascii: "}"))
         }
-        out.append(contentsOf: #"{"created":"#.utf8)
+        out.append(contentsOf: WireText.created)
         stamp(createdAt, createdBy)
-        out.append(contentsOf: #","deleted":false,"fields":"#.utf8)
+        out.append(contentsOf: WireText.fields)
         out.append(contentsOf: fields)
-        out.append(contentsOf: #","modified":"#.utf8)
+        out.append(contentsOf: WireText.modified)
         stamp(modifiedAt, modifiedBy)
-        out.append(contentsOf: #","recordChangeTag":"#.utf8)
-        JSONWriter.writeString(changeTag, into: &out)
-        out.append(contentsOf: #","recordName":"#.utf8)
+        out.append(contentsOf: WireText.changeTag)
+        JSONWriter.writeInteger(changeSeq, radix: 36, into: &out)  // the tag needs no escaping
+        out.append(UInt8(ascii: "\""))
+        out.append(contentsOf: WireText.recordName)
         JSONWriter.writeString(recordName, into: &out)
-        out.append(contentsOf: #","recordType":"#.utf8)
+        out.append(contentsOf: WireText.recordType)
         JSONWriter.writeString(recordType, into: &out)
         if let zoneID {
-            out.append(contentsOf: #","zoneID":"#.utf8)
+            out.append(contentsOf: WireText.zoneID)
             JSONWriter.write(zoneID, into: &out)
         }
         out.append(UInt8(ascii: "}"))
         return out
     }
+}
+
+/// The fixed parts of a record's wire dictionary, as bytes (appending a string literal's UTF-8
+/// view goes through a slower generic path).
+private enum WireText {
+    static let created = Array(#"{"created":"#.utf8)
+    static let stampTimestamp = Array(#"{"deviceID":"1","timestamp":"#.utf8)
+    static let stampUser = Array(#","userRecordName":"#.utf8)
+    static let fields = Array(#","deleted":false,"fields":"#.utf8)
+    static let modified = Array(#","modified":"#.utf8)
+    static let changeTag = Array(#","recordChangeTag":""#.utf8)
+    static let recordName = Array(#","recordName":"#.utf8)
+    static let recordType = Array(#","recordType":"#.utf8)
+    static let zoneID = Array(#","zoneID":"#.utf8)
 }
