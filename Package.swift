@@ -67,6 +67,11 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "StratusBenchTests",
+            dependencies: ["stratus"],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "StratusCoreTests",
             dependencies: ["StratusCore"],
             swiftSettings: swiftSettings

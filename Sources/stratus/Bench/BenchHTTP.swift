@@ -232,8 +232,9 @@ final class BenchLoop {
         while line < headerEnd {
             let lineEnd = find([13, 10], in: bytes, from: line) ?? headerEnd
             if hasPrefix(contentLengthName, at: line) { length = number(from: line + contentLengthName.count, to: lineEnd) }
-            if hasPrefix(transferEncodingName, at: line),
-               find(Array("chunked".utf8), in: bytes[line..<lineEnd], from: 0) != nil { chunked = true }
+            if hasPrefix(transferEncodingName, at: line), contains(chunkedName, in: bytes, from: line + transferEncodingName.count, to: lineEnd) {
+                chunked = true
+            }
             line = lineEnd + 2
         }
         let bodyStart = headerEnd + 4
@@ -277,6 +278,19 @@ final class BenchLoop {
         return value
     }
 
+    /// Whether `bytes[start..<end]` contains `token` (lowercase), in any letter case: header
+    /// values are case-insensitive (RFC 9112 §7), `Chunked` is `chunked`.
+    private static func contains(_ token: [UInt8], in bytes: [UInt8], from start: Int, to end: Int) -> Bool {
+        guard end - start >= token.count else { return false }
+        for candidate in start...(end - token.count) {
+            var offset = 0
+            while offset < token.count, bytes[candidate + offset] | 0x20 == token[offset] { offset += 1 }
+            if offset == token.count { return true }
+        }
+        return false
+    }
+
+    private static let chunkedName = Array("chunked".utf8)
     private static let contentLengthName = Array("content-length:".utf8)
     private static let transferEncodingName = Array("transfer-encoding:".utf8)
 
