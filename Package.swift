@@ -68,7 +68,7 @@ let package = Package(
         ),
         .testTarget(
             name: "StratusBenchTests",
-            dependencies: ["stratus"],
+            dependencies: ["stratus", "StratusCore", "StratusStore"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

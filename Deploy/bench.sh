@@ -88,6 +88,19 @@ STRATUS_LOG_LEVEL=warning "$BIN" serve --port $HTTPPORT --bcrypt-cost 4 --databa
 SERVER_PID=$!
 for _ in $(seq 1 120); do curl -sf "$STRATUS_SERVER/health" >/dev/null && break; sleep 0.5; done
 
+# wait_idle <pid> <name>: waits (up to 60 s) until the process uses under a tenth of a core, so
+# work left over from seeding does not run during the measurements.
+wait_idle() {
+  local pid=$1 name=$2 before after
+  for _ in $(seq 1 30); do
+    before=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)
+    sleep 2
+    after=$(awk '{print $14 + $15}' "/proc/$pid/stat" 2>/dev/null || echo 0)
+    [ $(( after - before )) -lt 20 ] && return 0   # clock ticks (1/100 s) in 2 s: under 10% of a core
+  done
+  echo "   note: $name was still busy after 60 s; measuring anyway" >&2
+}
+
 # bench_zones numbers the seeded custom zones of containers named <prefix>.* so pgbench picks
 # the same random (container, zone) pairs `stratus bench` does.
 index_zones() {
@@ -206,6 +219,11 @@ if [ "$PEER" = 1 ]; then
   for _ in $(seq 1 60); do curl -sf "http://127.0.0.1:$PBPORT/api/health" >/dev/null && break; sleep 0.5; done
   PBTOKEN=$(curl -sf -X POST "http://127.0.0.1:$PBPORT/api/collections/_superusers/auth-with-password" -H 'Content-Type: application/json' \
     -d '{"identity":"bench@example.com","password":"bench-password"}' | sed -nE 's/.*"token":"([^"]+)".*/\1/p')
+  # No request log: PocketBase writes one row per request into its auxiliary database, in batches,
+  # after the response. After seeding 1e5 records that backlog kept a core ~80% busy for minutes,
+  # during the service's own runs (run K, first attempt: lookup at half its usual rate).
+  curl -sf -o /dev/null -X PATCH "http://127.0.0.1:$PBPORT/api/settings" -H "Authorization: $PBTOKEN" -H 'Content-Type: application/json' \
+    -d '{"logs":{"maxDays":0}}' || { echo "PocketBase refused to turn its request log off" >&2; exit 1; }
   # Public rules (no per-request auth: this favours PocketBase) and an index for the filtered list.
   curl -s -o "$WORK/pb-collection.json" -w '%{http_code}' -X POST "http://127.0.0.1:$PBPORT/api/collections" -H "Authorization: $PBTOKEN" -H 'Content-Type: application/json' -d '{
     "name":"items","type":"base","listRule":"","viewRule":"","createRule":"","updateRule":"",
@@ -215,6 +233,7 @@ if [ "$PEER" = 1 ]; then
     { echo "PocketBase refused the 'items' collection: $(cat "$WORK/pb-collection.json")" >&2; exit 1; }
   echo "== seeding PocketBase with the same $CONTAINERS x $RECORDS records" >&2
   "$BIN" bench seed --peer pocketbase --server "http://127.0.0.1:$PBPORT" --containers "$CONTAINERS" --records "$RECORDS" --state-file "$WORK/pb.json" >&2
+  wait_idle "$PB_PID" PocketBase
 fi
 
 # The 100-separate-statements batch baseline (performance.md c2), written out from the c1 script.

@@ -1,3 +1,4 @@
+-- service-sql: none (records only: the raw ceiling, not a copy of the service)
 -- performance.md (c1): 100 new records in ONE statement, records table only (no locks, no index
 -- entries): the raw ceiling a 100-record records/modify is compared with (B2b, goal >= 50%).
 \set i random(1, :zones)

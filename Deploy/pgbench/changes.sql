@@ -1,3 +1,4 @@
+-- service-sql: changes e683a318ccd6de7e
 \set i random(1, :zones)
 SELECT z.zone_id, (SELECT array_agg(x::text::bigint) FROM pg_snapshot_xip(pg_current_snapshot()) x) AS xip, r.*
   FROM zones z

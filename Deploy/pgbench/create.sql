@@ -1,3 +1,5 @@
+-- service-sql: lock 9b48a99009e76413
+-- service-sql: write d3ed6198e1e7ec3b
 -- The SQL `stratus serve` runs for this records/modify, statement for statement (RecordStore+Modify.swift):
 -- zone and record locks in one statement, then one statement that writes records, index entries (title, rank: the bench
 -- schema) and the zone's change position. Regenerate when the service's SQL changes.

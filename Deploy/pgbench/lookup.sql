@@ -1,3 +1,4 @@
+-- service-sql: lookup e997c698b7b51f58
 \set i random(1, :zones)
 \set n random(0, :per_zone - 1)
 SELECT r.*

@@ -1,3 +1,4 @@
+-- service-sql: query-eq 2f7f875521cd0ed5
 \set i random(1, :zones)
 \set t random(0, :titles - 1)
 SELECT page.* FROM zones z LEFT JOIN LATERAL (

@@ -41,6 +41,44 @@ extension RecordStore {
     /// - Returns: the page, and the zone row's id when `zoneRow` is set.
     func readFeed<Item>(source: String, columns: String, binds: Prepared.Binds, zoneRow: String? = nil, after cursor: FeedCursor, limit: Int,
                         on connection: PostgresConnection, decode: (inout RowReader) throws -> Item) async throws -> (zoneID: Int64?, page: ChangePage<Item>)? {
+        let (sql, binds) = Self.feedStatement(source: source, columns: columns, binds: binds, zoneRow: zoneRow, after: cursor, limit: limit)
+        let rows = try await Prepared.Dynamic.rows(sql, binds, on: connection, logger: logger)
+        var zoneID: Int64?
+        var items: [Item] = []
+        var position = cursor.position
+        var mainCount = 0
+        var inFlight: [Int64] = []
+        var sawRow = false
+        for row in rows {
+            var reader = RowReader(row)
+            // The zone id and the snapshot's in-flight transactions repeat on every row: read them once.
+            if sawRow {
+                if zoneRow != nil { try reader.skip() }
+                try reader.skip()
+            } else {
+                if zoneRow != nil { zoneID = try reader.next(Int64.self) }
+                inFlight = try reader.next([Int64]?.self) ?? []
+            }
+            sawRow = true
+            guard let part = try reader.next(Int32?.self) else { continue }  // no rows: only the snapshot
+            let feedPosition = ChangePosition(xid: try reader.next(Int64.self), seq: try reader.next(Int64.self))
+            if part == 1 {
+                mainCount += 1
+                if mainCount > limit { continue }
+                position = feedPosition
+            }
+            items.append(try decode(&reader))
+        }
+        if zoneRow != nil, !sawRow { return nil }
+        // Transactions still running below the new position may yet commit rows there: remember them.
+        let pending = inFlight.filter { $0 < position.xid }.sorted()
+        return (zoneID, ChangePage(items: items, cursor: FeedCursor(position: position, pending: Array(pending.prefix(FeedCursor.maximumPending))),
+                                   moreComing: mainCount > limit))
+    }
+
+    /// The statement of one feed page (see `readFeed`), with its values bound after those of `binds`.
+    static func feedStatement(source: String, columns: String, binds: Prepared.Binds, zoneRow: String?, after cursor: FeedCursor,
+                              limit: Int) -> (sql: String, binds: Prepared.Binds) {
         var binds = binds
         let xid = binds.bind(cursor.position.xid)
         let seq = binds.bind(cursor.position.seq)
@@ -77,38 +115,7 @@ extension RecordStore {
             ORDER BY r.part, r.feed_xid, r.feed_seq
             """
         }
-        let rows = try await Prepared.Dynamic.rows(sql, binds, on: connection, logger: logger)
-        var zoneID: Int64?
-        var items: [Item] = []
-        var position = cursor.position
-        var mainCount = 0
-        var inFlight: [Int64] = []
-        var sawRow = false
-        for row in rows {
-            var reader = RowReader(row)
-            // The zone id and the snapshot's in-flight transactions repeat on every row: read them once.
-            if sawRow {
-                if zoneRow != nil { try reader.skip() }
-                try reader.skip()
-            } else {
-                if zoneRow != nil { zoneID = try reader.next(Int64.self) }
-                inFlight = try reader.next([Int64]?.self) ?? []
-            }
-            sawRow = true
-            guard let part = try reader.next(Int32?.self) else { continue }  // no rows: only the snapshot
-            let feedPosition = ChangePosition(xid: try reader.next(Int64.self), seq: try reader.next(Int64.self))
-            if part == 1 {
-                mainCount += 1
-                if mainCount > limit { continue }
-                position = feedPosition
-            }
-            items.append(try decode(&reader))
-        }
-        if zoneRow != nil, !sawRow { return nil }
-        // Transactions still running below the new position may yet commit rows there: remember them.
-        let pending = inFlight.filter { $0 < position.xid }.sorted()
-        return (zoneID, ChangePage(items: items, cursor: FeedCursor(position: position, pending: Array(pending.prefix(FeedCursor.maximumPending))),
-                                   moreComing: mainCount > limit))
+        return (sql, binds)
     }
 
     /// Record changes of a zone after `cursor`; deletions are tombstones.
@@ -116,28 +123,13 @@ extension RecordStore {
     public func zoneChanges(_ db: DatabaseRef, zoneID expected: Int64?, zone: String, after cursor: FeedCursor, limit: Int,
                             recordTypes: Set<String>?) async throws -> (zoneID: Int64, page: ChangePage<Record>)? {
         try await database.withConnection { connection in
-            var binds = Prepared.Binds()
-            let container = binds.bind(db.containerID)
-            var zoneRow: String?
             var defaultZoneID: Int64?
-            let zoneKey: String
             if zone == Names.defaultZone {
                 // The default zone's id is cached (and the zone made on first use).
                 guard let zoneID = try await zoneID(db, name: zone, createDefault: true, on: connection) else { return nil }
                 defaultZoneID = zoneID
-                zoneKey = binds.bind(zoneID)
-            } else {
-                // A custom zone is found by name in the feed's own statement.
-                zoneRow = """
-                    z.container_id = \(container) AND z.environment = \(binds.bind(db.environment.code)) AND z.database_scope = \(binds.bind(db.scope.code))
-                      AND z.owner = \(binds.bind(db.owner)) AND z.zone_name = \(binds.bind(zone)) AND NOT z.deleted
-                    """
-                zoneKey = "z.zone_id"
             }
-            var source = "FROM records WHERE container_id = \(container) AND zone_id = \(zoneKey)"
-            if let recordTypes {
-                source += " AND record_type = ANY(\(binds.bind(Array(recordTypes).sorted()))::text[])"
-            }
+            let (source, binds, zoneRow) = Self.zoneFeedSource(db, zone: zone, defaultZoneID: defaultZoneID, recordTypes: recordTypes)
             guard let (zoneID, page) = try await readFeed(source: source, columns: Self.recordColumns, binds: binds, zoneRow: zoneRow,
                                                           after: cursor, limit: limit, on: connection, decode: Self.storedRecord) else {
                 return nil
@@ -146,6 +138,30 @@ extension RecordStore {
             if let expected, expected != id { return nil }
             return (id, page)
         }
+    }
+
+    /// The rows of a zone's record feed, for `readFeed`: the default zone by its id, a custom zone
+    /// found by name in the feed's own statement (`zoneRow`).
+    static func zoneFeedSource(_ db: DatabaseRef, zone: String, defaultZoneID: Int64?,
+                               recordTypes: Set<String>?) -> (source: String, binds: Prepared.Binds, zoneRow: String?) {
+        var binds = Prepared.Binds()
+        let container = binds.bind(db.containerID)
+        var zoneRow: String?
+        let zoneKey: String
+        if let defaultZoneID {
+            zoneKey = binds.bind(defaultZoneID)
+        } else {
+            zoneRow = """
+                z.container_id = \(container) AND z.environment = \(binds.bind(db.environment.code)) AND z.database_scope = \(binds.bind(db.scope.code))
+                  AND z.owner = \(binds.bind(db.owner)) AND z.zone_name = \(binds.bind(zone)) AND NOT z.deleted
+                """
+            zoneKey = "z.zone_id"
+        }
+        var source = "FROM records WHERE container_id = \(container) AND zone_id = \(zoneKey)"
+        if let recordTypes {
+            source += " AND record_type = ANY(\(binds.bind(Array(recordTypes).sorted()))::text[])"
+        }
+        return (source, binds, zoneRow)
     }
 
     /// Zones of a database that changed after `cursor` (created, deleted, or with record changes
