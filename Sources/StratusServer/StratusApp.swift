@@ -48,8 +48,8 @@ public final class StratusApp: Sendable {
         self.logger = logger
     }
 
-    /// The router with every endpoint.
-    public func router() -> Router<BasicRequestContext> {
+    /// Every endpoint: the router, with the data API answered ahead of it (see `StratusRouter`).
+    public func router() -> StratusRouter {
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: ErrorMiddleware())
         router.get("/health") { _, _ in try await self.health() }
@@ -57,7 +57,7 @@ public final class StratusApp: Sendable {
         addAuthRoutes(to: router)
         addManagementRoutes(to: router)
         addSchemaRoutes(to: router)
-        return router
+        return StratusRouter(app: self, router: router)
     }
 
     func health() async throws -> Response {

@@ -53,14 +53,83 @@ struct DataRequest {
     }
 }
 
+/// One data-API endpoint: `/database/1/<container>/<environment>/<database>/<path>`.
+struct DataRoute: Sendable {
+    var method: HTTPRequest.Method
+    /// The last two path components, e.g. `records/lookup`.
+    var path: String
+    var hasBody: Bool
+    var handler: @Sendable (StratusApp, DataRequest) async throws -> JSON
+
+    /// Every data endpoint. The router registers them all; `StratusResponder` answers the
+    /// well-formed paths itself, from the same table.
+    static let all: [DataRoute] = {
+        var routes: [DataRoute] = [
+            DataRoute(method: .post, path: "records/modify", hasBody: true) { try await $0.modifyRecords($1) },
+            DataRoute(method: .post, path: "records/lookup", hasBody: true) { try await $0.lookupRecords($1) },
+            DataRoute(method: .post, path: "records/query", hasBody: true) { try await $0.queryRecords($1) },
+            DataRoute(method: .post, path: "records/changes", hasBody: true) { try await $0.recordChanges($1) },
+            DataRoute(method: .get, path: "zones/list", hasBody: false) { try await $0.listZones($1) },
+            DataRoute(method: .post, path: "zones/list", hasBody: false) { try await $0.listZones($1) },
+            DataRoute(method: .post, path: "zones/lookup", hasBody: true) { try await $0.lookupZones($1) },
+            DataRoute(method: .post, path: "zones/modify", hasBody: true) { try await $0.modifyZones($1) },
+            DataRoute(method: .post, path: "zones/changes", hasBody: true) { try await $0.zoneListChanges($1, legacy: true) },
+            DataRoute(method: .post, path: "changes/database", hasBody: true) { try await $0.zoneListChanges($1, legacy: false) },
+            DataRoute(method: .post, path: "changes/zone", hasBody: true) { try await $0.zoneChanges($1) },
+        ]
+        for method in [HTTPRequest.Method.get, .post] {
+            routes.append(DataRoute(method: method, path: "users/caller", hasBody: false) { try $0.caller($1) })
+            routes.append(DataRoute(method: method, path: "users/current", hasBody: false) { try $0.currentUser($1) })
+        }
+        return routes
+    }()
+
+    /// The routes by method and path, for `StratusResponder`.
+    static let byMethodAndPath: [String: DataRoute] = Dictionary(uniqueKeysWithValues: all.map { ("\($0.method) \($0.path)", $0) })
+}
+
+/// The service's HTTP surface: the data API answered directly, everything else by the router.
+/// Hummingbird's router resolves a path in its trie before any middleware runs, and for the data
+/// API's seven-component paths, three of them parameters, that cost ~4% of the server's CPU per
+/// lookup (`perf`). Only the exact form `/database/1/<container>/<environment>/<database>/<group>/<verb>`
+/// with a known method and endpoint is taken here, with the router's error handling; everything
+/// else goes to the router, which registers the same endpoints and answers the rest (404, 405).
+public struct StratusRouter: HTTPResponderBuilder {
+    let app: StratusApp
+    let router: Router<BasicRequestContext>
+
+    public func buildResponder() -> StratusResponder {
+        StratusResponder(app: app, router: router.buildResponder())
+    }
+}
+
+public struct StratusResponder: HTTPResponder {
+    public typealias Context = BasicRequestContext
+    let app: StratusApp
+    let router: RouterResponder<BasicRequestContext>
+
+    public func respond(to request: Request, context: Context) async throws -> Response {
+        let path = request.uri.path
+        guard path.hasPrefix("/database/1/") else { return try await router.respond(to: request, context: context) }
+        // Split on bytes: splitting a String on a Character walks grapheme clusters.
+        let parts = path.utf8.split(separator: UInt8(ascii: "/"), maxSplits: 8, omittingEmptySubsequences: false).map { Substring($0) }
+        guard parts.count == 8, parts[3...].allSatisfy({ !$0.isEmpty }),
+              let route = DataRoute.byMethodAndPath["\(request.method) \(parts[6])/\(parts[7])"] else {
+            return try await router.respond(to: request, context: context)
+        }
+        return try await ErrorMiddleware<Context>().handle(request, context: context) { request, _ in
+            try await app.dataEndpoint(request, container: String(parts[3]), environment: String(parts[4]),
+                                       database: String(parts[5]), hasBody: route.hasBody) { try await route.handler(app, $0) }
+        }
+    }
+}
+
 extension StratusApp {
     /// Authenticates, reads the body and runs `handler` for a data endpoint.
-    func dataEndpoint(_ request: Request, _ context: BasicRequestContext, hasBody: Bool,
+    func dataEndpoint(_ request: Request, container containerName: String, environment: String, database: String, hasBody: Bool,
                       _ handler: (DataRequest) async throws -> JSON) async throws -> Response {
-        let containerName = context.parameters.get("container") ?? ""
-        let environment = context.parameters.get("environment") ?? ""
         let caller = try await authenticator.authenticate(request, containerName: containerName, environmentSegment: environment)
-        let scope = try DatabaseScope(segment: context.parameters.get("database") ?? "public")
+        let scope = try DatabaseScope(segment: database)
         let body = hasBody ? try await readObject(request) : [:]
         let data = DataRequest(caller: caller, scope: scope, body: body,
                                signInURL: authenticator.signInURL(container: caller.container.name, environment: caller.environment))
@@ -73,46 +142,13 @@ extension StratusApp {
     }
 
     func addDataRoutes(to router: Router<BasicRequestContext>) {
-        let base = "/database/1/:container/:environment/:database"
-        router.post("\(base)/records/modify") { request, context in
-            try await self.dataEndpoint(request, context, hasBody: true) { try await self.modifyRecords($0) }
-        }
-        router.post("\(base)/records/lookup") { request, context in
-            try await self.dataEndpoint(request, context, hasBody: true) { try await self.lookupRecords($0) }
-        }
-        router.post("\(base)/records/query") { request, context in
-            try await self.dataEndpoint(request, context, hasBody: true) { try await self.queryRecords($0) }
-        }
-        router.post("\(base)/records/changes") { request, context in
-            try await self.dataEndpoint(request, context, hasBody: true) { try await self.recordChanges($0) }
-        }
-        router.get("\(base)/zones/list") { request, context in
-            try await self.dataEndpoint(request, context, hasBody: false) { try await self.listZones($0) }
-        }
-        router.post("\(base)/zones/list") { request, context in
-            try await self.dataEndpoint(request, context, hasBody: false) { try await self.listZones($0) }
-        }
-        router.post("\(base)/zones/lookup") { request, context in
-            try await self.dataEndpoint(request, context, hasBody: true) { try await self.lookupZones($0) }
-        }
-        router.post("\(base)/zones/modify") { request, context in
-            try await self.dataEndpoint(request, context, hasBody: true) { try await self.modifyZones($0) }
-        }
-        router.post("\(base)/zones/changes") { request, context in
-            try await self.dataEndpoint(request, context, hasBody: true) { try await self.zoneListChanges($0, legacy: true) }
-        }
-        router.post("\(base)/changes/database") { request, context in
-            try await self.dataEndpoint(request, context, hasBody: true) { try await self.zoneListChanges($0, legacy: false) }
-        }
-        router.post("\(base)/changes/zone") { request, context in
-            try await self.dataEndpoint(request, context, hasBody: true) { try await self.zoneChanges($0) }
-        }
-        for method in [HTTPRequest.Method.get, .post] {
-            router.on("\(base)/users/caller", method: method) { request, context in
-                try await self.dataEndpoint(request, context, hasBody: false) { try self.caller($0) }
-            }
-            router.on("\(base)/users/current", method: method) { request, context in
-                try await self.dataEndpoint(request, context, hasBody: false) { try self.currentUser($0) }
+        for route in DataRoute.all {
+            router.on("/database/1/:container/:environment/:database/\(route.path)", method: route.method) { request, context in
+                try await self.dataEndpoint(request, container: context.parameters.get("container") ?? "",
+                                            environment: context.parameters.get("environment") ?? "",
+                                            database: context.parameters.get("database") ?? "public", hasBody: route.hasBody) {
+                    try await route.handler(self, $0)
+                }
             }
         }
     }
