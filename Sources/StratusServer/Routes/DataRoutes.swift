@@ -93,7 +93,8 @@ struct DataRoute: Sendable {
 /// API's seven-component paths, three of them parameters, that cost ~4% of the server's CPU per
 /// lookup (`perf`). Only the exact form `/database/1/<container>/<environment>/<database>/<group>/<verb>`
 /// with a known method and endpoint is taken here, with the router's error handling; everything
-/// else goes to the router, which registers the same endpoints and answers the rest (404, 405).
+/// else goes to the router, which registers the same endpoints and answers the rest (a known path
+/// with another method is a 404 there, as it was before).
 public struct StratusRouter: HTTPResponderBuilder {
     let app: StratusApp
     let router: Router<BasicRequestContext>
