@@ -170,14 +170,7 @@ public final class EmbeddedPostgres: Sendable {
         chmod(path, 0o700)
     }
 
-    static func stableName(for path: String) -> String {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in path.utf8 {
-            hash ^= UInt64(byte)
-            hash = hash &* 0x100_0000_01b3
-        }
-        return String(hash, radix: 16)
-    }
+    static func stableName(for path: String) -> String { FNV1a.hex(path) }
 
     static func randomHex(_ bytes: Int) -> String {
         var generator = SystemRandomNumberGenerator()

@@ -37,15 +37,8 @@ import Testing
         ]
     }
 
-    /// FNV-1a, 64 bits, in hex: enough to notice that a text changed.
-    static func digest(_ text: String) -> String {
-        var hash: UInt64 = 0xcbf2_9ce4_8422_2325
-        for byte in text.utf8 {
-            hash ^= UInt64(byte)
-            hash = hash &* 0x0000_0100_0000_01b3
-        }
-        return String(hash, radix: 16)
-    }
+    /// Enough to notice that a text changed.
+    static func digest(_ text: String) -> String { FNV1a.hex(text) }
 
     @Test func baselineScriptsCopyTheServicesCurrentSQL() throws {
         let statements = try Self.statements()
