@@ -84,8 +84,20 @@ struct DataRoute: Sendable {
         return routes
     }()
 
-    /// The routes by method and path, for `StratusResponder`.
+    /// The routes by method and path, for `match`.
     static let byMethodAndPath: [String: DataRoute] = Dictionary(uniqueKeysWithValues: all.map { ("\($0.method) \($0.path)", $0) })
+
+    /// The endpoint `method` and `path` name, with the path's container, environment and
+    /// database, when the path is exactly `/database/1/<container>/<environment>/<database>/<group>/<verb>`
+    /// with no empty component; `nil` for anything else.
+    static func match(method: HTTPRequest.Method, path: String) -> (route: DataRoute, container: String, environment: String, database: String)? {
+        guard path.hasPrefix("/database/1/") else { return nil }
+        // Split on bytes: splitting a String on a Character walks grapheme clusters.
+        let parts = path.utf8.split(separator: UInt8(ascii: "/"), maxSplits: 8, omittingEmptySubsequences: false).map { Substring($0) }
+        guard parts.count == 8, parts[3...].allSatisfy({ !$0.isEmpty }),
+              let route = byMethodAndPath["\(method) \(parts[6])/\(parts[7])"] else { return nil }
+        return (route, String(parts[3]), String(parts[4]), String(parts[5]))
+    }
 }
 
 /// The service's HTTP surface: the data API answered directly, everything else by the router.
@@ -110,17 +122,12 @@ public struct StratusResponder: HTTPResponder {
     let router: RouterResponder<BasicRequestContext>
 
     public func respond(to request: Request, context: Context) async throws -> Response {
-        let path = request.uri.path
-        guard path.hasPrefix("/database/1/") else { return try await router.respond(to: request, context: context) }
-        // Split on bytes: splitting a String on a Character walks grapheme clusters.
-        let parts = path.utf8.split(separator: UInt8(ascii: "/"), maxSplits: 8, omittingEmptySubsequences: false).map { Substring($0) }
-        guard parts.count == 8, parts[3...].allSatisfy({ !$0.isEmpty }),
-              let route = DataRoute.byMethodAndPath["\(request.method) \(parts[6])/\(parts[7])"] else {
+        guard let (route, container, environment, database) = DataRoute.match(method: request.method, path: request.uri.path) else {
             return try await router.respond(to: request, context: context)
         }
         return try await ErrorMiddleware<Context>().handle(request, context: context) { request, _ in
-            try await app.dataEndpoint(request, container: String(parts[3]), environment: String(parts[4]),
-                                       database: String(parts[5]), hasBody: route.hasBody) { try await route.handler(app, $0) }
+            try await app.dataEndpoint(request, container: container, environment: environment, database: database,
+                                       hasBody: route.hasBody) { try await route.handler(app, $0) }
         }
     }
 }
