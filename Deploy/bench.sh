@@ -278,6 +278,11 @@ for workload in $WORKLOADS; do
     read -r rps1 _ p501 p991 errors1 rss1 < <(service_run lookup 1 "$WORK/state.json")
     row lookup-c1 "$lat1" "$rps1" "$rps1" "$p501" "$p991" "$errors1" "$rss1" "-" "$lat1"
     echo "   lookup at 1 connection: pgbench $lat1 ms average, service p50 $p501 ms" >&2
+    # For reference: PostgreSQL running the statement concurrent lookups share, 8 keys at a time.
+    read -r many _ < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/lookup-many.sql)
+    many=$(awk -v t="$many" 'BEGIN { printf "%.0f", 8 * t }')
+    row lookup-x8 "$many" "$rps" "$rps" "$p50" "$p99" "$errors" "$rss" "-" "-"
+    echo "   lookup, 8 keys per statement: pgbench $many lookups/s" >&2
   fi
 done
 
@@ -296,6 +301,7 @@ while IFS=$'\t' read -r w b r recs p50 p99 e rss peer lat; do
     if (w == "batch-c2") { base = b * 100; x = (base > 0 ? recs / base : 0); shown = sprintf("%.2fx", x)
       verdict = sprintf(">= 1.5x rec/s: %s", (x >= 1.5 ? "met" : "missed")); base = base " rec/s" }
     if (w == "lookup-c1") { base = b " ms"; shown = sprintf("+%.2f ms", p50 - b); verdict = sprintf("p50 <= +0.35 ms: %s", (p50 - b <= 0.35 ? "met" : "missed")) }
+    if (w == "lookup-x8") { base = b " lk/s"; verdict = "(reference: 8 lookups per statement)" }
     if (w == "mixed") verdict = verdict sprintf("; RSS %s", (rss <= 150 ? "met" : "missed"))
     vs = (peer != "-" && peer > 0 ? sprintf("%s (%.2fx)", peer, r / peer) : "-")
     printf "%-11s %14s %11s %8s %-34s %9s %8s %8s %6s %6s %13s\n", w, base, r, shown, verdict, recs, p50, p99, e, rss, vs

@@ -18,8 +18,10 @@ enum Prepared {
         return bindings
     }
 
-    /// `records/lookup`: the zone row joined to the named records, tombstones included (the
-    /// caller skips them), in one round trip.
+    /// `records/lookup` when its statement serves no other request (`LookupCoalescer`): the zone
+    /// row joined to the named records, tombstones included (the caller skips them), in one round
+    /// trip. Cheaper for one request than `LookupMany`, whose seven-array `unnest` cost PostgreSQL
+    /// ~60 µs more per execution under pgbench (13–15k against 19–24k tps at 16 clients).
     ///
     /// Written so that PostgreSQL plans it once per connection, and well:
     /// - the names array is read through a sub-select, so no plan knows its length. Given
@@ -46,6 +48,82 @@ enum Prepared {
         var db: DatabaseRef
         var zone: String
         var names: [String]
+    }
+
+    /// `records/lookup` for several requests at once (`LookupCoalescer`): one key per
+    /// (request, record name), each request numbered from 0. Per key, the zone row (none: the zone
+    /// does not exist, so the key has no row) and the named record, tombstones included (the
+    /// caller skips them); null record cells when the zone matched and the record did not. A
+    /// request with no names sends one key with the empty name, which no record has.
+    ///
+    /// Written so that PostgreSQL plans it once per connection, and well:
+    /// - the keys are arrays, so no plan depends on how many there are;
+    /// - the zone and the record are LATERAL subqueries kept apart by `OFFSET 0`: each key probes
+    ///   the zones' unique key and then the records' primary key, whatever the planner estimates
+    ///   for the arrays (a hash join against all zones would read every tenant's zones);
+    /// - there is no `NOT deleted` on records, which made the partial index `records_by_type`
+    ///   (scan the zone, filter the name) look cheaper than probing the primary key.
+    struct LookupMany: PostgresPreparedStatement {
+        static let name = "stratus.LookupMany"
+        static let sql = """
+            SELECT k.i, r.*
+            FROM unnest($1::int4[], $2::int8[], $3::int2[], $4::int2[], $5::text[], $6::text[], $7::text[]) AS k(i, c, e, d, o, zn, n)
+            CROSS JOIN LATERAL (
+                SELECT zone_id FROM zones
+                WHERE container_id = k.c AND environment = k.e AND database_scope = k.d AND owner = k.o AND zone_name = k.zn AND NOT deleted
+                OFFSET 0
+            ) z
+            LEFT JOIN LATERAL (
+                SELECT \(RecordStore.recordColumns) FROM records
+                WHERE container_id = k.c AND zone_id = z.zone_id AND record_name = k.n
+                OFFSET 0
+            ) r ON true
+            """
+        typealias Row = PostgresRow
+
+        var requests: [Int32] = []
+        var containers: [Int64] = []
+        var environments: [Int16] = []
+        var scopes: [Int16] = []
+        var owners: [String] = []
+        var zones: [String] = []
+        var names: [String] = []
+
+        init(_ batch: [LookupCoalescer.Request]) {
+            let keys = batch.reduce(0) { $0 + max($1.names.count, 1) }
+            requests.reserveCapacity(keys)
+            containers.reserveCapacity(keys)
+            environments.reserveCapacity(keys)
+            scopes.reserveCapacity(keys)
+            owners.reserveCapacity(keys)
+            zones.reserveCapacity(keys)
+            names.reserveCapacity(keys)
+            for (index, request) in batch.enumerated() {
+                for name in request.names.isEmpty ? [""] : request.names {
+                    requests.append(Int32(index))
+                    containers.append(request.db.containerID)
+                    environments.append(request.db.environment.code)
+                    scopes.append(request.db.scope.code)
+                    owners.append(request.db.owner)
+                    zones.append(request.zone)
+                    names.append(name)
+                }
+            }
+        }
+
+        func makeBindings() throws -> PostgresBindings {
+            var bindings = PostgresBindings(capacity: 7)
+            bindings.append(requests)
+            bindings.append(containers)
+            bindings.append(environments)
+            bindings.append(scopes)
+            bindings.append(owners)
+            bindings.append(zones)
+            bindings.append(names)
+            return bindings
+        }
+
+        func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
     }
 
     /// The id of a live zone, unlocked (reads).

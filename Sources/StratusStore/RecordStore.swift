@@ -70,11 +70,14 @@ public final class RecordStore: Sendable {
     public let schemas: SchemaStore
     /// Ids of default zones, which are never deleted, so they can be cached safely.
     private let defaultZones = Mutex<[DatabaseRef: Int64]>([:])
+    /// Concurrent lookups share statements.
+    let lookups: LookupCoalescer
 
     public init(database: Database, logger: Logger) {
         self.database = database
         self.logger = logger
         self.schemas = SchemaStore(database: database, logger: logger)
+        self.lookups = LookupCoalescer(database: database, logger: logger)
     }
 
     static let recordColumns = "record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted"
@@ -221,20 +224,24 @@ public final class RecordStore: Sendable {
 
     /// Live records by name; names that do not exist are absent. `ZONE_NOT_FOUND` for a missing custom zone.
     public func lookup(_ db: DatabaseRef, zone: String, names: [String]) async throws -> [String: Record] {
-        // One round trip: the zone row (to tell a missing zone from missing records) joined to the records.
-        let rows = try await database.withConnection { connection in
-            try await connection.rows(Prepared.Lookup(db: db, zone: zone, names: names), logger: logger)
+        // One statement, shared with the lookups running at the same time: the zone row (to tell
+        // a missing zone from missing records) joined to the records.
+        let request = LookupCoalescer.Request(db: db, zone: zone, names: names)
+        let records: [Record]?
+        if Database.held == nil {
+            records = try await lookups.records(for: request)
+        } else {
+            // Inside a transaction or on a held connection: read on it, as everything else there does.
+            records = try await database.withConnection { connection in
+                try await LookupCoalescer.run([request], on: connection, logger: logger)[0]
+            }
         }
-        if rows.isEmpty {
+        guard let records else {
             if zone == Names.defaultZone { return [:] }
             throw Self.zoneNotFound(zone)
         }
         var found: [String: Record] = [:]
-        for row in rows {
-            guard row.first?.bytes != nil else { continue }  // the zone matched, no record did
-            let record = try Self.storedRecord(row)
-            if !record.deleted { found[record.recordName] = record }
-        }
+        for record in records { found[record.recordName] = record }
         return found
     }
 }

@@ -26,6 +26,7 @@ import Testing
         let (source, binds, zoneRow) = RecordStore.zoneFeedSource(db, zone: "z0", defaultZoneID: nil, recordTypes: nil)
         return [
             "lookup": Prepared.Lookup.sql,
+            "lookup-many": Prepared.LookupMany.sql,
             "lock": Prepared.LockZoneAndRecords.sql,
             "write": Prepared.WriteRecords.sql,
             "query-eq": try query(#"{"recordType":"Item","filterBy":[{"fieldName":"title","comparator":"EQUALS","fieldValue":{"value":"title-1"}}]}"#,

@@ -185,17 +185,22 @@ import Testing
             }
             let plans = try await harness.database.withConnection { connection in
                 for index in 0..<10 {
-                    let found = try await connection.rows(Prepared.Lookup(db: db, zone: Names.defaultZone, names: ["r-\(index)"]), logger: TestCluster.logger)
-                    let name = try found.first?.decode(String?.self)
+                    let found = try await connection.rows(Prepared.LookupMany([LookupCoalescer.Request(db: db, zone: Names.defaultZone, names: ["r-\(index)"])]),
+                                                          logger: TestCluster.logger)
+                    let name = try found.first?.decode((Int32, String?).self).1
                     #expect(found.count == 1 && name == "r-\(index)")
                     let locked = try await connection.rows(Prepared.LockZoneAndRecords(db: db, zone: Names.defaultZone, names: ["r-\(index)", "r-\(index + 1)"]),
                                                            logger: TestCluster.logger)
                     #expect(locked.count == 2)
                 }
                 // The plan now in use must probe the primary key, not scan the zone's 300 records.
-                for statement in [Prepared.Lookup.name, Prepared.LockZoneAndRecords.name] {
+                let zone = "'\(Names.defaultZone)'"
+                for (statement, arguments) in [
+                    (Prepared.LookupMany.name, "ARRAY[0], ARRAY[\(db.containerID)], ARRAY[\(db.environment.code)], ARRAY[\(db.scope.code)], ARRAY[''], ARRAY[\(zone)], ARRAY['r-3']"),
+                    (Prepared.LockZoneAndRecords.name, "\(db.containerID), \(db.environment.code), \(db.scope.code), '', \(zone), ARRAY['r-3']"),
+                ] {
                     let explain = PostgresQuery(unsafeSQL: """
-                        EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE "\(statement)"(\(db.containerID), \(db.environment.code), \(db.scope.code), '', '\(Names.defaultZone)', ARRAY['r-3'])
+                        EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE "\(statement)"(\(arguments))
                         """)
                     let plan = try JSONParser.parse(try await connection.rows(explain, logger: TestCluster.logger).first!.decode(String.self))
                     let stats = scanStatistics(plan)
@@ -208,7 +213,7 @@ import Testing
                 }
                 return generic
             }
-            #expect((plans[Prepared.Lookup.name] ?? 0) >= 4, "\(plans)")
+            #expect((plans[Prepared.LookupMany.name] ?? 0) >= 4, "\(plans)")
             #expect((plans[Prepared.LockZoneAndRecords.name] ?? 0) >= 4, "\(plans)")
         }
     }
