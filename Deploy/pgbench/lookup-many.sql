@@ -1,5 +1,5 @@
 -- service-sql: lookup-many 94d25078117d13d
--- The statement the service runs when concurrent lookups share one execution (LookupCoalescer),
+-- The statement the service runs when concurrent lookups share one execution (StatementSharing),
 -- here with 8 keys: 8 zones picked at random, one record name in each. For reference: bench.sh
 -- reports 8 × its tps as the lookups/s PostgreSQL gives the service's shared statements.
 \set i1 random(1, :zones)

@@ -18,7 +18,7 @@ enum Prepared {
         return bindings
     }
 
-    /// `records/lookup` when its statement serves no other request (`LookupCoalescer`): the zone
+    /// `records/lookup` when its statement serves no other request (`StatementSharing`): the zone
     /// row joined to the named records, tombstones included (the caller skips them), in one round
     /// trip. Cheaper for one request than `LookupMany`, whose seven-array `unnest` cost PostgreSQL
     /// ~60 µs more per execution under pgbench (13–15k against 19–24k tps at 16 clients).
@@ -50,7 +50,7 @@ enum Prepared {
         var names: [String]
     }
 
-    /// `records/lookup` for several requests at once (`LookupCoalescer`): one key per
+    /// `records/lookup` for several requests at once (`StatementSharing`): one key per
     /// (request, record name), each request numbered from 0. Per key, the zone row (none: the zone
     /// does not exist, so the key has no row) and the named record, tombstones included (the
     /// caller skips them); null record cells when the zone matched and the record did not. A
@@ -89,7 +89,7 @@ enum Prepared {
         var zones: [String] = []
         var names: [String] = []
 
-        init(_ batch: [LookupCoalescer.Request]) {
+        init(_ batch: [LookupRequest]) {
             let keys = batch.reduce(0) { $0 + max($1.names.count, 1) }
             requests.reserveCapacity(keys)
             containers.reserveCapacity(keys)
@@ -285,12 +285,115 @@ extension Prepared {
     struct Binds: Sendable {
         var bindings = PostgresBindings()
         var types: [PostgresDataType] = []
+        /// The values, while all are scalars a shared statement can take as arrays (`Shared`);
+        /// `nil` once another kind of value is bound.
+        var scalars: [Scalar]? = []
+
+        enum Scalar: Sendable, Equatable {
+            case int16(Int16), int32(Int32), int64(Int64), double(Double), bool(Bool), text(String)
+        }
 
         /// Appends `value` and returns its placeholder (`$n`).
         mutating func bind<Value: PostgresNonThrowingEncodable & Sendable>(_ value: Value) -> String {
             bindings.append(value)
             types.append(Value.psqlType)
+            if scalars != nil {
+                switch value {
+                case let value as Int64: scalars!.append(.int64(value))
+                case let value as String: scalars!.append(.text(value))
+                case let value as Int16: scalars!.append(.int16(value))
+                case let value as Int32: scalars!.append(.int32(value))
+                case let value as Double: scalars!.append(.double(value))
+                case let value as Bool: scalars!.append(.bool(value))
+                default: scalars = nil
+                }
+            }
             return "$\(types.count)"
+        }
+    }
+
+    /// One statement for several runs of a statement built at run time with scalar binds (the
+    /// same SQL, each run with its own values), for `StatementSharing`: the values arrive as one
+    /// array per placeholder, and the statement runs once per set of values as a LATERAL
+    /// subquery, with its placeholders turned into the array columns. Each result row starts
+    /// with the number of its set (from 0).
+    enum Shared {
+        /// Whether `sql` run with `binds` can be shared, and with which others (the same text and types).
+        static func canShare(_ binds: Binds) -> Bool {
+            guard let scalars = binds.scalars, scalars.count == binds.types.count else { return false }
+            return binds.types.allSatisfy { arrayTypeName($0) != nil }
+        }
+
+        static func arrayTypeName(_ type: PostgresDataType) -> String? {
+            switch type {
+            case .int2: return "int2"
+            case .int4: return "int4"
+            case .int8: return "int8"
+            case .float8: return "float8"
+            case .bool: return "bool"
+            case .text: return "text"
+            default: return nil
+            }
+        }
+
+        /// The shared statement's SQL for `sql` whose placeholders have `types`.
+        static func sql(_ sql: String, types: [PostgresDataType]) -> String {
+            var arrays = ["$1::int4[]"]
+            var columns = ["i"]
+            for (index, type) in types.enumerated() {
+                arrays.append("$\(index + 2)::\(arrayTypeName(type) ?? "text")[]")
+                columns.append("p\(index + 1)")
+            }
+            // `$n` becomes `k.pn`. The builders put `$` nowhere else: every value is bound.
+            var body = ""
+            var digits = ""
+            var inPlaceholder = false
+            for character in sql {
+                if inPlaceholder, character.isASCII, character.isNumber {
+                    digits.append(character)
+                    continue
+                }
+                if inPlaceholder {
+                    body += "k.p" + digits
+                    inPlaceholder = false
+                    digits = ""
+                }
+                if character == "$" {
+                    inPlaceholder = true
+                } else {
+                    body.append(character)
+                }
+            }
+            if inPlaceholder { body += "k.p" + digits }
+            return "SELECT k.i, q.* FROM unnest(\(arrays.joined(separator: ", "))) AS k(\(columns.joined(separator: ", ")))"
+                + " CROSS JOIN LATERAL (\(body)) q"
+        }
+
+        /// The shared statement's binds: the set numbers, then one array per placeholder. Every
+        /// element of `sets` must pass `canShare` with the same types.
+        static func binds(_ sets: [Binds]) throws -> Binds {
+            var shared = Binds()
+            _ = shared.bind(sets.indices.map { Int32($0) })
+            let columns = sets[0].types.count
+            for index in 0..<columns {
+                let values = sets.map { $0.scalars![index] }
+                func column<Value>(_ value: (Binds.Scalar) -> Value?) throws -> [Value] {
+                    let array = values.compactMap(value)
+                    guard array.count == values.count else {
+                        throw StratusError(.internalError, "statements of different types were to be shared")
+                    }
+                    return array
+                }
+                switch values[0] {
+                case .int16: _ = shared.bind(try column { if case .int16(let v) = $0 { return v } else { return nil } })
+                case .int32: _ = shared.bind(try column { if case .int32(let v) = $0 { return v } else { return nil } })
+                case .int64: _ = shared.bind(try column { if case .int64(let v) = $0 { return v } else { return nil } })
+                case .double: _ = shared.bind(try column { if case .double(let v) = $0 { return v } else { return nil } })
+                case .bool: _ = shared.bind(try column { if case .bool(let v) = $0 { return v } else { return nil } })
+                case .text: _ = shared.bind(try column { if case .text(let v) = $0 { return v } else { return nil } })
+                }
+            }
+            return shared
         }
     }
 

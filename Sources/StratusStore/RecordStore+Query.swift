@@ -21,36 +21,87 @@ public struct QueryPage: Sendable {
     public var next: QueryCursor?
 }
 
+/// One `records/query` page to read: the statement `QuerySQL` built for it, and what its rows mean.
+struct QueryRequest: Sendable {
+    var sorts: [QuerySort]
+    var limit: Int
+    var sql: String
+    var binds: Prepared.Binds
+    /// Whether the statement can be shared with others of the same SQL (`Prepared.Shared`).
+    var shareable: Bool
+
+    /// Whether one statement can serve both.
+    static func canShare(_ a: QueryRequest, _ b: QueryRequest) -> Bool {
+        a.shareable && b.shareable && a.binds.types == b.binds.types && a.sql == b.sql
+    }
+}
+
 extension RecordStore {
     /// Runs a validated query over a zone.
     ///
     /// The SQL is driven by the index entries of the first filter that can use an index, so its
     /// cost follows the rows that match in this zone, never other zones or containers. Pages are
-    /// keyset-paged on the sort values plus the record name (no OFFSET).
+    /// keyset-paged on the sort values plus the record name (no OFFSET). Concurrent queries of the
+    /// same shape (the same SQL, other values) share statements (`StatementSharing`).
     public func query(_ db: DatabaseRef, zone: String, query: Query, limit: Int, after cursor: QueryCursor?) async throws -> QueryPage {
         let built = QuerySQL.build(db: db, zone: zone, query: query, limit: limit, after: cursor)
-        let rows = try await database.withConnection { connection in
-            try await Prepared.Dynamic.rows(built.sql, built.binds, on: connection, logger: logger)
+        let request = QueryRequest(sorts: query.sorts, limit: limit, sql: built.sql, binds: built.binds,
+                                   shareable: Prepared.Shared.canShare(built.binds))
+        let page: QueryPage?
+        if Database.held == nil {
+            page = try await queries.answer(request)
+        } else {
+            page = try await database.withConnection { connection in try await Self.runQueries([request], on: connection, logger: logger)[0] }
         }
-        // No row: no such zone. One row of NULLs: the zone exists and nothing matched.
-        if rows.isEmpty {
+        guard let page else {
             if zone == Names.defaultZone { return QueryPage(records: [], next: nil) }
             throw Self.zoneNotFound(zone)
         }
+        return page
+    }
+
+    /// One statement for `requests` (all shareable with the first when there are several): per
+    /// request, in order, its page, or `nil` when its zone does not exist.
+    static func runQueries(_ requests: [QueryRequest], on connection: PostgresConnection, logger: Logger) async throws -> [QueryPage?] {
+        if requests.count == 1 {
+            let rows = try await Prepared.Dynamic.rows(requests[0].sql, requests[0].binds, on: connection, logger: logger)
+            return [try page(rows, skipping: 0, for: requests[0])]
+        }
+        let sql = Prepared.Shared.sql(requests[0].sql, types: requests[0].binds.types)
+        let rows = try await Prepared.Dynamic.rows(sql, try Prepared.Shared.binds(requests.map(\.binds)), on: connection, logger: logger)
+        var grouped = [[PostgresRow]](repeating: [], count: requests.count)
+        for row in rows {
+            var reader = RowReader(row)
+            let index = Int(try reader.next(Int32.self))
+            guard grouped.indices.contains(index) else {
+                throw StratusError(.internalError, "a query row names request \(index) of \(requests.count)")
+            }
+            grouped[index].append(row)
+        }
+        return try requests.indices.map { try page(grouped[$0], skipping: 1, for: requests[$0]) }
+    }
+
+    /// The page in a query's rows (after `skipping` leading cells of each): no row, no such zone
+    /// (`nil`); one row of NULLs, the zone exists and nothing matched.
+    static func page(_ rows: [PostgresRow], skipping: Int, for request: QueryRequest) throws -> QueryPage? {
+        if rows.isEmpty { return nil }
         var records: [Record] = []
         var sortValues: [[IndexValue?]] = []
-        for row in rows where row.first?.bytes != nil {
+        for row in rows {
             var reader = RowReader(row)
+            for _ in 0..<skipping { try reader.skip() }
+            var probe = reader
+            guard try probe.nextCell().bytes != nil else { continue }
             let record = try Self.storedRecord(&reader)
             var values: [IndexValue?] = []
-            for sort in query.sorts {
+            for sort in request.sorts {
                 values.append(try QuerySQL.decodeSortValue(try reader.nextCell(), scalar: sort.scalar))
             }
             records.append(record)
             sortValues.append(values)
         }
         var next: QueryCursor?
-        if records.count > limit {
+        if records.count > request.limit {
             records.removeLast()
             sortValues.removeLast()
             next = QueryCursor(sortValues: sortValues.last!, recordName: records.last!.recordName)

@@ -70,14 +70,21 @@ public final class RecordStore: Sendable {
     public let schemas: SchemaStore
     /// Ids of default zones, which are never deleted, so they can be cached safely.
     private let defaultZones = Mutex<[DatabaseRef: Int64]>([:])
-    /// Concurrent lookups share statements.
-    let lookups: LookupCoalescer
+    /// Concurrent lookups share statements, and so do concurrent queries of the same shape.
+    let lookups: StatementSharing<LookupRequest, [Record]?>
+    let queries: StatementSharing<QueryRequest, QueryPage?>
 
     public init(database: Database, logger: Logger) {
         self.database = database
         self.logger = logger
         self.schemas = SchemaStore(database: database, logger: logger)
-        self.lookups = LookupCoalescer(database: database, logger: logger)
+        // A request may name up to 200 records; a statement serves up to 256 names.
+        self.lookups = StatementSharing(keysPerStatement: 256, keys: { max($0.names.count, 1) }) { requests in
+            try await database.withConnection { connection in try await Lookups.run(requests, on: connection, logger: logger) }
+        }
+        self.queries = StatementSharing(keysPerStatement: 16, canShare: QueryRequest.canShare) { requests in
+            try await database.withConnection { connection in try await RecordStore.runQueries(requests, on: connection, logger: logger) }
+        }
     }
 
     static let recordColumns = "record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted"
@@ -226,14 +233,14 @@ public final class RecordStore: Sendable {
     public func lookup(_ db: DatabaseRef, zone: String, names: [String]) async throws -> [String: Record] {
         // One statement, shared with the lookups running at the same time: the zone row (to tell
         // a missing zone from missing records) joined to the records.
-        let request = LookupCoalescer.Request(db: db, zone: zone, names: names)
+        let request = LookupRequest(db: db, zone: zone, names: names)
         let records: [Record]?
         if Database.held == nil {
-            records = try await lookups.records(for: request)
+            records = try await lookups.answer(request)
         } else {
             // Inside a transaction or on a held connection: read on it, as everything else there does.
             records = try await database.withConnection { connection in
-                try await LookupCoalescer.run([request], on: connection, logger: logger)[0]
+                try await Lookups.run([request], on: connection, logger: logger)[0]
             }
         }
         guard let records else {

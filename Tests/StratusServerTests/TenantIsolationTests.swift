@@ -185,7 +185,7 @@ import Testing
             }
             let plans = try await harness.database.withConnection { connection in
                 for index in 0..<10 {
-                    let found = try await connection.rows(Prepared.LookupMany([LookupCoalescer.Request(db: db, zone: Names.defaultZone, names: ["r-\(index)"])]),
+                    let found = try await connection.rows(Prepared.LookupMany([LookupRequest(db: db, zone: Names.defaultZone, names: ["r-\(index)"])]),
                                                           logger: TestCluster.logger)
                     let name = try found.first?.decode((Int32, String?).self).1
                     #expect(found.count == 1 && name == "r-\(index)")
