@@ -79,11 +79,17 @@ public final class RecordStore: Sendable {
         self.logger = logger
         self.schemas = SchemaStore(database: database, logger: logger)
         // A request may name up to 200 records; a statement serves up to 256 names.
-        self.lookups = StatementSharing(keysPerStatement: 256, keys: { max($0.names.count, 1) }) { requests in
-            try await database.withConnection { connection in try await Lookups.run(requests, on: connection, logger: logger) }
+        self.lookups = StatementSharing(keysPerStatement: 256, keys: { max($0.names.count, 1) }) { requests, sending in
+            try await database.withConnection { connection in
+                sending()
+                return try await Lookups.run(requests, on: connection, logger: logger)
+            }
         }
-        self.queries = StatementSharing(keysPerStatement: 16, canShare: QueryRequest.canShare) { requests in
-            try await database.withConnection { connection in try await RecordStore.runQueries(requests, on: connection, logger: logger) }
+        self.queries = StatementSharing(keysPerStatement: 16, canShare: QueryRequest.canShare) { requests, sending in
+            try await database.withConnection { connection in
+                sending()
+                return try await RecordStore.runQueries(requests, on: connection, logger: logger)
+            }
         }
     }
 

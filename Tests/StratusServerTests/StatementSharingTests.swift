@@ -217,4 +217,58 @@ import Testing
             }
         }
     }
+
+    /// A statement stalled on the database side must not hold everyone queued behind it: once one
+    /// has been executing for the sharing's patience, arriving requests start statements of their
+    /// own. Here the stall is a table lock the test holds.
+    @Test func requestsDoNotQueueBehindAStalledStatement() async throws {
+        try await Harness.run(poolSize: 4) { harness in
+            let session = try await harness.container().signedUp()
+            let written = try await session.modify("private", (0..<3).map { op("create", "r-\($0)", fields: ["title": ["value": .string("t\($0)")]]) })
+            #expect(written.status == 200)
+            let lookup: @Sendable (Int) async throws -> (status: Int, json: JSON) = { index in
+                try await session.post("private", "records/lookup", ["records": [["recordName": .string("r-\(index)")]]])
+            }
+            _ = try await lookup(0)  // tokens cached: the lookup is the only database work left
+
+            let lookups = harness.app.records.lookups
+            let before = lookups.statistics
+            let (locked, locking) = AsyncStream.makeStream(of: Void.self)
+            let (release, releasing) = AsyncStream.makeStream(of: Void.self)
+            let holder = Task {
+                try await harness.database.transaction { connection in
+                    try await connection.query("LOCK TABLE records IN ACCESS EXCLUSIVE MODE", logger: TestCluster.logger)
+                    locking.yield()
+                    for await _ in release { break }
+                }
+            }
+            for await _ in locked { break }
+            func waitFor(_ condition: (StatementSharing<LookupRequest, [Record]?>.Statistics) -> Bool) async throws {
+                let deadline = ContinuousClock.now + .seconds(20)
+                while ContinuousClock.now < deadline, !condition(lookups.statistics) { try await Task.sleep(for: .milliseconds(5)) }
+            }
+            let answers = try await withThrowingTaskGroup(of: (Int, Int, JSON).self) { group in
+                group.addTask { let answer = try await lookup(0); return (0, answer.status, answer.json) }
+                try await waitFor { $0.running == 1 }
+                // Longer than the patience (10 ms) on the lock.
+                try await Task.sleep(for: .milliseconds(100))
+                for index in 1...2 {
+                    group.addTask { let answer = try await lookup(index); return (index, answer.status, answer.json) }
+                }
+                try await waitFor { $0.running == 3 }
+                let stalled = lookups.statistics
+                #expect(stalled.running == 3 && stalled.queued == 0, "each later request should run its own statement: \(stalled)")
+                releasing.yield()
+                var answers: [(Int, Int, JSON)] = []
+                for try await answer in group { answers.append(answer) }
+                return answers
+            }
+            try await holder.value
+            #expect(lookups.statistics.statements - before.statements == 3)
+            for (index, status, json) in answers {
+                #expect(status == 200)
+                #expect(json.record(0)?["fields"]?["title"]?["value"]?.stringValue == "t\(index)", "\(json)")
+            }
+        }
+    }
 }
