@@ -18,27 +18,23 @@ enum Lookups {
         if requests.count == 1 {
             let request = requests[0]
             let rows = try await connection.rows(Prepared.Lookup(db: request.db, zone: request.zone, names: request.names), logger: logger)
-            if rows.isEmpty { return [nil] }
-            var records: [Record] = []
-            for row in rows {
-                var reader = RowReader(row)
-                if let record = try liveRecord(&reader) { records.append(record) }
-            }
-            return [records]
+            return [try records(rows, skipping: 0)]
         }
         let rows = try await connection.rows(Prepared.LookupMany(requests), logger: logger)
-        var answers = [[Record]?](repeating: nil, count: requests.count)
+        return try Prepared.Shared.grouped(rows, count: requests.count).map { try records($0, skipping: 1) }
+    }
+
+    /// The live records in one request's rows (after `skipping` leading cells of each); `nil`
+    /// when there is no row: the zone does not exist.
+    private static func records(_ rows: [PostgresRow], skipping: Int) throws -> [Record]? {
+        if rows.isEmpty { return nil }
+        var records: [Record] = []
         for row in rows {
             var reader = RowReader(row)
-            let index = Int(try reader.next(Int32.self))
-            guard answers.indices.contains(index) else {
-                throw StratusError(.internalError, "a lookup row names request \(index) of \(requests.count)")
-            }
-            var records = answers[index] ?? []
+            for _ in 0..<skipping { try reader.skip() }
             if let record = try liveRecord(&reader) { records.append(record) }
-            answers[index] = records
         }
-        return answers
+        return records
     }
 
     /// The record in the rest of a lookup row; `nil` when there is none (the zone matched, no

@@ -369,6 +369,21 @@ extension Prepared {
                 + " CROSS JOIN LATERAL (\(body)) q"
         }
 
+        /// The rows of a shared statement (`LookupMany` or `sql(_:types:)`), by the set number
+        /// each starts with; `count` groups, in set order.
+        static func grouped(_ rows: [PostgresRow], count: Int) throws -> [[PostgresRow]] {
+            var groups = [[PostgresRow]](repeating: [], count: count)
+            for row in rows {
+                var reader = RowReader(row)
+                let index = Int(try reader.next(Int32.self))
+                guard groups.indices.contains(index) else {
+                    throw StratusError(.internalError, "a shared statement's row names set \(index) of \(count)")
+                }
+                groups[index].append(row)
+            }
+            return groups
+        }
+
         /// The shared statement's binds: the set numbers, then one array per placeholder. Every
         /// element of `sets` must pass `canShare` with the same types.
         static func binds(_ sets: [Binds]) throws -> Binds {

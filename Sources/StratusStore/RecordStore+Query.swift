@@ -69,15 +69,7 @@ extension RecordStore {
         }
         let sql = Prepared.Shared.sql(requests[0].sql, types: requests[0].binds.types)
         let rows = try await Prepared.Dynamic.rows(sql, try Prepared.Shared.binds(requests.map(\.binds)), on: connection, logger: logger)
-        var grouped = [[PostgresRow]](repeating: [], count: requests.count)
-        for row in rows {
-            var reader = RowReader(row)
-            let index = Int(try reader.next(Int32.self))
-            guard grouped.indices.contains(index) else {
-                throw StratusError(.internalError, "a query row names request \(index) of \(requests.count)")
-            }
-            grouped[index].append(row)
-        }
+        let grouped = try Prepared.Shared.grouped(rows, count: requests.count)
         return try requests.indices.map { try page(grouped[$0], skipping: 1, for: requests[$0]) }
     }
 

@@ -174,6 +174,10 @@ final class StatementSharing<Request: Sendable, Answer: Sendable>: Sendable {
                 throw StratusError(.internalError, "a shared statement answered \(answers.count) of \(others.count + 1) requests")
             }
             result = .success(answers)
+        } catch is CancellationError {
+            // The runner's own task was cancelled (server shutdown); the requests it carried were
+            // not, and get an answer they can retry rather than an internal error.
+            result = .failure(StratusError(.tryAgainLater, "the request was interrupted; retry shortly", retryAfter: 1))
         } catch {
             result = .failure(error)
         }
