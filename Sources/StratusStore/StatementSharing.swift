@@ -19,7 +19,7 @@ import Synchronization
 /// `keysPerStatement` keys) and runs it. Each statement runs after all its requests arrived, so it
 /// sees everything acknowledged before any of them (read-your-writes holds as for a statement of
 /// its own). A failed statement fails each of its requests with the same error, as it would have
-/// failed each alone.
+/// failed each alone (a runner cancelled mid-statement answers them TRY_AGAIN_LATER).
 ///
 /// A statement that is slow on the database side (reading pages from disk, evicting dirty buffers
 /// after bulk writes) would hold everyone queued behind it. So once a statement has been executing
