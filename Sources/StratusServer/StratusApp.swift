@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdBcrypt
+import HummingbirdCore
 import NIOPosix
 import NIOCore
 import Logging
@@ -58,6 +59,15 @@ public final class StratusApp: Sendable {
         addManagementRoutes(to: router)
         addSchemaRoutes(to: router)
         return StratusRouter(app: self, router: router)
+    }
+
+    /// The HTTP/1.1 server `stratus serve` runs (see `StratusHTTPChannel`). Connections idle for
+    /// `idleTimeout` with no request in flight are closed.
+    public func httpServer(idleTimeout: Duration?) -> HTTPServerBuilder {
+        let responder = router().buildResponder()
+        let channel = StratusHTTPChannel(responder: responder, maximumBodyBytes: configuration.maximumBodyBytes,
+                                         idleTimeout: idleTimeout.map { TimeAmount($0) }, serverName: "Stratus")
+        return HTTPServerBuilder { _ in channel }
     }
 
     func health() async throws -> Response {

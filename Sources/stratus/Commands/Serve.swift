@@ -92,7 +92,7 @@ struct Serve: AsyncParsableCommand {
             defer { group.cancelAll() }
             try await MigrationRunner(migrations: migrations, logger: logger).run(on: db)
             let stratus = try await StratusApp.make(database: db, configuration: serverConfiguration, logger: logger)
-            let app = Application(router: stratus.router(), server: .http1(configuration: .init(idleTimeout: .seconds(Int64(idle)))),
+            let app = Application(router: stratus.router(), server: stratus.httpServer(idleTimeout: .seconds(idle)),
                                   configuration: .init(address: .hostname(host, port: port), serverName: "Stratus"), logger: logger)
             // On SIGTERM/SIGINT the server stops accepting, finishes the requests in flight and
             // closes idle connections; past the deadline, what is left is cancelled.

@@ -101,7 +101,9 @@ struct Harness: Sendable {
                 database: db,
                 configuration: ServerConfiguration(adminToken: adminToken, maximumBodyBytes: 4 * 1024 * 1024, bcryptCost: 4),
                 logger: TestCluster.logger)
-            let app = Application(router: stratus.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+            // Live tests run the server `stratus serve` runs; router tests skip HTTP.
+            let app = Application(router: stratus.router(), server: stratus.httpServer(idleTimeout: nil),
+                                  configuration: .init(address: .hostname("127.0.0.1", port: 0)),
                                   logger: TestCluster.logger)
             try await app.test(live ? .live : .router) { client in
                 try await body(Harness(client: client, database: db, app: stratus))

@@ -1,0 +1,228 @@
+import Foundation
+import NIOCore
+import NIOPosix
+import StratusCore
+import Synchronization
+import Testing
+
+/// The HTTP/1.1 layer `stratus serve` runs (`StratusHTTPChannel`), spoken to over a raw socket:
+/// what a client sees on the wire, byte for byte, when it pipelines, breaks the protocol, sends
+/// too much, waits for `100 Continue` or speaks HTTP/1.0.
+@Suite struct HTTPConnectionTests {
+    @Test func pipelinedRequestsAreAnsweredInOrderOnOneConnection() async throws {
+        try await Harness.run(live: true) { harness in
+            let session = try await harness.container().signedUp()
+            _ = try await session.modify("private", [op("create", "a", type: "Note", fields: ["title": ["value": "first"]])])
+            let lookup = #"{"records":[{"recordName":"a"}]}"#
+            let connection = try await RawConnection(port: harness.client.port ?? 0)
+            // Three requests in one write: a lookup that goes to the database, an unknown path,
+            // and a health check that asks to close.
+            try await connection.send("""
+                POST \(session.path("private", "records/lookup")) HTTP/1.1\r\nHost: x\r\nContent-Length: \(lookup.utf8.count)\r\n\r\n\(lookup)\
+                GET /no/such/path HTTP/1.1\r\nHost: x\r\n\r\n\
+                GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n
+                """)
+            let (responses, closed) = try await connection.responses(count: 3)
+            #expect(closed, "the connection stays open after 'Connection: close'")
+            try #require(responses.count == 3, "\(responses)")
+            #expect(responses.map(\.status) == [200, 404, 200])
+            #expect(responses[0].json.record(0)?["fields"]?["title"]?["value"] == "first", "\(responses[0].json)")
+            #expect(responses[1].json.errorCode == "NOT_FOUND", "\(responses[1].json)")
+            #expect(responses[2].json["status"] == "ok")
+            #expect(responses[2].headers["connection"] == "close")
+            for response in responses {
+                #expect(response.headers["date"]?.hasSuffix(" GMT") == true, "\(response.headers)")
+                #expect(response.headers["server"] == "Stratus")
+            }
+        }
+    }
+
+    @Test func malformedHTTPGetsACloudKitErrorAndTheConnectionCloses() async throws {
+        try await Harness.run(live: true) { harness in
+            for garbage in ["GARBAGE\r\n\r\n", "GET /health HTTP/1.1\r\nHost: x\r\nContent-Length: nope\r\n\r\n",
+                            "GET /health HTTP/9.9\r\n\r\n", "GET /health HTTP/1.1\r\nBad Header\r\n\r\n"] {
+                let connection = try await RawConnection(port: harness.client.port ?? 0)
+                try await connection.send(garbage)
+                let (responses, closed) = try await connection.responses(count: 1)
+                #expect(closed, "\(garbage.debugDescription): the connection stays open")
+                #expect(responses.first?.status == 400, "\(garbage.debugDescription): \(responses)")
+                #expect(responses.first?.json.errorCode == "BAD_REQUEST", "\(garbage.debugDescription): \(responses)")
+                #expect(responses.first?.json["reason"]?.stringValue?.contains("not valid HTTP") == true)
+            }
+            // A good request, then garbage behind it: the good one is answered, then the connection closes.
+            let connection = try await RawConnection(port: harness.client.port ?? 0)
+            try await connection.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\nGARBAGE\r\n\r\n")
+            let (responses, closed) = try await connection.responses(count: 2)
+            #expect(responses.first?.status == 200, "\(responses)")
+            #expect(closed)
+        }
+    }
+
+    @Test func bodiesOverTheLimitAreRefusedWithoutBeingRead() async throws {
+        try await Harness.run(live: true) { harness in
+            let session = try await harness.container().signedUp()
+            let path = session.path("private", "records/modify")
+            // By Content-Length alone: answered at once, though the body never comes.
+            let declared = try await RawConnection(port: harness.client.port ?? 0)
+            try await declared.send("POST \(path) HTTP/1.1\r\nHost: x\r\nContent-Length: 999999999\r\n\r\n{")
+            var (responses, closed) = try await declared.responses(count: 1)
+            #expect(responses.first?.status == 413, "\(responses)")
+            #expect(responses.first?.json.errorCode == "BAD_REQUEST")
+            #expect(responses.first?.json["reason"]?.stringValue?.contains("larger than") == true)
+            #expect(closed)
+            // Chunked, with no length given: refused once the chunks pass the limit (4 MiB in tests).
+            let chunked = try await RawConnection(port: harness.client.port ?? 0)
+            try await chunked.send("POST \(path) HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+            let chunk = String(repeating: "x", count: 1 << 20)
+            for _ in 0..<5 {
+                try? await chunked.send(String(chunk.utf8.count, radix: 16) + "\r\n" + chunk + "\r\n")
+            }
+            (responses, closed) = try await chunked.responses(count: 1)
+            #expect(responses.first?.status == 413, "\(responses)")
+            #expect(closed)
+        }
+    }
+
+    @Test func expectContinueAndHTTP10() async throws {
+        try await Harness.run(live: true) { harness in
+            let port = harness.client.port ?? 0
+            // `Expect: 100-continue`: the interim answer comes before the body is sent.
+            let body = #"{"name":"iCloud.com.example.Continue"}"#
+            let waiting = try await RawConnection(port: port)
+            try await waiting.send("POST /management/1/containers HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(Harness.adminToken)\r\n"
+                + "Content-Length: \(body.utf8.count)\r\nExpect: 100-continue\r\n\r\n")
+            let interim = try await waiting.text(until: { $0.contains("\r\n\r\n") })
+            #expect(interim.hasPrefix("HTTP/1.1 100 Continue\r\n"), "\(interim.debugDescription)")
+            try await waiting.send(body)
+            let created = try await waiting.text(until: { $0.contains("201 Created") && $0.hasSuffix("}") })
+            #expect(created.contains("iCloud.com.example.Continue"), "\(created)")
+
+            // HTTP/1.0 closes after the answer, unless it asks to keep the connection.
+            let once = try await RawConnection(port: port)
+            try await once.send("GET /health HTTP/1.0\r\n\r\n")
+            var (responses, closed) = try await once.responses(count: 1)
+            #expect(responses.first?.status == 200)
+            #expect(responses.first?.version == "HTTP/1.0")
+            #expect(closed)
+            let kept = try await RawConnection(port: port)
+            try await kept.send("GET /health HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /health HTTP/1.0\r\n\r\n")
+            (responses, closed) = try await kept.responses(count: 2)
+            #expect(responses.map(\.status) == [200, 200])
+            #expect(responses.first?.headers["connection"] == "keep-alive")
+            #expect(closed)
+        }
+    }
+}
+
+/// One HTTP response as read off the wire.
+struct RawResponse: CustomStringConvertible {
+    var version: String
+    var status: Int
+    /// Header names lowercased.
+    var headers: [String: String]
+    var json: JSON
+
+    var description: String { "\(status) \(headers) \(json)" }
+}
+
+/// A TCP connection for speaking HTTP by hand.
+final class RawConnection: Sendable {
+    private let channel: any Channel
+    private let received = Received()
+
+    /// The bytes read so far, and whether the server closed the connection.
+    final class Received: Sendable {
+        let state = Mutex<(bytes: [UInt8], closed: Bool)>(([], false))
+    }
+
+    init(port: Int) async throws {
+        let received = self.received
+        // The server shuts its side after refusing a request, while the client may still be
+        // writing it: like curl, keep writing until the server closes the connection.
+        channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .channelOption(.allowRemoteHalfClosure, value: true)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(Collector(connection: received)) }
+            }
+            .connect(host: "127.0.0.1", port: port).get()
+    }
+
+    deinit {
+        channel.close(promise: nil)
+    }
+
+    func send(_ text: String) async throws {
+        try await channel.writeAndFlush(ByteBuffer(string: text))
+    }
+
+    /// What has arrived once `done` holds for it, or the connection closed, or 10 s passed.
+    func text(until done: (String) -> Bool) async throws -> String {
+        let start = ContinuousClock.now
+        while true {
+            let (bytes, closed) = received.state.withLock { ($0.bytes, $0.closed) }
+            let text = String(decoding: bytes, as: UTF8.self)
+            if done(text) || closed || ContinuousClock.now - start > .seconds(10) { return text }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    /// Up to `count` whole responses, and whether the server then closed the connection (waited
+    /// for up to 2 s after the last response).
+    func responses(count: Int) async throws -> ([RawResponse], closed: Bool) {
+        _ = try await text(until: { Self.parse($0).count >= count })
+        let start = ContinuousClock.now
+        while ContinuousClock.now - start < .seconds(2), !received.state.withLock({ $0.closed }) {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let (bytes, closed) = received.state.withLock { ($0.bytes, $0.closed) }
+        return (Self.parse(String(decoding: bytes, as: UTF8.self)), closed)
+    }
+
+    /// The whole responses in `text` (each needs a Content-Length).
+    static func parse(_ text: String) -> [RawResponse] {
+        var responses: [RawResponse] = []
+        var rest = Substring(text)
+        while let end = rest.range(of: "\r\n\r\n") {
+            let lines = rest[..<end.lowerBound].components(separatedBy: "\r\n")
+            let statusLine = lines[0].split(separator: " ")
+            guard statusLine.count >= 2, let status = Int(statusLine[1]) else { break }
+            var headers: [String: String] = [:]
+            for line in lines.dropFirst() {
+                guard let colon = line.firstIndex(of: ":") else { continue }
+                headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            }
+            let length = Int(headers["content-length"] ?? "0") ?? 0
+            let body = rest[end.upperBound...].utf8.prefix(length)
+            guard body.count == length else { break }
+            responses.append(RawResponse(version: String(statusLine[0]), status: status, headers: headers,
+                                         json: (try? JSONParser.parse(Array(body))) ?? .null))
+            rest = Substring(rest[end.upperBound...].utf8.dropFirst(length))
+        }
+        return responses
+    }
+
+    private final class Collector: ChannelInboundHandler, Sendable {
+        typealias InboundIn = ByteBuffer
+        let connection: Received
+
+        init(connection: Received) {
+            self.connection = connection
+        }
+
+        func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+            let buffer = unwrapInboundIn(data)
+            connection.state.withLock { $0.bytes.append(contentsOf: buffer.readableBytesView) }
+        }
+
+        func channelInactive(context: ChannelHandlerContext) {
+            connection.state.withLock { $0.closed = true }
+        }
+
+        func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+            if case ChannelEvent.inputClosed = event {
+                connection.state.withLock { $0.closed = true }
+            }
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+}
