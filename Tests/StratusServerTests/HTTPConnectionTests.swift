@@ -114,6 +114,36 @@ import Testing
     }
 }
 
+extension HTTPConnectionTests {
+    /// The idle timeout cuts off a request that stalls part-way, head or body, but not an idle
+    /// connection's neighbour that keeps talking.
+    @Test func stalledRequestsAreCutOffAfterTheIdleTimeout() async throws {
+        try await Harness.run(live: true, idleTimeout: .seconds(1)) { harness in
+            let port = harness.client.port ?? 0
+            let stalledBody = try await RawConnection(port: port)
+            try await stalledBody.send("POST /management/1/containers HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"na")
+            let stalledHead = try await RawConnection(port: port)
+            try await stalledHead.send("GET /health HTTP/1.1\r\nHost: x\r\n")
+            let talking = try await RawConnection(port: port)
+            let start = ContinuousClock.now
+            var answered = 0
+            while ContinuousClock.now - start < .milliseconds(2500) {
+                try await talking.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+                answered += 1
+                _ = try await talking.text(until: { RawConnection.parse($0).count >= answered })
+                try await Task.sleep(for: .milliseconds(300))
+            }
+            #expect(!talking.isClosed, "a connection in use was closed")
+            let talked = RawConnection.parse(try await talking.text(until: { _ in true }))
+            #expect(talked.count == answered && talked.allSatisfy { $0.status == 200 }, "\(talked)")
+            let (bodyResponses, bodyClosed) = try await stalledBody.responses(count: 1)
+            #expect(bodyClosed && bodyResponses.isEmpty, "stalled body: \(bodyResponses)")
+            let (headResponses, headClosed) = try await stalledHead.responses(count: 1)
+            #expect(headClosed && headResponses.isEmpty, "stalled head: \(headResponses)")
+        }
+    }
+}
+
 /// One HTTP response as read off the wire.
 struct RawResponse: CustomStringConvertible {
     var version: String
@@ -150,6 +180,8 @@ final class RawConnection: Sendable {
     deinit {
         channel.close(promise: nil)
     }
+
+    var isClosed: Bool { received.state.withLock { $0.closed } }
 
     func send(_ text: String) async throws {
         try await channel.writeAndFlush(ByteBuffer(string: text))

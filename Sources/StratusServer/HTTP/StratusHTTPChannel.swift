@@ -198,7 +198,7 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var body = ByteBuffer()
     /// Requests handed to the task and not answered yet.
     private var unanswered = 0
-    /// A request's head has arrived and its response is not written yet.
+    /// A request's head has arrived and its response is not written yet: graceful shutdown waits for it.
     private var busy = false
     /// After a refused body or malformed HTTP, nothing more is read as a request.
     private var stopped = false
@@ -350,7 +350,9 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         switch event {
         case IdleStateHandler.IdleStateEvent.read:
-            if !busy { context.close(promise: nil) }
+            // Nothing read for the idle time: close, unless a whole request is being answered (a
+            // request head or body that stalls part-way is cut off).
+            if unanswered == 0 { context.close(promise: nil) }
         case is ChannelShouldQuiesceEvent:
             if busy { closeWhenAnswered = true } else { context.close(promise: nil) }
         default:

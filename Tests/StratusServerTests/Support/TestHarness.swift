@@ -94,7 +94,8 @@ struct Harness: Sendable {
     let app: StratusApp
 
     /// Runs `body` against a new app (in-process router by default, or a live server).
-    static func run(live: Bool = false, poolSize: Int = 4, _ body: @escaping @Sendable (Harness) async throws -> Void) async throws {
+    static func run(live: Bool = false, poolSize: Int = 4, idleTimeout: Duration? = nil,
+                    _ body: @escaping @Sendable (Harness) async throws -> Void) async throws {
         let configuration = try await TestCluster.shared.newDatabase()
         try await withDatabase(configuration, maximumConnections: poolSize) { db in
             let stratus = try await StratusApp.make(
@@ -102,7 +103,7 @@ struct Harness: Sendable {
                 configuration: ServerConfiguration(adminToken: adminToken, maximumBodyBytes: 4 * 1024 * 1024, bcryptCost: 4),
                 logger: TestCluster.logger)
             // Live tests run the server `stratus serve` runs; router tests skip HTTP.
-            let app = Application(router: stratus.router(), server: stratus.httpServer(idleTimeout: nil),
+            let app = Application(router: stratus.router(), server: stratus.httpServer(idleTimeout: idleTimeout),
                                   configuration: .init(address: .hostname("127.0.0.1", port: 0)),
                                   logger: TestCluster.logger)
             try await app.test(live ? .live : .router) { client in
