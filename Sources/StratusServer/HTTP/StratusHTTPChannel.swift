@@ -241,9 +241,11 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                 refuse(head)
             } else {
                 self.head = head
-                if head.version.major == 1, head.version.minor >= 1,
+                if unanswered == 0, head.version.major == 1, head.version.minor >= 1,
                    head.headers.first(name: "expect")?.lowercased() == "100-continue" {
-                    // curl and others wait for this before sending a body over 1 KB.
+                    // curl and others wait for this before sending a body over 1 KB. (Behind a
+                    // pipelined request still being answered it would come before that answer:
+                    // there the client's own wait, a second for curl, has to do.)
                     context.writeAndFlush(wrapOutboundOut(ByteBuffer(staticString: "HTTP/1.1 100 Continue\r\n\r\n")), promise: nil)
                 }
             }
