@@ -25,6 +25,7 @@ import Testing
         #expect(response.status == 200, "\(response.json)", sourceLocation: sourceLocation)
         let item = response.json.record(0)
         #expect(item?.errorCode == code, "\(String(describing: item))", sourceLocation: sourceLocation)
+        #expect(item?["uuid"]?.stringValue?.count == 36, "\(String(describing: item))", sourceLocation: sourceLocation)
         if let mentions {
             #expect(item?["reason"]?.stringValue?.contains(mentions) == true, "\(String(describing: item))", sourceLocation: sourceLocation)
         }

@@ -31,6 +31,7 @@ import Testing
             #expect(lookup.status == 200)
             #expect(lookup.json.record(0)?["fields"]?["title"]?["value"] == "Note 1")
             #expect(lookup.json.record(1)?.errorCode == "NOT_FOUND")
+            #expect(lookup.json.record(1)?["uuid"]?.stringValue?.count == 36, "a per-record error carries an id: \(lookup.json)")
             #expect(lookup.json.record(1)?["recordName"] == "nope")
             #expect(lookup.json.record(2)?["recordName"] == "note-2")
 

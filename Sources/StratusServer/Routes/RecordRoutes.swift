@@ -26,7 +26,8 @@ extension StratusApp {
         let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings)
         let results = try await records.modify(db, zone: zone, request: decoded, caller: caller, now: now(),
                                                allowSchemaChanges: db.environment == .development, render: { $0.wireJSON(rendering) })
-        let uuid = newUUID()
+        // One id for the response's per-record errors, made only if there is one (two getrandom calls).
+        lazy var uuid = newUUID()
         let items: [JSON] = results.enumerated().map { index, result in
             switch result {
             case .saved(let record):
@@ -59,7 +60,7 @@ extension StratusApp {
             try Names.validateRecordName(name)
             wanted.append((name, try Wire.stringSet(item["desiredKeys"], key: "records[\(index)].desiredKeys") ?? desired))
         }
-        let uuid = newUUID()
+        lazy var uuid = newUUID()
         if request.scope == .shared {
             _ = try request.caller.requireUser(signInURL: request.signInURL)
             return ["records": .array(wanted.map { StratusError(.notFound, "record '\(Names.printable($0.name))' does not exist").dictionary(uuid: uuid, recordName: $0.name) })]
