@@ -30,6 +30,17 @@ import Testing
             #expect(responses[1].json.errorCode == "NOT_FOUND", "\(responses[1].json)")
             #expect(responses[2].json["status"] == "ok")
             #expect(responses[2].headers["connection"] == "close")
+
+            // A client that shuts its side after its requests gets its answers, then the end.
+            let halfClosed = try await RawConnection(port: harness.client.port ?? 0)
+            try await halfClosed.send("""
+                POST \(session.path("private", "records/lookup")) HTTP/1.1\r\nHost: x\r\nContent-Length: \(lookup.utf8.count)\r\n\r\n\(lookup)\
+                GET /health HTTP/1.1\r\nHost: x\r\n\r\n
+                """)
+            try await halfClosed.shutdownOutput()
+            let (answers, ended) = try await halfClosed.responses(count: 2)
+            #expect(answers.map(\.status) == [200, 200], "\(answers)")
+            #expect(ended, "the server kept a half-closed connection open")
             for response in responses {
                 #expect(response.headers["date"]?.hasSuffix(" GMT") == true, "\(response.headers)")
                 #expect(response.headers["server"] == "Stratus")
@@ -183,6 +194,11 @@ final class RawConnection: Sendable {
 
     var isClosed: Bool { received.state.withLock { $0.closed } }
 
+    /// Shuts the client's side: the server reads the end of input.
+    func shutdownOutput() async throws {
+        try await channel.close(mode: .output)
+    }
+
     func send(_ text: String) async throws {
         try await channel.writeAndFlush(ByteBuffer(string: text))
     }
@@ -199,11 +215,11 @@ final class RawConnection: Sendable {
     }
 
     /// Up to `count` whole responses, and whether the server then closed the connection (waited
-    /// for up to 2 s after the last response).
+    /// for up to 5 s after the last response: the whole suite in parallel can be slow).
     func responses(count: Int) async throws -> ([RawResponse], closed: Bool) {
         _ = try await text(until: { Self.parse($0).count >= count })
         let start = ContinuousClock.now
-        while ContinuousClock.now - start < .seconds(2), !received.state.withLock({ $0.closed }) {
+        while ContinuousClock.now - start < .seconds(5), !received.state.withLock({ $0.closed }) {
             try await Task.sleep(for: .milliseconds(10))
         }
         let (bytes, closed) = received.state.withLock { ($0.bytes, $0.closed) }

@@ -357,6 +357,10 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             if unanswered == 0 { context.close(promise: nil) }
         case is ChannelShouldQuiesceEvent:
             if busy { closeWhenAnswered = true } else { context.close(promise: nil) }
+        case ChannelEvent.inputClosed:
+            // The client has sent all it will (Hummingbird's server allows half-closed
+            // connections): answer what came whole, then close.
+            if unanswered > 0, !lingering { closeWhenAnswered = true } else { context.close(promise: nil) }
         default:
             context.fireUserInboundEventTriggered(event)
         }
