@@ -105,34 +105,40 @@ struct StratusHTTPChannel: ServerChildChannel {
         } catch {
             return nil
         }
-        let status = HTTPResponseStatus(statusCode: Int(response.status.code))
-        var out = ByteBuffer()
-        out.reserveCapacity(256 + sink.body.readableBytes)
-        out.writeString(head.version.major == 1 && head.version.minor == 0 ? "HTTP/1.0 " : "HTTP/1.1 ")
-        out.writeString("\(status.code) \(status.reasonPhrase)\r\n")
-        var hasLength = false
-        for field in response.headers where field.name != .transferEncoding && field.name != .connection {
-            if field.name == .contentLength { hasLength = true }
-            Self.writeHeader(field.name.rawName, field.value, into: &out)
-        }
-        if !hasLength { Self.writeHeader("Content-Length", String(sink.body.readableBytes), into: &out) }
-        Self.writeHeader("Date", HTTPDate.now, into: &out)
-        Self.writeHeader("Server", serverName, into: &out)
-        if close {
-            Self.writeHeader("Connection", "close", into: &out)
-        } else if head.version.major == 1 && head.version.minor == 0 {
-            Self.writeHeader("Connection", "keep-alive", into: &out)
-        }
-        out.writeStaticString("\r\n")
-        if head.method != .HEAD { out.writeImmutableBuffer(sink.body) }
-        return out
+        return Self.wire(status: response.status.code, headers: response.headers, body: head.method == .HEAD ? nil : sink.body,
+                         length: sink.body.readableBytes, http10: head.version.major == 1 && head.version.minor == 0,
+                         close: close, serverName: serverName)
     }
 
-    static func writeHeader(_ name: String, _ value: String, into out: inout ByteBuffer) {
-        out.writeString(name)
-        out.writeStaticString(": ")
-        out.writeString(value)
+    /// A response as sent: status line, `headers` (less any framing of their own), length,
+    /// date, server and connection headers, then `body` (none for HEAD).
+    static func wire(status code: Int, headers: HTTPFields, body: ByteBuffer?, length: Int, http10: Bool, close: Bool,
+                     serverName: String) -> ByteBuffer {
+        var out = ByteBuffer()
+        out.reserveCapacity(256 + (body?.readableBytes ?? 0))
+        func header(_ name: String, _ value: String) {
+            out.writeString(name)
+            out.writeStaticString(": ")
+            out.writeString(value)
+            out.writeStaticString("\r\n")
+        }
+        let status = HTTPResponseStatus(statusCode: code)
+        out.writeString(http10 ? "HTTP/1.0 " : "HTTP/1.1 ")
+        out.writeString("\(status.code) \(status.reasonPhrase)\r\n")
+        for field in headers where field.name != .transferEncoding && field.name != .connection && field.name != .contentLength {
+            header(field.name.rawName, field.value)
+        }
+        header("Content-Length", String(length))
+        header("Date", HTTPDate.now)
+        header("Server", serverName)
+        if close {
+            header("Connection", "close")
+        } else if http10 {
+            header("Connection", "keep-alive")
+        }
         out.writeStaticString("\r\n")
+        if let body { out.writeImmutableBuffer(body) }
+        return out
     }
 
     /// The swift-http-types request Hummingbird's responders take. `nil` for a method token
@@ -337,14 +343,9 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         }
         let json = StratusError.badRequest("the request is not valid HTTP/1.1 (\(error)); the connection is closed")
             .dictionary(uuid: newUUID())
-        let body = JSONWriter.bytes(json)
-        var out = ByteBuffer()
-        out.writeStaticString("HTTP/1.1 400 Bad Request\r\nContent-Type: application/json; charset=utf-8\r\n")
-        StratusHTTPChannel.writeHeader("Content-Length", String(body.count), into: &out)
-        StratusHTTPChannel.writeHeader("Date", HTTPDate.now, into: &out)
-        StratusHTTPChannel.writeHeader("Server", serverName, into: &out)
-        out.writeStaticString("Connection: close\r\n\r\n")
-        out.writeBytes(body)
+        let body = ByteBuffer(bytes: JSONWriter.bytes(json))
+        let out = StratusHTTPChannel.wire(status: 400, headers: [.contentType: "application/json; charset=utf-8"], body: body,
+                                          length: body.readableBytes, http10: false, close: true, serverName: serverName)
         context.writeAndFlush(wrapOutboundOut(out), promise: nil)
         linger(context)
     }
