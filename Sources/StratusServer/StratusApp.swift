@@ -24,6 +24,8 @@ public final class StratusApp: Sendable {
         var seen: [SchemaStore.QueryShape: Date] = [:]
         var pending: [SchemaStore.QueryShape] = []
         var flushScheduled = false
+        /// Flushes writing shapes they have taken off `pending`.
+        var writing = 0
     }
     let queryShapes = Mutex(QueryShapeState())
     /// A bcrypt hash of nothing, verified against when an email is unknown so sign-in takes as long either way.

@@ -110,7 +110,7 @@ extension StratusApp {
 
     /// The plan with backfill counts and warnings about development queries production would not index.
     func planResponse(_ plan: SchemaPlan, counts: [String: Int64], containerID: Int64, applied: Bool, version: Int64?) async throws -> JSON {
-        await flushQueryShapes()
+        await settleQueryShapes()
         let development = try await records.schemas.load(containerID: containerID, environment: .development)
         var warnings: [JSON] = []
         for (type, field, usage) in try await records.schemas.recentQueryShapes(containerID: containerID, days: 7) {
@@ -162,16 +162,28 @@ extension StratusApp {
         }
     }
 
-    /// Writes the query shapes noted so far (also called before a deploy plan reads them).
+    /// Writes the query shapes noted so far.
     func flushQueryShapes() async {
         let pending = queryShapes.withLock { state -> [SchemaStore.QueryShape] in
-            defer { state.pending.removeAll(); state.flushScheduled = false }
+            defer { state.pending.removeAll(); state.flushScheduled = false; state.writing += 1 }
             return state.pending
         }
         do {
-            try await records.schemas.recordQueryShapes(pending)
+            if !pending.isEmpty { try await records.schemas.recordQueryShapes(pending) }
         } catch {
             logger.warning("could not record development query shapes", metadata: ["stratus.error": "\(error)"])
+        }
+        queryShapes.withLock { $0.writing -= 1 }
+    }
+
+    /// Before a deploy plan reads the query shapes: writes the pending ones, and waits (up to
+    /// 5 s) for a write already under way, which took its shapes off the pending list before
+    /// they were stored.
+    func settleQueryShapes() async {
+        await flushQueryShapes()
+        let deadline = ContinuousClock.now + .seconds(5)
+        while queryShapes.withLock({ $0.writing > 0 }), ContinuousClock.now < deadline {
+            try? await Task.sleep(for: .milliseconds(5))
         }
     }
 }
