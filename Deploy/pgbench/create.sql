@@ -16,7 +16,7 @@ WITH ins AS (
                          created_at, created_by, modified_at, modified_by, deleted, size)
     SELECT :c, :z, u.n, u.t, pg_current_xact_id()::text::bigint, nextval('change_seq'), u.f,
            u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f)
-    FROM unnest(ARRAY(SELECT 'pc-' || :b || '-' || g FROM generate_series(1, 1) g)::text[], ARRAY(SELECT 'Item' FROM generate_series(1, 1) g)::text[], ARRAY(SELECT '{"createdBy":{"type":"STRING","value":"user-1"},"done":{"type":"INT64","value":1},"notes":{"type":"STRING","value":"' || repeat('0123456789abcdef', 52) || '"},"rank":{"type":"INT64","value":' || (g * 7919 % 1048576) || '},"tags":{"type":"STRING_LIST","value":["a1","b1","c1"]},"title":{"type":"STRING","value":"title-' || (g % 25) || '"}}' FROM generate_series(1, 1) g)::text[],
+    FROM unnest(ARRAY(SELECT 'pc-' || :b || '-' || g FROM generate_series(1, 1) g)::text[], ARRAY(SELECT 'Item' FROM generate_series(1, 1) g)::text[], ARRAY(SELECT '{"createdBy":{"type":"STRING","value":"user-1"},"done":{"type":"INT64","value":1},"notes":{"type":"STRING","value":"' || repeat('0123456789abcdef', 52) || '"},"rank":{"type":"INT64","value":' || (g * 7919 % 1048576) || '},"tags":{"type":"STRING_LIST","value":["a1","b1","c1"]},"title":{"type":"STRING","value":"new-title-' || (g % 25) || '"}}' FROM generate_series(1, 1) g)::text[],
                 ARRAY(SELECT 1735689600000 FROM generate_series(1, 1) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 1) g)::text[],
                 ARRAY(SELECT 1735689600000 FROM generate_series(1, 1) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 1) g)::text[]) AS u(n, t, f, ca, cb, ma, mb)
     ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
@@ -50,7 +50,7 @@ WITH ins AS (
           FROM unnest('{}'::text[], '{}'::text[], '{}'::float8[], '{}'::text[]) AS u(t, f, v, n)
         UNION ALL
         SELECT t, f, NULL::bigint, NULL::float8, v, n
-          FROM unnest(ARRAY(SELECT 'Item' FROM generate_series(1, 1) g)::text[], ARRAY(SELECT 'title' FROM generate_series(1, 1) g)::text[], ARRAY(SELECT 'title-' || (g % 25) FROM generate_series(1, 1) g)::text[], ARRAY(SELECT 'pc-' || :b || '-' || g FROM generate_series(1, 1) g)::text[]) AS u(t, f, v, n)
+          FROM unnest(ARRAY(SELECT 'Item' FROM generate_series(1, 1) g)::text[], ARRAY(SELECT 'title' FROM generate_series(1, 1) g)::text[], ARRAY(SELECT 'new-title-' || (g % 25) FROM generate_series(1, 1) g)::text[], ARRAY(SELECT 'pc-' || :b || '-' || g FROM generate_series(1, 1) g)::text[]) AS u(t, f, v, n)
     ) e WHERE e.n IN (SELECT record_name FROM written)
 ), zone AS (
     UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')

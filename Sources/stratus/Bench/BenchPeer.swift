@@ -25,9 +25,9 @@ enum PocketBase {
     }
 
     /// The record body (the fields of `BenchRecord.fields`, flat, as PocketBase stores them).
-    static func body(id: String?, zone: String, index: Int, rank: Int, titles: Int = 25) -> [UInt8] {
+    static func body(id: String?, zone: String, index: Int, rank: Int, titles: Int = 25, titlePrefix: String = "title-") -> [UInt8] {
         let idPart = id.map { #""id":"\#($0)","# } ?? ""
-        return Array(#"{\#(idPart)"zone":"\#(zone)","title":"title-\#(index % titles)","rank":\#(rank),"createdBy":"user-\#(index % 37)","done":\#(index % 2),"tags":["a\#(index % 7)","b\#(index % 11)","c\#(index % 13)"],"notes":"\#(BenchRecord.notes)"}"#.utf8)
+        return Array(#"{\#(idPart)"zone":"\#(zone)","title":"\#(titlePrefix)\#(index % titles)","rank":\#(rank),"createdBy":"user-\#(index % 37)","done":\#(index % 2),"tags":["a\#(index % 7)","b\#(index % 11)","c\#(index % 13)"],"notes":"\#(BenchRecord.notes)"}"#.utf8)
     }
 
     /// The PocketBase request closest to a Stratus workload.
@@ -38,7 +38,8 @@ enum PocketBase {
         let zoneName = "c\(container)z\(zone)"
         switch workload {
         case .create:
-            return .init(method: "POST", path: collectionPath, body: body(id: nil, zone: zoneName, index: record, rank: Int.random(in: 0..<1_048_576)),
+            return .init(method: "POST", path: collectionPath,
+                         body: body(id: nil, zone: zoneName, index: record, rank: Int.random(in: 0..<1_048_576), titlePrefix: BenchRecord.writtenTitlePrefix),
                          records: 1, contentType: "application/json")
         case .modify:
             return .init(method: "PATCH", path: collectionPath + "/" + id(container: container, zone: zone, record: record),

@@ -42,13 +42,15 @@ extension Bench {
             case .lookup:
                 return Request(path: base + "records/lookup" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"records":[{"recordName":"rec-\#(record)"}]}"#.utf8), records: 1)
             case .create:
-                let op = BenchRecord.create("n-\(worker)-\(sequence)-\(UInt32.random(in: 0...UInt32.max))", index: record, rank: Int.random(in: 0..<1_048_576))
+                let op = BenchRecord.create("n-\(worker)-\(sequence)-\(UInt32.random(in: 0...UInt32.max))", index: record, rank: Int.random(in: 0..<1_048_576),
+                                            titlePrefix: BenchRecord.writtenTitlePrefix)
                 return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"operations":[\#(op)]}"#.utf8), records: 1)
             case .modify:
                 let op = BenchRecord.create("rec-\(record)", index: record, rank: Int.random(in: 0..<1_048_576), operation: "forceUpdate")
                 return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"operations":[\#(op)]}"#.utf8), records: 1)
             case .batch:
-                let ops = (0..<100).map { BenchRecord.create("b-\(worker)-\(sequence)-\($0)-\(UInt32.random(in: 0...UInt32.max))", index: $0, rank: Int.random(in: 0..<1_048_576)) }.joined(separator: ",")
+                let ops = (0..<100).map { BenchRecord.create("b-\(worker)-\(sequence)-\($0)-\(UInt32.random(in: 0...UInt32.max))", index: $0, rank: Int.random(in: 0..<1_048_576),
+                                                        titlePrefix: BenchRecord.writtenTitlePrefix) }.joined(separator: ",")
                 return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"atomic":false,"operations":[\#(ops)]}"#.utf8), records: 100)
             case .queryEq:
                 return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"query":{"recordType":"Item","filterBy":[{"fieldName":"title","comparator":"EQUALS","fieldValue":{"value":"title-\#(Int.random(in: 0..<BenchRecord.titles(perZone: state.recordsPerZone)))"}}]}}"#.utf8), records: 10)
