@@ -55,6 +55,12 @@ struct StratusHTTPChannel: ServerChildChannel {
     }
 
     func handle(value connection: Connection, logger: Logger) async {
+        await withTaskExecutorPreference(EventLoopTaskExecutor(connection.channel.eventLoop)) {
+            await serve(connection, logger: logger)
+        }
+    }
+
+    private func serve(_ connection: Connection, logger: Logger) async {
         await withTaskCancellationHandler {
             for await inbound in connection.requests {
                 let response: Response
@@ -72,7 +78,11 @@ struct StratusHTTPChannel: ServerChildChannel {
                     break
                 }
                 let handler = connection.handler
-                connection.channel.eventLoop.execute { handler.value.send(bytes, close: close) }
+                if connection.channel.eventLoop.inEventLoop {
+                    handler.value.send(bytes, close: close)
+                } else {
+                    connection.channel.eventLoop.execute { handler.value.send(bytes, close: close) }
+                }
                 if close { break }
             }
         } onCancel: {
@@ -397,5 +407,20 @@ enum HTTPDate {
         func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
         return "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(parts.tm_year + 1900) "
             + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
+    }
+}
+
+/// Runs a task's jobs on a NIO event loop: a connection's task on its channel's loop, so the
+/// request arrives, is answered and is written without waking another thread.
+final class EventLoopTaskExecutor: TaskExecutor {
+    let eventLoop: any EventLoop
+
+    init(_ eventLoop: any EventLoop) {
+        self.eventLoop = eventLoop
+    }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        eventLoop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
     }
 }
