@@ -171,17 +171,17 @@ if [ "$SCALE" = 1 ]; then
     "$BIN" bench --workload lookup --concurrency "$CONCURRENCY" --duration 15 --state-file "$state" >/dev/null 2>&1
     for access in uniform zipf; do
       for workload in lookup query-eq changes; do
+        zipf=()
+        pgscript="Deploy/pgbench/$workload.sql"
+        if [ "$access" = zipf ]; then zipf=(--zipf 1.1); pgscript="$WORK/zipf-$workload.sql"; fi
         read -r s0 t0 < <(cpu_mark)
-        if [ "$access" = zipf ]; then
-          read -r tps lat < <(pgbench_run "$CONCURRENCY" -D containers="$containers" -f "$WORK/zipf-$workload.sql")
-          read -r rps recs p50 p99 errors rss < <(service_run "$workload" "$CONCURRENCY" "$state" --zipf 1.1)
-        else
-          read -r tps lat < <(pgbench_run "$CONCURRENCY" -f "Deploy/pgbench/$workload.sql")
-          read -r rps recs p50 p99 errors rss < <(service_run "$workload" "$CONCURRENCY" "$state")
-        fi
+        read -r tps lat < <(pgbench_run "$CONCURRENCY" -D containers="$containers" -f "$pgscript")
         steal=$(steal_since "$s0" "$t0")
+        read -r s0 t0 < <(cpu_mark)
+        read -r rps recs p50 p99 errors rss < <(service_run "$workload" "$CONCURRENCY" "$state" "${zipf[@]}")
+        steal="$steal/$(steal_since "$s0" "$t0")"
         printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$label" "$access" "$workload" "$TOTAL" "$RELATIONS" "$tps" "$lat" "$rps" "$p50" "$p99" "$errors" "$steal" >> "$SCALE_RESULTS"
-        echo "   $label $access $workload: pgbench $tps tps ($lat ms), service $rps req/s p50 $p50 ms; steal $steal%" >&2
+        echo "   $label $access $workload: pgbench $tps tps ($lat ms), service $rps req/s p50 $p50 ms; steal $steal %" >&2
       done
     done
   }
@@ -196,10 +196,11 @@ if [ "$SCALE" = 1 ]; then
   echo
   echo "Scale (performance.md S1/S3): $CONCURRENCY connections, ${DURATION}s per point; containers picked uniformly, then with Zipf(1.1) popularity"
   echo "machine: $MACHINE"
-  printf "%-10s %-8s %-9s %9s %10s %12s %10s %12s %9s %9s %7s %6s\n" step access workload records relations "pgbench tps" "pg ms" "service r/s" "p50 ms" "p99 ms" errors steal
+  printf "%-10s %-8s %-9s %9s %10s %12s %10s %12s %9s %9s %7s %8s\n" step access workload records relations "pgbench tps" "pg ms" "service r/s" "p50 ms" "p99 ms" errors "steal %"
   while IFS=$'\t' read -r label access w total rel tps lat rps p50 p99 e steal; do
-    printf "%-10s %-8s %-9s %9s %10s %12s %10s %12s %9s %9s %7s %5s%%\n" "$label" "$access" "$w" "$total" "$rel" "$tps" "$lat" "$rps" "$p50" "$p99" "$e" "$steal"
+    printf "%-10s %-8s %-9s %9s %10s %12s %10s %12s %9s %9s %7s %8s\n" "$label" "$access" "$w" "$total" "$rel" "$tps" "$lat" "$rps" "$p50" "$p99" "$e" "$steal"
   done < "$SCALE_RESULTS"
+  echo "steal %: the share of the machine's CPU time its hypervisor gave to other guests during the pgbench run / the service run"
   echo
   awk -F'\t' '{ p50[$1 "/" $2 "/" $3] = $9; tps[$1 "/" $2 "/" $3] = $6 }
     END { n = split("lookup query-eq changes", ws, " ")
@@ -273,35 +274,39 @@ for workload in $WORKLOADS; do
                                  -f Deploy/pgbench/changes.sql@20 -f Deploy/pgbench/modify.sql@15);;
     *) read -r tps lat < <(pgbench_run "$CONCURRENCY" -f "Deploy/pgbench/$workload.sql");;
   esac
+  steal=$(steal_since "$s0" "$t0")
+  read -r s0 t0 < <(cpu_mark)
   read -r rps recs p50 p99 errors rss < <(service_run "$workload" "$CONCURRENCY" "$WORK/state.json")
+  steal="$steal/$(steal_since "$s0" "$t0")"
   peer="-"
   if [ "$PEER" = 1 ] && [[ " lookup create modify query-eq " == *" $workload "* ]]; then
     read -r peer _ < <(service_run "$workload" "$CONCURRENCY" "$WORK/pb.json" --peer pocketbase --server "http://127.0.0.1:$PBPORT")
   fi
-  steal=$(steal_since "$s0" "$t0")
   row "$workload" "$tps" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "$peer" "$lat" "$steal"
-  echo "   $workload: pgbench $tps tps, service $rps req/s, PocketBase $peer req/s; steal $steal%" >&2
+  echo "   $workload: pgbench $tps tps, service $rps req/s, PocketBase $peer req/s; steal $steal %" >&2
   if [ "$workload" = batch ]; then
     read -r s0 t0 < <(cpu_mark)
     read -r c1 _ < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/batch-c1.sql)
-    steal1=$(steal_since "$s0" "$t0")
+    steal1="$(steal_since "$s0" "$t0")/-"
     read -r s0 t0 < <(cpu_mark)
     read -r c2 _ < <(pgbench_run "$CONCURRENCY" -f "$WORK/batch-c2.sql")
     row batch-c1 "$c1" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "-" "-" "$steal1"
-    row batch-c2 "$c2" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "-" "-" "$(steal_since "$s0" "$t0")"
+    row batch-c2 "$c2" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "-" "-" "$(steal_since "$s0" "$t0")/-"
     echo "   batch: one-statement baseline $c1 tps, 100-statement baseline $c2 tps" >&2
   fi
   if [ "$workload" = lookup ]; then
     read -r s0 t0 < <(cpu_mark)
     read -r _ lat1 < <(pgbench_run 1 -f Deploy/pgbench/lookup.sql)
+    steal1=$(steal_since "$s0" "$t0")
+    read -r s0 t0 < <(cpu_mark)
     read -r rps1 _ p501 p991 errors1 rss1 < <(service_run lookup 1 "$WORK/state.json")
-    row lookup-c1 "$lat1" "$rps1" "$rps1" "$p501" "$p991" "$errors1" "$rss1" "-" "$lat1" "$(steal_since "$s0" "$t0")"
+    row lookup-c1 "$lat1" "$rps1" "$rps1" "$p501" "$p991" "$errors1" "$rss1" "-" "$lat1" "$steal1/$(steal_since "$s0" "$t0")"
     echo "   lookup at 1 connection: pgbench $lat1 ms average, service p50 $p501 ms" >&2
     # For reference: PostgreSQL running the statement concurrent lookups share, 8 keys at a time.
     read -r s0 t0 < <(cpu_mark)
     read -r many _ < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/lookup-many.sql)
     many=$(awk -v t="$many" 'BEGIN { printf "%.0f", 8 * t }')
-    row lookup-x8 "$many" "$rps" "$rps" "$p50" "$p99" "$errors" "$rss" "-" "-" "$(steal_since "$s0" "$t0")"
+    row lookup-x8 "$many" "$rps" "$rps" "$p50" "$p99" "$errors" "$rss" "-" "-" "$(steal_since "$s0" "$t0")/-"
     echo "   lookup, 8 keys per statement: pgbench $many lookups/s" >&2
   fi
 done
@@ -309,7 +314,7 @@ done
 echo
 echo "Stratus vs. pgbench (the service's own SQL on its own tables) and PocketBase $( [ "$PEER" = 1 ] && "$WORK/venv/bin/pocketbase" --version | awk '{print $3}')"
 echo "$CONTAINERS containers x $RECORDS records, $CONCURRENCY connections, ${DURATION}s each; machine: $MACHINE"
-printf "%-11s %14s %11s %8s %-34s %9s %8s %8s %6s %6s %13s %6s\n" workload "pgbench" "service r/s" ratio "goal" "records/s" "p50 ms" "p99 ms" errors "RSS MB" "PocketBase" "steal"
+printf "%-11s %14s %11s %8s %-34s %9s %8s %8s %6s %6s %13s %8s\n" workload "pgbench" "service r/s" ratio "goal" "records/s" "p50 ms" "p99 ms" errors "RSS MB" "PocketBase" "steal %"
 while IFS=$'\t' read -r w b r recs p50 p99 e rss peer lat steal; do
   awk -v w="$w" -v b="$b" -v r="$r" -v recs="$recs" -v p50="$p50" -v p99="$p99" -v e="$e" -v rss="$rss" -v peer="$peer" -v lat="$lat" -v steal="$steal" 'BEGIN {
     goal = ""; verdict = ""; ratio = (b > 0 ? 100 * r / b : 0); shown = sprintf("%.0f%%", ratio); base = b
@@ -324,8 +329,8 @@ while IFS=$'\t' read -r w b r recs p50 p99 e rss peer lat steal; do
     if (w == "lookup-x8") { base = b " lk/s"; verdict = "(reference: 8 lookups per statement)" }
     if (w == "mixed") verdict = verdict sprintf("; RSS %s", (rss <= 150 ? "met" : "missed"))
     vs = (peer != "-" && peer > 0 ? sprintf("%s (%.2fx)", peer, r / peer) : "-")
-    printf "%-11s %14s %11s %8s %-34s %9s %8s %8s %6s %6s %13s %5s%%\n", w, base, r, shown, verdict, recs, p50, p99, e, rss, vs, steal
+    printf "%-11s %14s %11s %8s %-34s %9s %8s %8s %6s %6s %13s %8s\n", w, base, r, shown, verdict, recs, p50, p99, e, rss, vs, steal
   }'
 done < "$RESULTS"
-echo "steal: the share of the machine's CPU time its hypervisor gave to other guests while the row's runs"
-echo "(pgbench, service, PocketBase) went on; above a few percent, every rate in the row was slowed by it."
+echo "steal %: the share of the machine's CPU time its hypervisor gave to other guests while the row's pgbench run /"
+echo "its service run went on; above a few percent, that run's rate was slowed by it."
