@@ -5,8 +5,11 @@
 # operations it has. Prints a table of ratios with each goal of the performance issue met or missed.
 #
 #   Deploy/bench.sh [--containers N] [--records N] [--duration S] [--concurrency N]
-#                   [--workloads "lookup create modify …"] [--no-peer] [--scale]
+#                   [--workloads "lookup create modify …"] [--no-peer] [--rounds N] [--scale]
 #
+#   --rounds  runs each workload's pgbench + service pair N times in a row (default 1) and reports
+#             the round with the median ratio: one pair can fall in a slow phase of the machine
+#             (see the steal column), three rarely all do. Takes about N times as long.
 #   --scale   instead: lookup, query-eq and changes latency at 1e5 records in 100 containers, then
 #             after growing to 1e6 more records in 10,000 containers (performance.md S1/S3), with
 #             containers picked uniformly and with Zipf(1.1) popularity (pgbench: random_zipfian),
@@ -26,6 +29,7 @@ CONCURRENCY=16
 WORKLOADS="lookup create modify batch query-eq query-range changes mixed"
 PEER=1
 SCALE=0
+ROUNDS=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --containers) CONTAINERS=$2; shift 2;;
@@ -34,12 +38,14 @@ while [ $# -gt 0 ]; do
     --concurrency) CONCURRENCY=$2; shift 2;;
     --workloads) WORKLOADS=$2; shift 2;;
     --no-peer) PEER=0; shift;;
+    --rounds) ROUNDS=$2; shift 2;;
     --scale) SCALE=1; shift;;
-    -h|--help) sed -n 2,17p "$0"; exit 0;;
+    -h|--help) sed -n 2,21p "$0"; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 64;;
   esac
 done
 
+[[ "$ROUNDS" =~ ^[1-9][0-9]?$ ]] || { echo "--rounds must be 1-99" >&2; exit 64; }
 ensure_postgres
 command -v pgbench >/dev/null || { echo "pgbench is missing (Debian: apt-get install postgresql-client)" >&2; exit 1; }
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
@@ -268,16 +274,25 @@ RESULTS="$WORK/results.tsv"
 : > "$RESULTS"
 row() { printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$@" >> "$RESULTS"; }
 for workload in $WORKLOADS; do
-  read -r s0 t0 < <(cpu_mark)
-  case "$workload" in
-    mixed) read -r tps lat < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/lookup.sql@50 -f Deploy/pgbench/query-eq.sql@15 \
-                                 -f Deploy/pgbench/changes.sql@20 -f Deploy/pgbench/modify.sql@15);;
-    *) read -r tps lat < <(pgbench_run "$CONCURRENCY" -f "Deploy/pgbench/$workload.sql");;
-  esac
-  steal=$(steal_since "$s0" "$t0")
-  read -r s0 t0 < <(cpu_mark)
-  read -r rps recs p50 p99 errors rss < <(service_run "$workload" "$CONCURRENCY" "$WORK/state.json")
-  steal="$steal/$(steal_since "$s0" "$t0")"
+  : > "$WORK/rounds.txt"
+  for round in $(seq 1 "$ROUNDS"); do
+    read -r s0 t0 < <(cpu_mark)
+    case "$workload" in
+      mixed) read -r tps lat < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/lookup.sql@50 -f Deploy/pgbench/query-eq.sql@15 \
+                                   -f Deploy/pgbench/changes.sql@20 -f Deploy/pgbench/modify.sql@15);;
+      *) read -r tps lat < <(pgbench_run "$CONCURRENCY" -f "Deploy/pgbench/$workload.sql");;
+    esac
+    steal=$(steal_since "$s0" "$t0")
+    read -r s0 t0 < <(cpu_mark)
+    read -r rps recs p50 p99 errors rss < <(service_run "$workload" "$CONCURRENCY" "$WORK/state.json")
+    steal="$steal/$(steal_since "$s0" "$t0")"
+    ratio=$(awk -v r="$rps" -v b="$tps" 'BEGIN { printf "%.6f", (b > 0 ? r / b : 0) }')
+    echo "$ratio $tps $lat $rps $recs $p50 $p99 $errors $rss $steal" >> "$WORK/rounds.txt"
+    if [ "$ROUNDS" -gt 1 ]; then echo "   $workload round $round: pgbench $tps tps, service $rps req/s; steal $steal %" >&2; fi
+  done
+  # The round with the median ratio (the lower middle one for an even count); errors of all rounds.
+  read -r _ tps lat rps recs p50 p99 _ rss steal < <(sort -g "$WORK/rounds.txt" | sed -n "$(( (ROUNDS + 1) / 2 ))p")
+  errors=$(awk '{ e += $8 } END { print e + 0 }' "$WORK/rounds.txt")
   peer="-"
   if [ "$PEER" = 1 ] && [[ " lookup create modify query-eq " == *" $workload "* ]]; then
     read -r peer _ < <(service_run "$workload" "$CONCURRENCY" "$WORK/pb.json" --peer pocketbase --server "http://127.0.0.1:$PBPORT")
@@ -313,7 +328,7 @@ done
 
 echo
 echo "Stratus vs. pgbench (the service's own SQL on its own tables) and PocketBase $( [ "$PEER" = 1 ] && "$WORK/venv/bin/pocketbase" --version | awk '{print $3}')"
-echo "$CONTAINERS containers x $RECORDS records, $CONCURRENCY connections, ${DURATION}s each; machine: $MACHINE"
+echo "$CONTAINERS containers x $RECORDS records, $CONCURRENCY connections, ${DURATION}s each$( [ "$ROUNDS" -gt 1 ] && echo "; each workload's round with the median ratio of $ROUNDS"); machine: $MACHINE"
 printf "%-11s %14s %11s %8s %-34s %9s %8s %8s %6s %6s %13s %8s\n" workload "pgbench" "service r/s" ratio "goal" "records/s" "p50 ms" "p99 ms" errors "RSS MB" "PocketBase" "steal %"
 while IFS=$'\t' read -r w b r recs p50 p99 e rss peer lat steal; do
   awk -v w="$w" -v b="$b" -v r="$r" -v recs="$recs" -v p50="$p50" -v p99="$p99" -v e="$e" -v rss="$rss" -v peer="$peer" -v lat="$lat" -v steal="$steal" 'BEGIN {
