@@ -335,9 +335,9 @@ while IFS=$'\t' read -r w b r recs p50 p99 e rss peer lat steal; do
     goal = ""; verdict = ""; ratio = (b > 0 ? 100 * r / b : 0); shown = sprintf("%.0f%%", ratio); base = b
     if (w == "lookup") goal = 40; else if (w == "modify") goal = 70; else if (w == "query-eq") goal = 40
     else if (w == "query-range") goal = 35; else if (w == "changes") goal = 45; else if (w == "mixed") goal = 35
-    if (goal != "") { verdict = sprintf(">= %d%%: %s", goal, (ratio >= goal ? "met" : sprintf("missed by %.0f pts", goal - ratio))) }
+    if (goal != "") { verdict = sprintf(">= %d%%: %s", goal, (ratio >= goal ? "met" : sprintf((goal - ratio < 1 ? "missed by %.1f pts" : "missed by %.0f pts"), goal - ratio))) }
     if (w == "batch-c1") { base = b * 100; ratio = (base > 0 ? 100 * recs / base : 0); shown = sprintf("%.0f%%", ratio)
-      verdict = sprintf(">= 50%% rec/s: %s", (ratio >= 50 ? "met" : sprintf("missed by %.0f pts", 50 - ratio))); base = base " rec/s" }
+      verdict = sprintf(">= 50%% rec/s: %s", (ratio >= 50 ? "met" : sprintf((50 - ratio < 1 ? "missed by %.1f pts" : "missed by %.0f pts"), 50 - ratio))); base = base " rec/s" }
     if (w == "batch-c2") { base = b * 100; x = (base > 0 ? recs / base : 0); shown = sprintf("%.2fx", x)
       verdict = sprintf(">= 1.5x rec/s: %s", (x >= 1.5 ? "met" : "missed")); base = base " rec/s" }
     if (w == "lookup-c1") { base = b " ms"; shown = sprintf("+%.2f ms", p50 - b); verdict = sprintf("p50 <= +0.35 ms: %s", (p50 - b <= 0.35 ? "met" : "missed")) }
