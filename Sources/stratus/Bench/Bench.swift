@@ -107,18 +107,21 @@ enum BenchRecord {
     /// Distinct titles in a zone of `perZone` records: an equality query on title finds ~10.
     static func titles(perZone: Int) -> Int { max(1, perZone / 10) }
 
+    /// Titles of the seeded records: `title-0`, `title-1`, … (the equality query asks for these).
+    static let seededTitlePrefix = "title-"
+
     /// Titles of the records the write workloads add (create, batch). The equality query asks for
     /// seeded titles only, so it keeps finding ~10 records (B3a) however many records the write
-    /// workloads (and their pgbench baselines) added before it; with seeded titles an equality
-    /// query found ~100 records by the time it ran.
+    /// workloads (and their pgbench baselines) added before it; with seeded titles it found ~47
+    /// records per query by the time it ran (at run S's rates, README).
     static let writtenTitlePrefix = "new-title-"
 
-    static func fields(_ index: Int, rank: Int, titles: Int = 25, titlePrefix: String = "title-") -> String {
+    static func fields(_ index: Int, rank: Int, titles: Int = 25, titlePrefix: String = seededTitlePrefix) -> String {
         #"{"title":{"value":"\#(titlePrefix)\#(index % titles)"},"rank":{"value":\#(rank)},"createdBy":{"value":"user-\#(index % 37)"},"done":{"value":\#(index % 2)},"tags":{"value":["a\#(index % 7)","b\#(index % 11)","c\#(index % 13)"]},"notes":{"value":"\#(notes)"}}"#
     }
 
     static func create(_ name: String, index: Int, rank: Int, operation: String = "create", titles: Int = 25,
-                       titlePrefix: String = "title-") -> String {
+                       titlePrefix: String = seededTitlePrefix) -> String {
         #"{"operationType":"\#(operation)","record":{"recordType":"Item","recordName":"\#(name)","fields":\#(fields(index, rank: rank, titles: titles, titlePrefix: titlePrefix))}}"#
     }
 }

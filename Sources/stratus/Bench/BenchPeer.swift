@@ -25,7 +25,7 @@ enum PocketBase {
     }
 
     /// The record body (the fields of `BenchRecord.fields`, flat, as PocketBase stores them).
-    static func body(id: String?, zone: String, index: Int, rank: Int, titles: Int = 25, titlePrefix: String = "title-") -> [UInt8] {
+    static func body(id: String?, zone: String, index: Int, rank: Int, titles: Int = 25, titlePrefix: String = BenchRecord.seededTitlePrefix) -> [UInt8] {
         let idPart = id.map { #""id":"\#($0)","# } ?? ""
         return Array(#"{\#(idPart)"zone":"\#(zone)","title":"\#(titlePrefix)\#(index % titles)","rank":\#(rank),"createdBy":"user-\#(index % 37)","done":\#(index % 2),"tags":["a\#(index % 7)","b\#(index % 11)","c\#(index % 13)"],"notes":"\#(BenchRecord.notes)"}"#.utf8)
     }
@@ -46,7 +46,7 @@ enum PocketBase {
                          body: body(id: nil, zone: zoneName, index: record, rank: Int.random(in: 0..<1_048_576)), records: 1, contentType: "application/json")
         case .queryEq:
             // filter=(zone='cNzM' && title='title-K'), ~10 results, no total count (PocketBase's fast path).
-            let filter = "zone%3D%27\(zoneName)%27%20%26%26%20title%3D%27title-\(Int.random(in: 0..<BenchRecord.titles(perZone: state.recordsPerZone)))%27"
+            let filter = "zone%3D%27\(zoneName)%27%20%26%26%20title%3D%27\(BenchRecord.seededTitlePrefix)\(Int.random(in: 0..<BenchRecord.titles(perZone: state.recordsPerZone)))%27"
             return .init(method: "GET", path: collectionPath + "?filter=\(filter)&perPage=200&skipTotal=1", body: [], records: 10)
         default:
             return .init(method: "GET", path: collectionPath + "/" + id(container: container, zone: zone, record: record), body: [], records: 1)

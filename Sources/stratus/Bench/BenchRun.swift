@@ -53,7 +53,7 @@ extension Bench {
                                                         titlePrefix: BenchRecord.writtenTitlePrefix) }.joined(separator: ",")
                 return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"atomic":false,"operations":[\#(ops)]}"#.utf8), records: 100)
             case .queryEq:
-                return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"query":{"recordType":"Item","filterBy":[{"fieldName":"title","comparator":"EQUALS","fieldValue":{"value":"title-\#(Int.random(in: 0..<BenchRecord.titles(perZone: state.recordsPerZone)))"}}]}}"#.utf8), records: 10)
+                return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"query":{"recordType":"Item","filterBy":[{"fieldName":"title","comparator":"EQUALS","fieldValue":{"value":"\#(BenchRecord.seededTitlePrefix)\#(Int.random(in: 0..<BenchRecord.titles(perZone: state.recordsPerZone)))"}}]}}"#.utf8), records: 10)
             case .queryRange:
                 return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"resultsLimit":100,"query":{"recordType":"Item","filterBy":[{"fieldName":"rank","comparator":"GREATER_THAN_OR_EQUALS","fieldValue":{"value":\#(Int.random(in: 0..<524_288))}}],"sortBy":[{"fieldName":"rank"}]}}"#.utf8), records: 100)
             case .changes:
