@@ -1,5 +1,7 @@
 import Foundation
 import Logging
+import NIOCore
+import NIOPosix
 import PostgresNIO
 import StratusCore
 
@@ -87,14 +89,53 @@ public struct DatabaseConfiguration: Sendable {
 /// The service's handle on PostgreSQL: a connection pool, transactions with retries, and the
 /// mapping of database failures to ``StratusError``.
 public final class Database: Sendable {
-    public let client: PostgresClient
+    /// The connection pools: one per event loop of the process's event-loop group, each holding
+    /// its share of `maximumConnections` on that loop (see `pool`).
+    private let pools: [Pool]
     public let configuration: DatabaseConfiguration
     let logger: Logger
 
+    private struct Pool: Sendable {
+        /// The event loop the pool's connections live on; `nil` for a pool not bound to one.
+        var eventLoop: (any EventLoop)?
+        var client: PostgresClient
+    }
+
     public init(configuration: DatabaseConfiguration, logger: Logger) {
         self.configuration = configuration
-        self.client = PostgresClient(configuration: configuration.clientConfiguration(), backgroundLogger: logger)
         self.logger = logger
+        let loops = Array(MultiThreadedEventLoopGroup.singleton.makeIterator())
+        // Each pool needs at least two connections: one for a request, one for a request that
+        // arrived while the first held it. Smaller pools (tests use one connection) stay one pool.
+        guard loops.count > 1, configuration.maximumConnections >= 2 * loops.count else {
+            pools = [Pool(eventLoop: nil, client: PostgresClient(configuration: configuration.clientConfiguration(), backgroundLogger: logger))]
+            return
+        }
+        pools = loops.enumerated().map { index, loop in
+            var share = configuration
+            share.maximumConnections = configuration.maximumConnections / loops.count + (index < configuration.maximumConnections % loops.count ? 1 : 0)
+            return Pool(eventLoop: loop, client: PostgresClient(configuration: share.clientConfiguration(), eventLoopGroup: loop, backgroundLogger: logger))
+        }
+    }
+
+    /// Keeps the pools' connections open until the task is cancelled (`PostgresClient.run`).
+    public func run() async {
+        await withDiscardingTaskGroup { group in
+            for pool in pools { group.addTask { await pool.client.run() } }
+        }
+    }
+
+    /// The pool whose connections live on the event loop the caller runs on. Request handlers
+    /// run on their HTTP connection's event loop (`StratusHTTPChannel`); a statement sent on a
+    /// connection of the same loop is written, and its rows read and handed back, on that one
+    /// thread, where a connection on the other loop costs two cross-thread wake-ups per statement.
+    /// Callers on no event loop (start-up, background work) use the first pool.
+    private var pool: PostgresClient {
+        if pools.count > 1, let current = MultiThreadedEventLoopGroup.currentEventLoop,
+           let pool = pools.first(where: { $0.eventLoop === current }) {
+            return pool.client
+        }
+        return pools[0].client
     }
 
     /// The connection the current task already holds, inside `transaction` or `withConnection`.
@@ -129,7 +170,7 @@ public final class Database: Sendable {
         while true {
             attempt += 1
             do {
-                return try await client.withConnection { connection in
+                return try await pool.withConnection { connection in
                     try await Database.$held.withValue(Held(connection: connection, inTransaction: true)) {
                         try await inTransaction(on: connection, body)
                     }
@@ -160,7 +201,7 @@ public final class Database: Sendable {
     public func withConnection<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         do {
             if let held = Database.held { return try await body(held.connection) }
-            return try await client.withConnection { connection in
+            return try await pool.withConnection { connection in
                 try await Database.$held.withValue(Held(connection: connection, inTransaction: false)) { try await body(connection) }
             }
         } catch {

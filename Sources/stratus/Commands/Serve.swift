@@ -88,7 +88,7 @@ struct Serve: AsyncParsableCommand {
         let serverConfiguration = ServerConfiguration(adminToken: admin, maximumBodyBytes: maxBody, bcryptCost: cost,
                                                       publicURL: setting(publicURL, "STRATUS_PUBLIC_URL", default: "http://\(host):\(port)")!)
         try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { await db.client.run() }
+            group.addTask { await db.run() }
             defer { group.cancelAll() }
             try await MigrationRunner(migrations: migrations, logger: logger).run(on: db)
             let stratus = try await StratusApp.make(database: db, configuration: serverConfiguration, logger: logger)
@@ -125,7 +125,7 @@ struct Migrate: AsyncParsableCommand {
         defer { cluster?.stop() }
         let db = Database(configuration: configuration, logger: logger)
         try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { await db.client.run() }
+            group.addTask { await db.run() }
             defer { group.cancelAll() }
             let applied = try await MigrationRunner(migrations: migrations, logger: logger).run(on: db)
             print(applied.isEmpty ? "database is up to date (\(migrations.count) migrations)" : "applied migrations \(applied.map(String.init).joined(separator: ", "))")

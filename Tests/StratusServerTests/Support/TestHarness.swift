@@ -80,7 +80,7 @@ func withDatabase<T: Sendable>(_ configuration: DatabaseConfiguration, maximumCo
     configuration.maximumConnections = maximumConnections
     let db = Database(configuration: configuration, logger: TestCluster.logger)
     return try await withThrowingTaskGroup(of: Void.self) { group in
-        group.addTask { await db.client.run() }
+        group.addTask { await db.run() }
         defer { group.cancelAll() }
         return try await body(db)
     }
