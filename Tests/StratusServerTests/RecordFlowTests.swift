@@ -153,6 +153,41 @@ import Testing
         }
     }
 
+    /// Change-feed pages write records straight from their stored columns (`wireRecord`); the
+    /// other read paths go through `Record`. Both must send the same dictionary.
+    @Test func changeFeedRecordsAreTheRecordsLookupsSend() async throws {
+        try await Harness.run { harness in
+            let session = try await harness.container().signedUp()
+            let fields: [String: JSON] = ["s": ["value": "héllo \"q\" \\ \n✓\u{1}"], "n": ["value": 42], "l": ["value": ["a", "b"]]]
+            _ = try await session.modify("private", [op("create", "kept", fields: fields), op("create", "gone", fields: ["n": ["value": 1]])])
+            _ = try await session.modify("private", [op("forceDelete", "gone", type: nil)])
+            let lookup = try await session.post("private", "records/lookup", ["records": [["recordName": "kept"]]])
+            let kept = try #require(lookup.json.record(0))
+            #expect(kept["fields"]?["s"]?["value"] == "héllo \"q\" \\ \n✓\u{1}")
+
+            let feed = try await session.post("private", "changes/zone", ["zones": [["zoneID": ["zoneName": "_defaultZone"]]]])
+            let records = try #require(feed.json["zones"]?.arrayValue?.first?["records"]?.arrayValue)
+            #expect(records.count == 2)
+            #expect(records.first { $0["recordName"] == "kept" } == kept)
+            let tombstone = try #require(records.first { $0["recordName"] == "gone" })
+            #expect(tombstone["deleted"] == true)
+            let tombstoneKeys = Set(tombstone.objectValue.map { Array($0.keys) } ?? [])
+            #expect(tombstoneKeys.isSubset(of: ["recordName", "recordType", "deleted"]), "\(tombstone)")
+
+            // Fields left out or restyled take the general path, and still match lookups.
+            let options: [String: JSON] = ["desiredKeys": ["n"], "numbersAsStrings": true]
+            var zone: [String: JSON] = ["zoneID": ["zoneName": "_defaultZone"]]
+            for (key, value) in options { zone[key] = value }
+            let styled = try await session.post("private", "changes/zone", ["zones": [.object(zone)]])
+            var lookupBody: [String: JSON] = ["records": [["recordName": "kept"]]]
+            for (key, value) in options { lookupBody[key] = value }
+            let styledLookup = try await session.post("private", "records/lookup", .object(lookupBody))
+            let styledKept = try #require(styled.json["zones"]?.arrayValue?.first?["records"]?.arrayValue?.first { $0["recordName"] == "kept" })
+            #expect(styledKept["fields"] == ["n": ["value": "42", "type": "INT64"]])
+            #expect(styledKept == styledLookup.json.record(0))
+        }
+    }
+
     @Test func everyFieldTypeRoundTrips() async throws {
         try await Harness.run { harness in
             let session = try await harness.container().signedUp()
