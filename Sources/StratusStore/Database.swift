@@ -86,8 +86,8 @@ public struct DatabaseConfiguration: Sendable {
     }
 }
 
-/// The service's handle on PostgreSQL: a connection pool, transactions with retries, and the
-/// mapping of database failures to ``StratusError``.
+/// The service's handle on PostgreSQL: connection pools (one per event loop), transactions with
+/// retries, and the mapping of database failures to ``StratusError``.
 public final class Database: Sendable {
     /// The connection pools: one per event loop of the process's event-loop group, each holding
     /// its share of `maximumConnections` on that loop (see `pool`).
