@@ -130,26 +130,34 @@ index_zones() {
   ZONES=$($PSQL -c "SELECT count(*) FROM bench_zones")
 }
 
-# pgbench_tps <clients> <script args…>: prints "tps latency_ms".
+# pgbench_run <clients> <script args…>: prints "tps latency_ms steal%" (steal over the run).
 pgbench_run() {
   local clients=$1; shift
+  local s0 t0
+  read -r s0 t0 < <(cpu_mark)
   $PSQL -c "CHECKPOINT"
   # pgbench's sessions plan as the service's do (Database.swift sets plan_cache_mode on each
   # pooled session). Left to PostgreSQL's default (auto), pgbench's equality queries ran at
   # ~2,000 tps on the tables the write workloads had grown (run Z), against ~5,400 with generic
   # plans on the same data: the baseline measured a plan the service never runs.
-  PGOPTIONS="-c plan_cache_mode=force_generic_plan" \
-  pgbench -h 127.0.0.1 -p $PGPORT -U postgres -n -M prepared -c "$clients" -j 2 -T "$DURATION" \
-    -D zones="$ZONES" -D per_zone="$PER_ZONE" -D titles="$TITLES" "$@" postgres 2>&1 |
-    awk '/^tps = / { tps = $3 } /^latency average = / { lat = $4 } END { printf "%.0f %s\n", tps + 0, (lat == "" ? 0 : lat) }'
+  local out
+  out=$(PGOPTIONS="-c plan_cache_mode=force_generic_plan" \
+    pgbench -h 127.0.0.1 -p $PGPORT -U postgres -n -M prepared -c "$clients" -j 2 -T "$DURATION" \
+      -D zones="$ZONES" -D per_zone="$PER_ZONE" -D titles="$TITLES" "$@" postgres 2>&1)
+  echo "$out" | awk -v steal="$(steal_since "$s0" "$t0")" \
+    '/^tps = / { tps = $3 } /^latency average = / { lat = $4 } END { printf "%.0f %s %s\n", tps + 0, (lat == "" ? 0 : lat), steal }'
 }
 
-# service_run <workload> <concurrency> <state file> [extra bench args…]: prints "r/s records/s p50 p99 errors rssMB".
+# service_run <workload> <concurrency> <state file> [extra bench args…]: prints "r/s records/s p50 p99 errors rssMB steal%".
 service_run() {
   local workload=$1 clients=$2 state=$3; shift 3
+  local s0 t0
+  read -r s0 t0 < <(cpu_mark)
   $PSQL -c "CHECKPOINT"
   local json
   json=$("$BIN" bench --workload "$workload" --concurrency "$clients" --duration "$DURATION" --state-file "$state" --json "$@" 2>/dev/null)
+  local steal
+  steal=$(steal_since "$s0" "$t0")
   local rps recs p50 p99 errors rss
   rps=$(echo "$json" | sed -nE 's/.*"requestsPerSecond":([0-9.]+).*/\1/p')
   recs=$(echo "$json" | sed -nE 's/.*"recordsPerSecond":([0-9.]+).*/\1/p')
@@ -157,7 +165,7 @@ service_run() {
   p99=$(echo "$json" | sed -nE 's/.*"p99":([0-9.]+).*/\1/p')
   errors=$(echo "$json" | sed -nE 's/.*"errors":([0-9]+).*/\1/p')
   rss=$(echo "$json" | sed -nE 's/.*"serverRSSBytes":([0-9]+).*/\1/p')
-  echo "${rps:-0} ${recs:-0} ${p50:-0} ${p99:-0} ${errors:-0} $(( ${rss:-0} / 1048576 ))"
+  echo "${rps:-0} ${recs:-0} ${p50:-0} ${p99:-0} ${errors:-0} $(( ${rss:-0} / 1048576 )) $steal"
 }
 
 MACHINE="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(free -g | awk '/Mem:/ {print $2}') GiB, Linux $(uname -r), PostgreSQL $($PSQL -c 'SHOW server_version' | cut -d' ' -f1)"
@@ -185,12 +193,9 @@ if [ "$SCALE" = 1 ]; then
         zipf=()
         pgscript="Deploy/pgbench/$workload.sql"
         if [ "$access" = zipf ]; then zipf=(--zipf 1.1); pgscript="$WORK/zipf-$workload.sql"; fi
-        read -r s0 t0 < <(cpu_mark)
-        read -r tps lat < <(pgbench_run "$CONCURRENCY" -D containers="$containers" -f "$pgscript")
-        steal=$(steal_since "$s0" "$t0")
-        read -r s0 t0 < <(cpu_mark)
-        read -r rps recs p50 p99 errors rss < <(service_run "$workload" "$CONCURRENCY" "$state" "${zipf[@]}")
-        steal="$steal/$(steal_since "$s0" "$t0")"
+        read -r tps lat psteal < <(pgbench_run "$CONCURRENCY" -D containers="$containers" -f "$pgscript")
+        read -r rps recs p50 p99 errors rss ssteal < <(service_run "$workload" "$CONCURRENCY" "$state" "${zipf[@]}")
+        steal="$psteal/$ssteal"
         printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$label" "$access" "$workload" "$TOTAL" "$RELATIONS" "$tps" "$lat" "$rps" "$p50" "$p99" "$errors" "$steal" >> "$SCALE_RESULTS"
         echo "   $label $access $workload: pgbench $tps tps ($lat ms), service $rps req/s p50 $p50 ms; steal $steal %" >&2
       done
@@ -281,24 +286,21 @@ row() { printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$@" >> "$RESULTS"
 WRITTEN=0
 for workload in $WORKLOADS; do
   : > "$WORK/rounds.txt"
-  # The write workloads leave ~1e5 new rows and dead tuples behind, which autovacuum would get
-  # to at some point of a later run, in the middle of one side's measurement. Vacuumed and
-  # analyzed here, both sides of the read workloads start from the same settled tables.
+  # The write workloads leave ~1e5 new rows and dead tuples behind, which autovacuum could get
+  # to in the middle of one side's measurement of a later workload. Vacuumed and analyzed here,
+  # both sides of the read workloads start from the same settled tables.
   case "$workload" in
     create|modify|batch|mixed) WRITTEN=1;;
     *) if [ "$WRITTEN" = 1 ]; then $PSQL -c "VACUUM ANALYZE"; WRITTEN=0; fi;;
   esac
   for round in $(seq 1 "$ROUNDS"); do
-    read -r s0 t0 < <(cpu_mark)
     case "$workload" in
-      mixed) read -r tps lat < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/lookup.sql@50 -f Deploy/pgbench/query-eq.sql@15 \
-                                   -f Deploy/pgbench/changes.sql@20 -f Deploy/pgbench/modify.sql@15);;
-      *) read -r tps lat < <(pgbench_run "$CONCURRENCY" -f "Deploy/pgbench/$workload.sql");;
+      mixed) read -r tps lat psteal < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/lookup.sql@50 -f Deploy/pgbench/query-eq.sql@15 \
+                                          -f Deploy/pgbench/changes.sql@20 -f Deploy/pgbench/modify.sql@15);;
+      *) read -r tps lat psteal < <(pgbench_run "$CONCURRENCY" -f "Deploy/pgbench/$workload.sql");;
     esac
-    steal=$(steal_since "$s0" "$t0")
-    read -r s0 t0 < <(cpu_mark)
-    read -r rps recs p50 p99 errors rss < <(service_run "$workload" "$CONCURRENCY" "$WORK/state.json")
-    steal="$steal/$(steal_since "$s0" "$t0")"
+    read -r rps recs p50 p99 errors rss ssteal < <(service_run "$workload" "$CONCURRENCY" "$WORK/state.json")
+    steal="$psteal/$ssteal"
     ratio=$(awk -v r="$rps" -v b="$tps" 'BEGIN { printf "%.6f", (b > 0 ? r / b : 0) }')
     echo "$ratio $tps $lat $rps $recs $p50 $p99 $errors $rss $steal" >> "$WORK/rounds.txt"
     if [ "$ROUNDS" -gt 1 ]; then echo "   $workload round $round: pgbench $tps tps, service $rps req/s; steal $steal %" >&2; fi
@@ -313,28 +315,21 @@ for workload in $WORKLOADS; do
   row "$workload" "$tps" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "$peer" "$lat" "$steal"
   echo "   $workload: pgbench $tps tps, service $rps req/s, PocketBase $peer req/s; steal $steal %" >&2
   if [ "$workload" = batch ]; then
-    read -r s0 t0 < <(cpu_mark)
-    read -r c1 _ < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/batch-c1.sql)
-    steal1="$(steal_since "$s0" "$t0")/-"
-    read -r s0 t0 < <(cpu_mark)
-    read -r c2 _ < <(pgbench_run "$CONCURRENCY" -f "$WORK/batch-c2.sql")
-    row batch-c1 "$c1" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "-" "-" "$steal1"
-    row batch-c2 "$c2" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "-" "-" "$(steal_since "$s0" "$t0")/-"
+    read -r c1 _ steal1 < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/batch-c1.sql)
+    read -r c2 _ steal2 < <(pgbench_run "$CONCURRENCY" -f "$WORK/batch-c2.sql")
+    row batch-c1 "$c1" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "-" "-" "$steal1/-"
+    row batch-c2 "$c2" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "-" "-" "$steal2/-"
     echo "   batch: one-statement baseline $c1 tps, 100-statement baseline $c2 tps" >&2
   fi
   if [ "$workload" = lookup ]; then
-    read -r s0 t0 < <(cpu_mark)
-    read -r _ lat1 < <(pgbench_run 1 -f Deploy/pgbench/lookup.sql)
-    steal1=$(steal_since "$s0" "$t0")
-    read -r s0 t0 < <(cpu_mark)
-    read -r rps1 _ p501 p991 errors1 rss1 < <(service_run lookup 1 "$WORK/state.json")
-    row lookup-c1 "$lat1" "$rps1" "$rps1" "$p501" "$p991" "$errors1" "$rss1" "-" "$lat1" "$steal1/$(steal_since "$s0" "$t0")"
+    read -r _ lat1 psteal1 < <(pgbench_run 1 -f Deploy/pgbench/lookup.sql)
+    read -r rps1 _ p501 p991 errors1 rss1 ssteal1 < <(service_run lookup 1 "$WORK/state.json")
+    row lookup-c1 "$lat1" "$rps1" "$rps1" "$p501" "$p991" "$errors1" "$rss1" "-" "$lat1" "$psteal1/$ssteal1"
     echo "   lookup at 1 connection: pgbench $lat1 ms average, service p50 $p501 ms" >&2
     # For reference: PostgreSQL running the statement concurrent lookups share, 8 keys at a time.
-    read -r s0 t0 < <(cpu_mark)
-    read -r many _ < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/lookup-many.sql)
+    read -r many _ steal8 < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/lookup-many.sql)
     many=$(awk -v t="$many" 'BEGIN { printf "%.0f", 8 * t }')
-    row lookup-x8 "$many" "$rps" "$rps" "$p50" "$p99" "$errors" "$rss" "-" "-" "$(steal_since "$s0" "$t0")/-"
+    row lookup-x8 "$many" "$rps" "$rps" "$p50" "$p99" "$errors" "$rss" "-" "-" "$steal8/-"
     echo "   lookup, 8 keys per statement: pgbench $many lookups/s" >&2
   fi
 done
@@ -344,13 +339,16 @@ echo "Stratus vs. pgbench (the service's own SQL on its own tables) and PocketBa
 echo "$CONTAINERS containers x $RECORDS records, $CONCURRENCY connections, ${DURATION}s each$( [ "$ROUNDS" -gt 1 ] && echo "; each workload's round with the median ratio of $ROUNDS"); machine: $MACHINE"
 printf "%-11s %14s %11s %8s %-34s %9s %8s %8s %6s %6s %13s %8s\n" workload "pgbench" "service r/s" ratio "goal" "records/s" "p50 ms" "p99 ms" errors "RSS MB" "PocketBase" "steal %"
 while IFS=$'\t' read -r w b r recs p50 p99 e rss peer lat steal; do
-  awk -v w="$w" -v b="$b" -v r="$r" -v recs="$recs" -v p50="$p50" -v p99="$p99" -v e="$e" -v rss="$rss" -v peer="$peer" -v lat="$lat" -v steal="$steal" 'BEGIN {
+  awk -v w="$w" -v b="$b" -v r="$r" -v recs="$recs" -v p50="$p50" -v p99="$p99" -v e="$e" -v rss="$rss" -v peer="$peer" -v lat="$lat" -v steal="$steal" '
+  # A gap under a point shows its decimal ("missed by 0 pts" read as met).
+  function missed(gap) { return sprintf((gap < 1 ? "missed by %.1f pts" : "missed by %.0f pts"), gap) }
+  BEGIN {
     goal = ""; verdict = ""; ratio = (b > 0 ? 100 * r / b : 0); shown = sprintf("%.0f%%", ratio); base = b
     if (w == "lookup") goal = 40; else if (w == "modify") goal = 70; else if (w == "query-eq") goal = 40
     else if (w == "query-range") goal = 35; else if (w == "changes") goal = 45; else if (w == "mixed") goal = 35
-    if (goal != "") { verdict = sprintf(">= %d%%: %s", goal, (ratio >= goal ? "met" : sprintf((goal - ratio < 1 ? "missed by %.1f pts" : "missed by %.0f pts"), goal - ratio))) }
+    if (goal != "") { verdict = sprintf(">= %d%%: %s", goal, (ratio >= goal ? "met" : missed(goal - ratio))) }
     if (w == "batch-c1") { base = b * 100; ratio = (base > 0 ? 100 * recs / base : 0); shown = sprintf("%.0f%%", ratio)
-      verdict = sprintf(">= 50%% rec/s: %s", (ratio >= 50 ? "met" : sprintf((50 - ratio < 1 ? "missed by %.1f pts" : "missed by %.0f pts"), 50 - ratio))); base = base " rec/s" }
+      verdict = sprintf(">= 50%% rec/s: %s", (ratio >= 50 ? "met" : missed(50 - ratio))); base = base " rec/s" }
     if (w == "batch-c2") { base = b * 100; x = (base > 0 ? recs / base : 0); shown = sprintf("%.2fx", x)
       verdict = sprintf(">= 1.5x rec/s: %s", (x >= 1.5 ? "met" : "missed")); base = base " rec/s" }
     if (w == "lookup-c1") { base = b " ms"; shown = sprintf("+%.2f ms", p50 - b); verdict = sprintf("p50 <= +0.35 ms: %s", (p50 - b <= 0.35 ? "met" : "missed")) }
