@@ -109,10 +109,17 @@ extension SchemaStore {
                 let only = Schema(recordTypes: [type: [field: fieldSchema]])
                 let store = RecordStore(database: database, logger: logger)
                 for (zoneID, records) in byZone {
-                    let names = records.map(\.recordName)
+                    // Entries a resumed batch or a write since the deploy already made. The batch is
+                    // every live record of the type in its zone between its first and last name, so
+                    // the entries to replace are those of that name range: a range of the
+                    // (container, zone, record name) index whatever plan PostgreSQL picks. (With
+                    // `record_name = ANY(names)` and statistics from before a bulk load, it kept the
+                    // names as a filter and compared each of a zone's entries with each of the
+                    // batch's 20,000 names: 22 s per batch once the zone had 60,000 entries.)
+                    guard let first = records.first?.recordName, let last = records.last?.recordName else { continue }
                     try await connection.query("""
-                        DELETE FROM index_entries WHERE container_id = \(containerID) AND zone_id = \(zoneID) AND record_name = ANY(\(names)::text[])
-                          AND record_type = \(type) AND field = \(field)
+                        DELETE FROM index_entries WHERE container_id = \(containerID) AND zone_id = \(zoneID)
+                          AND record_name >= \(first) AND record_name <= \(last) AND record_type = \(type) AND field = \(field)
                         """, logger: logger)
                     let db = DatabaseRef(containerID: containerID, environment: .production, scope: .public, owner: "")
                     try await store.writeIndexEntries(db, zoneID: zoneID, records: records, schema: only, on: connection)
