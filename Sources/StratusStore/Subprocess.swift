@@ -4,7 +4,7 @@ import Foundation
 /// temporary file. (Foundation's `Process.waitUntilExit` can hang when called from Swift
 /// concurrency's threads on Linux.)
 public enum Subprocess {
-    public struct Output {
+    public struct Output: Sendable {
         public var status: Int32
         public var text: String
     }
@@ -23,16 +23,31 @@ public enum Subprocess {
     /// Runs a program on a thread of its own, so waiting for it never blocks Swift concurrency's
     /// shared threads (a server in the same process keeps answering it).
     public static func runDetached(_ arguments: [String], environment: [String: String]? = nil) async throws -> Output {
+        try await onOwnThread { try run(arguments, environment: environment) }
+    }
+
+    /// Runs blocking work (a child process, `pg_ctl`) on a thread of its own. Swift concurrency
+    /// has one shared thread per core; blocking one stalls every task queued for it, and blocking
+    /// them all stalls the process, including anything the blocking work itself waits for.
+    public static func onOwnThread<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
         try await withCheckedThrowingContinuation { continuation in
             let thread = Thread {
-                do {
-                    continuation.resume(returning: try run(arguments, environment: environment))
-                } catch {
-                    continuation.resume(throwing: error)
-                }
+                continuation.resume(with: Result { try work() })
             }
             thread.start()
         }
+    }
+
+    /// Waits up to `limit` for a started program to exit, without blocking a thread; its wait
+    /// status, or `nil` if it is still running.
+    public static func waitForExit(_ pid: pid_t, within limit: Duration) async throws -> Int32? {
+        let deadline = ContinuousClock.now + limit
+        var status: Int32 = 0
+        repeat {
+            if waitpid(pid, &status, WNOHANG) == pid { return status }
+            try await Task.sleep(for: .milliseconds(50))
+        } while ContinuousClock.now < deadline
+        return nil
     }
 
     /// Starts a program without waiting for it; its standard output and error go to `outputPath`.

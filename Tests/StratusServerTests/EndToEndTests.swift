@@ -8,7 +8,7 @@ import FoundationNetworking
 
 /// The built `stratus` binary: `serve` with no database configured (embedded PostgreSQL, as
 /// `Deploy/run.sh` runs it), the admin CLI against it, and the README's curl walk-through.
-@Suite(.serialized) struct EndToEndTests {
+@Suite(.serialized, .timeLimit(.minutes(10))) struct EndToEndTests {
     /// The `stratus` executable next to the test bundle (SwiftPM builds both into the same folder).
     static var binary: String {
         let folder = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
@@ -140,9 +140,8 @@ import FoundationNetworking
 
         // SIGTERM stops the service and its embedded cluster
         kill(pid, SIGTERM)
-        var status: Int32 = 0
-        waitpid(pid, &status, 0)
-        stopped = true
+        stopped = try await Subprocess.waitForExit(pid, within: .seconds(60)) != nil
+        #expect(stopped, "SIGTERM did not stop the server within 60 s; log: \(((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").suffix(1500))")
         let pidFile = try FileManager.default.contentsOfDirectory(atPath: folder + "/state").contains("pg")
             ? FileManager.default.fileExists(atPath: folder + "/state/pg/postmaster.pid") : false
         #expect(!pidFile, "the embedded PostgreSQL is still running")
@@ -235,11 +234,7 @@ import FoundationNetworking
         try await Task.sleep(for: .seconds(2))
         let stopping = ContinuousClock.now
         kill(pid, SIGTERM)
-        var status: Int32 = 0
-        while ContinuousClock.now - stopping < .seconds(40) {
-            if waitpid(pid, &status, WNOHANG) == pid { exited = true; break }
-            try await Task.sleep(for: .milliseconds(100))
-        }
+        exited = try await Subprocess.waitForExit(pid, within: .seconds(40)) != nil
         let took = ContinuousClock.now - stopping
         let serveLog = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(exited, "SIGTERM did not stop the server within 40 s; log: \(serveLog.suffix(1500))")

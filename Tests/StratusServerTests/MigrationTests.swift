@@ -4,7 +4,7 @@ import StratusCore
 import StratusStore
 import Testing
 
-@Suite struct MigrationTests {
+@Suite(.timeLimit(.minutes(5))) struct MigrationTests {
     @Test func appliesOnceAndRefusesEditedMigrations() async throws {
         let configuration = try await TestCluster.shared.newDatabase()
         let migrations = try Migration.load(from: TestCluster.repositoryRoot.appendingPathComponent("Migrations"))

@@ -22,34 +22,39 @@ actor TestCluster {
         return logger
     }()
 
-    private var cluster: EmbeddedPostgres?
+    private var cluster: Task<EmbeddedPostgres, any Error>?
     private var counter = 0
 
     /// The repository root (for Migrations/ and the built binary).
     static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
         .deletingLastPathComponent().deletingLastPathComponent()
 
-    func server() throws -> EmbeddedPostgres {
-        if let cluster { return cluster }
-        let directory = NSTemporaryDirectory() + "stratus-tests-\(getpid())"
-        let started = try EmbeddedPostgres.start(directory: directory, logger: Self.logger)
-        cluster = started
-        testClusterForExit = started
-        atexit {
-            if let cluster = testClusterForExit {
-                cluster.stop()
-                try? FileManager.default.removeItem(atPath: cluster.dataDirectory)
-                try? FileManager.default.removeItem(atPath: cluster.stateDirectory)
+    /// The cluster, started on first use (`initdb` and `pg_ctl` on a thread of their own: run
+    /// on one of Swift concurrency's few shared threads they stalled every test's tasks).
+    func server() async throws -> EmbeddedPostgres {
+        if cluster == nil {
+            let directory = NSTemporaryDirectory() + "stratus-tests-\(getpid())"
+            cluster = Task {
+                let started = try await Subprocess.onOwnThread { try EmbeddedPostgres.start(directory: directory, logger: Self.logger) }
+                testClusterForExit = started
+                atexit {
+                    if let cluster = testClusterForExit {
+                        cluster.stop()
+                        try? FileManager.default.removeItem(atPath: cluster.dataDirectory)
+                        try? FileManager.default.removeItem(atPath: cluster.stateDirectory)
+                    }
+                }
+                return started
             }
         }
-        return started
+        return try await cluster!.value
     }
 
     private var template: Task<Void, any Error>?
 
     /// A new, migrated, empty database.
     func newDatabase() async throws -> DatabaseConfiguration {
-        let cluster = try server()
+        let cluster = try await server()
         let base = cluster.configuration
         if template == nil {
             template = Task {
