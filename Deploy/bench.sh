@@ -118,6 +118,24 @@ steal_since() {
   awk -v s=$(( s1 - $1 )) -v t=$(( t1 - $2 )) 'BEGIN { printf "%.0f", (t > 0 ? 100 * s / t : 0) }'
 }
 
+# work_mark prints the CPU time (clock ticks) used so far by the service process, by the
+# PostgreSQL cluster (the postmaster and its live children, plus the children it has reaped:
+# pgbench's sessions end, and take their CPU time with them, before the run's last mark), and by
+# the whole machine (/proc/stat: user, nice, system, irq and softirq time).
+# cpu_per <ticks> <requests> prints microseconds per request. With them each row shows what one
+# request cost on each path, and where; with the machine's cores busy, that sets the ratio.
+work_mark() {
+  local postmaster server=0 pg
+  postmaster=$(head -1 "$WORK/pg/postmaster.pid")
+  pg=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$postmaster/stat")
+  for child in $(pgrep -P "$postmaster"); do
+    pg=$(( pg + $(awk '{ print $14 + $15 }' "/proc/$child/stat" 2>/dev/null || echo 0) ))
+  done
+  [ -n "${SERVER_PID:-}" ] && server=$(awk '{ print $14 + $15 }' "/proc/$SERVER_PID/stat" 2>/dev/null || echo 0)
+  echo "$server $pg $(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat)"
+}
+cpu_per() { awk -v t="$1" -v n="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (n > 0 ? t * 1000000 / hz / n : 0) }'; }
+
 # bench_zones numbers the seeded custom zones of containers named <prefix>.* so pgbench picks
 # the same random (container, zone) pairs `stratus bench` does.
 index_zones() {
@@ -130,12 +148,14 @@ index_zones() {
   ZONES=$($PSQL -c "SELECT count(*) FROM bench_zones")
 }
 
-# pgbench_run <clients> <script args…>: prints "tps latency_ms steal%" (steal over the run).
+# pgbench_run <clients> <script args…>: prints "tps latency_ms steal% PG+rest" (steal over the
+# run; CPU µs per transaction of PostgreSQL and of everything else, pgbench itself mostly).
 pgbench_run() {
   local clients=$1; shift
-  local s0 t0
-  read -r s0 t0 < <(cpu_mark)
+  local s0 t0 w0 w1
   $PSQL -c "CHECKPOINT"
+  read -r s0 t0 < <(cpu_mark)
+  read -r _ w0 m0 < <(work_mark)
   # pgbench's sessions plan as the service's do (Database.swift sets plan_cache_mode on each
   # pooled session). Left to PostgreSQL's default (auto), pgbench's equality queries ran at
   # ~2,000 tps on the tables the write workloads had grown (run Z), against ~5,400 with generic
@@ -144,20 +164,26 @@ pgbench_run() {
   out=$(PGOPTIONS="-c plan_cache_mode=force_generic_plan" \
     pgbench -h 127.0.0.1 -p $PGPORT -U postgres -n -M prepared -c "$clients" -j 2 -T "$DURATION" \
       -D zones="$ZONES" -D per_zone="$PER_ZONE" -D titles="$TITLES" "$@" postgres 2>&1)
-  echo "$out" | awk -v steal="$(steal_since "$s0" "$t0")" \
-    '/^tps = / { tps = $3 } /^latency average = / { lat = $4 } END { printf "%.0f %s %s\n", tps + 0, (lat == "" ? 0 : lat), steal }'
+  read -r _ w1 m1 < <(work_mark)
+  echo "$out" | awk -v steal="$(steal_since "$s0" "$t0")" -v pg=$(( w1 - w0 )) -v rest=$(( m1 - m0 - (w1 - w0) )) -v hz="$(getconf CLK_TCK)" \
+    '/^number of transactions actually processed: / { n = $6 } /^tps = / { tps = $3 } /^latency average = / { lat = $4 }
+     END { us = (n > 0 ? 1000000 / hz / n : 0); printf "%.0f %s %s %.0f+%.0f\n", tps + 0, (lat == "" ? 0 : lat), steal, pg * us, rest * us }'
 }
 
-# service_run <workload> <concurrency> <state file> [extra bench args…]: prints "r/s records/s p50 p99 errors rssMB steal%".
+# service_run <workload> <concurrency> <state file> [extra bench args…]: prints "r/s records/s p50
+# p99 errors rssMB steal% server+PG+rest" (CPU µs per request of the service process, of
+# PostgreSQL and of everything else, the load generator mostly).
 service_run() {
   local workload=$1 clients=$2 state=$3; shift 3
-  local s0 t0
-  read -r s0 t0 < <(cpu_mark)
+  local s0 t0 server0 pg0 machine0 server1 pg1 machine1
   $PSQL -c "CHECKPOINT"
+  read -r s0 t0 < <(cpu_mark)
+  read -r server0 pg0 machine0 < <(work_mark)
   local json
   json=$("$BIN" bench --workload "$workload" --concurrency "$clients" --duration "$DURATION" --state-file "$state" --json "$@" 2>/dev/null)
   local steal
   steal=$(steal_since "$s0" "$t0")
+  read -r server1 pg1 machine1 < <(work_mark)
   local rps recs p50 p99 errors rss
   rps=$(echo "$json" | sed -nE 's/.*"requestsPerSecond":([0-9.]+).*/\1/p')
   recs=$(echo "$json" | sed -nE 's/.*"recordsPerSecond":([0-9.]+).*/\1/p')
@@ -165,7 +191,9 @@ service_run() {
   p99=$(echo "$json" | sed -nE 's/.*"p99":([0-9.]+).*/\1/p')
   errors=$(echo "$json" | sed -nE 's/.*"errors":([0-9]+).*/\1/p')
   rss=$(echo "$json" | sed -nE 's/.*"serverRSSBytes":([0-9]+).*/\1/p')
-  echo "${rps:-0} ${recs:-0} ${p50:-0} ${p99:-0} ${errors:-0} $(( ${rss:-0} / 1048576 )) $steal"
+  local requests
+  requests=$(echo "$json" | sed -nE 's/.*"requests":([0-9]+).*/\1/p')
+  echo "${rps:-0} ${recs:-0} ${p50:-0} ${p99:-0} ${errors:-0} $(( ${rss:-0} / 1048576 )) $steal $(cpu_per $(( server1 - server0 )) "$requests")+$(cpu_per $(( pg1 - pg0 )) "$requests")+$(cpu_per $(( machine1 - machine0 - (server1 - server0) - (pg1 - pg0) )) "$requests")"
 }
 
 MACHINE="$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')), $(free -g | awk '/Mem:/ {print $2}') GiB, Linux $(uname -r), PostgreSQL $($PSQL -c 'SHOW server_version' | cut -d' ' -f1)"
@@ -193,8 +221,8 @@ if [ "$SCALE" = 1 ]; then
         zipf=()
         pgscript="Deploy/pgbench/$workload.sql"
         if [ "$access" = zipf ]; then zipf=(--zipf 1.1); pgscript="$WORK/zipf-$workload.sql"; fi
-        read -r tps lat psteal < <(pgbench_run "$CONCURRENCY" -D containers="$containers" -f "$pgscript")
-        read -r rps recs p50 p99 errors rss ssteal < <(service_run "$workload" "$CONCURRENCY" "$state" "${zipf[@]}")
+        read -r tps lat psteal _ < <(pgbench_run "$CONCURRENCY" -D containers="$containers" -f "$pgscript")
+        read -r rps recs p50 p99 errors rss ssteal _ < <(service_run "$workload" "$CONCURRENCY" "$state" "${zipf[@]}")
         steal="$psteal/$ssteal"
         printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$label" "$access" "$workload" "$TOTAL" "$RELATIONS" "$tps" "$lat" "$rps" "$p50" "$p99" "$errors" "$steal" >> "$SCALE_RESULTS"
         echo "   $label $access $workload: pgbench $tps tps ($lat ms), service $rps req/s p50 $p50 ms; steal $steal %" >&2
@@ -282,7 +310,7 @@ fi
 
 RESULTS="$WORK/results.tsv"
 : > "$RESULTS"
-row() { printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$@" >> "$RESULTS"; }
+row() { printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$@" >> "$RESULTS"; }
 WRITTEN=0
 for workload in $WORKLOADS; do
   : > "$WORK/rounds.txt"
@@ -295,41 +323,41 @@ for workload in $WORKLOADS; do
   esac
   for round in $(seq 1 "$ROUNDS"); do
     case "$workload" in
-      mixed) read -r tps lat psteal < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/lookup.sql@50 -f Deploy/pgbench/query-eq.sql@15 \
+      mixed) read -r tps lat psteal pcpu < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/lookup.sql@50 -f Deploy/pgbench/query-eq.sql@15 \
                                           -f Deploy/pgbench/changes.sql@20 -f Deploy/pgbench/modify.sql@15);;
-      *) read -r tps lat psteal < <(pgbench_run "$CONCURRENCY" -f "Deploy/pgbench/$workload.sql");;
+      *) read -r tps lat psteal pcpu < <(pgbench_run "$CONCURRENCY" -f "Deploy/pgbench/$workload.sql");;
     esac
-    read -r rps recs p50 p99 errors rss ssteal < <(service_run "$workload" "$CONCURRENCY" "$WORK/state.json")
+    read -r rps recs p50 p99 errors rss ssteal scpu < <(service_run "$workload" "$CONCURRENCY" "$WORK/state.json")
     steal="$psteal/$ssteal"
     ratio=$(awk -v r="$rps" -v b="$tps" 'BEGIN { printf "%.6f", (b > 0 ? r / b : 0) }')
-    echo "$ratio $tps $lat $rps $recs $p50 $p99 $errors $rss $steal" >> "$WORK/rounds.txt"
+    echo "$ratio $tps $lat $rps $recs $p50 $p99 $errors $rss $steal $scpu/$pcpu" >> "$WORK/rounds.txt"
     if [ "$ROUNDS" -gt 1 ]; then echo "   $workload round $round: pgbench $tps tps, service $rps req/s; steal $steal %" >&2; fi
   done
   # The round with the median ratio (the lower middle one for an even count); errors of all rounds.
-  read -r _ tps lat rps recs p50 p99 _ rss steal < <(sort -g "$WORK/rounds.txt" | sed -n "$(( (ROUNDS + 1) / 2 ))p")
+  read -r _ tps lat rps recs p50 p99 _ rss steal cpu < <(sort -g "$WORK/rounds.txt" | sed -n "$(( (ROUNDS + 1) / 2 ))p")
   errors=$(awk '{ e += $8 } END { print e + 0 }' "$WORK/rounds.txt")
   peer="-"
   if [ "$PEER" = 1 ] && [[ " lookup create modify query-eq " == *" $workload "* ]]; then
     read -r peer _ < <(service_run "$workload" "$CONCURRENCY" "$WORK/pb.json" --peer pocketbase --server "http://127.0.0.1:$PBPORT")
   fi
-  row "$workload" "$tps" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "$peer" "$lat" "$steal"
+  row "$workload" "$tps" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "$peer" "$lat" "$steal" "$cpu"
   echo "   $workload: pgbench $tps tps, service $rps req/s, PocketBase $peer req/s; steal $steal %" >&2
   if [ "$workload" = batch ]; then
-    read -r c1 _ steal1 < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/batch-c1.sql)
-    read -r c2 _ steal2 < <(pgbench_run "$CONCURRENCY" -f "$WORK/batch-c2.sql")
-    row batch-c1 "$c1" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "-" "-" "$steal1/-"
-    row batch-c2 "$c2" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "-" "-" "$steal2/-"
+    read -r c1 _ steal1 c1cpu < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/batch-c1.sql)
+    read -r c2 _ steal2 c2cpu < <(pgbench_run "$CONCURRENCY" -f "$WORK/batch-c2.sql")
+    row batch-c1 "$c1" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "-" "-" "$steal1/-" "${cpu%/*}/$c1cpu"
+    row batch-c2 "$c2" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "-" "-" "$steal2/-" "${cpu%/*}/$c2cpu"
     echo "   batch: one-statement baseline $c1 tps, 100-statement baseline $c2 tps" >&2
   fi
   if [ "$workload" = lookup ]; then
-    read -r _ lat1 psteal1 < <(pgbench_run 1 -f Deploy/pgbench/lookup.sql)
-    read -r rps1 _ p501 p991 errors1 rss1 ssteal1 < <(service_run lookup 1 "$WORK/state.json")
-    row lookup-c1 "$lat1" "$rps1" "$rps1" "$p501" "$p991" "$errors1" "$rss1" "-" "$lat1" "$psteal1/$ssteal1"
+    read -r _ lat1 psteal1 pcpu1 < <(pgbench_run 1 -f Deploy/pgbench/lookup.sql)
+    read -r rps1 _ p501 p991 errors1 rss1 ssteal1 scpu1 < <(service_run lookup 1 "$WORK/state.json")
+    row lookup-c1 "$lat1" "$rps1" "$rps1" "$p501" "$p991" "$errors1" "$rss1" "-" "$lat1" "$psteal1/$ssteal1" "$scpu1/$pcpu1"
     echo "   lookup at 1 connection: pgbench $lat1 ms average, service p50 $p501 ms" >&2
     # For reference: PostgreSQL running the statement concurrent lookups share, 8 keys at a time.
-    read -r many _ steal8 < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/lookup-many.sql)
+    read -r many _ steal8 mcpu < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/lookup-many.sql)
     many=$(awk -v t="$many" 'BEGIN { printf "%.0f", 8 * t }')
-    row lookup-x8 "$many" "$rps" "$rps" "$p50" "$p99" "$errors" "$rss" "-" "-" "$steal8/-"
+    row lookup-x8 "$many" "$rps" "$rps" "$p50" "$p99" "$errors" "$rss" "-" "-" "$steal8/-" "${cpu%/*}/$(awk -v c="$mcpu" 'BEGIN { split(c, p, "+"); printf "%.0f+%.0f", p[1] / 8, p[2] / 8 }')"
     echo "   lookup, 8 keys per statement: pgbench $many lookups/s" >&2
   fi
 done
@@ -337,9 +365,9 @@ done
 echo
 echo "Stratus vs. pgbench (the service's own SQL on its own tables) and PocketBase $( [ "$PEER" = 1 ] && "$WORK/venv/bin/pocketbase" --version | awk '{print $3}')"
 echo "$CONTAINERS containers x $RECORDS records, $CONCURRENCY connections, ${DURATION}s each$( [ "$ROUNDS" -gt 1 ] && echo "; each workload's round with the median ratio of $ROUNDS"); machine: $MACHINE"
-printf "%-11s %14s %11s %8s %-34s %9s %8s %8s %6s %6s %13s %8s\n" workload "pgbench" "service r/s" ratio "goal" "records/s" "p50 ms" "p99 ms" errors "RSS MB" "PocketBase" "steal %"
-while IFS=$'\t' read -r w b r recs p50 p99 e rss peer lat steal; do
-  awk -v w="$w" -v b="$b" -v r="$r" -v recs="$recs" -v p50="$p50" -v p99="$p99" -v e="$e" -v rss="$rss" -v peer="$peer" -v lat="$lat" -v steal="$steal" '
+printf "%-11s %14s %11s %8s %-34s %9s %8s %8s %6s %6s %13s %8s  %s\n" workload "pgbench" "service r/s" ratio "goal" "records/s" "p50 ms" "p99 ms" errors "RSS MB" "PocketBase" "steal %" "CPU µs/request: service+PG+rest/PG+rest (cost ratio)"
+while IFS=$'\t' read -r w b r recs p50 p99 e rss peer lat steal cpu; do
+  awk -v w="$w" -v b="$b" -v r="$r" -v recs="$recs" -v p50="$p50" -v p99="$p99" -v e="$e" -v rss="$rss" -v peer="$peer" -v lat="$lat" -v steal="$steal" -v cpu="$cpu" '
   # A gap under a point shows its decimal ("missed by 0 pts" read as met).
   function missed(gap) { return sprintf((gap < 1 ? "missed by %.1f pts" : "missed by %.0f pts"), gap) }
   BEGIN {
@@ -355,8 +383,18 @@ while IFS=$'\t' read -r w b r recs p50 p99 e rss peer lat steal; do
     if (w == "lookup-x8") { base = b " lk/s"; verdict = "(reference: 8 lookups per statement)" }
     if (w == "mixed") verdict = verdict sprintf("; RSS %s", (rss <= 150 ? "met" : "missed"))
     vs = (peer != "-" && peer > 0 ? sprintf("%s (%.2fx)", peer, r / peer) : "-")
-    printf "%-11s %14s %11s %8s %-34s %9s %8s %8s %6s %6s %13s %8s\n", w, base, r, shown, verdict, recs, p50, p99, e, rss, vs, steal
+    # Microseconds per request, "server+PG+rest/PG+rest"; the cost ratio is the ratio the two
+    # runs would show with the machine busy throughout both.
+    split(cpu, parts, "/"); split(parts[1], own, "+"); split(parts[2], theirs, "+")
+    mine = own[1] + own[2] + own[3]; ref = theirs[1] + theirs[2]
+    cost = (mine > 0 && ref > 0 ? sprintf("%s (%.0f%%)", cpu, 100 * ref / mine) : "-")
+    printf "%-11s %14s %11s %8s %-34s %9s %8s %8s %6s %6s %13s %8s  %s\n", w, base, r, shown, verdict, recs, p50, p99, e, rss, vs, steal, cost
   }'
 done < "$RESULTS"
 echo "steal %: the share of the machine's CPU time its hypervisor gave to other guests while the row's pgbench run /"
 echo "its service run went on; above a few percent, that run's rate was slowed by it."
+echo "CPU µs/request: the machine's CPU time per request in the service run (the service process + PostgreSQL + the"
+echo "rest, mostly the load generator), then per transaction in the pgbench run (PostgreSQL + the rest, mostly pgbench)."
+echo "Cost ratio: pgbench's total over the service's. With the cores busy in both runs the ratio lands near it; above"
+echo "it when the pgbench run left cores idle (write runs wait for WAL flushes). A goal above the cost ratio of a run that"
+echo "kept the cores busy is missed for the CPU each request takes, and the three parts say where that goes."
