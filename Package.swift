@@ -32,8 +32,9 @@ let package = Package(
             dependencies: [
                 "StratusCore",
                 .product(name: "PostgresNIO", package: "postgres-nio"),
+                // ConnectionPoolError: what a lease throws when the pool cannot connect.
+                .product(name: "_ConnectionPoolModule", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
-                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],

@@ -134,6 +134,18 @@ work_mark() {
   [ -n "${SERVER_PID:-}" ] && server=$(awk '{ print $14 + $15 }' "/proc/$SERVER_PID/stat" 2>/dev/null || echo 0)
   echo "$server $pg $(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat)"
 }
+# settle <children>: waits (up to 5 s) until the postmaster has no more children than it had
+# before a pgbench run. A session's CPU time moves to the postmaster's reaped-children count only
+# when the postmaster reaps it, and in between (an exited, unreaped process) /proc shows it as
+# zero: marked at once, pgbench's runs lost most of their PostgreSQL time to the next run.
+settle() {
+  local postmaster
+  postmaster=$(head -1 "$WORK/pg/postmaster.pid")
+  for _ in $(seq 1 100); do
+    [ "$(pgrep -c -P "$postmaster")" -le "$1" ] && return 0
+    sleep 0.05
+  done
+}
 cpu_per() { awk -v t="$1" -v n="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (n > 0 ? t * 1000000 / hz / n : 0) }'; }
 
 # bench_zones numbers the seeded custom zones of containers named <prefix>.* so pgbench picks
@@ -154,6 +166,8 @@ pgbench_run() {
   local clients=$1; shift
   local s0 t0 w0 w1
   $PSQL -c "CHECKPOINT"
+  local children
+  children=$(pgrep -c -P "$(head -1 "$WORK/pg/postmaster.pid")")
   read -r s0 t0 < <(cpu_mark)
   read -r _ w0 m0 < <(work_mark)
   # pgbench's sessions plan as the service's do (Database.swift sets plan_cache_mode on each
@@ -164,8 +178,11 @@ pgbench_run() {
   out=$(PGOPTIONS="-c plan_cache_mode=force_generic_plan" \
     pgbench -h 127.0.0.1 -p $PGPORT -U postgres -n -M prepared -c "$clients" -j 2 -T "$DURATION" \
       -D zones="$ZONES" -D per_zone="$PER_ZONE" -D titles="$TITLES" "$@" postgres 2>&1)
+  local steal
+  steal=$(steal_since "$s0" "$t0")
+  settle "$children"
   read -r _ w1 m1 < <(work_mark)
-  echo "$out" | awk -v steal="$(steal_since "$s0" "$t0")" -v pg=$(( w1 - w0 )) -v rest=$(( m1 - m0 - (w1 - w0) )) -v hz="$(getconf CLK_TCK)" \
+  echo "$out" | awk -v steal="$steal" -v pg=$(( w1 - w0 )) -v rest=$(( m1 - m0 - (w1 - w0) )) -v hz="$(getconf CLK_TCK)" \
     '/^number of transactions actually processed: / { n = $6 } /^tps = / { tps = $3 } /^latency average = / { lat = $4 }
      END { us = (n > 0 ? 1000000 / hz / n : 0); printf "%.0f %s %s %.0f+%.0f\n", tps + 0, (lat == "" ? 0 : lat), steal, pg * us, rest * us }'
 }

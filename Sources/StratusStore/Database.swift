@@ -1,8 +1,8 @@
 import Foundation
 import Logging
 import NIOCore
-import NIOPosix
 import PostgresNIO
+import _ConnectionPoolModule
 import StratusCore
 
 /// Where the PostgreSQL server is and how to log in.
@@ -21,12 +21,25 @@ public struct DatabaseConfiguration: Sendable {
     /// long a graceful shutdown can wait for it.
     public var lockTimeout: Duration?
 
+    /// How long one statement may run before PostgreSQL cancels it and the request is answered
+    /// TRY_AGAIN_LATER (`statement_timeout` on every pooled session); `nil` lets it run for ever.
+    /// A statement the planner got badly wrong, or a bug, then costs one failed request instead
+    /// of a connection held, and a core spent, for as long as it runs. Work that is long by
+    /// nature (migrations, index builds, deleting a zone or a development environment) lifts it
+    /// for its own transaction (`Database.allowLongStatements`).
+    public var statementTimeout: Duration?
+
     /// The default lock wait: 10 seconds, far above how long the service's own transactions hold
     /// locks (a whole 100-record modify took ~260 ms at p50 under the batch benchmark's load).
     public static let defaultLockTimeout: Duration = .seconds(10)
 
+    /// The default statement limit: 30 seconds. A request's statements take milliseconds (a
+    /// 100-record modify ~260 ms at p50 under load); a lock wait ends first, at `lockTimeout`.
+    public static let defaultStatementTimeout: Duration = .seconds(30)
+
     public init(host: String, port: Int, username: String, password: String?, database: String,
-                requireTLS: Bool = false, maximumConnections: Int = 16, lockTimeout: Duration? = DatabaseConfiguration.defaultLockTimeout) {
+                requireTLS: Bool = false, maximumConnections: Int = 16, lockTimeout: Duration? = DatabaseConfiguration.defaultLockTimeout,
+                statementTimeout: Duration? = DatabaseConfiguration.defaultStatementTimeout) {
         self.host = host
         self.port = port
         self.username = username
@@ -35,6 +48,7 @@ public struct DatabaseConfiguration: Sendable {
         self.requireTLS = requireTLS
         self.maximumConnections = maximumConnections
         self.lockTimeout = lockTimeout
+        self.statementTimeout = statementTimeout
     }
 
     /// Parses `postgres://user:password@host:port/database[?sslmode=disable|require]`.
@@ -78,64 +92,35 @@ public struct DatabaseConfiguration: Sendable {
         // from ~1,000–1,150 to ~620 µs (README, Performance). The risk it takes: a value-skewed
         // predicate (a rare against a common indexed value) no longer gets a plan of its own.
         configuration.options.additionalStartupParameters = [("plan_cache_mode", "force_generic_plan")]
-        if let lockTimeout {
-            let milliseconds = lockTimeout.components.seconds * 1000 + lockTimeout.components.attoseconds / 1_000_000_000_000_000
-            configuration.options.additionalStartupParameters.append(("lock_timeout", "\(max(milliseconds, 1))ms"))
+        for (name, limit) in [("lock_timeout", lockTimeout), ("statement_timeout", statementTimeout)] {
+            guard let limit else { continue }
+            let milliseconds = limit.components.seconds * 1000 + limit.components.attoseconds / 1_000_000_000_000_000
+            configuration.options.additionalStartupParameters.append((name, "\(max(milliseconds, 1))ms"))
         }
         return configuration
     }
 }
 
-/// The service's handle on PostgreSQL: connection pools (one per event loop), transactions with
-/// retries, and the mapping of database failures to ``StratusError``.
+/// The service's handle on PostgreSQL: the connection pool, transactions with retries, and the
+/// mapping of database failures to ``StratusError``.
 public final class Database: Sendable {
-    /// The connection pools: one per event loop of the process's event-loop group, each holding
-    /// its share of `maximumConnections` on that loop (see `pool`).
-    private let pools: [Pool]
+    private let pool: PostgresClient
     public let configuration: DatabaseConfiguration
     let logger: Logger
 
-    private struct Pool: Sendable {
-        /// The event loop the pool's connections live on; `nil` for a pool not bound to one.
-        var eventLoop: (any EventLoop)?
-        var client: PostgresClient
-    }
-
+    // One pool for the process. (The tenth session split it into one pool per event loop, so a
+    // request's statements stayed on its own loop; with pools of two connections, a lease after
+    // PostgreSQL dropped every connection waited for ever in the test of that case, and CI timed
+    // out. See README, Performance, "Tried and not kept".)
     public init(configuration: DatabaseConfiguration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
-        let loops = Array(MultiThreadedEventLoopGroup.singleton.makeIterator())
-        // Each pool needs at least two connections: one for a request, one for a request that
-        // arrived while the first held it. Smaller pools (tests use one connection) stay one pool.
-        guard loops.count > 1, configuration.maximumConnections >= 2 * loops.count else {
-            pools = [Pool(eventLoop: nil, client: PostgresClient(configuration: configuration.clientConfiguration(), backgroundLogger: logger))]
-            return
-        }
-        pools = loops.enumerated().map { index, loop in
-            var share = configuration
-            share.maximumConnections = configuration.maximumConnections / loops.count + (index < configuration.maximumConnections % loops.count ? 1 : 0)
-            return Pool(eventLoop: loop, client: PostgresClient(configuration: share.clientConfiguration(), eventLoopGroup: loop, backgroundLogger: logger))
-        }
+        pool = PostgresClient(configuration: configuration.clientConfiguration(), backgroundLogger: logger)
     }
 
-    /// Keeps the pools' connections open until the task is cancelled (`PostgresClient.run`).
+    /// Keeps the pool's connections open until the task is cancelled (`PostgresClient.run`).
     public func run() async {
-        await withDiscardingTaskGroup { group in
-            for pool in pools { group.addTask { await pool.client.run() } }
-        }
-    }
-
-    /// The pool whose connections live on the event loop the caller runs on. Request handlers
-    /// run on their HTTP connection's event loop (`StratusHTTPChannel`); a statement sent on a
-    /// connection of the same loop is written, and its rows read and handed back, on that one
-    /// thread, where a connection on the other loop costs two cross-thread wake-ups per statement.
-    /// Callers on no event loop (start-up, background work) use the first pool.
-    private var pool: PostgresClient {
-        if pools.count > 1, let current = MultiThreadedEventLoopGroup.currentEventLoop,
-           let pool = pools.first(where: { $0.eventLoop === current }) {
-            return pool.client
-        }
-        return pools[0].client
+        await pool.run()
     }
 
     /// The connection the current task already holds, inside `transaction` or `withConnection`.
@@ -145,21 +130,30 @@ public final class Database: Sendable {
     /// such a task (sixteen concurrent writes to a container whose schema was not cached yet did,
     /// and their open transactions then blocked every other writer of those rows).
     struct Held: Sendable {
+        /// The `Database` the connection was leased from: a task working with two (a test's
+        /// own pool beside the app's) must not run one's statements on the other's connection.
+        var owner: ObjectIdentifier
         var connection: PostgresConnection
         var inTransaction: Bool
     }
 
-    @TaskLocal static var held: Held?
+    @TaskLocal private static var held: Held?
+
+    /// The connection the current task holds from this database, if any.
+    var held: Held? {
+        guard let held = Database.held, held.owner == ObjectIdentifier(self) else { return nil }
+        return held
+    }
 
     /// Runs `body` in one transaction (READ COMMITTED). Serialization failures and deadlocks
     /// are retried up to three times, then answered `TRY_AGAIN_LATER`. Errors thrown by `body`
     /// roll the transaction back and are rethrown unchanged. Called inside a transaction, `body`
     /// joins it (and the outer transaction retries).
     public func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
-        if let held = Database.held {
+        if let held {
             if held.inTransaction { return try await body(held.connection) }
             do {
-                return try await Database.$held.withValue(Held(connection: held.connection, inTransaction: true)) {
+                return try await Database.$held.withValue(Held(owner: held.owner, connection: held.connection, inTransaction: true)) {
                     try await inTransaction(on: held.connection, body)
                 }
             } catch {
@@ -171,7 +165,7 @@ public final class Database: Sendable {
             attempt += 1
             do {
                 return try await pool.withConnection { connection in
-                    try await Database.$held.withValue(Held(connection: connection, inTransaction: true)) {
+                    try await Database.$held.withValue(Held(owner: ObjectIdentifier(self), connection: connection, inTransaction: true)) {
                         try await inTransaction(on: connection, body)
                     }
                 }
@@ -200,13 +194,19 @@ public final class Database: Sendable {
     /// the transaction, the task already holds).
     public func withConnection<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         do {
-            if let held = Database.held { return try await body(held.connection) }
+            if let held { return try await body(held.connection) }
             return try await pool.withConnection { connection in
-                try await Database.$held.withValue(Held(connection: connection, inTransaction: false)) { try await body(connection) }
+                try await Database.$held.withValue(Held(owner: ObjectIdentifier(self), connection: connection, inTransaction: false)) { try await body(connection) }
             }
         } catch {
             throw Database.map(error)
         }
+    }
+
+    /// Lifts the statement limit for the rest of the caller's transaction: for work whose size
+    /// follows the data (an index build batch, deleting a zone's records), not a request's.
+    public static func allowLongStatements(on connection: PostgresConnection, logger: Logger) async throws {
+        try await connection.query("SET LOCAL statement_timeout = 0", logger: logger)
     }
 
     static func isRetryable(_ error: PSQLError) -> Bool {
@@ -223,6 +223,11 @@ public final class Database: Sendable {
     /// and becomes `INTERNAL_ERROR` at the HTTP boundary.
     static func map(_ error: any Error) -> any Error {
         if error is StratusError { return error }
+        if let error = error as? ConnectionPoolError {
+            // The pool could not open connections for a while (its circuit breaker tripped), or
+            // is shutting down: an outage, like a refused connection.
+            return StratusError(.tryAgainLater, "the database is not reachable right now; retry shortly", retryAfter: 1, underlying: error)
+        }
         if let error = error as? PSQLError {
             switch error.code {
             case .connectionError, .serverClosedConnection, .clientClosedConnection, .poolClosed, .uncleanShutdown:

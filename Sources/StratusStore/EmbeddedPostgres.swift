@@ -40,8 +40,9 @@ public final class EmbeddedPostgres: Sendable {
         DatabaseConfiguration(host: "127.0.0.1", port: port, username: Self.username, password: password, database: "postgres")
     }
 
-    /// Creates the cluster under `directory` if needed and starts it (or adopts the one already running there).
-    public static func start(directory: String, logger: Logger) throws -> EmbeddedPostgres {
+    /// Creates the cluster under `directory` if needed and starts it (or adopts the one already
+    /// running there). `maximumConnections` is its `max_connections` (a server process opens 16).
+    public static func start(directory: String, logger: Logger, maximumConnections: Int = 200) throws -> EmbeddedPostgres {
         let fileManager = FileManager.default
         let state = URL(fileURLWithPath: directory).standardizedFileURL.path
         try fileManager.createDirectory(atPath: state, withIntermediateDirectories: true)
@@ -94,7 +95,7 @@ public final class EmbeddedPostgres: Sendable {
         let port = try freePort()
         let started = EmbeddedPostgres(dataDirectory: data, stateDirectory: state, port: port, password: password,
                                        binDirectory: bin, runAsUser: runAs, logger: logger)
-        try started.launch()
+        try started.launch(maximumConnections: maximumConnections)
         logger.info("embedded PostgreSQL started", metadata: ["stratus.cluster": "\(data)", "stratus.port": "\(port)"])
         return started
     }
@@ -118,8 +119,8 @@ public final class EmbeddedPostgres: Sendable {
         }
     }
 
-    private func launch() throws {
-        let options = "-c listen_addresses=127.0.0.1 -p \(port) -c unix_socket_directories='' -c max_connections=200 -c shared_buffers=256MB -c max_wal_size=2GB"
+    private func launch(maximumConnections: Int) throws {
+        let options = "-c listen_addresses=127.0.0.1 -p \(port) -c unix_socket_directories='' -c max_connections=\(maximumConnections) -c shared_buffers=256MB -c max_wal_size=2GB"
         let output = try run([binDirectory + "/pg_ctl", "start", "-D", dataDirectory, "-w", "-t", "60", "-l", dataDirectory + "/server.log", "-o", options])
         guard output.status == 0 else {
             let log = (try? String(contentsOfFile: dataDirectory + "/server.log", encoding: .utf8)) ?? ""

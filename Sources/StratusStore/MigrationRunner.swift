@@ -85,17 +85,21 @@ public struct MigrationRunner: Sendable {
     public func run(on database: Database) async throws -> [Int] {
         try await database.withConnection { connection in
             // Another server may hold the migration lock for as long as its migrations take, and a
-            // migration may wait for the tables its statements alter: no lock timeout here.
+            // migration may wait for the tables its statements alter and rewrite large ones: no
+            // lock or statement timeout here.
             try await connection.query("SET lock_timeout = 0", logger: logger)
+            try await connection.query("SET statement_timeout = 0", logger: logger)
             try await connection.query("SELECT pg_advisory_lock(\(Self.lockKey))", logger: logger)
             do {
                 let applied = try await apply(on: connection)
                 try await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
                 try await connection.query("RESET lock_timeout", logger: logger)
+                try await connection.query("RESET statement_timeout", logger: logger)
                 return applied
             } catch {
                 _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
                 _ = try? await connection.query("RESET lock_timeout", logger: logger)
+                _ = try? await connection.query("RESET statement_timeout", logger: logger)
                 throw error
             }
         }

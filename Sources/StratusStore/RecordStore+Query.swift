@@ -48,7 +48,7 @@ extension RecordStore {
         let request = QueryRequest(sorts: query.sorts, limit: limit, sql: built.sql, binds: built.binds,
                                    shareable: Prepared.Shared.canShare(built.binds))
         let page: QueryPage?
-        if Database.held == nil {
+        if database.held == nil {
             page = try await queries.answer(request)
         } else {
             page = try await database.withConnection { connection in try await Self.runQueries([request], on: connection, logger: logger)[0] }

@@ -226,6 +226,7 @@ public final class RecordStore: Sendable {
                 """, logger: logger)
             guard let row = rows.first else { return nil }
             let zone = try Self.zone(row)
+            try await Database.allowLongStatements(on: connection, logger: logger)
             try await connection.query("DELETE FROM records WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
             try await connection.query("DELETE FROM index_entries WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
             try await connection.query("DELETE FROM record_references WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
@@ -241,7 +242,7 @@ public final class RecordStore: Sendable {
         // a missing zone from missing records) joined to the records.
         let request = LookupRequest(db: db, zone: zone, names: names)
         let records: [Record]?
-        if Database.held == nil {
+        if database.held == nil {
             records = try await lookups.answer(request)
         } else {
             // Inside a transaction or on a held connection: read on it, as everything else there does.

@@ -77,6 +77,7 @@ extension SchemaStore {
     /// Each call is its own transaction, so an interrupted build resumes where it stopped.
     public func buildIndexes(containerID: Int64, batch: Int) async throws -> [IndexBuild] {
         try await database.transaction { connection in
+            try await Database.allowLongStatements(on: connection, logger: logger)
             let pending = try await connection.rows("""
                 SELECT record_type, field, next_zone, next_record FROM schema_index_builds
                 WHERE container_id = \(containerID) AND environment = 2 AND NOT done
@@ -165,6 +166,7 @@ extension SchemaStore {
     /// Development ← production schema, and every development record and zone deleted.
     public func resetDevelopment(containerID: Int64, by actor: String) async throws -> (version: Int64, deletedRecords: Int64) {
         let result = try await database.transaction { connection in
+            try await Database.allowLongStatements(on: connection, logger: logger)
             try await lockSchema(containerID: containerID, on: connection)
             let production = try await load(containerID: containerID, environment: .production, on: connection)
             let version = try await replace(production, containerID: containerID, environment: .development, on: connection)

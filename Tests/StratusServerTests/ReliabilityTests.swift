@@ -82,6 +82,34 @@ import Testing
         }
     }
 
+    /// A statement that runs past `statement_timeout` is cancelled and its request answered
+    /// TRY_AGAIN_LATER with a reason, whatever held it up; here, with no lock timeout, a write
+    /// waiting for a zone another session keeps locked. The lock gone, the write goes through.
+    /// In-process (router) requests run in the test's task, inside its own pool's `withConnection`:
+    /// the app must still lease from its own pool, not run on the connection the test holds.
+    @Test(arguments: [false, true])
+    func statementsPastTheTimeLimitAreCancelled(live: Bool) async throws {
+        try await Harness.run(live: live, database: { $0.lockTimeout = nil; $0.statementTimeout = .seconds(1) }) { harness in
+            let session = try await harness.container().signedUp()
+            #expect(try await session.modify("private", [op("create", "first")]).status == 200)
+            try await withDatabase(harness.database.configuration, maximumConnections: 1) { admin in
+                try await admin.withConnection { connection in
+                    try await connection.query("BEGIN", logger: TestCluster.logger)
+                    try await connection.query("SELECT zone_id FROM zones FOR UPDATE", logger: TestCluster.logger)
+                    let started = ContinuousClock.now
+                    let blocked = try await session.modify("private", [op("create", "second")])
+                    let waited = ContinuousClock.now - started
+                    try await connection.query("ROLLBACK", logger: TestCluster.logger)
+                    #expect(blocked.status == 503, "\(blocked.json)")
+                    #expect(blocked.json.errorCode == "TRY_AGAIN_LATER")
+                    #expect(blocked.json["reason"]?.stringValue?.contains("took too long") == true, "\(blocked.json)")
+                    #expect(waited >= .milliseconds(900) && waited < .seconds(10), "answered after \(waited) with a 1 s statement limit")
+                }
+            }
+            #expect(try await session.modify("private", [op("create", "second")]).status == 200)
+        }
+    }
+
     @Test func racingWritersLoseNoUpdate() async throws {
         try await Harness.run(poolSize: 16) { harness in
             let session = try await harness.container().signedUp()

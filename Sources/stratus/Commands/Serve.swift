@@ -58,6 +58,7 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env STRATUS_LOG_LEVEL, default info).") var logLevel: String?
     @Option(name: .customLong("bcrypt-cost"), help: "bcrypt work factor for user passwords, 4–16 (env STRATUS_BCRYPT_COST, default 12; each step doubles the CPU a sign-up or sign-in costs).") var bcryptCost: Int?
     @Option(name: .customLong("idle-timeout"), help: "Seconds a connection may sit idle, or send nothing of a request it started, before it is closed (env STRATUS_IDLE_TIMEOUT, default 60).") var idleTimeout: Int?
+    @Option(name: .customLong("statement-timeout"), help: "Seconds one database statement may run before it is cancelled and the request answered TRY_AGAIN_LATER; 0 never cancels (env STRATUS_STATEMENT_TIMEOUT, default 30). Migrations, index builds and zone deletions are not limited.") var statementTimeout: Int?
     @Option(name: .customLong("lock-timeout"), help: "Seconds a request may wait for data another request has locked before it is answered TRY_AGAIN_LATER; 0 waits for ever (env STRATUS_LOCK_TIMEOUT, default 10).") var lockTimeout: Int?
     @Option(name: .customLong("shutdown-timeout"), help: "Seconds SIGTERM/SIGINT waits for requests in flight before it cancels them (env STRATUS_SHUTDOWN_TIMEOUT, default 30).") var shutdownTimeout: Int?
     @OptionGroup var database: DatabaseOptions
@@ -73,6 +74,7 @@ struct Serve: AsyncParsableCommand {
         guard let cost = UInt8(costText), (4...16).contains(cost) else { throw ValidationError("--bcrypt-cost must be 4–16") }
         let idle = try seconds(idleTimeout, "STRATUS_IDLE_TIMEOUT", default: 60, option: "--idle-timeout", allowZero: false)
         let lockWait = try seconds(lockTimeout, "STRATUS_LOCK_TIMEOUT", default: 10, option: "--lock-timeout", allowZero: true)
+        let statementLimit = try seconds(statementTimeout, "STRATUS_STATEMENT_TIMEOUT", default: 30, option: "--statement-timeout", allowZero: true)
         let shutdown = try seconds(shutdownTimeout, "STRATUS_SHUTDOWN_TIMEOUT", default: 30, option: "--shutdown-timeout", allowZero: false)
         let migrations = try loadMigrations()
 
@@ -84,6 +86,7 @@ struct Serve: AsyncParsableCommand {
         var (configuration, cluster) = try database.open(logger: logger)
         defer { cluster?.stop() }
         configuration.lockTimeout = lockWait == 0 ? nil : .seconds(lockWait)
+        configuration.statementTimeout = statementLimit == 0 ? nil : .seconds(statementLimit)
         let db = Database(configuration: configuration, logger: logger)
         let serverConfiguration = ServerConfiguration(adminToken: admin, maximumBodyBytes: maxBody, bcryptCost: cost,
                                                       publicURL: setting(publicURL, "STRATUS_PUBLIC_URL", default: "http://\(host):\(port)")!)

@@ -30,12 +30,16 @@ actor TestCluster {
         .deletingLastPathComponent().deletingLastPathComponent()
 
     /// The cluster, started on first use (`initdb` and `pg_ctl` on a thread of their own: run
-    /// on one of Swift concurrency's few shared threads they stalled every test's tasks).
+    /// on one of Swift concurrency's few shared threads they stalled every test's tasks). The
+    /// tests run side by side, each with its own pool, and served binaries open 16 each: with
+    /// PostgreSQL's 200 connections, pools failed to connect until their circuit breaker tripped.
     func server() async throws -> EmbeddedPostgres {
         if cluster == nil {
             let directory = NSTemporaryDirectory() + "stratus-tests-\(getpid())"
             cluster = Task {
-                let started = try await Subprocess.onOwnThread { try EmbeddedPostgres.start(directory: directory, logger: Self.logger) }
+                let started = try await Subprocess.onOwnThread {
+                    try EmbeddedPostgres.start(directory: directory, logger: Self.logger, maximumConnections: 1000)
+                }
                 testClusterForExit = started
                 atexit {
                     if let cluster = testClusterForExit {
@@ -59,11 +63,11 @@ actor TestCluster {
         if template == nil {
             template = Task {
                 let migrations = try Migration.load(from: Self.repositoryRoot.appendingPathComponent("Migrations"))
-                try await withDatabase(base) { db in
+                try await withDatabase(base, maximumConnections: 1) { db in
                     try await db.withConnection { try await $0.query("DROP DATABASE IF EXISTS stratus_template", logger: Self.logger) }
                     try await db.withConnection { try await $0.query("CREATE DATABASE stratus_template", logger: Self.logger) }
                 }
-                try await withDatabase(base.with(database: "stratus_template")) { db in
+                try await withDatabase(base.with(database: "stratus_template"), maximumConnections: 1) { db in
                     try await MigrationRunner(migrations: migrations, logger: Self.logger).run(on: db)
                 }
             }
@@ -71,7 +75,7 @@ actor TestCluster {
         try await template!.value
         counter += 1
         let name = "test_\(getpid())_\(counter)"
-        try await withDatabase(base) { db in
+        try await withDatabase(base, maximumConnections: 1) { db in
             try await db.withConnection { try await $0.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name) TEMPLATE stratus_template"), logger: Self.logger) }
         }
         return base.with(database: name)
@@ -98,10 +102,13 @@ struct Harness: Sendable {
     let database: Database
     let app: StratusApp
 
-    /// Runs `body` against a new app (in-process router by default, or a live server).
+    /// Runs `body` against a new app (in-process router by default, or a live server);
+    /// `database` adjusts the pool's settings (timeouts).
     static func run(live: Bool = false, poolSize: Int = 4, idleTimeout: Duration? = nil,
+                    database adjust: @Sendable (inout DatabaseConfiguration) -> Void = { _ in },
                     _ body: @escaping @Sendable (Harness) async throws -> Void) async throws {
-        let configuration = try await TestCluster.shared.newDatabase()
+        var configuration = try await TestCluster.shared.newDatabase()
+        adjust(&configuration)
         try await withDatabase(configuration, maximumConnections: poolSize) { db in
             let stratus = try await StratusApp.make(
                 database: db,
