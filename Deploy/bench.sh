@@ -124,9 +124,10 @@ steal_since() {
 # the whole machine (/proc/stat: user, nice, system, irq and softirq time).
 # cpu_per <ticks> <requests> prints microseconds per request. With them each row shows what one
 # request cost on each path, and where; with the machine's cores busy, that sets the ratio.
+postmaster_pid() { head -1 "$WORK/pg/postmaster.pid"; }
 work_mark() {
   local postmaster server=0 pg
-  postmaster=$(head -1 "$WORK/pg/postmaster.pid")
+  postmaster=$(postmaster_pid)
   pg=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$postmaster/stat")
   for child in $(pgrep -P "$postmaster"); do
     pg=$(( pg + $(awk '{ print $14 + $15 }' "/proc/$child/stat" 2>/dev/null || echo 0) ))
@@ -139,10 +140,8 @@ work_mark() {
 # when the postmaster reaps it, and in between (an exited, unreaped process) /proc shows it as
 # zero: marked at once, pgbench's runs lost most of their PostgreSQL time to the next run.
 settle() {
-  local postmaster
-  postmaster=$(head -1 "$WORK/pg/postmaster.pid")
   for _ in $(seq 1 100); do
-    [ "$(pgrep -c -P "$postmaster")" -le "$1" ] && return 0
+    [ "$(pgrep -c -P "$(postmaster_pid)")" -le "$1" ] && return 0
     sleep 0.05
   done
 }
@@ -164,10 +163,9 @@ index_zones() {
 # run; CPU µs per transaction of PostgreSQL and of everything else, pgbench itself mostly).
 pgbench_run() {
   local clients=$1; shift
-  local s0 t0 w0 w1
+  local s0 t0 w0 w1 m0 m1 children
   $PSQL -c "CHECKPOINT"
-  local children
-  children=$(pgrep -c -P "$(head -1 "$WORK/pg/postmaster.pid")")
+  children=$(pgrep -c -P "$(postmaster_pid)")
   read -r s0 t0 < <(cpu_mark)
   read -r _ w0 m0 < <(work_mark)
   # pgbench's sessions plan as the service's do (Database.swift sets plan_cache_mode on each

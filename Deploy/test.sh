@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 . Deploy/lib.sh
 ensure_postgres
 swift build --build-tests
-# The whole suite takes ~2 minutes here. Each suite that talks to PostgreSQL has a time limit
+# After the build the suite takes about a minute here. Each suite that talks to PostgreSQL has a time limit
 # that names a test running past it; a run that still hangs is stopped after 30 minutes rather
 # than holding CI to its own limit.
 status=0

@@ -110,8 +110,8 @@ public final class Database: Sendable {
 
     // One pool for the process. (The tenth session split it into one pool per event loop, so a
     // request's statements stayed on its own loop; with pools of two connections, a lease after
-    // PostgreSQL dropped every connection waited for ever in the test of that case, and CI timed
-    // out. See README, Performance, "Tried and not kept".)
+    // PostgreSQL dropped every connection once waited for ever in the test of that case. See
+    // README, Performance, eleventh session.)
     public init(configuration: DatabaseConfiguration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
