@@ -172,20 +172,35 @@ public final class Database: Sendable {
             } catch let error as PSQLError where Database.isRetryable(error) && attempt < 4 {
                 try await Task.sleep(for: .milliseconds(5 * attempt))
                 continue
+            } catch let lost as ConnectionLost where attempt < 4 {
+                // Refused before a statement was written (the pool handed out a connection
+                // PostgreSQL had just closed, or it closed part-way): PostgreSQL ended the session
+                // and rolled its transaction back, and no COMMIT went out. Safe to run again, once
+                // the pool has seen the close (or it hands out the same connection).
+                try? await lost.closed.get()
+                continue
             } catch {
                 throw Database.map(error)
             }
         }
     }
 
+    /// A statement refused because its connection had closed (see
+    /// `PostgresConnection.statement(_:logger:)`): answered TRY_AGAIN_LATER, and a transaction
+    /// meeting it is run again on another connection.
+    struct ConnectionLost: Error {
+        /// The connection's `closeFuture`: the pool learns of the close when it completes.
+        let closed: EventLoopFuture<Void>
+    }
+
     private func inTransaction<T: Sendable>(on connection: PostgresConnection, _ body: (PostgresConnection) async throws -> T) async throws -> T {
-        try await connection.query("BEGIN", logger: logger)
+        try await connection.statement("BEGIN", logger: logger)
         do {
             let value = try await body(connection)
-            try await connection.query("COMMIT", logger: logger)
+            try await connection.statement("COMMIT", logger: logger)
             return value
         } catch {
-            _ = try? await connection.query("ROLLBACK", logger: logger)
+            await connection.cleanUp("ROLLBACK", logger: logger)
             throw error
         }
     }
@@ -195,8 +210,23 @@ public final class Database: Sendable {
     public func withConnection<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         do {
             if let held { return try await body(held.connection) }
-            return try await pool.withConnection { connection in
-                try await Database.$held.withValue(Held(owner: ObjectIdentifier(self), connection: connection, inTransaction: false)) { try await body(connection) }
+            // A connection found closed when leased is put back and another leased (the pool
+            // replaces it); one that closes part-way is not, as its statements commit one by one.
+            var attempt = 0
+            while true {
+                attempt += 1
+                let leased: T? = try await pool.withConnection { connection in
+                    if connection.isClosed, attempt < 4 {
+                        // Its channel is down but the pool has not heard yet (it does when the
+                        // close future completes, an event-loop turn later): wait for that.
+                        try? await connection.closeFuture.get()
+                        return nil
+                    }
+                    return try await Database.$held.withValue(Held(owner: ObjectIdentifier(self), connection: connection, inTransaction: false)) {
+                        try await body(connection)
+                    }
+                }
+                if let leased { return leased }
             }
         } catch {
             throw Database.map(error)
@@ -206,7 +236,7 @@ public final class Database: Sendable {
     /// Lifts the statement limit for the rest of the caller's transaction: for work whose size
     /// follows the data (an index build batch, deleting a zone's records), not a request's.
     public static func allowLongStatements(on connection: PostgresConnection, logger: Logger) async throws {
-        try await connection.query("SET LOCAL statement_timeout = 0", logger: logger)
+        try await connection.statement("SET LOCAL statement_timeout = 0", logger: logger)
     }
 
     static func isRetryable(_ error: PSQLError) -> Bool {
@@ -223,6 +253,9 @@ public final class Database: Sendable {
     /// and becomes `INTERNAL_ERROR` at the HTTP boundary.
     static func map(_ error: any Error) -> any Error {
         if error is StratusError { return error }
+        if error is ConnectionLost {
+            return StratusError(.tryAgainLater, "the connection to the database was lost; retry shortly", retryAfter: 1, underlying: error)
+        }
         if let error = error as? ConnectionPoolError {
             // The pool could not open connections for a while (its circuit breaker tripped), or
             // is shutting down: an outage, like a refused connection.
@@ -320,7 +353,35 @@ extension PostgresConnection {
     /// Runs a query and collects its rows.
     func rows(_ query: PostgresQuery, logger: Logger) async throws -> [PostgresRow] {
         var out: [PostgresRow] = []
-        for try await row in try await self.query(query, logger: logger) { out.append(row) }
+        for try await row in try await statement(query, logger: logger) { out.append(row) }
         return out
+    }
+
+    /// `query`, refused with ``Database/ConnectionLost`` when the connection has closed.
+    ///
+    /// PostgresNIO (1.33) writes a statement to its channel with no promise for the write: once a
+    /// closed connection's handlers are gone, the write fails unseen and the statement's answer
+    /// never comes, so its caller waits for ever (`ReliabilityTests`, a statement on a connection
+    /// whose backend was terminated). Every statement the service sends goes through here or
+    /// through one of the `rows` helpers, which check the same. What is left is a close that lands
+    /// after this check and has the channel's handlers removed before the write reaches the event
+    /// loop: the few instructions between the check and the write's hand-off (longer only if the
+    /// thread is preempted right there), where before it was every pause of the task in between.
+    public func statement(_ query: PostgresQuery, logger: Logger, file: String = #fileID, line: Int = #line) async throws -> PostgresRowSequence {
+        try requireOpen()
+        return try await self.query(query, logger: logger, file: file, line: line)
+    }
+
+    /// Throws ``Database/ConnectionLost`` when the connection has closed (see `statement`).
+    func requireOpen() throws {
+        guard !isClosed else { throw Database.ConnectionLost(closed: closeFuture) }
+    }
+
+    /// A statement after a failure (ROLLBACK, unlocking): skipped when the connection has closed
+    /// (PostgreSQL has ended the session, and with it the transaction and its locks), its own
+    /// failure ignored.
+    func cleanUp(_ query: PostgresQuery, logger: Logger) async {
+        guard !isClosed else { return }
+        _ = try? await self.query(query, logger: logger)
     }
 }

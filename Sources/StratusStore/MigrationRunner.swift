@@ -87,26 +87,26 @@ public struct MigrationRunner: Sendable {
             // Another server may hold the migration lock for as long as its migrations take, and a
             // migration may wait for the tables its statements alter and rewrite large ones: no
             // lock or statement timeout here.
-            try await connection.query("SET lock_timeout = 0", logger: logger)
-            try await connection.query("SET statement_timeout = 0", logger: logger)
-            try await connection.query("SELECT pg_advisory_lock(\(Self.lockKey))", logger: logger)
+            try await connection.statement("SET lock_timeout = 0", logger: logger)
+            try await connection.statement("SET statement_timeout = 0", logger: logger)
+            try await connection.statement("SELECT pg_advisory_lock(\(Self.lockKey))", logger: logger)
             do {
                 let applied = try await apply(on: connection)
-                try await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
-                try await connection.query("RESET lock_timeout", logger: logger)
-                try await connection.query("RESET statement_timeout", logger: logger)
+                try await connection.statement("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
+                try await connection.statement("RESET lock_timeout", logger: logger)
+                try await connection.statement("RESET statement_timeout", logger: logger)
                 return applied
             } catch {
-                _ = try? await connection.query("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
-                _ = try? await connection.query("RESET lock_timeout", logger: logger)
-                _ = try? await connection.query("RESET statement_timeout", logger: logger)
+                await connection.cleanUp("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
+                await connection.cleanUp("RESET lock_timeout", logger: logger)
+                await connection.cleanUp("RESET statement_timeout", logger: logger)
                 throw error
             }
         }
     }
 
     private func apply(on connection: PostgresConnection) async throws -> [Int] {
-        try await connection.query("""
+        try await connection.statement("""
             CREATE TABLE IF NOT EXISTS schema_migrations (
                 version integer PRIMARY KEY,
                 name text NOT NULL,
@@ -129,16 +129,16 @@ public struct MigrationRunner: Sendable {
             }
             logger.info("applying migration", metadata: ["stratus.migration": "\(migration.version)_\(migration.name)"])
             do {
-                try await connection.query("BEGIN", logger: logger)
+                try await connection.statement("BEGIN", logger: logger)
                 for statement in SQLScript.split(migration.sql) {
-                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger)
+                    try await connection.statement(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
-                try await connection.query("""
+                try await connection.statement("""
                     INSERT INTO schema_migrations (version, name, checksum) VALUES (\(migration.version), \(migration.name), \(migration.checksum))
                     """, logger: logger)
-                try await connection.query("COMMIT", logger: logger)
+                try await connection.statement("COMMIT", logger: logger)
             } catch {
-                _ = try? await connection.query("ROLLBACK", logger: logger)
+                await connection.cleanUp("ROLLBACK", logger: logger)
                 throw StratusError(.internalError, "migration \(migration.version)_\(migration.name).sql failed: \(String(reflecting: error))", underlying: error)
             }
             applied.append(migration.version)

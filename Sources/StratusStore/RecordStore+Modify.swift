@@ -325,7 +325,7 @@ extension RecordStore {
         let entries = Self.indexEntryRows(records, schema: schema)
         guard !entries.isEmpty else { return }
         // All three value kinds in one statement (empty arrays contribute no rows).
-        try await connection.query("""
+        try await connection.statement("""
             INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
             SELECT \(db.containerID), \(zoneID), t, f, v, NULL::float8, NULL::text, n
               FROM unnest(\(entries.ints.types)::text[], \(entries.ints.fields)::text[], \(entries.ints.values)::bigint[], \(entries.ints.names)::text[]) AS u(t, f, v, n)
@@ -401,7 +401,7 @@ extension RecordStore {
             }
         }
         guard !targets.isEmpty else { return }
-        try await connection.query("""
+        try await connection.statement("""
             INSERT INTO record_references (container_id, zone_id, target_name, source_name, field, action)
             SELECT \(db.containerID), \(zoneID), t, s, f, a FROM unnest(\(targets)::text[], \(sources)::text[], \(fields)::text[], \(actions)::int2[]) AS u(t, s, f, a)
             ON CONFLICT DO NOTHING

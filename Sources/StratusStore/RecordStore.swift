@@ -227,9 +227,9 @@ public final class RecordStore: Sendable {
             guard let row = rows.first else { return nil }
             let zone = try Self.zone(row)
             try await Database.allowLongStatements(on: connection, logger: logger)
-            try await connection.query("DELETE FROM records WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
-            try await connection.query("DELETE FROM index_entries WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
-            try await connection.query("DELETE FROM record_references WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
+            try await connection.statement("DELETE FROM records WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
+            try await connection.statement("DELETE FROM index_entries WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
+            try await connection.statement("DELETE FROM record_references WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
             return zone
         }
     }

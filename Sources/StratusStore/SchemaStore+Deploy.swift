@@ -42,7 +42,7 @@ extension SchemaStore {
 
     /// Serializes schema changes of one container (deploy, import, reset) within the transaction.
     func lockSchema(containerID: Int64, on connection: PostgresConnection) async throws {
-        try await connection.query("SELECT pg_advisory_xact_lock(\(Int32(0x5343_4845)), \(Int32(truncatingIfNeeded: containerID)))", logger: logger)
+        try await connection.statement("SELECT pg_advisory_xact_lock(\(Int32(0x5343_4845)), \(Int32(truncatingIfNeeded: containerID)))", logger: logger)
     }
 
     /// Plans, and unless `dryRun` or refused, applies development → production in one transaction.
@@ -58,7 +58,7 @@ extension SchemaStore {
             let version = try await replace(development, containerID: containerID, environment: .production, on: connection)
             for (type, field) in plan.backfills {
                 let total = counts[type] ?? 0
-                try await connection.query("""
+                try await connection.statement("""
                     INSERT INTO schema_index_builds (container_id, environment, record_type, field, total, done)
                     VALUES (\(containerID), 2, \(type), \(field), \(total), \(total == 0))
                     ON CONFLICT (container_id, environment, record_type, field) DO UPDATE
@@ -87,7 +87,7 @@ extension SchemaStore {
                 let (type, field, nextZone, nextRecord) = try row.decode((String, String, Int64, String).self)
                 let schema = try await load(containerID: containerID, environment: .production, on: connection)
                 guard let fieldSchema = schema.field(field, of: type) else {
-                    try await connection.query("UPDATE schema_index_builds SET done = true WHERE container_id = \(containerID) AND environment = 2 AND record_type = \(type) AND field = \(field)", logger: logger)
+                    try await connection.statement("UPDATE schema_index_builds SET done = true WHERE container_id = \(containerID) AND environment = 2 AND record_type = \(type) AND field = \(field)", logger: logger)
                     return try await builds(containerID: containerID, on: connection)
                 }
                 let rows = try await connection.rows("""
@@ -118,14 +118,14 @@ extension SchemaStore {
                     // names as a filter and compared each of a zone's entries with each of the
                     // batch's 20,000 names: 22 s per batch once the zone had 60,000 entries.)
                     guard let first = records.first?.recordName, let last = records.last?.recordName else { continue }
-                    try await connection.query("""
+                    try await connection.statement("""
                         DELETE FROM index_entries WHERE container_id = \(containerID) AND zone_id = \(zoneID)
                           AND record_name >= \(first) AND record_name <= \(last) AND record_type = \(type) AND field = \(field)
                         """, logger: logger)
                     let db = DatabaseRef(containerID: containerID, environment: .production, scope: .public, owner: "")
                     try await store.writeIndexEntries(db, zoneID: zoneID, records: records, schema: only, on: connection)
                 }
-                try await connection.query("""
+                try await connection.statement("""
                     UPDATE schema_index_builds SET next_zone = \(last.0), next_record = \(last.1), built = built + \(Int64(rows.count)),
                            done = \(rows.count < batch)
                     WHERE container_id = \(containerID) AND environment = 2 AND record_type = \(type) AND field = \(field)
@@ -174,10 +174,10 @@ extension SchemaStore {
             let deleted = try await connection.rows(PostgresQuery(unsafeSQL: "WITH d AS (DELETE FROM records WHERE \(zoneFilter) AND NOT deleted RETURNING 1) SELECT count(*) FROM d",
                                                                   binds: RecordStore.binds(containerID)), logger: logger).first!.decode(Int64.self)
             for table in ["records", "index_entries", "record_references"] {
-                try await connection.query(PostgresQuery(unsafeSQL: "DELETE FROM \(table) WHERE \(zoneFilter)", binds: RecordStore.binds(containerID)), logger: logger)
+                try await connection.statement(PostgresQuery(unsafeSQL: "DELETE FROM \(table) WHERE \(zoneFilter)", binds: RecordStore.binds(containerID)), logger: logger)
             }
-            try await connection.query("DELETE FROM zones WHERE container_id = \(containerID) AND environment = 1", logger: logger)
-            try await connection.query("DELETE FROM schema_query_shapes WHERE container_id = \(containerID) AND environment = 1", logger: logger)
+            try await connection.statement("DELETE FROM zones WHERE container_id = \(containerID) AND environment = 1", logger: logger)
+            try await connection.statement("DELETE FROM schema_query_shapes WHERE container_id = \(containerID) AND environment = 1", logger: logger)
             try await recordHistory(containerID: containerID, environment: .development, version: version, by: actor, kind: "reset",
                                     plan: "development schema reset to production (version \(production.version)); \(deleted) development records deleted", on: connection)
             return (version, deleted)
@@ -188,7 +188,7 @@ extension SchemaStore {
 
     func recordHistory(containerID: Int64, environment: ContainerEnvironment, version: Int64, by actor: String, kind: String, plan: String,
                        on connection: PostgresConnection) async throws {
-        try await connection.query("""
+        try await connection.statement("""
             INSERT INTO schema_deploys (container_id, environment, version, deployed_by, kind, plan)
             VALUES (\(containerID), \(environment.code), \(version), \(actor), \(kind), \(plan))
             """, logger: logger)
@@ -227,7 +227,7 @@ extension SchemaStore {
     public func recordQueryShapes(_ shapes: [QueryShape]) async throws {
         guard !shapes.isEmpty else { return }
         _ = try await database.withConnection { connection in
-            try await connection.query("""
+            try await connection.statement("""
                 INSERT INTO schema_query_shapes (container_id, environment, record_type, field, usage)
                 SELECT DISTINCT c, 1, t, f, u FROM unnest(\(shapes.map(\.containerID))::bigint[], \(shapes.map(\.recordType))::text[],
                                                   \(shapes.map(\.field))::text[], \(shapes.map(\.usage))::text[]) AS x(c, t, f, u)

@@ -95,12 +95,12 @@ public final class SchemaStore: Sendable {
     func replace(_ schema: Schema, containerID: Int64, environment: ContainerEnvironment, on connection: PostgresConnection) async throws -> Int64 {
         let env = environment.code
         for table in ["schema_fields", "schema_record_types", "schema_grants", "schema_roles"] {
-            try await connection.query(PostgresQuery(unsafeSQL: "DELETE FROM \(table) WHERE container_id = $1 AND environment = $2",
+            try await connection.statement(PostgresQuery(unsafeSQL: "DELETE FROM \(table) WHERE container_id = $1 AND environment = $2",
                                                      binds: RecordStore.binds(containerID, env)), logger: logger)
         }
         let types = Array(schema.recordTypes.keys)
         if !types.isEmpty {
-            try await connection.query("""
+            try await connection.statement("""
                 INSERT INTO schema_record_types (container_id, environment, record_type)
                 SELECT \(containerID), \(env), t FROM unnest(\(types)::text[]) AS t
                 """, logger: logger)
@@ -113,7 +113,7 @@ public final class SchemaStore: Sendable {
         try await insertGrants(grantRows, containerID: containerID, environment: environment, on: connection)
         let roles = Array(schema.roles)
         if !roles.isEmpty {
-            try await connection.query("""
+            try await connection.statement("""
                 INSERT INTO schema_roles (container_id, environment, role) SELECT \(containerID), \(env), r FROM unnest(\(roles)::text[]) AS r
                 """, logger: logger)
         }
@@ -130,7 +130,7 @@ public final class SchemaStore: Sendable {
             case nil: return ""
             }
         }
-        try await connection.query("""
+        try await connection.statement("""
             INSERT INTO schema_fields (container_id, environment, record_type, field, field_type, queryable, sortable, searchable, encrypted, number_declaration)
             SELECT \(containerID), \(environment.code), t, f, ft, q, s, se, en, NULLIF(nd, '')
             FROM unnest(\(rows.map(\.0))::text[], \(rows.map(\.1))::text[], \(rows.map { $0.2.type.wireName })::text[],
@@ -144,7 +144,7 @@ public final class SchemaStore: Sendable {
                       on connection: PostgresConnection) async throws {
         guard !rows.isEmpty else { return }
         // Arrays of arrays cannot be bound directly: send "READ,WRITE" and split in SQL.
-        try await connection.query("""
+        try await connection.statement("""
             INSERT INTO schema_grants (container_id, environment, record_type, role, permissions)
             SELECT \(containerID), \(environment.code), t, r, string_to_array(p, ',')
             FROM unnest(\(rows.map(\.0))::text[], \(rows.map(\.1))::text[], \(rows.map { $0.2.joined(separator: ",") })::text[]) AS u(t, r, p)

@@ -1,6 +1,8 @@
 import Foundation
 import PostgresNIO
 import StratusCore
+import StratusStore
+import Synchronization
 import Testing
 @testable import StratusServer
 
@@ -82,6 +84,58 @@ import Testing
         }
     }
 
+    /// PostgresNIO never answers a statement written to a connection that has closed: it waits for
+    /// ever (this hung `droppedDatabaseConnectionsAreRetryableAndReplaced` about one run in 25).
+    /// The service checks before each statement, so a request whose connection PostgreSQL closed
+    /// is answered TRY_AGAIN_LATER. The statement runs in a task of its own, so that a regression
+    /// fails this test instead of hanging the suite.
+    @Test func aStatementOnAClosedConnectionIsRefusedNotLeftWaiting() async throws {
+        let configuration = try await TestCluster.shared.newDatabase()
+        try await withDatabase(configuration, maximumConnections: 1) { db in
+            try await withDatabase(configuration, maximumConnections: 1) { admin in
+                try await db.withConnection { connection in
+                    let pid = try await connection.query("SELECT pg_backend_pid()", logger: TestCluster.logger).collect()[0].decode(Int32.self)
+                    try await admin.withConnection { other in
+                        _ = try await other.query("SELECT pg_terminate_backend(\(pid))", logger: TestCluster.logger).collect()
+                    }
+                    let deadline = ContinuousClock.now + .seconds(10)
+                    while !connection.isClosed, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+                    try #require(connection.isClosed, "the terminated backend's connection did not close")
+                    // Give NIO time to take the closed channel's handlers away: a write after that
+                    // is the one whose answer never came.
+                    try await Task.sleep(for: .milliseconds(200))
+                    let outcome = Mutex<String?>(nil)
+                    // The nested transaction runs on the connection this task holds.
+                    let attempt = Task {
+                        let text: String
+                        do {
+                            try await db.transaction { held in _ = try await held.statement("SELECT 1", logger: TestCluster.logger).collect() }
+                            text = "answered"
+                        } catch let error as StratusError {
+                            text = "\(error.code.name): \(error.reason)"
+                        } catch {
+                            text = "\(error)"
+                        }
+                        outcome.withLock { $0 = text }
+                    }
+                    let waited = ContinuousClock.now + .seconds(10)
+                    while outcome.withLock({ $0 }) == nil, ContinuousClock.now < waited { try await Task.sleep(for: .milliseconds(10)) }
+                    let text = outcome.withLock { $0 }
+                    #expect(text?.hasPrefix("TRY_AGAIN_LATER: ") == true, "\(text ?? "no answer after 10 s: the statement waits for ever")")
+                    #expect(text?.contains("connection to the database was lost") == true, "\(text ?? "")")
+                    if text == nil { attempt.cancel() }
+                }
+                // The pool replaces the lost connection: the next lease works.
+                do {
+                    let one = try await db.withConnection { try await $0.statement("SELECT 1", logger: TestCluster.logger).collect().count }
+                    #expect(one == 1)
+                } catch {
+                    Issue.record("the lease after the loss failed: \(error)")
+                }
+            }
+        }
+    }
+
     /// A statement that runs past `statement_timeout` is cancelled and its request answered
     /// TRY_AGAIN_LATER with a reason, whatever held it up; here, with no lock timeout, a write
     /// waiting for a zone another session keeps locked. The lock gone, the write goes through.
@@ -107,6 +161,42 @@ import Testing
                 }
             }
             #expect(try await session.modify("private", [op("create", "second")]).status == 200)
+        }
+    }
+
+    /// Deleting a zone removes all its records, work that grows with the zone, not with the
+    /// request: it lifts the statement limit for its own transaction. Here its DELETE of the
+    /// zone's records waits 2.5 s for a row another session keeps locked, past a 1 s limit (with
+    /// no lock timeout), and still succeeds; a record write held up the same way is cancelled.
+    @Test func zoneDeletionsOutlastTheStatementLimit() async throws {
+        try await Harness.run(database: { $0.lockTimeout = nil; $0.statementTimeout = .seconds(1) }) { harness in
+            let session = try await harness.container().signedUp()
+            let zone = ["zoneID": ["zoneName": "Work"]] as JSON
+            #expect(try await session.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": zone]]]).status == 200)
+            #expect(try await session.modify("private", zone: "Work", [op("create", "kept")]).status == 200)
+            try await withDatabase(harness.database.configuration, maximumConnections: 1) { admin in
+                try await admin.withConnection { connection in
+                    try await connection.query("BEGIN", logger: TestCluster.logger)
+                    try await connection.query("SELECT 1 FROM records WHERE record_name = 'kept' FOR UPDATE", logger: TestCluster.logger)
+                    // A request's statement that waits on the row: cancelled at the limit.
+                    let write = try await session.modify("private", zone: "Work", [op("forceUpdate", "kept", fields: ["n": ["value": 1]])])
+                    #expect(write.json.errorCode == "TRY_AGAIN_LATER" || write.json.record(0)?["serverErrorCode"] == "TRY_AGAIN_LATER", "\(write.json)")
+                    // The zone deletion waits on it too, for longer than the limit.
+                    let started = ContinuousClock.now
+                    async let deletion = { @Sendable () async throws -> ((status: Int, json: JSON), ContinuousClock.Instant) in
+                        (try await session.post("private", "zones/modify", ["operations": [["operationType": "delete", "zone": zone]]]), .now)
+                    }()
+                    try await Task.sleep(for: .milliseconds(2500))
+                    try await connection.query("ROLLBACK", logger: TestCluster.logger)
+                    let (deleted, answered) = try await deletion
+                    let waited = answered - started
+                    #expect(deleted.status == 200, "\(deleted.json)")
+                    #expect(deleted.json["zones"]?.arrayValue?.first?["serverErrorCode"] == nil, "\(deleted.json)")
+                    #expect(waited >= .milliseconds(2400), "the deletion was answered after \(waited), before the lock was released")
+                }
+            }
+            let lookup = try await session.post("private", "records/lookup", ["zoneID": ["zoneName": "Work"], "records": [["recordName": "kept"]]])
+            #expect(lookup.json.errorCode == "ZONE_NOT_FOUND" || lookup.json.record(0)?["serverErrorCode"] == "ZONE_NOT_FOUND", "\(lookup.json)")
         }
     }
 
