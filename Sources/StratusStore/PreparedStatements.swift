@@ -419,9 +419,10 @@ extension Prepared {
     /// PostgresNIO prepares a statement under its type's static `name` and `sql`, which it reads
     /// once, in the sending task, before the statement goes to the connection. `Dynamic` answers
     /// them from a task-local shape, so one type carries many statements. Each distinct SQL text
-    /// (with its parameter types) keeps one name for the life of the process, so no connection
-    /// ever sees a name reused for other SQL. Past `maximumShapes` distinct texts, the rest run
-    /// unprepared: a client sending ever-new query shapes cannot grow every backend's plan cache.
+    /// (with its parameter types) keeps one name for the life of its ``Shapes`` registry (the
+    /// process's, unless a caller brings its own), so no connection ever sees a name reused for
+    /// other SQL. Past the registry's `maximum` distinct texts, the rest run unprepared: a client
+    /// sending ever-new query shapes cannot grow every backend's plan cache.
     struct Dynamic: PostgresPreparedStatement {
         struct Shape: Sendable {
             var name: String
@@ -435,34 +436,55 @@ extension Prepared {
         static var bindingDataTypes: [PostgresDataType] { shape.types }
         typealias Row = PostgresRow
 
-        static let maximumShapes = 256
-        private struct Key: Hashable {
-            var sql: String
-            var types: [PostgresDataType]
-        }
-        private static let names = Mutex<[Key: String]>([:])
-
         var bindings: PostgresBindings
 
         func makeBindings() throws -> PostgresBindings { bindings }
         func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
 
         /// Runs `sql` with `binds` and collects its rows, prepared when the shape has, or can
-        /// get, a name.
-        static func rows(_ sql: String, _ binds: Binds, on connection: PostgresConnection, logger: Logger) async throws -> [PostgresRow] {
-            let key = Key(sql: sql, types: binds.types)
-            let name: String? = names.withLock { names in
-                if let name = names[key] { return name }
-                guard names.count < maximumShapes else { return nil }
-                let name = "stratus_dynamic_\(names.count + 1)"
-                names[key] = name
-                return name
-            }
-            guard let name else {
+        /// get, a name in `shapes`.
+        static func rows(_ sql: String, _ binds: Binds, on connection: PostgresConnection, logger: Logger,
+                         shapes: Shapes = .process) async throws -> [PostgresRow] {
+            guard let name = shapes.name(sql: sql, types: binds.types) else {
                 return try await connection.rows(PostgresQuery(unsafeSQL: sql, binds: binds.bindings), logger: logger)
             }
             return try await $shape.withValue(Shape(name: name, sql: sql, types: binds.types)) {
                 try await connection.rows(Dynamic(bindings: binds.bindings), logger: logger)
+            }
+        }
+    }
+
+    /// Statement names for SQL texts, `prefix` and a number, handed out until there are `maximum`.
+    final class Shapes: Sendable {
+        /// The service's registry for record queries, whose shapes clients choose: 256 of them.
+        static let process = Shapes(prefix: "stratus_dynamic_", maximum: 256)
+        /// The change feeds' registry: their shapes are the service's own (five today), so a feed,
+        /// the hottest statement of a syncing client, stays prepared however many query shapes
+        /// clients have filled the other registry with.
+        static let feeds = Shapes(prefix: "stratus_feed_", maximum: 32)
+
+        let prefix: String
+        let maximum: Int
+        private struct Key: Hashable {
+            var sql: String
+            var types: [PostgresDataType]
+        }
+        private let names = Mutex<[Key: String]>([:])
+
+        init(prefix: String, maximum: Int) {
+            self.prefix = prefix
+            self.maximum = maximum
+        }
+
+        /// The name of this text's statement, or nil once the registry is full.
+        func name(sql: String, types: [PostgresDataType]) -> String? {
+            names.withLock { names in
+                let key = Key(sql: sql, types: types)
+                if let name = names[key] { return name }
+                guard names.count < maximum else { return nil }
+                let name = "\(prefix)\(names.count + 1)"
+                names[key] = name
+                return name
             }
         }
     }
@@ -471,6 +493,7 @@ extension Prepared {
 extension PostgresConnection {
     /// Runs a prepared statement and collects its rows.
     func rows<Statement: PostgresPreparedStatement>(_ statement: Statement, logger: Logger) async throws -> [Statement.Row] {
+        try requireOpen()
         var out: [Statement.Row] = []
         for try await row in try await execute(statement, logger: logger) { out.append(row) }
         return out

@@ -42,7 +42,7 @@ extension RecordStore {
     func readFeed<Item>(source: String, columns: String, binds: Prepared.Binds, zoneRow: String? = nil, after cursor: FeedCursor, limit: Int,
                         on connection: PostgresConnection, decode: (inout RowReader) throws -> Item) async throws -> (zoneID: Int64?, page: ChangePage<Item>)? {
         let (sql, binds) = Self.feedStatement(source: source, columns: columns, binds: binds, zoneRow: zoneRow, after: cursor, limit: limit)
-        let rows = try await Prepared.Dynamic.rows(sql, binds, on: connection, logger: logger)
+        let rows = try await Prepared.Dynamic.rows(sql, binds, on: connection, logger: logger, shapes: .feeds)
         var zoneID: Int64?
         var items: [Item] = []
         var position = cursor.position
