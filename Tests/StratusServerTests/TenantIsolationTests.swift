@@ -134,7 +134,7 @@ import Testing
                 let statements = try await connection.rows("""
                     SELECT name FROM pg_prepared_statements WHERE statement LIKE '%pg_snapshot_xip%' AND statement LIKE '%FROM records%'
                     """, logger: TestCluster.logger)
-                #expect(statements.count == 1)
+                try #require(statements.count == 1, "the change feed's statement is not prepared on this connection")
                 let name = try statements[0].decode(String.self)
                 var plans: [String] = []
                 for inFlight in ["{}", "{\(writer)}"] {
