@@ -81,6 +81,12 @@ public enum Subprocess {
         return pid
     }
 
+    /// Whether started programs get none of this process's open descriptors but their standard
+    /// ones: false on a C library without `posix_spawn_file_actions_addclosefrom_np` (glibc
+    /// before 2.34), where a child keeps copies of the server's open connections while it runs
+    /// (`stratus serve` warns at start).
+    public static var closesInheritedDescriptors: Bool { closeFrom != nil }
+
     /// glibc's `posix_spawn_file_actions_addclosefrom_np` (2.34 and later), which Swift's Glibc
     /// module does not declare; `nil` where the C library lacks it.
     private static let closeFrom: (@convention(c) (UnsafeMutablePointer<posix_spawn_file_actions_t>, Int32) -> Int32)? = {

@@ -174,29 +174,82 @@ import Testing
             let zone = ["zoneID": ["zoneName": "Work"]] as JSON
             #expect(try await session.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": zone]]]).status == 200)
             #expect(try await session.modify("private", zone: "Work", [op("create", "kept")]).status == 200)
-            try await withDatabase(harness.database.configuration, maximumConnections: 1) { admin in
-                try await admin.withConnection { connection in
-                    try await connection.query("BEGIN", logger: TestCluster.logger)
-                    try await connection.query("SELECT 1 FROM records WHERE record_name = 'kept' FOR UPDATE", logger: TestCluster.logger)
-                    // A request's statement that waits on the row: cancelled at the limit.
-                    let write = try await session.modify("private", zone: "Work", [op("forceUpdate", "kept", fields: ["n": ["value": 1]])])
-                    #expect(write.json.errorCode == "TRY_AGAIN_LATER" || write.json.record(0)?["serverErrorCode"] == "TRY_AGAIN_LATER", "\(write.json)")
-                    // The zone deletion waits on it too, for longer than the limit.
-                    let started = ContinuousClock.now
-                    async let deletion = { @Sendable () async throws -> ((status: Int, json: JSON), ContinuousClock.Instant) in
-                        (try await session.post("private", "zones/modify", ["operations": [["operationType": "delete", "zone": zone]]]), .now)
-                    }()
-                    try await Task.sleep(for: .milliseconds(2500))
-                    try await connection.query("ROLLBACK", logger: TestCluster.logger)
-                    let (deleted, answered) = try await deletion
-                    let waited = answered - started
-                    #expect(deleted.status == 200, "\(deleted.json)")
-                    #expect(deleted.json["zones"]?.arrayValue?.first?["serverErrorCode"] == nil, "\(deleted.json)")
-                    #expect(waited >= .milliseconds(2400), "the deletion was answered after \(waited), before the lock was released")
-                }
+            let (deleted, waited) = try await whileRecordIsLocked(harness, "kept", first: {
+                // A request's statement that waits on the row: cancelled at the limit.
+                let write = try await session.modify("private", zone: "Work", [op("forceUpdate", "kept", fields: ["n": ["value": 1]])])
+                #expect(write.json.errorCode == "TRY_AGAIN_LATER" || write.json.record(0)?["serverErrorCode"] == "TRY_AGAIN_LATER", "\(write.json)")
+            }) {
+                // The zone deletion waits on it too, for longer than the limit.
+                try await session.post("private", "zones/modify", ["operations": [["operationType": "delete", "zone": zone]]])
             }
+            #expect(deleted.status == 200, "\(deleted.json)")
+            #expect(deleted.json["zones"]?.arrayValue?.first?["serverErrorCode"] == nil, "\(deleted.json)")
+            #expect(waited >= .milliseconds(2400), "the deletion was answered after \(waited), before the lock was released")
             let lookup = try await session.post("private", "records/lookup", ["zoneID": ["zoneName": "Work"], "records": [["recordName": "kept"]]])
             #expect(lookup.json.errorCode == "ZONE_NOT_FOUND" || lookup.json.record(0)?["serverErrorCode"] == "ZONE_NOT_FOUND", "\(lookup.json)")
+        }
+    }
+
+    /// A production index build and a development reset also take as long as the data needs:
+    /// each waits here on a record row another session holds, past a 1 s statement limit, and
+    /// completes once the row is released.
+    @Test(arguments: ["index build", "development reset"])
+    func schemaWorkOutlastsTheStatementLimit(_ work: String) async throws {
+        try await Harness.run(database: { $0.lockTimeout = nil; $0.statementTimeout = .seconds(1) }) { harness in
+            let name = "iCloud.com.example.Long\(UInt32.random(in: 0...UInt32.max))"
+            let dev = try await harness.container(name, environment: .development).signedUp()
+            let schema = { (sku: String) -> JSON in
+                ["schema": .string("DEFINE SCHEMA\n RECORD TYPE Item (\"___recordID\" REFERENCE QUERYABLE, sku STRING\(sku));\n")]
+            }
+            #expect(try await harness.admin(.post, "containers/\(name)/schema/import", json: schema("")).status == 200)
+            #expect(try await harness.admin(.post, "containers/\(name)/schema/deploy", json: [:]).json["applied"] == true)
+            let answer: (status: Int, json: JSON)
+            let waited: Duration
+            if work == "index build" {
+                let token = try await harness.admin(.post, "containers/\(name)/tokens", json: ["environment": "production"])
+                let prod = try await Session(harness: harness, container: name, environment: .production,
+                                             apiToken: token.json["apiToken"]?.stringValue ?? "").signedUp()
+                let created = try await prod.modify("public", [op("create", "held", type: "Item", fields: ["sku": ["value": "s-1"]])])
+                #expect(created.json.record(0)?["recordChangeTag"] != nil, "\(created.json)")
+                #expect(try await harness.admin(.post, "containers/\(name)/schema/import", json: schema(" QUERYABLE")).status == 200)
+                let deployed = try await harness.admin(.post, "containers/\(name)/schema/deploy", json: [:])
+                #expect(deployed.json["applied"] == true, "\(deployed.json)")
+                (answer, waited) = try await whileRecordIsLocked(harness, "held") {
+                    try await harness.admin(.post, "containers/\(name)/schema/indexes/build", json: ["batch": 100])
+                }
+                #expect(answer.json["builds"]?.arrayValue?.first?["built"] == 1, "\(answer.json)")
+                #expect(answer.json["done"] == true, "\(answer.json)")
+            } else {
+                let created = try await dev.modify("public", [op("create", "held", type: "Item", fields: ["sku": ["value": "s-1"]])])
+                #expect(created.json.record(0)?["recordChangeTag"] != nil, "\(created.json)")
+                (answer, waited) = try await whileRecordIsLocked(harness, "held") {
+                    try await harness.admin(.post, "containers/\(name)/schema/reset", json: [:])
+                }
+                #expect(answer.json["deletedRecords"] == 1, "\(answer.json)")
+            }
+            #expect(answer.status == 200, "\(work): \(answer.json)")
+            #expect(waited >= .milliseconds(2400), "the \(work) was answered after \(waited), before the lock was released")
+        }
+    }
+
+    /// Runs `operation` while another session holds the row of the record named `recordName`
+    /// (`FOR UPDATE`), after `first`; releases the row 2.5 s after `operation` started and returns
+    /// its answer and how long it took.
+    func whileRecordIsLocked<T: Sendable>(_ harness: Harness, _ recordName: String, first: @escaping @Sendable () async throws -> Void = {},
+                                          _ operation: @escaping @Sendable () async throws -> T) async throws -> (T, Duration) {
+        try await withDatabase(harness.database.configuration, maximumConnections: 1) { admin in
+            try await admin.withConnection { connection in
+                try await connection.query("BEGIN", logger: TestCluster.logger)
+                let locked = try await connection.query("SELECT 1 FROM records WHERE record_name = \(recordName) FOR UPDATE", logger: TestCluster.logger).collect()
+                #expect(locked.count == 1, "no record '\(recordName)' to lock")
+                try await first()
+                let started = ContinuousClock.now
+                async let outcome = { @Sendable () async throws -> (T, ContinuousClock.Instant) in (try await operation(), .now) }()
+                try await Task.sleep(for: .milliseconds(2500))
+                try await connection.query("ROLLBACK", logger: TestCluster.logger)
+                let (value, answered) = try await outcome
+                return (value, answered - started)
+            }
         }
     }
 

@@ -83,6 +83,9 @@ struct Serve: AsyncParsableCommand {
             admin = try localAdminToken(dataDir: database.resolvedDataDir, create: true)
             logger.notice("STRATUS_ADMIN_TOKEN is unset; the CLI on this machine reads the generated one", metadata: ["stratus.admin_token_file": "\(database.resolvedDataDir)/admin-token"])
         }
+        if !Subprocess.closesInheritedDescriptors {
+            logger.warning("this C library lacks posix_spawn_file_actions_addclosefrom_np (glibc 2.34+): programs the server starts (pg_ctl) inherit its open connections, and a connection it closes while one runs stays open for the client until that program exits")
+        }
         var (configuration, cluster) = try database.open(logger: logger)
         defer { cluster?.stop() }
         configuration.lockTimeout = lockWait == 0 ? nil : .seconds(lockWait)
