@@ -197,7 +197,20 @@ public final class Database: Sendable {
         try await connection.statement("BEGIN", logger: logger)
         do {
             let value = try await body(connection)
-            try await connection.statement("COMMIT", logger: logger)
+            // PostgreSQL answers COMMIT of a transaction that a failed statement aborted with
+            // ROLLBACK, not an error. Every failure should have been thrown already, but one that
+            // ends a row-returning statement while it runs only reaches that statement's rows
+            // (PostgresNIO answers the statement when their description arrives), and a caller that
+            // never reads them never sees it: the tag is the last word on whether anything was saved.
+            // (The future-returning `query` collects the result and its tag; its errors stay
+            // `PSQLError`s, so a serialization failure at commit is retried as before.)
+            try connection.requireOpen()
+            let committed: EventLoopFuture<PostgresQueryResult> = connection.query("COMMIT", logger: logger)
+            let tag = try await committed.get().metadata.command
+            guard tag == "COMMIT" else {
+                throw StratusError(.tryAgainLater, "the database rolled the transaction back (\(tag) at commit): nothing of it was saved; retry",
+                                   retryAfter: 1)
+            }
             return value
         } catch {
             await connection.cleanUp("ROLLBACK", logger: logger)

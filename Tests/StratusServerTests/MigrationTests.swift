@@ -44,4 +44,27 @@ import Testing
             #expect(leftovers == ["probe_a"], "the failed migration rolled back whole")
         }
     }
+
+    /// A migration's statements take as long as the data needs (an index on a big table): the
+    /// runner lifts the pool's statement limit for them, and puts it back for everything after.
+    @Test func migrationsOutlastTheStatementLimit() async throws {
+        var configuration = try await TestCluster.shared.newDatabase()
+        configuration.statementTimeout = .seconds(1)
+        let migrations = try Migration.load(from: TestCluster.repositoryRoot.appendingPathComponent("Migrations"))
+        try await withDatabase(configuration, maximumConnections: 1) { db in
+            var extended = migrations
+            extended.append(Migration(version: 9997, name: "slow", sql: "SELECT pg_sleep(1.6);\nCREATE TABLE slow_probe (x int);"))
+            let started = ContinuousClock.now
+            let applied = try await MigrationRunner(migrations: extended, logger: TestCluster.logger).run(on: db)
+            #expect(applied == [9997])
+            #expect(ContinuousClock.now - started >= .milliseconds(1500))
+            // The same (only) connection has its limit back.
+            do {
+                _ = try await db.withConnection { try await $0.statement("SELECT pg_sleep(1.6)", logger: TestCluster.logger).collect() }
+                Issue.record("a statement after the migrations ran past the 1 s limit")
+            } catch let error as StratusError {
+                #expect(error.code == .tryAgainLater, "\(error)")
+            }
+        }
+    }
 }

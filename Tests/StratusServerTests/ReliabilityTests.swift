@@ -253,6 +253,36 @@ import Testing
         }
     }
 
+    /// PostgresNIO answers a statement that returns rows as soon as their description arrives;
+    /// an error that ends it while it runs (a statement or lock timeout) is only in its rows. If
+    /// nobody reads them, the transaction goes on aborted, and PostgreSQL answers its COMMIT with
+    /// ROLLBACK, not an error: the transaction must not be reported committed.
+    @Test func aTransactionPostgreSQLRolledBackIsNotReportedCommitted() async throws {
+        var configuration = try await TestCluster.shared.newDatabase()
+        configuration.statementTimeout = .milliseconds(300)
+        try await withDatabase(configuration, maximumConnections: 1) { db in
+            _ = try await db.withConnection { try await $0.statement("CREATE TABLE commit_probe (x int)", logger: TestCluster.logger) }
+            do {
+                try await db.transaction { connection in
+                    _ = try await connection.statement("INSERT INTO commit_probe VALUES (1)", logger: TestCluster.logger)
+                    _ = try await connection.statement("SELECT pg_sleep(1)", logger: TestCluster.logger)  // rows never read
+                }
+                Issue.record("a transaction PostgreSQL rolled back was reported committed")
+            } catch let error as StratusError {
+                #expect(error.code == .tryAgainLater, "\(error)")
+                #expect(error.reason.contains("nothing of it was saved"), "\(error.reason)")
+            }
+            let count = try await db.withConnection { connection in
+                try await connection.statement("SELECT count(*) FROM commit_probe", logger: TestCluster.logger).collect()[0].decode(Int64.self)
+            }
+            #expect(count == 0)
+            // The connection is usable afterwards.
+            try await db.transaction { connection in
+                _ = try await connection.statement("INSERT INTO commit_probe VALUES (2)", logger: TestCluster.logger)
+            }
+        }
+    }
+
     @Test func racingWritersLoseNoUpdate() async throws {
         try await Harness.run(poolSize: 16) { harness in
             let session = try await harness.container().signedUp()
