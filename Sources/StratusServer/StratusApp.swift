@@ -75,7 +75,7 @@ public final class StratusApp: Sendable {
     func health() async throws -> Response {
         do {
             _ = try await database.withConnection { connection in
-                try await connection.statement("SELECT 1 FROM schema_migrations LIMIT 1", logger: logger).collect()
+                try await connection.statement("SELECT 1 FROM schema_migrations LIMIT 1", logger: logger)
             }
             return .json(["status": "ok", "database": "ok"])
         } catch {

@@ -198,10 +198,10 @@ public final class Database: Sendable {
         do {
             let value = try await body(connection)
             // PostgreSQL answers COMMIT of a transaction that a failed statement aborted with
-            // ROLLBACK, not an error. Every failure should have been thrown already, but one that
-            // ends a row-returning statement while it runs only reaches that statement's rows
-            // (PostgresNIO answers the statement when their description arrives), and a caller that
-            // never reads them never sees it: the tag is the last word on whether anything was saved.
+            // ROLLBACK, not an error. Every failure should have been thrown already (`statement`
+            // reads every statement's rows), but one that ends a row-returning statement sent with
+            // PostgresNIO's own `query` reaches only rows its caller may never read: the tag is the
+            // last word on whether anything was saved.
             // (The future-returning `query` collects the result and its tag; its errors stay
             // `PSQLError`s, so a serialization failure at commit is retried as before.)
             try connection.requireOpen()
@@ -363,26 +363,35 @@ struct RowReader {
 }
 
 extension PostgresConnection {
-    /// Runs a query and collects its rows.
+    /// Runs a query and collects its rows (``statement(_:logger:file:line:)``, read as a query).
     func rows(_ query: PostgresQuery, logger: Logger) async throws -> [PostgresRow] {
-        var out: [PostgresRow] = []
-        for try await row in try await statement(query, logger: logger) { out.append(row) }
-        return out
+        try await statement(query, logger: logger)
     }
 
-    /// `query`, refused with ``Database/ConnectionLost`` when the connection has closed.
+    /// Runs a statement and collects its rows: `query`, refused with ``Database/ConnectionLost``
+    /// when the connection has closed, and with its rows always read.
     ///
     /// PostgresNIO (1.33) writes a statement to its channel with no promise for the write: once a
     /// closed connection's handlers are gone, the write fails unseen and the statement's answer
     /// never comes, so its caller waits for ever (`ReliabilityTests`, a statement on a connection
-    /// whose backend was terminated). Every statement the service sends goes through here or
-    /// through one of the `rows` helpers, which check the same. What is left is a close that lands
-    /// after this check and has the channel's handlers removed before the write reaches the event
-    /// loop: the few instructions between the check and the write's hand-off (longer only if the
-    /// thread is preempted right there), where before it was every pause of the task in between.
-    public func statement(_ query: PostgresQuery, logger: Logger, file: String = #fileID, line: Int = #line) async throws -> PostgresRowSequence {
+    /// whose backend was terminated). Every statement the service sends goes through here, through
+    /// the prepared `rows` helper or through the transaction's COMMIT, which check the same. What
+    /// is left is a close that lands after this check and has the channel's handlers removed before
+    /// the write reaches the event loop: the few instructions between the check and the write's
+    /// hand-off (longer only if the thread is preempted right there), where before it was every
+    /// pause of the task in between.
+    ///
+    /// The rows are read even by callers that want none: PostgresNIO answers a row-returning
+    /// statement when the rows' description arrives, before it runs, and an error that ends it
+    /// while it runs (a statement or lock timeout) reaches only its rows. Unread, the error was
+    /// lost and the transaction went on aborted (`ReliabilityTests`, a transaction PostgreSQL
+    /// rolled back).
+    @discardableResult
+    public func statement(_ query: PostgresQuery, logger: Logger, file: String = #fileID, line: Int = #line) async throws -> [PostgresRow] {
         try requireOpen()
-        return try await self.query(query, logger: logger, file: file, line: line)
+        var out: [PostgresRow] = []
+        for try await row in try await self.query(query, logger: logger, file: file, line: line) { out.append(row) }
+        return out
     }
 
     /// Throws ``Database/ConnectionLost`` when the connection has closed (see `statement`).

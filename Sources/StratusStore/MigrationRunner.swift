@@ -89,10 +89,10 @@ public struct MigrationRunner: Sendable {
             // lock or statement timeout here.
             try await connection.statement("SET lock_timeout = 0", logger: logger)
             try await connection.statement("SET statement_timeout = 0", logger: logger)
-            _ = try await connection.rows("SELECT pg_advisory_lock(\(Self.lockKey))", logger: logger)
+            try await connection.statement("SELECT pg_advisory_lock(\(Self.lockKey))", logger: logger)
             do {
                 let applied = try await apply(on: connection)
-                _ = try await connection.rows("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
+                try await connection.statement("SELECT pg_advisory_unlock(\(Self.lockKey))", logger: logger)
                 try await connection.statement("RESET lock_timeout", logger: logger)
                 try await connection.statement("RESET statement_timeout", logger: logger)
                 return applied
@@ -131,8 +131,7 @@ public struct MigrationRunner: Sendable {
             do {
                 try await connection.statement("BEGIN", logger: logger)
                 for statement in SQLScript.split(migration.sql) {
-                    // Rows read, so that a statement failing while it runs is the one reported.
-                    _ = try await connection.rows(PostgresQuery(unsafeSQL: statement), logger: logger)
+                    try await connection.statement(PostgresQuery(unsafeSQL: statement), logger: logger)
                 }
                 try await connection.statement("""
                     INSERT INTO schema_migrations (version, name, checksum) VALUES (\(migration.version), \(migration.name), \(migration.checksum))

@@ -42,8 +42,7 @@ extension SchemaStore {
 
     /// Serializes schema changes of one container (deploy, import, reset) within the transaction.
     func lockSchema(containerID: Int64, on connection: PostgresConnection) async throws {
-        // Its rows read, so that a lock or statement timeout while it waits is thrown here.
-        _ = try await connection.rows("SELECT pg_advisory_xact_lock(\(Int32(0x5343_4845)), \(Int32(truncatingIfNeeded: containerID)))", logger: logger)
+        try await connection.statement("SELECT pg_advisory_xact_lock(\(Int32(0x5343_4845)), \(Int32(truncatingIfNeeded: containerID)))", logger: logger)
     }
 
     /// Plans, and unless `dryRun` or refused, applies development → production in one transaction.

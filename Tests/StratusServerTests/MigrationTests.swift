@@ -60,7 +60,7 @@ import Testing
             #expect(ContinuousClock.now - started >= .milliseconds(1500))
             // The same (only) connection has its limit back.
             do {
-                _ = try await db.withConnection { try await $0.statement("SELECT pg_sleep(1.6)", logger: TestCluster.logger).collect() }
+                _ = try await db.withConnection { try await $0.statement("SELECT pg_sleep(1.6)", logger: TestCluster.logger) }
                 Issue.record("a statement after the migrations ran past the 1 s limit")
             } catch let error as StratusError {
                 #expect(error.code == .tryAgainLater, "\(error)")

@@ -109,7 +109,7 @@ import Testing
                     let attempt = Task {
                         let text: String
                         do {
-                            try await db.transaction { held in _ = try await held.statement("SELECT 1", logger: TestCluster.logger).collect() }
+                            try await db.transaction { held in _ = try await held.statement("SELECT 1", logger: TestCluster.logger) }
                             text = "answered"
                         } catch let error as StratusError {
                             text = "\(error.code.name): \(error.reason)"
@@ -127,7 +127,7 @@ import Testing
                 }
                 // The pool replaces the lost connection: the next lease works.
                 do {
-                    let one = try await db.withConnection { try await $0.statement("SELECT 1", logger: TestCluster.logger).collect().count }
+                    let one = try await db.withConnection { try await $0.statement("SELECT 1", logger: TestCluster.logger).count }
                     #expect(one == 1)
                 } catch {
                     Issue.record("the lease after the loss failed: \(error)")
@@ -265,7 +265,8 @@ import Testing
             do {
                 try await db.transaction { connection in
                     _ = try await connection.statement("INSERT INTO commit_probe VALUES (1)", logger: TestCluster.logger)
-                    _ = try await connection.statement("SELECT pg_sleep(1)", logger: TestCluster.logger)  // rows never read
+                    // PostgresNIO's own `query`, its rows never read (the service's `statement` reads them).
+                    _ = try await connection.query("SELECT pg_sleep(1)", logger: TestCluster.logger)
                 }
                 Issue.record("a transaction PostgreSQL rolled back was reported committed")
             } catch let error as StratusError {
@@ -273,9 +274,20 @@ import Testing
                 #expect(error.reason.contains("nothing of it was saved"), "\(error.reason)")
             }
             let count = try await db.withConnection { connection in
-                try await connection.statement("SELECT count(*) FROM commit_probe", logger: TestCluster.logger).collect()[0].decode(Int64.self)
+                try #require(try await connection.statement("SELECT count(*) FROM commit_probe", logger: TestCluster.logger).first).decode(Int64.self)
             }
             #expect(count == 0)
+            // The service's own `statement` reads the rows, so the same failure is thrown by the
+            // statement that had it.
+            do {
+                try await db.transaction { connection in
+                    try await connection.statement("SELECT pg_sleep(1)", logger: TestCluster.logger)
+                }
+                Issue.record("a statement cancelled while it ran was not reported")
+            } catch let error as StratusError {
+                #expect(error.code == .tryAgainLater, "\(error)")
+                #expect(error.reason.contains("took too long"), "\(error.reason)")
+            }
             // The connection is usable afterwards.
             try await db.transaction { connection in
                 _ = try await connection.statement("INSERT INTO commit_probe VALUES (2)", logger: TestCluster.logger)
