@@ -31,22 +31,22 @@ enum PocketBase {
     }
 
     /// The PocketBase request closest to a Stratus workload.
-    static func request(_ workload: Bench.Run.Workload, state: BenchState, worker: Int, sequence: Int) -> BenchLoop.Outgoing {
-        let container = Int.random(in: 0..<max(1, state.tenants.count))
-        let zone = Int.random(in: 0..<max(1, state.tenants.first?.zones.count ?? 1))
-        let record = Int.random(in: 0..<max(1, state.recordsPerZone))
+    static func request(_ workload: Bench.Run.Workload, state: BenchState, worker: Int, sequence: Int, random: inout BenchRandom) -> BenchLoop.Outgoing {
+        let container = Int.random(in: 0..<max(1, state.tenants.count), using: &random)
+        let zone = Int.random(in: 0..<max(1, state.tenants.first?.zones.count ?? 1), using: &random)
+        let record = Int.random(in: 0..<max(1, state.recordsPerZone), using: &random)
         let zoneName = "c\(container)z\(zone)"
         switch workload {
         case .create:
             return .init(method: "POST", path: collectionPath,
-                         body: body(id: nil, zone: zoneName, index: record, rank: Int.random(in: 0..<1_048_576), titlePrefix: BenchRecord.writtenTitlePrefix),
+                         body: body(id: nil, zone: zoneName, index: record, rank: Int.random(in: 0..<1_048_576, using: &random), titlePrefix: BenchRecord.writtenTitlePrefix),
                          records: 1, contentType: "application/json")
         case .modify:
             return .init(method: "PATCH", path: collectionPath + "/" + id(container: container, zone: zone, record: record),
-                         body: body(id: nil, zone: zoneName, index: record, rank: Int.random(in: 0..<1_048_576)), records: 1, contentType: "application/json")
+                         body: body(id: nil, zone: zoneName, index: record, rank: Int.random(in: 0..<1_048_576, using: &random)), records: 1, contentType: "application/json")
         case .queryEq:
             // filter=(zone='cNzM' && title='title-K'), ~10 results, no total count (PocketBase's fast path).
-            let filter = "zone%3D%27\(zoneName)%27%20%26%26%20title%3D%27\(BenchRecord.seededTitlePrefix)\(Int.random(in: 0..<BenchRecord.titles(perZone: state.recordsPerZone)))%27"
+            let filter = "zone%3D%27\(zoneName)%27%20%26%26%20title%3D%27\(BenchRecord.seededTitlePrefix)\(Int.random(in: 0..<BenchRecord.titles(perZone: state.recordsPerZone), using: &random))%27"
             return .init(method: "GET", path: collectionPath + "?filter=\(filter)&perPage=200&skipTotal=1", body: [], records: 10)
         default:
             return .init(method: "GET", path: collectionPath + "/" + id(container: container, zone: zone, record: record), body: [], records: 1)

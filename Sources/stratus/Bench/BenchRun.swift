@@ -33,35 +33,36 @@ extension Bench {
 
         typealias Request = BenchLoop.Outgoing
 
-        func makeRequest(_ workload: Workload, tenant: BenchState.Tenant, state: BenchState, worker: Int, sequence: Int) -> Request {
-            let zone = tenant.zones.randomElement() ?? "z0"
+        func makeRequest(_ workload: Workload, tenant: BenchState.Tenant, state: BenchState, worker: Int, sequence: Int,
+                         random: inout BenchRandom) -> Request {
+            let zone = tenant.zones.randomElement(using: &random) ?? "z0"
             let base = "/database/1/\(tenant.container)/development/private/"
             let query = "?" + tenant.query
-            let record = Int.random(in: 0..<max(1, state.recordsPerZone))
+            let record = Int.random(in: 0..<max(1, state.recordsPerZone), using: &random)
             switch workload {
             case .lookup:
                 return Request(path: base + "records/lookup" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"records":[{"recordName":"rec-\#(record)"}]}"#.utf8), records: 1)
             case .create:
-                let op = BenchRecord.create("n-\(worker)-\(sequence)-\(UInt32.random(in: 0...UInt32.max))", index: record, rank: Int.random(in: 0..<1_048_576),
+                let op = BenchRecord.create("n-\(worker)-\(sequence)-\(UInt32.random(in: 0...UInt32.max, using: &random))", index: record, rank: Int.random(in: 0..<1_048_576, using: &random),
                                             titlePrefix: BenchRecord.writtenTitlePrefix)
                 return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"operations":[\#(op)]}"#.utf8), records: 1)
             case .modify:
-                let op = BenchRecord.create("rec-\(record)", index: record, rank: Int.random(in: 0..<1_048_576), operation: "forceUpdate")
+                let op = BenchRecord.create("rec-\(record)", index: record, rank: Int.random(in: 0..<1_048_576, using: &random), operation: "forceUpdate")
                 return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"operations":[\#(op)]}"#.utf8), records: 1)
             case .batch:
-                let ops = (0..<100).map { BenchRecord.create("b-\(worker)-\(sequence)-\($0)-\(UInt32.random(in: 0...UInt32.max))", index: $0, rank: Int.random(in: 0..<1_048_576),
+                let ops = (0..<100).map { BenchRecord.create("b-\(worker)-\(sequence)-\($0)-\(UInt32.random(in: 0...UInt32.max, using: &random))", index: $0, rank: Int.random(in: 0..<1_048_576, using: &random),
                                                         titlePrefix: BenchRecord.writtenTitlePrefix) }.joined(separator: ",")
                 return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"atomic":false,"operations":[\#(ops)]}"#.utf8), records: 100)
             case .queryEq:
-                return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"query":{"recordType":"Item","filterBy":[{"fieldName":"title","comparator":"EQUALS","fieldValue":{"value":"\#(BenchRecord.seededTitlePrefix)\#(Int.random(in: 0..<BenchRecord.titles(perZone: state.recordsPerZone)))"}}]}}"#.utf8), records: 10)
+                return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"query":{"recordType":"Item","filterBy":[{"fieldName":"title","comparator":"EQUALS","fieldValue":{"value":"\#(BenchRecord.seededTitlePrefix)\#(Int.random(in: 0..<BenchRecord.titles(perZone: state.recordsPerZone), using: &random))"}}]}}"#.utf8), records: 10)
             case .queryRange:
-                return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"resultsLimit":100,"query":{"recordType":"Item","filterBy":[{"fieldName":"rank","comparator":"GREATER_THAN_OR_EQUALS","fieldValue":{"value":\#(Int.random(in: 0..<524_288))}}],"sortBy":[{"fieldName":"rank"}]}}"#.utf8), records: 100)
+                return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"resultsLimit":100,"query":{"recordType":"Item","filterBy":[{"fieldName":"rank","comparator":"GREATER_THAN_OR_EQUALS","fieldValue":{"value":\#(Int.random(in: 0..<524_288, using: &random))}}],"sortBy":[{"fieldName":"rank"}]}}"#.utf8), records: 100)
             case .changes:
                 return Request(path: base + "changes/zone" + query, body: Array(#"{"zones":[{"zoneID":{"zoneName":"\#(zone)"},"resultsLimit":100}]}"#.utf8), records: 100)
             case .mixed:
-                let roll = Int.random(in: 0..<100)
+                let roll = Int.random(in: 0..<100, using: &random)
                 let pick: Workload = roll < 50 ? .lookup : roll < 65 ? .queryEq : roll < 85 ? .changes : .modify
-                return makeRequest(pick, tenant: tenant, state: state, worker: worker, sequence: sequence)
+                return makeRequest(pick, tenant: tenant, state: state, worker: worker, sequence: sequence, random: &random)
             }
         }
 
@@ -106,16 +107,17 @@ extension Bench {
                 var localErrors = 0
                 var localRecords = 0
                 var localFirstError: String?
+                var random = BenchRandom()
                 let loop = BenchLoop(host: host, port: port)
                 do {
                     try loop.run(connections: mine.count, next: { index in
                         guard Date() < deadline else { return nil }
-                        let tenant = state_.tenants[pick.next()]
+                        let tenant = state_.tenants[pick.next(using: &random)]
                         defer { sequences[index] += 1 }
                         if peer == .pocketbase {
-                            return PocketBase.request(workload, state: state_, worker: mine[index], sequence: sequences[index])
+                            return PocketBase.request(workload, state: state_, worker: mine[index], sequence: sequences[index], random: &random)
                         }
-                        return makeRequest(workload, tenant: tenant, state: state_, worker: mine[index], sequence: sequences[index])
+                        return makeRequest(workload, tenant: tenant, state: state_, worker: mine[index], sequence: sequences[index], random: &random)
                     }, done: { status, body, elapsed, records in
                         progress.add(1)
                         let ok = status == 200 && !body.isEmpty && BenchLoop.find(Self.errorNeedle, in: body, from: 0) == nil
@@ -185,6 +187,26 @@ extension Bench {
 
 /// Picks a tenant index: uniformly, or with Zipf popularity (index i with probability ∝ 1/(i+1)^s),
 /// by binary search over the cumulative distribution.
+/// The load generator's random numbers: SplitMix64, seeded once per thread from the system's
+/// generator. `Int.random(in:)` asks the kernel (`getrandom(2)`) on every call: three system calls
+/// per request, CPU taken from the server on the same cores (pgbench's generator is in-process too).
+struct BenchRandom: RandomNumberGenerator {
+    private var state: UInt64
+
+    init() {
+        var system = SystemRandomNumberGenerator()
+        state = system.next()
+    }
+
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
 struct TenantPicker: Sendable {
     private let cumulative: [Double]
     private let count: Int
@@ -205,9 +227,9 @@ struct TenantPicker: Sendable {
         cumulative = sums.map { $0 / total }
     }
 
-    func next() -> Int {
-        guard !cumulative.isEmpty else { return Int.random(in: 0..<count) }
-        let target = Double.random(in: 0..<1)
+    func next(using random: inout BenchRandom) -> Int {
+        guard !cumulative.isEmpty else { return Int.random(in: 0..<count, using: &random) }
+        let target = Double.random(in: 0..<1, using: &random)
         var low = 0
         var high = cumulative.count - 1
         while low < high {
