@@ -27,7 +27,7 @@ import Synchronization
 /// only after writing the last. The handler goes on reading while one request is being answered
 /// and stops once a second is waiting behind it, so a client that pipelines cannot queue more
 /// than that second request and one read's worth. (Stopping at the first cost every keep-alive
-/// request two `epoll_ctl` calls, read interest off and on again, ~2 µs of kernel time; a client
+/// request two `epoll_ctl` calls, read interest off and on again; a client
 /// that waits for each answer never has a second request waiting.) Malformed HTTP gets a
 /// 400 with a CKWS error body and the connection closes. On graceful shutdown
 /// (`ChannelShouldQuiesceEvent`) an idle connection closes at once, a busy one after its response.

@@ -185,8 +185,6 @@ extension Bench {
     }
 }
 
-/// Picks a tenant index: uniformly, or with Zipf popularity (index i with probability ∝ 1/(i+1)^s),
-/// by binary search over the cumulative distribution.
 /// The load generator's random numbers: SplitMix64, seeded once per thread from the system's
 /// generator. `Int.random(in:)` asks the kernel (`getrandom(2)`) on every call: three system calls
 /// per request, CPU taken from the server on the same cores (pgbench's generator is in-process too).
@@ -207,6 +205,8 @@ struct BenchRandom: RandomNumberGenerator {
     }
 }
 
+/// Picks a tenant index: uniformly, or with Zipf popularity (index i with probability ∝ 1/(i+1)^s),
+/// by binary search over the cumulative distribution.
 struct TenantPicker: Sendable {
     private let cumulative: [Double]
     private let count: Int
