@@ -102,7 +102,7 @@ public struct DatabaseConfiguration: Sendable {
     }
 }
 
-/// The service's handle on PostgreSQL: the connection pool, transactions with retries, and the
+/// The service's handle on PostgreSQL: the connection pools, transactions with retries, and the
 /// mapping of database failures to ``StratusError``.
 public final class Database: Sendable {
     /// The connection pools: one per event loop of the process's event-loop group, each with its
@@ -151,7 +151,7 @@ public final class Database: Sendable {
         return pools[0].client
     }
 
-    /// Keeps the pool's connections open until the task is cancelled (`PostgresClient.run`).
+    /// Keeps the pools' connections open until the task is cancelled (`PostgresClient.run`).
     public func run() async {
         await withDiscardingTaskGroup { group in
             for pool in pools { group.addTask { await pool.client.run() } }
