@@ -1,17 +1,19 @@
--- service-sql: lock 9b48a99009e76413
--- service-sql: write d3ed6198e1e7ec3b
--- The SQL `stratus serve` runs for this records/modify, statement for statement (RecordStore+Modify.swift):
--- zone and record locks in one statement, then one statement that writes records, index entries (title, rank: the bench
--- schema) and the zone's change position. Regenerate when the service's SQL changes.
+-- service-sql: read 46ade02ca23d8a31
+-- service-sql: write d4a030b0b10c4ed9
+-- The SQL `stratus serve` runs for this records/modify of one record, statement for statement (RecordStore+Modify.swift,
+-- `modifyOne`): no transaction; the zone and the record read unlocked in one statement, then one statement that writes
+-- the record if it is unchanged (not created meanwhile), its index entries (title, rank: the bench schema) and the zone's change position,
+-- after locking the zone row. Regenerate when the service's SQL changes.
 \set i random(1, :zones)
 \set b random(1, 1000000000)
-BEGIN;
 SELECT container_id AS c, zone_id AS z FROM bench_zones WHERE i = :i \gset
-WITH z AS (SELECT zone_id FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted FOR NO KEY UPDATE)
+WITH z AS (SELECT zone_id FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted)
 SELECT z.zone_id, r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted
   FROM z LEFT JOIN LATERAL (SELECT record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted
-    FROM records WHERE container_id = :c AND zone_id = z.zone_id AND record_name = ANY(ARRAY(SELECT 'pc-' || :b || '-' || g FROM generate_series(1, 1) g)) ORDER BY record_name FOR UPDATE) r ON true;
-WITH ins AS (
+    FROM records WHERE container_id = :c AND zone_id = z.zone_id AND record_name = ANY(ARRAY(SELECT 'pc-' || :b || '-' || g FROM generate_series(1, 1) g)) ORDER BY record_name) r ON true;
+WITH live AS (
+    SELECT zone_id FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted AND true FOR NO KEY UPDATE
+), ins AS (
     INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
                          created_at, created_by, modified_at, modified_by, deleted, size)
     SELECT :c, :z, u.n, u.t, pg_current_xact_id()::text::bigint, nextval('change_seq'), u.f,
@@ -19,6 +21,7 @@ WITH ins AS (
     FROM unnest(ARRAY(SELECT 'pc-' || :b || '-' || g FROM generate_series(1, 1) g)::text[], ARRAY(SELECT 'Item' FROM generate_series(1, 1) g)::text[], ARRAY(SELECT '{"createdBy":{"type":"STRING","value":"user-1"},"done":{"type":"INT64","value":1},"notes":{"type":"STRING","value":"' || repeat('0123456789abcdef', 52) || '"},"rank":{"type":"INT64","value":' || (g * 7919 % 1048576) || '},"tags":{"type":"STRING_LIST","value":["a1","b1","c1"]},"title":{"type":"STRING","value":"new-title-' || (g % 25) || '"}}' FROM generate_series(1, 1) g)::text[],
                 ARRAY(SELECT 1735689600000 FROM generate_series(1, 1) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 1) g)::text[],
                 ARRAY(SELECT 1735689600000 FROM generate_series(1, 1) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 1) g)::text[]) AS u(n, t, f, ca, cb, ma, mb)
+    WHERE NOT true OR EXISTS (SELECT 1 FROM live)
     ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
     RETURNING record_name, change_seq
 ), upd AS (
@@ -31,15 +34,16 @@ WITH ins AS (
     FROM unnest('{}'::text[], '{}'::text[], '{}'::text[],
                 '{}'::bigint[], '{}'::text[],
                 '{}'::bigint[], '{}'::text[],
-                '{}'::bool[]) AS u(n, t, f, ca, cb, ma, mb, d)
-    WHERE r.container_id = :c AND r.zone_id = :z AND r.record_name = u.n
+                '{}'::bool[], '{}'::bigint[]) AS u(n, t, f, ca, cb, ma, mb, d, s)
+    WHERE r.container_id = :c AND r.zone_id = :z AND r.record_name = u.n AND r.change_seq = u.s
+      AND (NOT true OR EXISTS (SELECT 1 FROM live))
     RETURNING r.record_name, r.change_seq
 ), written AS (
     SELECT record_name, change_seq FROM ins UNION ALL SELECT record_name, change_seq FROM upd
 ), old_entries AS (
-    DELETE FROM index_entries WHERE container_id = :c AND zone_id = :z AND record_name = ANY('{}'::text[])
+    DELETE FROM index_entries WHERE container_id = :c AND zone_id = :z AND record_name = ANY(ARRAY(SELECT record_name FROM upd))
 ), old_references AS (
-    DELETE FROM record_references WHERE container_id = :c AND zone_id = :z AND source_name = ANY('{}'::text[])
+    DELETE FROM record_references WHERE container_id = :c AND zone_id = :z AND source_name = ANY(ARRAY(SELECT record_name FROM upd))
 ), new_entries AS (
     INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
     SELECT :c, :z, e.t, e.f, e.vi, e.vd, e.vt, e.n FROM (
@@ -54,7 +58,6 @@ WITH ins AS (
     ) e WHERE e.n IN (SELECT record_name FROM written)
 ), zone AS (
     UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
-    WHERE container_id = :c AND zone_id = :z AND true
+    WHERE container_id = :c AND zone_id = :z AND true AND EXISTS (SELECT 1 FROM written)
 )
 SELECT record_name, change_seq FROM written;
-COMMIT;

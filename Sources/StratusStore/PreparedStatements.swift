@@ -145,27 +145,41 @@ enum Prepared {
         func decodeRow(_ row: PostgresRow) throws -> Int64 { try row.decode(Int64.self) }
     }
 
-    /// `records/modify` in a custom zone: locks the zone row, then the rows of the named records
-    /// (in name order), in one round trip. No row at all: the zone does not exist. The zone row is
-    /// locked `FOR NO KEY UPDATE` because the writer updates it before committing (its change
-    /// position); taking the strong lock first avoids a share-then-upgrade deadlock between
-    /// writers. (Custom zones exist only in the private and shared databases.) The names array is
-    /// read through a sub-select for the reason given at `Lookup`.
+    /// `records/modify` in a transaction (`RecordStore.modify`): locks the zone row, then the rows
+    /// of the named records (in name order), in one round trip. No row at all: the zone does not
+    /// exist. The zone row is locked `FOR NO KEY UPDATE` because the writer updates it before
+    /// committing (its change position); taking the strong lock first avoids a share-then-upgrade
+    /// deadlock between writers. The names array is read through a sub-select for the reason given
+    /// at `Lookup`.
     struct LockZoneAndRecords: ZoneAndNames {
         static let name = "stratus.LockZoneAndRecords"
-        static let sql = """
+        static let sql = zoneAndRecords(locking: true)
+        var db: DatabaseRef
+        var zone: String
+        var names: [String]
+
+        /// The zone row joined to the named records, with or without the locks.
+        static func zoneAndRecords(locking: Bool) -> String {
+            """
             WITH z AS (
                 SELECT zone_id FROM zones WHERE container_id = $1 AND environment = $2 AND database_scope = $3 AND owner = $4
-                  AND zone_name = $5 AND NOT deleted FOR NO KEY UPDATE
+                  AND zone_name = $5 AND NOT deleted\(locking ? " FOR NO KEY UPDATE" : "")
             )
             SELECT z.zone_id, r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted
             FROM z LEFT JOIN LATERAL (
                 SELECT \(RecordStore.recordColumns) FROM records
                 WHERE container_id = $1 AND zone_id = z.zone_id AND record_name = ANY((SELECT $6::text[])::text[])
-                ORDER BY record_name
-                FOR UPDATE
+                ORDER BY record_name\(locking ? "\n    FOR UPDATE" : "")
             ) r ON true
             """
+        }
+    }
+
+    /// `records/modify` of one record without a transaction (`RecordStore.modifyOne`): the rows
+    /// `LockZoneAndRecords` returns, unlocked. `WriteRecords` then writes only if they are unchanged.
+    struct ReadZoneAndRecords: ZoneAndNames {
+        static let name = "stratus.ReadZoneAndRecords"
+        static let sql = LockZoneAndRecords.zoneAndRecords(locking: false)
         var db: DatabaseRef
         var zone: String
         var names: [String]
@@ -176,15 +190,25 @@ enum Prepared {
     /// records actually written), the zone's change position moved. Data-modifying CTEs share one
     /// snapshot, so the DELETE of old entries cannot see the ones this statement inserts
     /// (index_entries has no unique key). Returns each written record's name and change sequence.
+    ///
+    /// A record is written only if it is as the plan saw it: a changed row still has the change
+    /// sequence read (`$31`), a new one does not exist (`ON CONFLICT DO NOTHING`). Under the locks
+    /// of a transaction that always holds; for `RecordStore.modifyOne`, which runs it on its own
+    /// after an unlocked read, a missing row means another writer came first. With `$32`, the zone
+    /// row is locked first and nothing is written unless the zone is still live (a zone deleted
+    /// since the read); under `LockZoneAndRecords` the caller already holds that lock.
     struct WriteRecords: PostgresPreparedStatement {
         static let name = "stratus.WriteRecords"
         static let sql = """
-            WITH ins AS (
+            WITH live AS (
+                SELECT zone_id FROM zones WHERE container_id = $1 AND zone_id = $2 AND NOT deleted AND $32::bool FOR NO KEY UPDATE
+            ), ins AS (
                 INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
                                      created_at, created_by, modified_at, modified_by, deleted, size)
                 SELECT $1, $2, u.n, u.t, pg_current_xact_id()::text::bigint, nextval('change_seq'), u.f,
                        u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f)
                 FROM unnest($3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bigint[], $9::text[]) AS u(n, t, f, ca, cb, ma, mb)
+                WHERE NOT $32::bool OR EXISTS (SELECT 1 FROM live)
                 ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
                 RETURNING record_name, change_seq
             ), upd AS (
@@ -194,16 +218,17 @@ enum Prepared {
                        modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
                        deleted = u.d, size = octet_length(u.f),
                        change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
-                FROM unnest($10::text[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::bool[])
-                     AS u(n, t, f, ca, cb, ma, mb, d)
-                WHERE r.container_id = $1 AND r.zone_id = $2 AND r.record_name = u.n
+                FROM unnest($10::text[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::bool[], $31::bigint[])
+                     AS u(n, t, f, ca, cb, ma, mb, d, s)
+                WHERE r.container_id = $1 AND r.zone_id = $2 AND r.record_name = u.n AND r.change_seq = u.s
+                  AND (NOT $32::bool OR EXISTS (SELECT 1 FROM live))
                 RETURNING r.record_name, r.change_seq
             ), written AS (
                 SELECT record_name, change_seq FROM ins UNION ALL SELECT record_name, change_seq FROM upd
             ), old_entries AS (
-                DELETE FROM index_entries WHERE container_id = $1 AND zone_id = $2 AND record_name = ANY($10::text[])
+                DELETE FROM index_entries WHERE container_id = $1 AND zone_id = $2 AND record_name = ANY(ARRAY(SELECT record_name FROM upd))
             ), old_references AS (
-                DELETE FROM record_references WHERE container_id = $1 AND zone_id = $2 AND source_name = ANY($10::text[])
+                DELETE FROM record_references WHERE container_id = $1 AND zone_id = $2 AND source_name = ANY(ARRAY(SELECT record_name FROM upd))
             ), new_entries AS (
                 INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
                 SELECT $1, $2, e.t, e.f, e.vi, e.vd, e.vt, e.n FROM (
@@ -218,7 +243,7 @@ enum Prepared {
                 ) e WHERE e.n IN (SELECT record_name FROM written)
             ), zone AS (
                 UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
-                WHERE container_id = $1 AND zone_id = $2 AND $30::bool
+                WHERE container_id = $1 AND zone_id = $2 AND $30::bool AND EXISTS (SELECT 1 FROM written)
             )
             SELECT record_name, change_seq FROM written
             """
@@ -232,9 +257,13 @@ enum Prepared {
         var updateFields: [String]
         var entries: RecordStore.IndexEntryRows
         var tracksZoneChanges: Bool
+        /// The change sequence each of `updates` had when read.
+        var expectedSeqs: [Int64]
+        /// Lock the zone row, and write only if the zone is live.
+        var lockZone: Bool
 
         func makeBindings() throws -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 30)
+            var bindings = PostgresBindings(capacity: 32)
             bindings.append(containerID)
             bindings.append(zoneID)
             for (records, fields) in [(inserts, insertFields), (updates, updateFields)] {
@@ -255,6 +284,8 @@ enum Prepared {
             bindings.append(entries.doubles.names)
             for column in [entries.texts.types, entries.texts.fields, entries.texts.values, entries.texts.names] { bindings.append(column) }
             bindings.append(tracksZoneChanges)
+            bindings.append(expectedSeqs)
+            bindings.append(lockZone)
             return bindings
         }
 

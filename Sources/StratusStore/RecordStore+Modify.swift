@@ -23,8 +23,14 @@ extension RecordStore {
     /// Rows are locked (`FOR UPDATE`) before the plan is made, so change-tag checks cannot race.
     /// In an atomic request on a custom zone, any failure rolls everything back and the other
     /// operations report `ATOMIC_ERROR`; otherwise each operation succeeds or fails on its own.
+    /// A request that saves one record is first tried without the transaction (`modifyOne`).
     public func modify(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: String, now: Int64,
                        allowSchemaChanges: Bool, render: @escaping @Sendable (Record) -> JSON) async throws -> [ModifyResult] {
+        if request.operations.count == 1, testHooks.beforeCommit == nil,
+           let results = try await modifyOne(db, zone: zone, request: request, caller: caller, now: now,
+                                             allowSchemaChanges: allowSchemaChanges, render: render) {
+            return results
+        }
         let atomic = request.atomic && zone != Names.defaultZone
         do {
             return try await database.transaction { connection in
@@ -63,8 +69,10 @@ extension RecordStore {
 
                 let finalSchema = try await schemas.add(plan.schemaAdditions, to: plan.schema, containerID: db.containerID,
                                                         environment: db.environment, on: connection)
+                var expected = current.mapValues(\.changeSeq)
+                for record in cascade { expected[record.recordName] = record.changeSeq }
                 var results = try await apply(db, zoneID: zoneID, outcomes: outcomes, cascade: cascade, schema: finalSchema,
-                                              names: request.recordNames, on: connection)
+                                              names: request.recordNames, expected: expected, lockZone: false, on: connection)
                 if atomic, results.contains(where: { if case .failed = $0 { return true } else { return false } }) {
                     throw AtomicAbort(results: Self.atomicFailure(results.map { result -> Result<PlannedWrite, StratusError> in
                         if case .failed(_, let error) = result { return .failure(error) }
@@ -75,16 +83,59 @@ extension RecordStore {
                     schemas.remember(finalSchema, containerID: db.containerID, environment: db.environment)
                 }
                 if let hook = testHooks.beforeCommit { await hook(names) }
-                for index in results.indices {
-                    if case .saved(var record) = results[index], let desired = plan.operations[index]?.desiredKeys {
-                        record.fields = record.fields.filter { desired.contains($0.key) }
-                        results[index] = .saved(record)
-                    }
-                }
+                Self.keepDesiredKeys(&results, plan: plan)
                 return results
             }
         } catch let abort as AtomicAbort {
             return abort.results
+        }
+    }
+
+    /// Saves the one record of a request in two statements and no transaction: an unlocked read of
+    /// the zone and the record, then `WriteRecords`, which commits on its own and writes only if
+    /// the record is still as read (and a custom zone still live). Half the round trips of the
+    /// transaction (no BEGIN, no COMMIT), which also leaves the zone and the record unlocked while
+    /// the request is planned.
+    ///
+    /// `nil` when nothing was written and the transaction must decide: another writer changed the
+    /// record (or the zone) after the read, the zone was not found (or the default zone not yet
+    /// made), or the request is not a plain save: a delete (cascades), a failed operation (the
+    /// locked read decides the error), references (checked in the transaction), or fields new
+    /// to the schema.
+    func modifyOne(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: String, now: Int64,
+                   allowSchemaChanges: Bool, render: @escaping @Sendable (Record) -> JSON) async throws -> [ModifyResult]? {
+        let names = request.recordNames.compactMap { $0 }
+        return try await database.withConnection { connection in
+            do {
+                guard let (zoneID, current) = try await zoneAndRecords(Prepared.ReadZoneAndRecords(db: db, zone: zone, names: names),
+                                                                       on: connection) else { return nil }
+                let schema = try await schemas.schema(containerID: db.containerID, environment: db.environment)
+                let plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
+                                              caller: caller, now: now, render: render)
+                guard plan.schemaAdditions.isEmpty, plan.outcomes.count == 1, case .success(.save(let record, _)) = plan.outcomes[0],
+                      !record.fields.values.contains(where: { !Self.references(in: $0).isEmpty }) else { return nil }
+                if let hook = testHooks.beforeOptimisticWrite { await hook(names) }
+                var results = try await apply(db, zoneID: zoneID, outcomes: plan.outcomes, cascade: [], schema: schema,
+                                              names: request.recordNames, expected: current.mapValues(\.changeSeq),
+                                              lockZone: zone != Names.defaultZone, on: connection)
+                guard case .saved = results[0] else { return nil }
+                Self.keepDesiredKeys(&results, plan: plan)
+                return results
+            } catch let error as PSQLError where Database.isRetryable(error) {
+                return nil  // a deadlock: the statement was rolled back
+            } catch is Database.ConnectionLost {
+                return nil  // refused before it was sent
+            }
+        }
+    }
+
+    /// Keeps only the fields each operation asked for (`desiredKeys`) in its saved record.
+    static func keepDesiredKeys(_ results: inout [ModifyResult], plan: ModifyPlanner.BatchPlan) {
+        for index in results.indices {
+            if case .saved(var record) = results[index], let desired = plan.operations[index]?.desiredKeys {
+                record.fields = record.fields.filter { desired.contains($0.key) }
+                results[index] = .saved(record)
+            }
         }
     }
 
@@ -104,7 +155,13 @@ extension RecordStore {
     /// Locks a custom zone's row and then the current rows of `names` in it, in one round trip.
     /// `nil` when the zone does not exist.
     func lockZoneAndRecords(_ db: DatabaseRef, zone: String, names: [String], on connection: PostgresConnection) async throws -> (Int64, [String: Record])? {
-        let rows = try await connection.rows(Prepared.LockZoneAndRecords(db: db, zone: zone, names: names), logger: logger)
+        try await zoneAndRecords(Prepared.LockZoneAndRecords(db: db, zone: zone, names: names), on: connection)
+    }
+
+    /// The zone id and the current rows (live or tombstones) of a zone-and-records statement.
+    /// `nil` when the zone does not exist.
+    func zoneAndRecords(_ statement: some ZoneAndNames, on connection: PostgresConnection) async throws -> (Int64, [String: Record])? {
+        let rows = try await connection.rows(statement, logger: logger)
         var zoneID: Int64?
         var current: [String: Record] = [:]
         for row in rows {
@@ -253,8 +310,10 @@ extension RecordStore {
     }
 
     /// Writes the planned changes with set-based statements and returns one result per operation.
+    /// `expected` holds the change sequence of every existing record the plan changes, as read;
+    /// `lockZone` is `WriteRecords`' zone check.
     func apply(_ db: DatabaseRef, zoneID: Int64, outcomes: [Result<PlannedWrite, StratusError>], cascade: [Record], schema: Schema,
-               names: [String?], on connection: PostgresConnection) async throws -> [ModifyResult] {
+               names: [String?], expected: [String: Int64], lockZone: Bool, on connection: PostgresConnection) async throws -> [ModifyResult] {
         var inserts: [Record] = []
         var updates: [Record] = []
         for outcome in outcomes {
@@ -292,7 +351,8 @@ extension RecordStore {
         let entries = Self.indexEntryRows((inserts + updates).filter { !$0.deleted }, schema: schema)
         let rows = try await connection.rows(Prepared.WriteRecords(
             containerID: db.containerID, zoneID: zoneID, inserts: inserts, insertFields: insertFields,
-            updates: updates, updateFields: updateFields, entries: entries, tracksZoneChanges: db.tracksZoneChanges), logger: logger)
+            updates: updates, updateFields: updateFields, entries: entries, tracksZoneChanges: db.tracksZoneChanges,
+            expectedSeqs: updates.map { expected[$0.recordName] ?? 0 }, lockZone: lockZone), logger: logger)
         var written: [String: Int64] = [:]
         for (name, seq) in rows { written[name] = seq }
         let live = (inserts + updates).filter { !$0.deleted && written[$0.recordName] != nil }

@@ -54,10 +54,19 @@ public struct ChangePosition: Sendable, Equatable, Comparable {
 public final class TestHooks: Sendable {
     private let beforeCommitHook = Mutex<(@Sendable ([String]) async -> Void)?>(nil)
 
-    /// Called inside a `records/modify` transaction after its writes, just before COMMIT, with the record names.
+    private let beforeOptimisticWriteHook = Mutex<(@Sendable ([String]) async -> Void)?>(nil)
+
+    /// Called inside a `records/modify` transaction after its writes, just before COMMIT, with the
+    /// record names. While it is set, every request takes the transaction (none `modifyOne`).
     public var beforeCommit: (@Sendable ([String]) async -> Void)? {
         get { beforeCommitHook.withLock { $0 } }
         set { beforeCommitHook.withLock { $0 = newValue } }
+    }
+
+    /// Called in `modifyOne` between its unlocked read and its write, with the record names.
+    public var beforeOptimisticWrite: (@Sendable ([String]) async -> Void)? {
+        get { beforeOptimisticWriteHook.withLock { $0 } }
+        set { beforeOptimisticWriteHook.withLock { $0 = newValue } }
     }
 }
 

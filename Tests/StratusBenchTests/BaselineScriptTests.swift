@@ -28,6 +28,7 @@ import Testing
             "lookup": Prepared.Lookup.sql,
             "lookup-many": Prepared.LookupMany.sql,
             "lock": Prepared.LockZoneAndRecords.sql,
+            "read": Prepared.ReadZoneAndRecords.sql,
             "write": Prepared.WriteRecords.sql,
             "query-eq": try query(#"{"recordType":"Item","filterBy":[{"fieldName":"title","comparator":"EQUALS","fieldValue":{"value":"title-1"}}]}"#,
                                   limit: 200),

@@ -543,3 +543,107 @@ import Testing
         }
     }
 }
+
+/// A request that saves one record reads it unlocked and then writes it in one statement that
+/// commits on its own, only if the record (and a custom zone) is still as read
+/// (`RecordStore.modifyOne`); otherwise the locked transaction decides. Forced deterministically:
+/// the first save is held between its read and its write while another request changes the record
+/// or deletes the zone.
+@Suite(.timeLimit(.minutes(5))) struct OptimisticSaveTests {
+    /// Holds the first caller of `pass` until `release`; every later caller passes at once.
+    actor Gate {
+        var claimed = false
+        var entered = false
+        var released = false
+        func pass() async {
+            guard !claimed else { return }
+            claimed = true
+            entered = true
+            while !released { try? await Task.sleep(for: .milliseconds(10)) }
+        }
+        func release() { released = true }
+
+        /// Waits (at most 10 s) until a save is held.
+        func waitUntilEntered() async throws {
+            for _ in 0..<1000 where !entered { try await Task.sleep(for: .milliseconds(10)) }
+            try #require(entered, "no save reached the point between its read and its write")
+        }
+    }
+
+    static func hold(_ harness: Harness, _ body: (Gate) async throws -> Void) async throws {
+        let gate = Gate()
+        harness.app.records.testHooks.beforeOptimisticWrite = { _ in await gate.pass() }
+        defer { harness.app.records.testHooks.beforeOptimisticWrite = nil }
+        try await body(gate)
+    }
+
+    static func title(_ value: String) -> [String: JSON] { ["title": ["value": .string(value), "type": "STRING"]] }
+
+    static func names(titled value: String, _ session: Session) async throws -> [String] {
+        let found = try await session.post("private", "records/query", ["zoneID": ["zoneName": "Z"], "query": ["recordType": "Note", "filterBy": [
+            ["fieldName": "title", "comparator": "EQUALS", "fieldValue": ["value": .string(value), "type": "STRING"]],
+        ]]])
+        #expect(found.status == 200, "\(found.json)")
+        return found.json["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []
+    }
+
+    /// The held save read the record before the other request changed it. An `update` with the
+    /// tag it read is then a CONFLICT (carrying the other request's record) that writes nothing,
+    /// not even the removal of the record's index entries; a `forceUpdate` is written over it.
+    @Test(arguments: ["update", "forceUpdate"])
+    func aSaveOvertakenAfterItsReadIsDecidedUnderLocks(type: String) async throws {
+        try await Harness.run(poolSize: 8) { harness in
+            let session = try await harness.container().signedUp()
+            _ = try await session.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Z"]]]]])
+            let created = try await session.modify("private", zone: "Z", [op("create", "r", fields: Self.title("first"))])
+            let firstTag = try #require(created.json.record(0)?["recordChangeTag"]?.stringValue, "\(created.json)")
+            try await Self.hold(harness) { gate in
+                let held = Task { try await session.modify("private", zone: "Z", [op(type, "r", tag: firstTag, fields: Self.title("held"))]) }
+                try await gate.waitUntilEntered()
+                let other = try await session.modify("private", zone: "Z", [op("forceUpdate", "r", fields: Self.title("other"))])
+                let otherTag = try #require(other.json.record(0)?["recordChangeTag"]?.stringValue, "\(other.json)")
+                await gate.release()
+                let answer = try await held.value.json.record(0)
+                if type == "update" {
+                    #expect(answer?.errorCode == "CONFLICT", "\(answer ?? nil)")
+                    #expect(answer?["serverRecord"]?["recordChangeTag"]?.stringValue == otherTag)
+                    #expect(try await Self.names(titled: "other", session) == ["r"], "the other request's index entries are intact")
+                    #expect(try await Self.names(titled: "held", session).isEmpty)
+                } else {
+                    let heldTag = try #require(answer?["recordChangeTag"]?.stringValue, "\(answer ?? nil)")
+                    #expect(heldTag != otherTag && heldTag != firstTag)
+                    #expect(try await Self.names(titled: "held", session) == ["r"])
+                    #expect(try await Self.names(titled: "other", session).isEmpty)
+                }
+            }
+            let lookup = try await session.post("private", "records/lookup", ["zoneID": ["zoneName": "Z"], "records": [["recordName": "r"]]])
+            #expect(lookup.json.record(0)?["fields"]?["title"]?["value"]?.stringValue == (type == "update" ? "other" : "held"))
+        }
+    }
+
+    /// The zone was deleted after the held save read it: the save is refused with ZONE_NOT_FOUND
+    /// and leaves no row behind in the deleted zone.
+    @Test func aSaveIntoAZoneDeletedAfterItsReadWritesNothing() async throws {
+        try await Harness.run(poolSize: 8) { harness in
+            let session = try await harness.container().signedUp()
+            _ = try await session.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Z"]]]]])
+            // The type and its field exist already: a save that adds to the schema takes the transaction.
+            _ = try await session.modify("private", zone: "Z", [op("create", "first", fields: Self.title("first"))])
+            let name = "orphan-\(UInt32.random(in: 0...UInt32.max))"
+            try await Self.hold(harness) { gate in
+                let held = Task { try await session.modify("private", zone: "Z", [op("create", name, fields: Self.title("held"))]) }
+                try await gate.waitUntilEntered()
+                let deleted = try await session.post("private", "zones/modify", ["operations": [["operationType": "delete", "zone": ["zoneID": ["zoneName": "Z"]]]]])
+                #expect(deleted.json["zones"]?.arrayValue?.first?.errorCode == nil, "\(deleted.json)")
+                await gate.release()
+                let answer = try await held.value
+                #expect(answer.json.errorCode == "ZONE_NOT_FOUND" || answer.json.record(0)?.errorCode == "ZONE_NOT_FOUND", "\(answer.json)")
+            }
+            let rows = try await harness.database.withConnection { connection in
+                try await connection.query("SELECT count(*) FROM records WHERE record_name = \(name)", logger: TestCluster.logger)
+                    .collect()
+            }
+            #expect(try rows.first?.decode(Int64.self) == 0)
+        }
+    }
+}
