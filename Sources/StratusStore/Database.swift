@@ -108,15 +108,9 @@ public final class Database: Sendable {
     /// The connection pools: one per event loop of the process's event-loop group, each with its
     /// share of `maximumConnections` on that loop, or one pool when there are too few connections
     /// to give each loop two.
-    private let pools: [Pool]
+    let pools: PerEventLoop<PostgresClient>
     public let configuration: DatabaseConfiguration
     let logger: Logger
-
-    private struct Pool: Sendable {
-        /// The event loop the pool's connections live on; `nil` for the single, unbound pool.
-        var eventLoop: (any EventLoop)?
-        var client: PostgresClient
-    }
 
     /// A request's statements go to a pool on its own event loop. Requests run on their HTTP
     /// connection's loop (`StratusHTTPChannel`), so PostgreSQL's replies are read and handed back
@@ -130,31 +124,25 @@ public final class Database: Sendable {
     public init(configuration: DatabaseConfiguration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
-        let loops = Array(MultiThreadedEventLoopGroup.singleton.makeIterator())
-        guard loops.count > 1, configuration.maximumConnections >= 2 * loops.count else {
-            pools = [Pool(eventLoop: nil, client: PostgresClient(configuration: configuration.clientConfiguration(), backgroundLogger: logger))]
+        let loops = Array(MultiThreadedEventLoopGroup.singleton.makeIterator()).count
+        guard loops > 1, configuration.maximumConnections >= 2 * loops else {
+            pools = PerEventLoop(single: PostgresClient(configuration: configuration.clientConfiguration(), backgroundLogger: logger))
             return
         }
-        pools = loops.enumerated().map { index, loop in
+        pools = PerEventLoop { loop, index, count in
             var share = configuration
-            share.maximumConnections = configuration.maximumConnections / loops.count + (index < configuration.maximumConnections % loops.count ? 1 : 0)
-            return Pool(eventLoop: loop, client: PostgresClient(configuration: share.clientConfiguration(), eventLoopGroup: loop, backgroundLogger: logger))
+            share.maximumConnections = configuration.maximumConnections / count + (index < configuration.maximumConnections % count ? 1 : 0)
+            return PostgresClient(configuration: share.clientConfiguration(), eventLoopGroup: loop, backgroundLogger: logger)
         }
     }
 
-    /// The pool on the caller's event loop; callers on none (start-up, background work) use the first.
-    private var pool: PostgresClient {
-        if pools.count > 1, let current = MultiThreadedEventLoopGroup.currentEventLoop,
-           let match = pools.first(where: { $0.eventLoop === current }) {
-            return match.client
-        }
-        return pools[0].client
-    }
+    /// The pool on the caller's event loop.
+    private var pool: PostgresClient { pools.current }
 
     /// Keeps the pools' connections open until the task is cancelled (`PostgresClient.run`).
     public func run() async {
         await withDiscardingTaskGroup { group in
-            for pool in pools { group.addTask { await pool.client.run() } }
+            for pool in pools.values { group.addTask { await pool.run() } }
         }
     }
 

@@ -140,8 +140,13 @@ import Testing
         }
     }
 
-    @Test func concurrentQueriesOfOneShapeShareAStatementAndEachGetsItsOwnAnswer() async throws {
-        try await Harness.run(poolSize: 1) { harness in
+    /// With one pool, one sharing serves both event loops: the test holds the pool's connection
+    /// so that every query queues, and counts the statements. With a pool per loop (8
+    /// connections), each loop's queries share among themselves; the queries go out together,
+    /// unheld, and every answer must still be its own.
+    @Test(arguments: [1, 8])
+    func concurrentQueriesOfOneShapeShareAStatementAndEachGetsItsOwnAnswer(poolSize: Int) async throws {
+        try await Harness.run(poolSize: poolSize) { harness in
             let first = try await harness.container()
             let alice = try await first.signedUp(), bob = try await first.signedUp()
             let carol = try await harness.container().signedUp()
@@ -187,17 +192,31 @@ import Testing
             var expected: [(Int, JSON)] = []
             for item in cases { expected.append(try await send(item)) }
 
-            let queries = harness.app.records.queries
-            let before = queries.statistics
-            let answers = try await Self.sendAllAtOnce(cases, holding: harness.database, sharing: queries, send: send)
-            let after = queries.statistics
-            #expect(after.requests - before.requests == cases.count)
-            // The waiting statements (one per slot), then three shapes (equality, sorted, sorted
-            // after a marker). With two slots, two finishing statements can each wake a queued
-            // request of one shape before either has run; the second then finds its shape taken by
-            // the first and runs alone: one statement more per further slot. Unshared, that would
-            // be one statement per request.
-            #expect(after.statements - before.statements <= 2 * queries.maximumStatements - 1 + 3, "\(after)")
+            let sharings = harness.app.records.queriesByLoop.values
+            #expect(sharings.count == harness.database.pools.values.count, "one query sharing per pool")
+            let before = sharings.map(\.statistics)
+            let answers: [(Int, JSON)]
+            if poolSize == 1 {
+                answers = try await Self.sendAllAtOnce(cases, holding: harness.database, sharing: sharings[0], send: send)
+                let after = sharings[0].statistics
+                // The waiting statements (one per slot), then three shapes (equality, sorted,
+                // sorted after a marker). With two slots, two finishing statements can each wake a
+                // queued request of one shape before either has run; the second then finds its
+                // shape taken by the first and runs alone: one statement more per further slot.
+                // Unshared, that would be one statement per request.
+                #expect(after.statements - before[0].statements <= 2 * sharings[0].maximumStatements - 1 + 3, "\(after)")
+            } else {
+                answers = try await withThrowingTaskGroup(of: (Int, Int, JSON).self) { group in
+                    for (index, item) in cases.enumerated() {
+                        group.addTask { let answer = try await send(item); return (index, answer.status, answer.json) }
+                    }
+                    var answers = [(Int, JSON)](repeating: (0, .null), count: cases.count)
+                    for try await (index, status, json) in group { answers[index] = (status, json) }
+                    return answers
+                }
+            }
+            let served = zip(sharings, before).map { $0.statistics.requests - $1.requests }.reduce(0, +)
+            #expect(served == cases.count, "every query went through a sharing")
 
             for (index, item) in cases.enumerated() {
                 let (status, json) = answers[index]
