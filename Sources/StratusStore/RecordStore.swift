@@ -57,7 +57,7 @@ public final class TestHooks: Sendable {
     private let beforeOptimisticWriteHook = Mutex<(@Sendable ([String]) async -> Void)?>(nil)
 
     /// Called inside a `records/modify` transaction after its writes, just before COMMIT, with the
-    /// record names. While it is set, every request takes the transaction (none `modifyOne`).
+    /// record names. While it is set, no request takes the shortcut of `modifyOne`: all run in the transaction.
     public var beforeCommit: (@Sendable ([String]) async -> Void)? {
         get { beforeCommitHook.withLock { $0 } }
         set { beforeCommitHook.withLock { $0 = newValue } }
