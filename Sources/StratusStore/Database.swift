@@ -124,7 +124,7 @@ public final class Database: Sendable {
     public init(configuration: DatabaseConfiguration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
-        let loops = Array(MultiThreadedEventLoopGroup.singleton.makeIterator()).count
+        let loops = PerEventLoop<PostgresClient>.groupLoops.count
         guard loops > 1, configuration.maximumConnections >= 2 * loops else {
             pools = PerEventLoop(single: PostgresClient(configuration: configuration.clientConfiguration(), backgroundLogger: logger))
             return

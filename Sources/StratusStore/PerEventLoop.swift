@@ -9,9 +9,12 @@ struct PerEventLoop<Value: Sendable>: Sendable {
     let values: [Value]
     private let loops: [any EventLoop]
 
+    /// The loops of the process's event-loop group.
+    static var groupLoops: [any EventLoop] { Array(MultiThreadedEventLoopGroup.singleton.makeIterator()) }
+
     /// One value for each loop of the group.
     init(_ make: (any EventLoop, _ index: Int, _ count: Int) -> Value) {
-        let loops = Array(MultiThreadedEventLoopGroup.singleton.makeIterator())
+        let loops = Self.groupLoops
         self.loops = loops
         self.values = loops.enumerated().map { make($1, $0, loops.count) }
     }
