@@ -2,7 +2,8 @@
 # Side-by-side benchmark: for each workload, the raw-PostgreSQL baseline (pgbench running the SQL
 # the service itself runs, on the service's own tables and data), then `stratus bench` for the
 # same workload, data and concurrency, each after a CHECKPOINT, then PocketBase (the peer) for the
-# operations it has. Prints a table of ratios with each goal of the performance issue met or missed.
+# operations it has. Prints a table of ratios with each goal of the performance issue met or missed,
+# and under it, for each goal missed, by how much and why (from the run's CPU accounting).
 #
 #   Deploy/bench.sh [--containers N] [--records N] [--duration S] [--concurrency N]
 #                   [--workloads "lookup create modify …"] [--no-peer] [--rounds N] [--scale]
@@ -40,7 +41,7 @@ while [ $# -gt 0 ]; do
     --no-peer) PEER=0; shift;;
     --rounds) ROUNDS=$2; shift 2;;
     --scale) SCALE=1; shift;;
-    -h|--help) sed -n 2,21p "$0"; exit 0;;
+    -h|--help) sed -n 2,22p "$0"; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 64;;
   esac
 done
@@ -146,6 +147,60 @@ settle() {
   done
 }
 cpu_per() { awk -v t="$1" -v n="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (n > 0 ? t * 1000000 / hz / n : 0) }'; }
+
+# explain_misses <results.tsv> <cores>: one line per goal the table shows missed, saying by how much
+# and why, from the run's own CPU accounting (µs per request: service process + PostgreSQL + the
+# rest, mostly the load generator; per baseline transaction: PostgreSQL + the rest). With every
+# core busy a rate is cores × 1e6 / (CPU µs per request), so:
+#   - a ratio goal is out of reach on this machine when PostgreSQL and the rest alone, in the
+#     service run, cost more than the baseline's whole transaction divided by the goal: a service
+#     using no CPU at all would still miss it;
+#   - otherwise the service process's own CPU is why, and the line says how much it may spend;
+#   - a peer is out of reach when PostgreSQL and the rest alone cost more than the CPU the peer's
+#     rate leaves per request (cores × 1e6 / its rate).
+explain_misses() {
+  awk -F '\t' -v cores="$2" '
+  function pct(x) { return sprintf("%.0f%%", 100 * x) }
+  function times(x) { return sprintf("%.2fx", x) }
+  function show(x, unit) { return (unit == "x" ? times(x) : pct(x)) }
+  # Sets own (service+PG+rest), pgo (PG+rest) and s, p, o of the service run; ref (PG+rest of
+  # the baseline transaction, 0 when none).
+  function costs(cpu,   halves, mine, theirs) {
+    split(cpu, halves, "/"); split(halves[1], mine, "+"); split(halves[2], theirs, "+")
+    s = mine[1] + 0; p = mine[2] + 0; o = mine[3] + 0; own = s + p + o; pgo = p + o
+    ref = (halves[2] == "-" || halves[2] == "" ? 0 : theirs[1] + theirs[2])
+  }
+  function ratio_goal(w, ratio, goal, unit,   zero, cost, need) {
+    if (ratio >= goal || own <= 0 || ref <= 0) return
+    zero = ref / pgo; cost = ref / own; need = ref / goal - pgo
+    printf "- %s: %s against >= %s, missed by %s. ", w, show(ratio, unit), show(goal, unit), (unit == "x" ? times(goal - ratio) : sprintf("%.0f pts", 100 * (goal - ratio)))
+    if (zero < goal)
+      printf "Out of reach with the service'\''s SQL on this machine: PostgreSQL and the rest alone took %d µs per request in the service run, against %d µs for the baseline'\''s whole transaction, so a service using no CPU at all would reach %s.\n", pgo, ref, show(zero, unit)
+    else if (cost >= goal)
+      printf "The CPU per request would meet it (cost ratio %s); this run left cores idle or fell in a slow phase of the machine (see steal %%, or run --rounds 3).\n", show(cost, unit)
+    else
+      printf "The service process took %d µs of CPU per request; the goal leaves it %d (PostgreSQL took %d, the rest %d).\n", s, need, p, o
+  }
+  function peer_goal(w, r, peer, b,   budget) {
+    if (peer == "-" || peer + 0 <= 0 || r + 0 >= peer + 0 || own <= 0) return
+    budget = cores * 1000000 / peer
+    printf "- %s: behind PocketBase, %.0f against %.0f/s (%s). ", w, r, peer, times(r / peer)
+    if (b != "-" && b + 0 > 0 && b + 0 < peer + 0) printf "pgbench running the service'\''s own SQL reached only %.0f/s. ", b
+    if (pgo >= budget)
+      printf "Out of reach with the service'\''s SQL on this machine: PostgreSQL and the rest alone took %d µs per request; PocketBase'\''s rate leaves %d µs of the %d cores per request, so a service using no CPU at all would trail it.\n", pgo, budget, cores
+    else
+      printf "The service process took %d µs of CPU per request; PocketBase'\''s rate leaves it %d (PostgreSQL took %d, the rest %d).\n", s, budget - pgo, p, o
+  }
+  { w = $1; b = $2; r = $3; recs = $4; p50 = $5; rss = $8; peer = $9; costs($12)
+    goal = (w == "lookup" || w == "query-eq" ? 0.40 : w == "modify" ? 0.70 : w == "query-range" || w == "mixed" ? 0.35 : w == "changes" ? 0.45 : 0)
+    if (goal > 0 && b + 0 > 0) ratio_goal(w, r / b, goal, "%")
+    if (w == "batch-c1" && b + 0 > 0) ratio_goal(w " (records/s)", recs / (100 * b), 0.50, "%")
+    if (w == "batch-c2" && b + 0 > 0) ratio_goal(w " (records/s)", recs / (100 * b), 1.5, "x")
+    if (w == "lookup-c1" && p50 - b > 0.35) printf "- %s: p50 %.3f ms against pgbench'\''s %.3f ms average, +%.2f ms against <= +0.35 ms.\n", w, p50, b, p50 - b
+    if (w == "mixed" && rss + 0 > 150) printf "- mixed: server RSS %d MB against <= 150 MB.\n", rss
+    if (w == "lookup" || w == "create" || w == "modify" || w == "query-eq" || w ~ /-nf$/) peer_goal(w, r, peer, b)
+  }' "$1" | { if IFS= read -r first; then echo; echo "Goals missed, by how much and why:"; echo "$first"; cat; else echo; echo "Every goal in the table was met."; fi; }
+}
 
 # bench_zones numbers the seeded custom zones of containers named <prefix>.* so pgbench picks
 # the same random (container, zone) pairs `stratus bench` does.
@@ -430,3 +485,4 @@ echo "rest, mostly the load generator), then per transaction in the pgbench run 
 echo "Cost ratio: pgbench's total over the service's. With the cores busy in both runs the ratio lands near it; above"
 echo "it when the pgbench run left cores idle (write runs wait for WAL flushes). A goal above the cost ratio of a run that"
 echo "kept the cores busy is missed for the CPU each request takes, and the three parts say where that goes."
+explain_misses "$RESULTS" "$(nproc)"
