@@ -173,7 +173,7 @@ explain_misses() {
   function ratio_goal(w, ratio, goal, unit,   zero, cost, need) {
     if (ratio >= goal || own <= 0 || ref <= 0) return
     zero = ref / pgo; cost = ref / own; need = ref / goal - pgo
-    printf "- %s: %s against >= %s, missed by %s. ", w, show(ratio, unit), show(goal, unit), (unit == "x" ? times(goal - ratio) : sprintf("%.0f pts", 100 * (goal - ratio)))
+    printf "- %s: %s against >= %s, missed by %s. ", w, (unit == "x" ? times(ratio) : sprintf("%.1f%%", 100 * ratio)), show(goal, unit), (unit == "x" ? times(goal - ratio) : sprintf("%.1f pts", 100 * (goal - ratio)))
     if (zero < goal)
       printf "Out of reach with the service'\''s SQL on this machine: PostgreSQL and the rest alone took %d µs per request in the service run, against %d µs for the baseline'\''s whole transaction, so a service using no CPU at all would reach %s.\n", pgo, ref, show(zero, unit)
     else if (cost >= goal)
