@@ -90,7 +90,7 @@ public struct DatabaseConfiguration: Sendable {
         // choose (`auto`), PostgreSQL built a fresh custom plan for 29% of change-feed reads (their
         // LIMIT parameter makes the generic estimate depend on the zone's size), at ~0.5 ms of
         // planning each: forcing the generic plan cut PostgreSQL's CPU per `changes/zone` page
-        // from ~1,000–1,150 to ~620 µs (README, Performance). The risk it takes: a value-skewed
+        // from ~1,000–1,150 to ~620 µs (Deploy/PERFORMANCE-HISTORY.md). The risk it takes: a value-skewed
         // predicate (a rare against a common indexed value) no longer gets a plan of its own.
         configuration.options.additionalStartupParameters = [("plan_cache_mode", "force_generic_plan")]
         for (name, limit) in [("lock_timeout", lockTimeout), ("statement_timeout", statementTimeout)] {
@@ -117,7 +117,7 @@ public final class Database: Sendable {
     /// on the request's thread instead of waking the other one. Fourteenth session, two
     /// interleaved rounds against one pool: 21.6–22.6k against 18.1–19.3k lookups/s, 2,942–3,127
     /// against 2,420–2,888 modifies/s, 2,350–2,386 against 2,080–2,271 change-feed pages/s
-    /// (README, Performance). The tenth session's split was taken back after a lease waited for
+    /// (Deploy/PERFORMANCE-HISTORY.md). The tenth session's split was taken back after a lease waited for
     /// ever in the dropped-connections test; the twelfth found a statement written to a closed
     /// connection waits for ever, and fixed that (`requireOpen`; a lease that finds its connection
     /// closed takes another).
