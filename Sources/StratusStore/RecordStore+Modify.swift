@@ -24,11 +24,13 @@ extension RecordStore {
     /// In an atomic request on a custom zone, any failure rolls everything back and the other
     /// operations report `ATOMIC_ERROR`; otherwise each operation succeeds or fails on its own.
     /// A request that saves one record is first tried without the transaction (`modifyOne`).
+    /// `access` is the caller's security roles in the public database (`nil` elsewhere).
     public func modify(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: String, now: Int64,
-                       allowSchemaChanges: Bool, render: @escaping @Sendable (Record) -> JSON) async throws -> [ModifyResult] {
+                       allowSchemaChanges: Bool, access: RecordAccess? = nil,
+                       render: @escaping @Sendable (Record) -> JSON) async throws -> [ModifyResult] {
         if request.operations.count == 1, testHooks.beforeCommit == nil,
            let results = try await modifyOne(db, zone: zone, request: request, caller: caller, now: now,
-                                             allowSchemaChanges: allowSchemaChanges, render: render) {
+                                             allowSchemaChanges: allowSchemaChanges, access: access, render: render) {
             return results
         }
         let atomic = request.atomic && zone != Names.defaultZone
@@ -51,13 +53,15 @@ extension RecordStore {
                 }
                 var schema = try await schemas.schema(containerID: db.containerID, environment: db.environment)
                 var plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
-                                              caller: caller, now: now, render: render)
+                                              caller: caller, now: now, render: render, access: access)
                 let failedInProduction = !allowSchemaChanges && plan.outcomes.contains { if case .failure(let error) = $0 { return error.code == .badRequest } else { return false } }
-                if !plan.schemaAdditions.isEmpty || failedInProduction {
-                    // Another process may have extended the schema (or deployed): plan again against the stored one.
+                let denied = plan.outcomes.contains { if case .failure(let error) = $0 { return error.code == .accessDenied } else { return false } }
+                if !plan.schemaAdditions.isEmpty || failedInProduction || denied {
+                    // Another process may have extended the schema, changed its grants or deployed:
+                    // plan again against the stored one.
                     schema = try await schemas.load(containerID: db.containerID, environment: db.environment, on: connection)
                     plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
-                                              caller: caller, now: now, render: render)
+                                              caller: caller, now: now, render: render, access: access)
                 }
                 var outcomes = plan.outcomes
                 try await checkReferences(db, zoneID: zoneID, zone: zone, outcomes: &outcomes, on: connection)
@@ -103,7 +107,7 @@ extension RecordStore {
     /// locked read decides the error), references (checked in the transaction), or fields new
     /// to the schema.
     func modifyOne(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: String, now: Int64,
-                   allowSchemaChanges: Bool, render: @escaping @Sendable (Record) -> JSON) async throws -> [ModifyResult]? {
+                   allowSchemaChanges: Bool, access: RecordAccess?, render: @escaping @Sendable (Record) -> JSON) async throws -> [ModifyResult]? {
         let names = request.recordNames.compactMap { $0 }
         return try await database.withConnection { connection in
             do {
@@ -111,7 +115,7 @@ extension RecordStore {
                                                                        on: connection) else { return nil }
                 let schema = try await schemas.schema(containerID: db.containerID, environment: db.environment)
                 let plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
-                                              caller: caller, now: now, render: render)
+                                              caller: caller, now: now, render: render, access: access)
                 guard plan.schemaAdditions.isEmpty, plan.outcomes.count == 1, case .success(.save(let record, _)) = plan.outcomes[0],
                       !record.fields.values.contains(where: { !Self.references(in: $0).isEmpty }) else { return nil }
                 if let hook = testHooks.beforeOptimisticWrite { await hook(names) }

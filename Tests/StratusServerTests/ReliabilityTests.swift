@@ -199,7 +199,7 @@ import Testing
             let name = "iCloud.com.example.Long\(UInt32.random(in: 0...UInt32.max))"
             let dev = try await harness.container(name, environment: .development).signedUp()
             let schema = { (sku: String) -> JSON in
-                ["schema": .string("DEFINE SCHEMA\n RECORD TYPE Item (\"___recordID\" REFERENCE QUERYABLE, sku STRING\(sku));\n")]
+                ["schema": .string("DEFINE SCHEMA\n RECORD TYPE Item (\"___recordID\" REFERENCE QUERYABLE, sku STRING\(sku), GRANT WRITE TO \"_creator\", GRANT CREATE TO \"_icloud\", GRANT READ TO \"_world\");\n")]
             }
             #expect(try await harness.admin(.post, "containers/\(name)/schema/import", json: schema("")).status == 200)
             #expect(try await harness.admin(.post, "containers/\(name)/schema/deploy", json: [:]).json["applied"] == true)

@@ -122,7 +122,7 @@ import Testing
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
             defer { try? FileManager.default.removeItem(atPath: folder) }
             _ = dev
-            try "DEFINE SCHEMA\n RECORD TYPE Item (\"___recordID\" REFERENCE QUERYABLE, sku STRING, qty INT64 SORTABLE);\n"
+            try "DEFINE SCHEMA\n RECORD TYPE Item (\"___recordID\" REFERENCE QUERYABLE, sku STRING, qty INT64 SORTABLE, GRANT CREATE, WRITE TO \"_icloud\", GRANT READ TO \"_world\");\n"
                 .write(toFile: folder + "/v1.ckdb", atomically: true, encoding: .utf8)
             #expect(try await cli(harness, ["schema", "import", "--container", name, "--file", folder + "/v1.ckdb", "--yes"]).status == 0)
             #expect(try await cli(harness, ["schema", "deploy", "--container", name, "--yes"]).status == 0)
@@ -141,7 +141,7 @@ import Testing
             #expect(before.status == 400)
             #expect(before.json["reason"]?.stringValue?.contains("QUERYABLE") == true, "\(before.json)")
 
-            try "DEFINE SCHEMA\n RECORD TYPE Item (\"___recordID\" REFERENCE QUERYABLE, sku STRING QUERYABLE, qty INT64 SORTABLE);\n"
+            try "DEFINE SCHEMA\n RECORD TYPE Item (\"___recordID\" REFERENCE QUERYABLE, sku STRING QUERYABLE, qty INT64 SORTABLE, GRANT CREATE, WRITE TO \"_icloud\", GRANT READ TO \"_world\");\n"
                 .write(toFile: folder + "/v2.ckdb", atomically: true, encoding: .utf8)
             #expect(try await cli(harness, ["schema", "import", "--container", name, "--file", folder + "/v2.ckdb", "--yes"]).status == 0)
             let plan = try await cli(harness, ["schema", "diff", "--container", name])
@@ -155,7 +155,8 @@ import Testing
             let whileBuilding = try await prod.post("public", "records/query", ["query": ["recordType": "Item", "filterBy": [["fieldName": "sku", "comparator": "EQUALS", "fieldValue": ["value": "sku-77777"]]]]])
             #expect(whileBuilding.status == 400)
             #expect(whileBuilding.json["reason"]?.stringValue?.contains("still being built") == true, "\(whileBuilding.json)")
-            // A record the build has not reached yet, changed meanwhile: the write indexes it under
+            // A record the build has not reached yet, changed meanwhile (by another user than its
+            // writer: the type grants WRITE to every signed-in user): the write indexes it under
             // the applied schema, and the build must replace that entry, not add a second one.
             let ahead = try await prod.post("public", "records/lookup", ["records": [["recordName": "item-99998"]]])
             let tag = try #require(ahead.json.record(0)?["recordChangeTag"]?.stringValue, "\(ahead.json)")

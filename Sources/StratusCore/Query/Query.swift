@@ -109,6 +109,13 @@ public struct QueryFilter: Sendable, Equatable {
     public var values: [IndexValue]
     /// The scalar type of the field.
     public var scalar: ScalarType
+
+    public init(target: QueryTarget, comparator: FilterComparator, values: [IndexValue], scalar: ScalarType) {
+        self.target = target
+        self.comparator = comparator
+        self.values = values
+        self.scalar = scalar
+    }
 }
 
 /// One validated sort descriptor.

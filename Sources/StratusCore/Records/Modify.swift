@@ -179,8 +179,10 @@ public enum ModifyPlanner {
     ///   - caller: the writer's user record name.
     ///   - now: milliseconds since the epoch.
     ///   - render: renders the server record carried by CONFLICT and EXISTS.
+    ///   - access: the caller's security roles in the public database; `nil` elsewhere (a private
+    ///     database is its owner's alone).
     public static func plan(_ request: ModifyRequest, current: [String: Record], schema: Schema, allowSchemaChanges: Bool,
-                            caller: String, now: Int64, render: (Record) -> JSON) -> BatchPlan {
+                            caller: String, now: Int64, render: (Record) -> JSON, access: RecordAccess? = nil) -> BatchPlan {
         var pending = schema
         var additions: [SchemaAddition] = []
         var outcomes: [Result<PlannedWrite, StratusError>] = []
@@ -201,7 +203,15 @@ public enum ModifyPlanner {
                     try typeFields(&op, recordType: recordType, schema: &trial, additions: &trialAdditions,
                                    allowSchemaChanges: allowSchemaChanges)
                 }
-                let outcome = plan(op, current: existing, caller: caller, now: now, render: render)
+                if let access, let denial = denial(of: op, live: live, access: access, schema: trial) {
+                    throw denial
+                }
+                var outcome = plan(op, current: existing, caller: caller, now: now, render: render)
+                if let access, let live, case .failure(let error) = outcome, error.serverRecord != nil,
+                   !access.allows(.read, on: live.recordType, creator: live.createdBy, in: trial) {
+                    // EXISTS or CONFLICT carry the stored record: not to a caller who may not read it.
+                    outcome = .failure(StratusError(error.code, error.reason))
+                }
                 if case .success = outcome {
                     pending = trial
                     additions += trialAdditions
@@ -214,6 +224,25 @@ public enum ModifyPlanner {
             }
         }
         return BatchPlan(outcomes: outcomes, operations: operations, schemaAdditions: additions, schema: pending)
+    }
+
+    /// The refusal of `op` by the caller's security roles, or `nil` when they allow it (or when
+    /// there is nothing to allow: a change or delete of a missing record, answered NOT_FOUND).
+    /// Creating needs CREATE on the type; changing or deleting an existing record needs WRITE,
+    /// which `_creator` holds only on the records its user created.
+    static func denial(of op: ModifyOperation, live: Record?, access: RecordAccess, schema: Schema) -> StratusError? {
+        if let live, op.type != .create {
+            guard access.allows(.write, on: live.recordType, creator: live.createdBy, in: schema) else {
+                return RecordAccess.denial(.write, on: live.recordType, recordName: op.recordName, in: schema)
+            }
+            return nil
+        }
+        let creates = op.type == .create || op.type == .forceUpdate || op.type == .forceReplace
+        guard creates, let recordType = op.recordType ?? live?.recordType else { return nil }
+        guard access.allows(.create, on: recordType, creator: nil, in: schema) else {
+            return RecordAccess.denial(.create, on: recordType, recordName: op.recordName, in: schema)
+        }
+        return nil
     }
 
     /// Types the raw fields of `op` for `recordType`, extending `schema` when allowed.

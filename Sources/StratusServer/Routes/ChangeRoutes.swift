@@ -107,7 +107,7 @@ extension StratusApp {
         let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings)
         return [
             "zoneID": request.zoneIDJSON(name),
-            "records": .array(page.items.map { $0.wireJSON(rendering) }),
+            "records": .array(try await readable(page.items, by: request, in: db).map { $0.wireJSON(rendering) }),
             "syncToken": .string(syncToken(db, zoneID: zoneID, cursor: page.cursor)),
             "moreComing": .bool(page.moreComing),
         ]

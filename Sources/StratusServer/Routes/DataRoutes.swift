@@ -12,6 +12,10 @@ struct DataRequest {
     var body: [String: JSON]
     var signInURL: String
 
+    /// The caller's security roles when they address the public database; `nil` for a private or
+    /// shared one, where roles do not apply.
+    var access: RecordAccess? { scope == .public ? RecordAccess(user: caller.user) : nil }
+
     /// The database the caller addresses: public, or the caller's own private database.
     func database(requireUser: Bool) throws(StratusError) -> DatabaseRef {
         switch scope {
@@ -133,6 +137,41 @@ public struct StratusResponder: HTTPResponder {
 }
 
 extension StratusApp {
+    /// The schema whose grants decide what `access` may read of `records`, reloaded once when the
+    /// cached copy lacks one of their types (another process may have added it).
+    func accessSchema(_ db: DatabaseRef, for records: [Record]) async throws -> Schema {
+        let schema = try await self.records.schemas.schema(containerID: db.containerID, environment: db.environment)
+        guard records.contains(where: { schema.grants[$0.recordType] == nil }) else { return schema }
+        return try await self.records.schemas.reload(containerID: db.containerID, environment: db.environment)
+    }
+
+    /// The records of a page the caller's security roles let them read, in order (public
+    /// database; every record elsewhere). Change feeds leave the others out; their cursor moves
+    /// past them all the same.
+    func readable(_ records: [Record], by request: DataRequest, in db: DatabaseRef) async throws -> [Record] {
+        guard let access = request.access, !records.isEmpty else { return records }
+        let schema = try await accessSchema(db, for: records)
+        return records.filter { access.allows(.read, on: $0.recordType, creator: $0.createdBy, in: schema) }
+    }
+
+    /// Restricts a public-database query to what the caller's roles may read: every record of
+    /// the type, only their own (`_creator`), or none (ACCESS_DENIED; AUTHENTICATION_REQUIRED
+    /// when signing in would give a role that may read).
+    func restrict(_ query: inout Query, for request: DataRequest, in db: DatabaseRef) async throws {
+        guard let access = request.access else { return }
+        let schema = try await records.schemas.schema(containerID: db.containerID, environment: db.environment)
+        if access.allows(.read, on: query.recordType, creator: nil, in: schema) { return }
+        if let user = access.user, access.readsOnlyOwnRecords(of: query.recordType, in: schema) {
+            query.filters.append(QueryFilter(target: .system(.createdUserRecordName), comparator: .equals,
+                                             values: [.text(user)], scalar: SystemField.createdUserRecordName.valueType))
+            return
+        }
+        if access.user == nil, !RecordAccess.roles(granting: .read, on: query.recordType, in: schema).isEmpty {
+            _ = try request.caller.requireUser(signInURL: request.signInURL)
+        }
+        throw RecordAccess.denial(.read, on: query.recordType, recordName: nil, in: schema)
+    }
+
     /// Authenticates, reads the body and runs `handler` for a data endpoint.
     func dataEndpoint(_ request: Request, container containerName: String, environment: String, database: String, hasBody: Bool,
                       _ handler: (DataRequest) async throws -> JSON) async throws -> Response {

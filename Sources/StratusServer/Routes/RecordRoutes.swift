@@ -25,7 +25,8 @@ extension StratusApp {
         let caller = db.owner.isEmpty ? (request.caller.user ?? "") : db.owner
         let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings)
         let results = try await records.modify(db, zone: zone, request: decoded, caller: caller, now: now(),
-                                               allowSchemaChanges: db.environment == .development, render: { $0.wireJSON(rendering) })
+                                               allowSchemaChanges: db.environment == .development, access: request.access,
+                                               render: { $0.wireJSON(rendering) })
         // One id for the response's per-record errors, made only if there is one (two getrandom calls).
         lazy var uuid = newUUID()
         let items: [JSON] = results.enumerated().map { index, result in
@@ -68,9 +69,13 @@ extension StratusApp {
         let db = try request.database(requireUser: false)
         let zone = try request.zoneName(request.body["zoneID"])
         let found = try await records.lookup(db, zone: zone, names: wanted.map(\.name))
+        let schema = request.access == nil ? nil : try await accessSchema(db, for: Array(found.values))
         return ["records": .array(wanted.map { item in
             guard let record = found[item.name] else {
                 return StratusError(.notFound, "record '\(Names.printable(item.name))' does not exist").dictionary(uuid: uuid, recordName: item.name)
+            }
+            if let access = request.access, let schema, !access.allows(.read, on: record.recordType, creator: record.createdBy, in: schema) {
+                return RecordAccess.denial(.read, on: record.recordType, recordName: item.name, in: schema).dictionary(uuid: uuid, recordName: item.name)
             }
             return record.wireJSON(RecordRendering(desiredKeys: item.desired, numbersAsStrings: numbersAsStrings))
         })]
@@ -90,7 +95,8 @@ extension StratusApp {
         }
         let db = try request.database(requireUser: false)
         let zone = try request.zoneName(request.body["zoneID"])
-        let query = try await parseQuery(queryJSON, db: db)
+        var query = try await parseQuery(queryJSON, db: db)
+        try await restrict(&query, for: request, in: db)
         noteQueryShape(query, db: db)
         let fingerprint = Self.fingerprint(["c": .int(db.containerID), "e": .string(db.environment.rawValue),
                                             "d": .string(db.scope.rawValue), "o": .string(db.owner), "z": .string(zone), "q": queryJSON])
