@@ -30,7 +30,10 @@ extension StratusApp {
             let dryRun = try Wire.bool(body["dryRun"], key: "dryRun") ?? false
             let schema = try Self.parseSchema(text)
             let (plan, version) = try await self.records.schemas.importDevelopment(schema, containerID: container.id, by: try Self.actor(body), dryRun: dryRun)
-            return .json(["plan": plan.json(), "planText": .string(plan.text()), "applied": .bool(!dryRun && !plan.isEmpty), "version": .int(version)])
+            let warnings = Self.grantWarnings(schema)
+            let planText = ([plan.text()] + warnings.map { "  warning: \($0.stringValue ?? "")" }).joined(separator: "\n")
+            return .json(["plan": plan.json(), "planText": .string(planText), "applied": .bool(!dryRun && !plan.isEmpty), "version": .int(version),
+                          "warnings": .array(warnings)])
         }
         router.get("\(base)/diff") { request, context -> Response in
             try self.authenticator.requireAdmin(request)
@@ -108,7 +111,16 @@ extension StratusApp {
         ["recordType": .string(build.recordType), "field": .string(build.field), "built": .int(build.built), "total": .int(build.total), "done": .bool(build.done)]
     }
 
-    /// The plan with backfill counts and warnings about development queries production would not index.
+    /// A warning for each record type without any grant: the public database refuses every role
+    /// its records (`RecordAccess`), which is rarely what a schema written by hand means.
+    static func grantWarnings(_ schema: Schema) -> [JSON] {
+        schema.recordTypes.keys.sorted().filter { type in (schema.grants[type] ?? [:]).values.allSatisfy(\.isEmpty) }.map { type in
+            .string("record type \(type) has no GRANT: in the public database no role may create, read or change its records (CloudKit's defaults are GRANT WRITE TO \"_creator\", GRANT CREATE TO \"_icloud\", GRANT READ TO \"_world\")")
+        }
+    }
+
+    /// The plan with backfill counts and warnings about development queries production would not
+    /// index and record types without grants.
     func planResponse(_ plan: SchemaPlan, counts: [String: Int64], containerID: Int64, applied: Bool, version: Int64?) async throws -> JSON {
         await settleQueryShapes()
         let development = try await records.schemas.load(containerID: containerID, environment: .development)
@@ -123,6 +135,7 @@ extension StratusApp {
                 warnings.append(.string("development queries in the last 7 days \(usage == "sort" ? "sorted by" : "filtered on") \(type).\(field), which production would not index (\(usage == "sort" || usage == "range" ? "SORTABLE" : "QUERYABLE") missing)"))
             }
         }
+        warnings += Self.grantWarnings(development)
         var text = plan.text(counts: counts)
         for warning in warnings { text += "\n  warning: \(warning.stringValue ?? "")" }
         var members: [String: JSON] = ["plan": plan.json(counts: counts), "planText": .string(text), "refused": .int(Int64(plan.refused.count)),
