@@ -8,9 +8,10 @@
 #   Deploy/bench.sh [--containers N] [--records N] [--duration S] [--concurrency N]
 #                   [--workloads "lookup create modify …"] [--no-peer] [--rounds N] [--scale]
 #
-#   --rounds  runs each workload's pgbench + service pair N times in a row (default 1) and reports
-#             the round with the median ratio: one pair can fall in a slow phase of the machine
-#             (see the steal column), three rarely all do. Takes about N times as long.
+#   --rounds  runs each workload's pgbench + service pair (and PocketBase) N times in a row
+#             (default 1) and reports the round with the median ratio, and PocketBase's median
+#             round: one pair can fall in a slow phase of the machine (see the steal column),
+#             three rarely all do. Takes about N times as long.
 #   --scale   instead: lookup, query-eq and changes latency at 1e5 records in 100 containers, then
 #             after growing to 1e6 more records in 10,000 containers (performance.md S1/S3), with
 #             containers picked uniformly and with Zipf(1.1) popularity (pgbench: random_zipfian),
@@ -41,7 +42,7 @@ while [ $# -gt 0 ]; do
     --no-peer) PEER=0; shift;;
     --rounds) ROUNDS=$2; shift 2;;
     --scale) SCALE=1; shift;;
-    -h|--help) sed -n 2,22p "$0"; exit 0;;
+    -h|--help) sed -n 2,23p "$0"; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 64;;
   esac
 done
@@ -391,6 +392,7 @@ for workload in $WORKLOADS; do
     create|modify|batch|mixed) WRITTEN=1;;
     *) if [ "$WRITTEN" = 1 ]; then $PSQL -c "VACUUM ANALYZE"; WRITTEN=0; fi;;
   esac
+  : > "$WORK/peer-rounds.txt"
   for round in $(seq 1 "$ROUNDS"); do
     case "$workload" in
       mixed) read -r tps lat psteal pcpu < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/lookup.sql@50 -f Deploy/pgbench/query-eq.sql@15 \
@@ -401,15 +403,20 @@ for workload in $WORKLOADS; do
     steal="$psteal/$ssteal"
     ratio=$(awk -v r="$rps" -v b="$tps" 'BEGIN { printf "%.6f", (b > 0 ? r / b : 0) }')
     echo "$ratio $tps $lat $rps $recs $p50 $p99 $errors $rss $steal $scpu/$pcpu" >> "$WORK/rounds.txt"
-    if [ "$ROUNDS" -gt 1 ]; then echo "   $workload round $round: pgbench $tps tps, service $rps req/s; steal $steal %" >&2; fi
+    # PocketBase in every round too, so that its column is a median of as many runs as the service's.
+    if [ "$PEER" = 1 ] && [[ " lookup create modify query-eq " == *" $workload "* ]]; then
+      read -r prps _ < <(service_run "$workload" "$CONCURRENCY" "$WORK/pb.json" --peer pocketbase --server "http://127.0.0.1:$PBPORT")
+      echo "$prps" >> "$WORK/peer-rounds.txt"
+      wait_idle "$PB_PID" PocketBase   # its WAL checkpoints must not fall into the next pgbench run
+    fi
+    if [ "$ROUNDS" -gt 1 ]; then echo "   $workload round $round: pgbench $tps tps, service $rps req/s$( [ -s "$WORK/peer-rounds.txt" ] && echo ", PocketBase $(tail -1 "$WORK/peer-rounds.txt") req/s"); steal $steal %" >&2; fi
   done
   # The round with the median ratio (the lower middle one for an even count); errors of all rounds.
   read -r _ tps lat rps recs p50 p99 _ rss steal cpu < <(sort -g "$WORK/rounds.txt" | sed -n "$(( (ROUNDS + 1) / 2 ))p")
   errors=$(awk '{ e += $8 } END { print e + 0 }' "$WORK/rounds.txt")
+  # PocketBase's median round (the lower middle one for an even count).
   peer="-"
-  if [ "$PEER" = 1 ] && [[ " lookup create modify query-eq " == *" $workload "* ]]; then
-    read -r peer _ < <(service_run "$workload" "$CONCURRENCY" "$WORK/pb.json" --peer pocketbase --server "http://127.0.0.1:$PBPORT")
-  fi
+  if [ -s "$WORK/peer-rounds.txt" ]; then peer=$(sort -g "$WORK/peer-rounds.txt" | sed -n "$(( (ROUNDS + 1) / 2 ))p"); fi
   row "$workload" "$tps" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "$peer" "$lat" "$steal" "$cpu"
   echo "   $workload: pgbench $tps tps, service $rps req/s, PocketBase $peer req/s; steal $steal %" >&2
   if [ "$PEER" = 1 ] && [[ " create modify " == *" $workload "* ]]; then
