@@ -99,6 +99,17 @@ import Testing
                 #expect(found.status == 200, "\(found.json)")
                 #expect(found.json["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } == [own], "\(found.json)")
             }
+            // A marker of a query narrowed to Alice's diaries is hers: Bob cannot page on with it.
+            let second = try await alice.modify("public", [op("create", "d-alice-2", type: "Diary", fields: Self.titled("today"))])
+            #expect(second.json.record(0)?["recordChangeTag"] != nil, "\(second.json)")
+            let diaryQuery = try #require(query["query"])
+            let page = try await alice.post("public", "records/query", ["query": diaryQuery, "resultsLimit": 1])
+            let marker = try #require(page.json["continuationMarker"]?.stringValue, "\(page.json)")
+            let nextPage: JSON = ["query": diaryQuery, "continuationMarker": .string(marker)]
+            let borrowed = try await bob.post("public", "records/query", nextPage)
+            #expect(borrowed.status == 400, "\(borrowed.json)")
+            let own = try await alice.post("public", "records/query", nextPage)
+            #expect(own.status == 200 && own.json["records"]?.arrayValue?.count == 1, "\(own.json)")
             // Signing in would let an anonymous caller read diaries (their own): sign in first.
             let anonymousQuery = try await anonymous.post("public", "records/query", query)
             #expect(anonymousQuery.status == 421, "\(anonymousQuery.json)")

@@ -141,7 +141,7 @@ extension StratusApp {
     /// cached copy lacks one of their types (another process may have added it).
     func accessSchema(_ db: DatabaseRef, for records: [Record]) async throws -> Schema {
         let schema = try await self.records.schemas.schema(containerID: db.containerID, environment: db.environment)
-        guard records.contains(where: { schema.grants[$0.recordType] == nil }) else { return schema }
+        guard records.contains(where: { schema.recordTypes[$0.recordType] == nil }) else { return schema }
         return try await self.records.schemas.reload(containerID: db.containerID, environment: db.environment)
     }
 
@@ -156,15 +156,16 @@ extension StratusApp {
 
     /// Restricts a public-database query to what the caller's roles may read: every record of
     /// the type, only their own (`_creator`), or none (ACCESS_DENIED; AUTHENTICATION_REQUIRED
-    /// when signing in would give a role that may read).
-    func restrict(_ query: inout Query, for request: DataRequest, in db: DatabaseRef) async throws {
-        guard let access = request.access else { return }
+    /// when signing in would give a role that may read). Returns the user the query was narrowed
+    /// to, if it was.
+    func restrict(_ query: inout Query, for request: DataRequest, in db: DatabaseRef) async throws -> String? {
+        guard let access = request.access else { return nil }
         let schema = try await records.schemas.schema(containerID: db.containerID, environment: db.environment)
-        if access.allows(.read, on: query.recordType, creator: nil, in: schema) { return }
+        if access.allows(.read, on: query.recordType, creator: nil, in: schema) { return nil }
         if let user = access.user, access.readsOnlyOwnRecords(of: query.recordType, in: schema) {
             query.filters.append(QueryFilter(target: .system(.createdUserRecordName), comparator: .equals,
                                              values: [.text(user)], scalar: SystemField.createdUserRecordName.valueType))
-            return
+            return user
         }
         if access.user == nil, !RecordAccess.roles(granting: .read, on: query.recordType, in: schema).isEmpty {
             _ = try request.caller.requireUser(signInURL: request.signInURL)

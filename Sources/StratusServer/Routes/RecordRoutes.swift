@@ -96,10 +96,11 @@ extension StratusApp {
         let db = try request.database(requireUser: false)
         let zone = try request.zoneName(request.body["zoneID"])
         var query = try await parseQuery(queryJSON, db: db)
-        try await restrict(&query, for: request, in: db)
+        // A query narrowed to the caller's own records pages through them alone: its marker is theirs.
+        let narrowedTo = try await restrict(&query, for: request, in: db)
         noteQueryShape(query, db: db)
         let fingerprint = Self.fingerprint(["c": .int(db.containerID), "e": .string(db.environment.rawValue),
-                                            "d": .string(db.scope.rawValue), "o": .string(db.owner), "z": .string(zone), "q": queryJSON])
+                                            "d": .string(db.scope.rawValue), "o": .string(narrowedTo ?? db.owner), "z": .string(zone), "q": queryJSON])
         var cursor: QueryCursor?
         if let markerText {
             cursor = try openMarker(markerText, fingerprint: fingerprint, sorts: query.sorts.count)
