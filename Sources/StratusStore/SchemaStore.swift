@@ -4,28 +4,17 @@ import PostgresNIO
 import StratusCore
 import Synchronization
 
-/// Container-environment schemas: cached in memory, read again when a request names a type or
-/// field the cached copy does not know (another process may have added it), and at the first use
-/// after `lifetime`, so that what another server process on the same database changed (a deploy,
-/// an import, a grant taken away) holds here within that time, as token revocations do.
+/// Container-environment schemas: loaded once and cached in memory, reloaded when a request
+/// names a type or field the cached copy does not know (another process may have added it).
 public final class SchemaStore: Sendable {
     struct Key: Hashable {
         var containerID: Int64
         var environment: ContainerEnvironment
     }
 
-    struct Entry {
-        var schema: Schema
-        /// When the schema was read from the database.
-        var loadedAt: ContinuousClock.Instant
-    }
-
     let database: Database
     let logger: Logger
-    private let cache = Mutex<[Key: Entry]>([:])
-    /// How long a schema read from the database is used before it is read again: one small read
-    /// per minute for each container-environment in use.
-    let lifetime = Mutex<Duration>(.seconds(60))
+    private let cache = Mutex<[Key: Schema]>([:])
 
     public init(database: Database, logger: Logger) {
         self.database = database
@@ -34,33 +23,25 @@ public final class SchemaStore: Sendable {
 
     /// The cached schema, loading it on first use.
     public func schema(containerID: Int64, environment: ContainerEnvironment) async throws -> Schema {
-        let lifetime = lifetime.withLock { $0 }
-        if let cached = cache.withLock({ $0[Key(containerID: containerID, environment: environment)] }),
-           ContinuousClock.now - cached.loadedAt < lifetime {
-            return cached.schema
-        }
+        if let cached = cache.withLock({ $0[Key(containerID: containerID, environment: environment)] }) { return cached }
         return try await reload(containerID: containerID, environment: environment)
     }
 
     /// Reads the schema from the database and caches it.
     @discardableResult
     public func reload(containerID: Int64, environment: ContainerEnvironment) async throws -> Schema {
-        let loadedAt = ContinuousClock.now
         let schema = try await database.withConnection { connection in
             try await load(containerID: containerID, environment: environment, on: connection)
         }
-        remember(schema, containerID: containerID, environment: environment, loadedAt: loadedAt)
+        remember(schema, containerID: containerID, environment: environment)
         return schema
     }
 
-    /// Caches `schema` unless a newer version is cached. `loadedAt` is when it was read from the
-    /// database; `nil` for a schema made from the cached one (just-in-time additions), which keeps
-    /// the cached one's time, so it is read again as soon as the cached one would have been.
-    func remember(_ schema: Schema, containerID: Int64, environment: ContainerEnvironment, loadedAt: ContinuousClock.Instant? = nil) {
+    func remember(_ schema: Schema, containerID: Int64, environment: ContainerEnvironment) {
         cache.withLock { entries in
             let key = Key(containerID: containerID, environment: environment)
-            if let existing = entries[key], existing.schema.version > schema.version { return }
-            entries[key] = Entry(schema: schema, loadedAt: loadedAt ?? entries[key]?.loadedAt ?? ContinuousClock.now)
+            if let existing = entries[key], existing.version > schema.version { return }
+            entries[key] = schema
         }
     }
 

@@ -1,8 +1,6 @@
 import Foundation
-import PostgresNIO
 import StratusCore
 @testable import StratusServer
-@testable import StratusStore
 import Testing
 
 /// Security roles guard the public database (DESIGN, security roles): a record type's grants say
@@ -133,32 +131,6 @@ import Testing
             // Refused writes left nothing behind.
             let none = try await alice.post("public", "records/lookup", ["records": [["recordName": "notice-1"], ["recordName": "sealed-1"]]])
             #expect(none.json.record(0)?.errorCode == "NOT_FOUND" && none.json.record(1)?.errorCode == "NOT_FOUND", "\(none.json)")
-        }
-    }
-
-    /// A grant taken away by another server process on the same database (here: straight in
-    /// the tables, as its deploy would) holds in this one once the cached schema's lifetime has
-    /// passed, without a restart and without a request naming anything new.
-    @Test func aGrantTakenAwayElsewhereHoldsHereOnceTheCachedSchemaExpires() async throws {
-        try await Harness.run { harness in
-            let anonymous = try await harness.container()
-            let alice = try await anonymous.signedUp()
-            let saved = try await alice.modify("public", [op("create", "n1", fields: Self.titled("hello"))])
-            #expect(saved.json.record(0)?["recordChangeTag"] != nil, "\(saved.json)")
-            let before = try await anonymous.post("public", "records/lookup", ["records": [["recordName": "n1"]]])
-            #expect(before.json.record(0)?["fields"]?["title"]?["value"] == "hello", "\(before.json)")
-
-            harness.app.records.schemas.lifetime.withLock { $0 = .milliseconds(200) }
-            try await harness.database.withConnection { connection in
-                try await connection.statement("""
-                    DELETE FROM schema_grants WHERE role = '_world' AND record_type = 'Note'
-                      AND container_id = (SELECT container_id FROM containers WHERE name = \(anonymous.container))
-                    """, logger: TestCluster.logger)
-            }
-            try await Task.sleep(for: .milliseconds(400))
-            let after = try await anonymous.post("public", "records/lookup", ["records": [["recordName": "n1"]]])
-            #expect(after.json.record(0)?.errorCode == "ACCESS_DENIED", "\(after.json)")
-            #expect(after.json.record(0)?["fields"] == nil, "\(after.json)")
         }
     }
 }
