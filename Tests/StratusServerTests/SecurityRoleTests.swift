@@ -71,6 +71,8 @@ import Testing
             // The import warns about the type no role may use, and only about it.
             #expect(imported.json["warnings"]?.arrayValue?.count == 1, "\(imported.json)")
             #expect(imported.json["planText"]?.stringValue?.contains("warning: record type Sealed has no GRANT") == true, "\(imported.json)")
+            let diff = try await harness.admin(.get, "containers/\(anonymous.container)/schema/diff")
+            #expect(diff.json["planText"]?.stringValue?.contains("warning: record type Sealed has no GRANT") == true, "\(diff.json)")
             let alice = try await anonymous.signedUp()
             let bob = try await anonymous.signedUp()
             let aliceSave = try await alice.modify("public", [op("create", "d-alice", type: "Diary", fields: Self.titled("today"))])
