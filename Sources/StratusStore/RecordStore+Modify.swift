@@ -60,6 +60,8 @@ extension RecordStore {
                     // Another process may have extended the schema, changed its grants or deployed:
                     // plan again against the stored one.
                     schema = try await schemas.load(containerID: db.containerID, environment: db.environment, on: connection)
+                    // Read before this transaction writes anything: what it finds serves every request.
+                    schemas.remember(schema, containerID: db.containerID, environment: db.environment)
                     plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
                                               caller: caller, now: now, render: render, access: access)
                 }

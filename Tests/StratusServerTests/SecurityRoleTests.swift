@@ -1,6 +1,8 @@
 import Foundation
+import PostgresNIO
 import StratusCore
 @testable import StratusServer
+@testable import StratusStore
 import Testing
 
 /// Security roles guard the public database (DESIGN, security roles): a record type's grants say
@@ -133,6 +135,34 @@ import Testing
             // Refused writes left nothing behind.
             let none = try await alice.post("public", "records/lookup", ["records": [["recordName": "notice-1"], ["recordName": "sealed-1"]]])
             #expect(none.json.record(0)?.errorCode == "NOT_FOUND" && none.json.record(1)?.errorCode == "NOT_FOUND", "\(none.json)")
+        }
+    }
+
+    /// A grant taken away by another server process on the same database (here: straight in the
+    /// tables) holds in this one once a refused write has made it read the schema again.
+    @Test func aRefusedWriteRefreshesTheGrantsOtherProcessesChanged() async throws {
+        try await Harness.run { harness in
+            let anonymous = try await harness.container()
+            let schema = """
+                DEFINE SCHEMA
+                  RECORD TYPE Notice (title STRING QUERYABLE, GRANT CREATE TO "_icloud", GRANT READ TO "_world");
+                  RECORD TYPE Sealed (title STRING QUERYABLE);
+                """
+            #expect(try await harness.admin(.post, "containers/\(anonymous.container)/schema/import", json: ["schema": .string(schema)]).status == 200)
+            let alice = try await anonymous.signedUp()
+            let saved = try await alice.modify("public", [op("create", "n1", type: "Notice", fields: Self.titled("hello"))])
+            #expect(saved.json.record(0)?["recordChangeTag"] != nil, "\(saved.json)")
+            #expect(try await anonymous.post("public", "records/lookup", ["records": [["recordName": "n1"]]]).json.record(0)?["fields"] != nil)
+            try await harness.database.withConnection { connection in
+                try await connection.statement("""
+                    DELETE FROM schema_grants WHERE role = '_world' AND record_type = 'Notice'
+                      AND container_id = (SELECT container_id FROM containers WHERE name = \(anonymous.container))
+                    """, logger: TestCluster.logger)
+            }
+            let refused = try await alice.modify("public", [op("create", "s1", type: "Sealed", fields: Self.titled("hello"))])
+            #expect(refused.json.record(0)?.errorCode == "ACCESS_DENIED", "\(refused.json)")
+            let after = try await anonymous.post("public", "records/lookup", ["records": [["recordName": "n1"]]])
+            #expect(after.json.record(0)?.errorCode == "ACCESS_DENIED", "\(after.json)")
         }
     }
 }
