@@ -6,7 +6,7 @@
 # and under it, for each goal missed, by how much and why (from the run's CPU accounting).
 #
 #   Deploy/bench.sh [--containers N] [--records N] [--duration S] [--concurrency N]
-#                   [--workloads "lookup create modify …"] [--no-peer] [--rounds N] [--scale]
+#                   [--workloads "lookup create modify …"] [--no-peer] [--rounds N] [--scale | --cold]
 #
 #   --rounds  runs each workload's pgbench + service pair (and PocketBase) N times in a row
 #             (default 1) and reports the round with the median ratio, and PocketBase's median
@@ -16,6 +16,12 @@
 #             after growing to 1e6 more records in 10,000 containers (performance.md S1/S3), with
 #             containers picked uniformly and with Zipf(1.1) popularity (pgbench: random_zipfian),
 #             and the PostgreSQL relation count at both steps (it must not grow with containers).
+#   --cold    instead: what a new deployment sees first. Seeds a fresh server through the API
+#             (private zones, and public records), then at once, with no ANALYZE or VACUUM by this
+#             script, measures lookup, query-eq, changes, lookup-public (signed in) and
+#             lookup-world (API token alone) from their first second (no warm-up); then
+#             VACUUM ANALYZE and the same again warm. Goal: cold within 20% of warm, the whole run
+#             and its first second (issue 29).
 #
 # Everything runs on 127.0.0.1: a throwaway PostgreSQL cluster (tuned as in
 # shared/reference/performance.md §2.1), a release build of `stratus serve` and PocketBase
@@ -31,6 +37,7 @@ CONCURRENCY=16
 WORKLOADS="lookup create modify batch query-eq query-range changes mixed"
 PEER=1
 SCALE=0
+COLD=0
 ROUNDS=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -42,7 +49,8 @@ while [ $# -gt 0 ]; do
     --no-peer) PEER=0; shift;;
     --rounds) ROUNDS=$2; shift 2;;
     --scale) SCALE=1; shift;;
-    -h|--help) sed -n 2,23p "$0"; exit 0;;
+    --cold) COLD=1; shift;;
+    -h|--help) sed -n 2,29p "$0"; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 64;;
   esac
 done
@@ -326,6 +334,39 @@ if [ "$SCALE" = 1 ]; then
               px = tps["1e5/100/" access "/" ws[i]]; py = tps["1e6/10000/" access "/" ws[i]]
               if (x > 0) printf "%-7s %-9s p50 %s ms -> %s ms = %.2fx (goal <= 1.5x: %s); pgbench %s -> %s tps\n", access, ws[i], x, y, y / x, (y / x <= 1.5 ? "met" : "MISSED"), px, py
             } } }' "$SCALE_RESULTS"
+  exit 0
+fi
+
+if [ "$COLD" = 1 ]; then
+  COLD_RESULTS="$WORK/cold.tsv"
+  : > "$COLD_RESULTS"
+  echo "== cold: seeding $CONTAINERS containers x $RECORDS records (+100 public records each) through the API" >&2
+  "$BIN" bench seed --containers "$CONTAINERS" --records "$RECORDS" --public-records 100 --state-file "$WORK/state.json" >&2
+  for phase in cold warm; do
+    # Only the warm phase's tables are analyzed by this script; the cold phase measures at once.
+    [ "$phase" = warm ] && { echo "== VACUUM ANALYZE, then the same workloads warm" >&2; $PSQL -c "VACUUM ANALYZE"; }
+    for workload in lookup query-eq changes lookup-public lookup-world; do
+      json=$("$BIN" bench --workload "$workload" --concurrency "$CONCURRENCY" --duration "$DURATION" --warmup 0 --state-file "$WORK/state.json" --json 2>/dev/null)
+      rps=$(echo "$json" | sed -nE 's/.*"requestsPerSecond":([0-9.]+).*/\1/p')
+      first=$(echo "$json" | sed -nE 's/.*"perSecond":\[([0-9]+).*/\1/p')
+      slowest=$(echo "$json" | sed -nE 's/.*"perSecond":\[([0-9,]+)\].*/\1/p' | tr ',' '\n' | sort -n | head -1)
+      p50=$(echo "$json" | sed -nE 's/.*"p50":([0-9.]+).*/\1/p')
+      errors=$(echo "$json" | sed -nE 's/.*"errors":([0-9]+).*/\1/p')
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$phase" "$workload" "${rps:-0}" "${first:-0}" "${slowest:-0}" "${p50:-0}" "${errors:-0}" >> "$COLD_RESULTS"
+      echo "   $phase $workload: ${rps:-0} req/s, first second ${first:-0}, slowest second ${slowest:-0}, p50 ${p50:-0} ms, errors ${errors:-0}" >&2
+    done
+  done
+  echo
+  echo "Cold start (issue 29): a fresh server, measured right after seeding with no ANALYZE/VACUUM by the harness, then warm"
+  echo "$CONTAINERS containers x $RECORDS records (+100 public each), $CONCURRENCY connections, ${DURATION}s each, no warm-up; machine: $MACHINE"
+  awk -F '\t' '
+    $1 == "cold" { order[++n] = $2; rps[$2] = $3; first[$2] = $4; slow[$2] = $5; p50[$2] = $6; err[$2] = $7 }
+    $1 == "warm" { wrps[$2] = $3; wp50[$2] = $6; err[$2] += $7 }
+    END {
+      printf "%-14s %10s %10s %10s %10s %9s %9s %9s %6s  %s\n", "workload", "cold r/s", "1st sec", "slowest s", "warm r/s", "cold/warm", "1st/warm", "p50 c/w", "errors", "goal: cold and its 1st second within 20% of warm"
+      for (i = 1; i <= n; i++) { w = order[i]; r = (wrps[w] > 0 ? rps[w] / wrps[w] : 0); f = (wrps[w] > 0 ? first[w] / wrps[w] : 0)
+        printf "%-14s %10.0f %10d %10d %10.0f %8.0f%% %8.0f%% %4.2f/%4.2f %6d  %s\n", w, rps[w], first[w], slow[w], wrps[w], 100 * r, 100 * f, p50[w], wp50[w], err[w], (r >= 0.8 && f >= 0.8 ? "met" : "MISSED") }
+    }' "$COLD_RESULTS"
   exit 0
 fi
 

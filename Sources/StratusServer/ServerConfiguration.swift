@@ -12,6 +12,9 @@ public struct ServerConfiguration: Sendable {
     public var sessionLifetime: Int64
     /// Base URL clients reach this server at, for `redirectURL` (e.g. `http://127.0.0.1:8080`).
     public var publicURL: String
+    /// How often the planner statistics of the service's tables are checked (`StatisticsKeeper`);
+    /// `nil` leaves them to autovacuum alone.
+    public var statisticsInterval: Duration? = .seconds(1)
 
     /// The default body limit: 8 MiB (200 operations of ~40 KB each).
     public static let defaultMaximumBodyBytes = 8 * 1024 * 1024

@@ -53,21 +53,28 @@ struct Bench: AsyncParsableCommand {
 struct BenchState {
     struct Tenant {
         var container: String
+        /// The query string of a signed-in client: API token and web auth token.
         var query: String
         var zones: [String]
+
+        /// The query string of an anonymous client (`_world`): the API token alone.
+        var worldQuery: String { String(query.prefix { $0 != "&" }) }
     }
     var tenants: [Tenant]
     var recordsPerZone: Int
+    /// Records each container has in its public database, `pub-0` …
+    var publicRecords: Int
 
     func json() -> JSON {
-        ["recordsPerZone": .int(Int64(recordsPerZone)), "tenants": .array(tenants.map {
+        ["recordsPerZone": .int(Int64(recordsPerZone)), "publicRecords": .int(Int64(publicRecords)), "tenants": .array(tenants.map {
             ["container": .string($0.container), "query": .string($0.query), "zones": .array($0.zones.map { .string($0) })]
         })]
     }
 
-    init(tenants: [Tenant], recordsPerZone: Int) {
+    init(tenants: [Tenant], recordsPerZone: Int, publicRecords: Int = 0) {
         self.tenants = tenants
         self.recordsPerZone = recordsPerZone
+        self.publicRecords = publicRecords
     }
 
     init(json: JSON) throws {
@@ -75,6 +82,7 @@ struct BenchState {
             throw ValidationError("the bench state file is not valid; run 'stratus bench seed' again")
         }
         self.recordsPerZone = Int(perZone)
+        if case .int(let count)? = json["publicRecords"] { publicRecords = Int(count) } else { publicRecords = 0 }
         self.tenants = tenants.map {
             Tenant(container: $0["container"]?.stringValue ?? "", query: $0["query"]?.stringValue ?? "",
                    zones: ($0["zones"]?.arrayValue ?? []).compactMap(\.stringValue))
@@ -140,6 +148,7 @@ extension Bench {
         @Option(help: "How many containers.") var containers = 10
         @Option(help: "Records per container.") var records = 1000
         @Option(help: "Custom zones per container (records are spread evenly).") var zones = 4
+        @Option(name: .customLong("public-records"), help: "Records per container in its public database, for the lookup-public and lookup-world workloads (default 0).") var publicRecords = 0
         @Option(help: "Parallel seeding connections.") var concurrency = 8
         @Option(help: "Prefix of the container names.") var prefix = "bench"
         @Option(help: "stratus, or pocketbase to fill a PocketBase 'items' collection with the same records (see Deploy/bench.sh).") var peer: Peer = .stratus
@@ -188,13 +197,23 @@ extension Bench {
                         next = end
                     }
                 }
+                var next = 0
+                while next < publicRecords {
+                    let end = min(publicRecords, next + 200)
+                    let ops = (next..<end).map { BenchRecord.create("pub-\($0)", index: $0, rank: Int.random(in: 0..<1_048_576), operation: "forceReplace") }.joined(separator: ",")
+                    (status, body) = try connection.request("POST", "/database/1/\(name)/development/public/records/modify?\(query)",
+                                                            body: Array(#"{"atomic":false,"operations":[\#(ops)]}"#.utf8))
+                    guard status == 200 else { throw CLIError("public records in \(name): \(String(decoding: body.prefix(300), as: UTF8.self))") }
+                    counter.add(end - next)
+                    next = end
+                }
                 let done = counter.value
                 if index % max(1, containers / 20) == 0 {
                     FileHandle.standardError.write(Data("seeded \(done) records in \(Int(Date().timeIntervalSince(started)))s\n".utf8))
                 }
                 return BenchState.Tenant(container: name, query: query, zones: zoneNames)
             }
-            try save(BenchState(tenants: tenants, recordsPerZone: perZone))
+            try save(BenchState(tenants: tenants, recordsPerZone: perZone, publicRecords: publicRecords))
             let seconds = Date().timeIntervalSince(started)
             print("seeded \(containers) containers × \(zones) zones × \(perZone) records = \(counter.value) records in \(String(format: "%.1f", seconds)) s (\(Int(Double(counter.value) / max(seconds, 0.001))) records/s); state in \(options.stateFile)")
         }
@@ -207,6 +226,14 @@ extension Bench.Seed {
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
         try JSONWriter.string(state.json()).write(toFile: options.stateFile, atomically: true, encoding: .utf8)
     }
+}
+
+/// A value shared between threads behind a lock.
+final class Locked<Value>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value: Value
+    init(_ value: Value) { self.value = value }
+    func withLock<R>(_ body: (inout Value) -> R) -> R { lock.lock(); defer { lock.unlock() }; return body(&value) }
 }
 
 /// A thread-safe counter.

@@ -8,14 +8,17 @@ extension Bench {
 
         enum Workload: String, ExpressibleByArgument, CaseIterable {
             case lookup, create, modify, batch, queryEq = "query-eq", queryRange = "query-range", changes, mixed
+            /// A public-database record looked up by its creator (signed in) or by anyone (`_world`: the API token alone).
+            case lookupPublic = "lookup-public", lookupWorld = "lookup-world"
         }
 
         @OptionGroup var options: Bench.Options
-        @Option(help: "lookup, create, modify, batch, query-eq, query-range, changes or mixed.") var workload: Workload = .lookup
+        @Option(help: "lookup, create, modify, batch, query-eq, query-range, changes, mixed, lookup-public (a public-database record, signed in) or lookup-world (the same with the API token alone; both need 'bench seed --public-records').") var workload: Workload = .lookup
         @Option(help: "What --server is: stratus, or pocketbase for the peer comparison (lookup, create, modify and query-eq only; seed it with 'bench seed --peer pocketbase').") var peer: Peer = .stratus
         @Option(help: "Concurrent connections.") var concurrency = 16
         @Option(help: "Load-generator threads the connections are spread over (like pgbench -j).") var threads = 2
-        @Option(help: "Seconds to run (after a 1 s warm-up).") var duration: Double = 10
+        @Option(help: "Seconds to run (after the warm-up).") var duration: Double = 10
+        @Option(help: "Seconds of unmeasured warm-up first (0: measure from the first request, as a cold start would be).") var warmup: Double = 1
         @Option(help: "Use only the first N seeded containers (default all).") var containers: Int?
         @Option(help: ArgumentHelp("Pick containers with Zipf popularity of this exponent (e.g. 1.1: a few busy tenants, a long tail) instead of uniformly.",
                                    discussion: "The i-th seeded container is picked with probability proportional to 1/i^s, like pgbench's random_zipfian.",
@@ -28,6 +31,7 @@ extension Bench {
             }
             guard concurrency >= 1, concurrency <= 1024 else { throw ValidationError("--concurrency must be 1–1024") }
             guard duration > 0, duration <= 3600 else { throw ValidationError("--duration must be 0–3600 seconds") }
+            guard warmup >= 0, warmup <= 600 else { throw ValidationError("--warmup must be 0–600 seconds") }
             if let zipf, !(zipf > 0 && zipf <= 10) { throw ValidationError("--zipf must be an exponent above 0 and at most 10, e.g. 1.1") }
         }
 
@@ -59,6 +63,10 @@ extension Bench {
                 return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"resultsLimit":100,"query":{"recordType":"Item","filterBy":[{"fieldName":"rank","comparator":"GREATER_THAN_OR_EQUALS","fieldValue":{"value":\#(Int.random(in: 0..<524_288, using: &random))}}],"sortBy":[{"fieldName":"rank"}]}}"#.utf8), records: 100)
             case .changes:
                 return Request(path: base + "changes/zone" + query, body: Array(#"{"zones":[{"zoneID":{"zoneName":"\#(zone)"},"resultsLimit":100}]}"#.utf8), records: 100)
+            case .lookupPublic, .lookupWorld:
+                let publicRecord = Int.random(in: 0..<max(1, state.publicRecords), using: &random)
+                let path = "/database/1/\(tenant.container)/development/public/records/lookup?" + (workload == .lookupWorld ? tenant.worldQuery : tenant.query)
+                return Request(path: path, body: Array(#"{"records":[{"recordName":"pub-\#(publicRecord)"}]}"#.utf8), records: 1)
             case .mixed:
                 let roll = Int.random(in: 0..<100, using: &random)
                 let pick: Workload = roll < 50 ? .lookup : roll < 65 ? .queryEq : roll < 85 ? .changes : .modify
@@ -75,7 +83,10 @@ extension Bench {
             if let containers { state.tenants = Array(state.tenants.prefix(containers)) }
             guard !state.tenants.isEmpty else { throw ValidationError("the bench state has no containers") }
             let workload = self.workload
-            let warmup = 1.0
+            if [.lookupPublic, .lookupWorld].contains(workload), state.publicRecords == 0 {
+                throw ValidationError("the seeded data has no public records: run 'stratus bench seed --public-records N' first")
+            }
+            let warmup = self.warmup
             let deadline = Date().addingTimeInterval(warmup + duration)
             let measureFrom = Date().addingTimeInterval(warmup)
             let lock = NSLock()
@@ -84,12 +95,15 @@ extension Bench {
             var records = 0
             var firstError: String?
             let progress = Counter()
+            // Requests answered in each second, from the start (the warm-up's seconds included).
+            let perSecond = Locked<[Int]>([])
             let reporter = Thread {
                 var last = 0
                 while Date() < deadline {
                     Thread.sleep(forTimeInterval: 1)
                     let now = progress.value
                     FileHandle.standardError.write(Data("  \(workload.rawValue): \(now - last) req/s\n".utf8))
+                    perSecond.withLock { $0.append(now - last) }
                     last = now
                 }
             }
@@ -158,6 +172,8 @@ extension Bench {
                 "latencyMs": ["p50": .double(percentile(0.5)), "p90": .double(percentile(0.9)), "p99": .double(percentile(0.99)),
                               "max": .double(Double(all.last ?? 0) / 1000)],
                 "serverRSSBytes": rss.map { .int($0) } ?? .null,
+                "warmupSeconds": .double(warmup),
+                "perSecond": .array(perSecond.withLock { $0 }.map { .int(Int64($0)) }),
                 "firstError": firstError.map { .string($0) } ?? .null,
             ]
             if json {

@@ -60,6 +60,7 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("idle-timeout"), help: "Seconds a connection may sit idle, or send nothing of a request it started, before it is closed (env STRATUS_IDLE_TIMEOUT, default 60).") var idleTimeout: Int?
     @Option(name: .customLong("statement-timeout"), help: "Seconds one database statement may run before it is cancelled and the request answered TRY_AGAIN_LATER; 0 never cancels (env STRATUS_STATEMENT_TIMEOUT, default 30). Migrations, index builds and zone deletions are not limited.") var statementTimeout: Int?
     @Option(name: .customLong("lock-timeout"), help: "Seconds a request may wait for data another request has locked before it is answered TRY_AGAIN_LATER; 0 waits for ever (env STRATUS_LOCK_TIMEOUT, default 10).") var lockTimeout: Int?
+    @Option(name: .customLong("statistics-interval"), help: "Seconds between checks of the planner statistics of the service's tables: a table that grew by its own size since PostgreSQL last analyzed it is analyzed at once; 0 leaves it to autovacuum (env STRATUS_STATISTICS_INTERVAL, default 1).") var statisticsInterval: Int?
     @Option(name: .customLong("shutdown-timeout"), help: "Seconds SIGTERM/SIGINT waits for requests in flight before it cancels them (env STRATUS_SHUTDOWN_TIMEOUT, default 30).") var shutdownTimeout: Int?
     @OptionGroup var database: DatabaseOptions
 
@@ -75,6 +76,7 @@ struct Serve: AsyncParsableCommand {
         let idle = try seconds(idleTimeout, "STRATUS_IDLE_TIMEOUT", default: 60, option: "--idle-timeout", allowZero: false)
         let lockWait = try seconds(lockTimeout, "STRATUS_LOCK_TIMEOUT", default: 10, option: "--lock-timeout", allowZero: true)
         let statementLimit = try seconds(statementTimeout, "STRATUS_STATEMENT_TIMEOUT", default: 30, option: "--statement-timeout", allowZero: true)
+        let statistics = try seconds(statisticsInterval, "STRATUS_STATISTICS_INTERVAL", default: 1, option: "--statistics-interval", allowZero: true)
         let shutdown = try seconds(shutdownTimeout, "STRATUS_SHUTDOWN_TIMEOUT", default: 30, option: "--shutdown-timeout", allowZero: false)
         let migrations = try loadMigrations()
 
@@ -91,15 +93,17 @@ struct Serve: AsyncParsableCommand {
         configuration.lockTimeout = lockWait == 0 ? nil : .seconds(lockWait)
         configuration.statementTimeout = statementLimit == 0 ? nil : .seconds(statementLimit)
         let db = Database(configuration: configuration, logger: logger)
-        let serverConfiguration = ServerConfiguration(adminToken: admin, maximumBodyBytes: maxBody, bcryptCost: cost,
+        var serverConfiguration = ServerConfiguration(adminToken: admin, maximumBodyBytes: maxBody, bcryptCost: cost,
                                                       publicURL: setting(publicURL, "STRATUS_PUBLIC_URL", default: "http://\(host):\(port)")!)
+        serverConfiguration.statisticsInterval = statistics == 0 ? nil : .seconds(statistics)
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await db.run() }
             defer { group.cancelAll() }
             try await MigrationRunner(migrations: migrations, logger: logger).run(on: db)
             let stratus = try await StratusApp.make(database: db, configuration: serverConfiguration, logger: logger)
             let app = Application(router: stratus.router(), server: stratus.httpServer(idleTimeout: .seconds(idle)),
-                                  configuration: .init(address: .hostname(host, port: port), serverName: "Stratus"), logger: logger)
+                                  configuration: .init(address: .hostname(host, port: port), serverName: "Stratus"),
+                                  services: [stratus.background], logger: logger)
             // On SIGTERM/SIGINT the server stops accepting, finishes the requests in flight and
             // closes idle connections; past the deadline, what is left is cancelled.
             var group = ServiceGroupConfiguration(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)

@@ -117,7 +117,7 @@ struct Harness: Sendable {
             // Live tests run the server `stratus serve` runs; router tests skip HTTP.
             let app = Application(router: stratus.router(), server: stratus.httpServer(idleTimeout: idleTimeout),
                                   configuration: .init(address: .hostname("127.0.0.1", port: 0)),
-                                  logger: TestCluster.logger)
+                                  services: [stratus.background], logger: TestCluster.logger)
             try await app.test(live ? .live : .router) { client in
                 try await body(Harness(client: client, database: db, app: stratus))
             }
