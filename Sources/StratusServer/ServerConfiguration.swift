@@ -8,19 +8,28 @@ public struct ServerConfiguration: Sendable {
     public var maximumBodyBytes: Int
     /// bcrypt cost for passwords (12 in production; tests may lower it).
     public var bcryptCost: UInt8
-    /// Lifetime of a web auth token, in seconds.
-    public var sessionLifetime: Int64
+    /// How long a session (a web auth token) lasts at most, however often it is used.
+    public var sessionLifetime: Duration
+    /// How long a session may go unused before it ends.
+    public var sessionIdleTimeout: Duration
     /// Base URL clients reach this server at, for `redirectURL` (e.g. `http://127.0.0.1:8080`).
     public var publicURL: String
     /// How often the planner statistics of the service's tables are checked (`StatisticsKeeper`);
     /// `nil` leaves them to autovacuum alone.
     public var statisticsInterval: Duration? = .seconds(1)
 
+    /// The default session lifetime: 30 days.
+    public static let defaultSessionLifetime: Duration = .seconds(30 * 86_400)
+    /// The default idle limit: 7 days without a request.
+    public static let defaultSessionIdleTimeout: Duration = .seconds(7 * 86_400)
+
     /// The default body limit: 8 MiB (200 operations of ~40 KB each).
     public static let defaultMaximumBodyBytes = 8 * 1024 * 1024
 
     public init(adminToken: String?, maximumBodyBytes: Int = ServerConfiguration.defaultMaximumBodyBytes, bcryptCost: UInt8 = 12,
-                sessionLifetime: Int64 = 14 * 24 * 3600, publicURL: String = "http://127.0.0.1:8080") {
+                sessionLifetime: Duration = ServerConfiguration.defaultSessionLifetime,
+                sessionIdleTimeout: Duration = ServerConfiguration.defaultSessionIdleTimeout, publicURL: String = "http://127.0.0.1:8080") {
+        self.sessionIdleTimeout = sessionIdleTimeout
         self.adminToken = adminToken
         self.maximumBodyBytes = maximumBodyBytes
         self.bcryptCost = bcryptCost

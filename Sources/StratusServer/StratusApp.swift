@@ -17,6 +17,8 @@ public final class StratusApp: Sendable {
     let records: RecordStore
     let sealer: TokenSealer
     let authenticator: Authenticator
+    /// Changes other server processes make to what this one caches.
+    let invalidations: Invalidations
     let configuration: ServerConfiguration
     let logger: Logger
     /// Development query shapes: when each was last noted, and those not yet written (see `noteQueryShape`).
@@ -49,6 +51,12 @@ public final class StratusApp: Sendable {
         self.authenticator = Authenticator(admin: admin, sealer: sealer, configuration: configuration)
         self.configuration = configuration
         self.logger = logger
+        self.invalidations = Invalidations(configuration: database.configuration, logger: logger)
+        let (authenticator, schemas) = (self.authenticator, self.records.schemas)
+        invalidations.subscribe { event in
+            authenticator.invalidate(event)
+            schemas.invalidate(event)
+        }
     }
 
     /// Every endpoint: the router, with the data API answered ahead of it (see `StratusRouter`).

@@ -30,12 +30,15 @@ public struct UserAccount: Sendable, Equatable {
     public var userRecordName: String
     public var email: String
     public var passwordHash: String
+    /// When an administrator disabled the account (it cannot sign in), if they did.
+    public var disabledAt: Date?
 
-    public init(containerID: Int64, userRecordName: String, email: String, passwordHash: String) {
+    public init(containerID: Int64, userRecordName: String, email: String, passwordHash: String, disabledAt: Date? = nil) {
         self.containerID = containerID
         self.userRecordName = userRecordName
         self.email = email
         self.passwordHash = passwordHash
+        self.disabledAt = disabledAt
     }
 }
 
@@ -50,17 +53,19 @@ public struct AdminStore: Sendable {
     }
 
     /// Creates a container; `EXISTS` if the name is taken.
-    public func createContainer(name: String) async throws -> ContainerInfo {
+    public func createContainer(name: String, by actor: AuditActor) async throws -> ContainerInfo {
         let salt = (0..<16).map { _ in UInt8.random(in: 0...255) }
-        let rows = try await database.withConnection { connection in
-            try await connection.rows("""
+        return try await database.transaction { connection in
+            let rows = try await connection.rows("""
                 INSERT INTO containers (name, identity_salt) VALUES (\(name), \(Data(salt)))
                 ON CONFLICT (name) DO NOTHING
                 RETURNING container_id, name, identity_salt, created_at
                 """, logger: logger)
+            guard let row = rows.first else { throw StratusError(.exists, "container '\(name)' already exists") }
+            let container = try Self.container(row)
+            try await AuditEntry(containerID: container.id, actor: actor, action: "container.create", target: name).write(on: connection, logger: logger)
+            return container
         }
-        guard let row = rows.first else { throw StratusError(.exists, "container '\(name)' already exists") }
-        return try Self.container(row)
     }
 
     /// All containers, by name.
@@ -83,17 +88,20 @@ public struct AdminStore: Sendable {
     }
 
     /// Stores a new API token by its hash.
-    public func createAPIToken(container: ContainerInfo, environment: ContainerEnvironment, name: String, tokenHash: [UInt8], prefix: String) async throws -> APITokenInfo {
-        let row = try await database.withConnection { connection in
-            try await connection.rows("""
+    public func createAPIToken(container: ContainerInfo, environment: ContainerEnvironment, name: String, tokenHash: [UInt8], prefix: String,
+                               by actor: AuditActor) async throws -> APITokenInfo {
+        try await database.transaction { connection in
+            let row = try await connection.rows("""
                 INSERT INTO api_tokens (container_id, environment, name, token_hash, token_prefix)
                 VALUES (\(container.id), \(environment.code), \(name), \(Data(tokenHash)), \(prefix))
                 RETURNING token_id, created_at
-                """, logger: logger)
-        }.first!
-        let (tokenID, created) = try row.decode((Int64, Date).self)
-        return APITokenInfo(containerID: container.id, containerName: container.name, tokenID: tokenID, environment: environment,
-                            name: name, prefix: prefix, createdAt: created, revokedAt: nil)
+                """, logger: logger).first!
+            let (tokenID, created) = try row.decode((Int64, Date).self)
+            try await AuditEntry(containerID: container.id, actor: actor, action: "token.create", environment: environment,
+                                 target: String(tokenID), detail: "name '\(name)', prefix \(prefix)").write(on: connection, logger: logger)
+            return APITokenInfo(containerID: container.id, containerName: container.name, tokenID: tokenID, environment: environment,
+                                name: name, prefix: prefix, createdAt: created, revokedAt: nil)
+        }
     }
 
     /// API tokens, optionally of one container.
@@ -121,22 +129,27 @@ public struct AdminStore: Sendable {
     }
 
     /// Revokes a token by id or by its prefix; `NOT_FOUND` if no live token matches.
-    public func revokeAPIToken(containerID: Int64, idOrPrefix: String) async throws -> APITokenInfo {
+    public func revokeAPIToken(containerID: Int64, idOrPrefix: String, by actor: AuditActor) async throws -> APITokenInfo {
         let tokenID = Int64(idOrPrefix)
-        let rows = try await database.withConnection { connection in
-            try await connection.rows("""
+        return try await database.transaction { connection in
+            let rows = try await connection.rows("""
                 UPDATE api_tokens SET revoked_at = now()
                 WHERE container_id = \(containerID) AND revoked_at IS NULL
                   AND (token_id = \(tokenID) OR token_prefix = \(idOrPrefix))
                 RETURNING container_id, (SELECT name FROM containers WHERE container_id = api_tokens.container_id),
                           token_id, environment, name, token_prefix, created_at, revoked_at
                 """, logger: logger)
+            guard rows.count == 1 else {
+                if rows.isEmpty { throw StratusError(.notFound, "no live API token '\(idOrPrefix)' in this container") }
+                throw StratusError(.badRequest, "'\(idOrPrefix)' matches several tokens; give the token id")
+            }
+            let token = try Self.token(rows[0])
+            try await AuditEntry(containerID: containerID, actor: actor, action: "token.revoke", environment: token.environment,
+                                 target: String(token.tokenID), detail: "name '\(token.name)', prefix \(token.prefix)").write(on: connection, logger: logger)
+            // Every server process forgets the token when this commits.
+            try await Invalidations.publish(.apiToken(containerID: containerID, tokenID: token.tokenID), on: connection, logger: logger)
+            return token
         }
-        guard rows.count == 1 else {
-            if rows.isEmpty { throw StratusError(.notFound, "no live API token '\(idOrPrefix)' in this container") }
-            throw StratusError(.badRequest, "'\(idOrPrefix)' matches several tokens; give the token id")
-        }
-        return try Self.token(rows[0])
     }
 
     static func token(_ row: PostgresRow) throws -> APITokenInfo {
@@ -163,11 +176,11 @@ public struct AdminStore: Sendable {
     public func user(containerID: Int64, email: String) async throws -> UserAccount? {
         try await database.withConnection { connection in
             try await connection.rows("""
-                SELECT user_record_name, password_hash FROM users WHERE container_id = \(containerID) AND email = \(email)
+                SELECT user_record_name, password_hash, disabled_at FROM users WHERE container_id = \(containerID) AND email = \(email)
                 """, logger: logger)
         }.first.map { row in
-            let (name, hash) = try row.decode((String, String).self)
-            return UserAccount(containerID: containerID, userRecordName: name, email: email, passwordHash: hash)
+            let (name, hash, disabled) = try row.decode((String, String, Date?).self)
+            return UserAccount(containerID: containerID, userRecordName: name, email: email, passwordHash: hash, disabledAt: disabled)
         }
     }
 
@@ -175,11 +188,11 @@ public struct AdminStore: Sendable {
     public func user(containerID: Int64, userRecordName: String) async throws -> UserAccount? {
         try await database.withConnection { connection in
             try await connection.rows("""
-                SELECT email, password_hash FROM users WHERE container_id = \(containerID) AND user_record_name = \(userRecordName)
+                SELECT email, password_hash, disabled_at FROM users WHERE container_id = \(containerID) AND user_record_name = \(userRecordName)
                 """, logger: logger)
         }.first.map { row in
-            let (email, hash) = try row.decode((String, String).self)
-            return UserAccount(containerID: containerID, userRecordName: userRecordName, email: email, passwordHash: hash)
+            let (email, hash, disabled) = try row.decode((String, String, Date?).self)
+            return UserAccount(containerID: containerID, userRecordName: userRecordName, email: email, passwordHash: hash, disabledAt: disabled)
         }
     }
 

@@ -47,7 +47,7 @@ extension SchemaStore {
 
     /// Plans, and unless `dryRun` or refused, applies development → production in one transaction.
     /// Added index options queue index builds for the existing production records.
-    public func deploy(containerID: Int64, by actor: String, dryRun: Bool) async throws -> (plan: SchemaPlan, counts: [String: Int64], applied: Bool, version: Int64) {
+    public func deploy(containerID: Int64, by actor: AuditActor, dryRun: Bool) async throws -> (plan: SchemaPlan, counts: [String: Int64], applied: Bool, version: Int64) {
         let result = try await database.transaction { connection in
             try await lockSchema(containerID: containerID, on: connection)
             let development = try await load(containerID: containerID, environment: .development, on: connection)
@@ -148,7 +148,7 @@ extension SchemaStore {
 
     /// Replaces the development schema with `schema` (from an imported `.ckdb` file); returns the plan
     /// from the current development schema to the new one.
-    public func importDevelopment(_ schema: Schema, containerID: Int64, by actor: String, dryRun: Bool) async throws -> (plan: SchemaPlan, version: Int64) {
+    public func importDevelopment(_ schema: Schema, containerID: Int64, by actor: AuditActor, dryRun: Bool) async throws -> (plan: SchemaPlan, version: Int64) {
         let result = try await database.transaction { connection in
             try await lockSchema(containerID: containerID, on: connection)
             let current = try await load(containerID: containerID, environment: .development, on: connection)
@@ -164,7 +164,7 @@ extension SchemaStore {
     }
 
     /// Development ← production schema, and every development record and zone deleted.
-    public func resetDevelopment(containerID: Int64, by actor: String) async throws -> (version: Int64, deletedRecords: Int64) {
+    public func resetDevelopment(containerID: Int64, by actor: AuditActor) async throws -> (version: Int64, deletedRecords: Int64) {
         let result = try await database.transaction { connection in
             try await Database.allowLongStatements(on: connection, logger: logger)
             try await lockSchema(containerID: containerID, on: connection)
@@ -186,12 +186,14 @@ extension SchemaStore {
         return result
     }
 
-    func recordHistory(containerID: Int64, environment: ContainerEnvironment, version: Int64, by actor: String, kind: String, plan: String,
+    func recordHistory(containerID: Int64, environment: ContainerEnvironment, version: Int64, by actor: AuditActor, kind: String, plan: String,
                        on connection: PostgresConnection) async throws {
         try await connection.statement("""
             INSERT INTO schema_deploys (container_id, environment, version, deployed_by, kind, plan)
-            VALUES (\(containerID), \(environment.code), \(version), \(actor), \(kind), \(plan))
+            VALUES (\(containerID), \(environment.code), \(version), \(actor.name), \(kind), \(plan))
             """, logger: logger)
+        try await AuditEntry(containerID: containerID, actor: actor, action: "schema.\(kind)", environment: environment,
+                             target: "version \(version)", detail: plan).write(on: connection, logger: logger)
     }
 
     /// Deploys, imports and resets of one environment, newest first.

@@ -152,12 +152,31 @@ public final class SchemaStore: Sendable {
             """, logger: logger)
     }
 
+    /// Moves the schema's version in the caller's transaction; every server process forgets its
+    /// older copy when the transaction commits (`Invalidations`).
     func bumpVersion(containerID: Int64, environment: ContainerEnvironment, on connection: PostgresConnection) async throws -> Int64 {
-        try await connection.rows("""
+        let version = try await connection.rows("""
             INSERT INTO schema_versions (container_id, environment, version) VALUES (\(containerID), \(environment.code), 1)
             ON CONFLICT (container_id, environment) DO UPDATE SET version = schema_versions.version + 1
             RETURNING version
             """, logger: logger).first!.decode(Int64.self)
+        try await Invalidations.publish(.schema(containerID: containerID, environment: environment, version: version), on: connection, logger: logger)
+        return version
+    }
+
+    /// Forgets what `event` says changed: a schema older than the version it names, or every schema.
+    public func invalidate(_ event: Invalidations.Event) {
+        switch event {
+        case .schema(let containerID, let environment, let version):
+            cache.withLock { entries in
+                let key = Key(containerID: containerID, environment: environment)
+                if let cached = entries[key], cached.version < version { entries[key] = nil }
+            }
+        case .all:
+            cache.withLock { $0.removeAll() }
+        default:
+            break
+        }
     }
 
     /// Forgets the cached schema of a container-environment (after a deploy, import or reset).

@@ -12,6 +12,8 @@ struct Caller: Sendable {
     var user: String?
     /// The web auth token as sent (echoed in `x-apple-cloudkit-session`).
     var webAuthToken: String?
+    /// The session the web auth token names.
+    var sessionID: Int64?
 
     /// The user, or 421 `AUTHENTICATION_REQUIRED` with a `redirectURL`.
     func requireUser(signInURL: String) throws(StratusError) -> String {
@@ -23,11 +25,16 @@ struct Caller: Sendable {
     }
 }
 
-/// Resolves API tokens, web auth tokens and the admin token. API tokens and containers are
-/// cached so that a request does not read them from the database: with thousands of small
+/// Resolves API tokens, web auth tokens and the admin token. API tokens, containers and sessions
+/// are cached so that a request does not read them from the database: with thousands of small
 /// tenants each calling now and then, a short cache would miss on almost every request. A token
-/// revoked through this process stops working at once (`forget(tokenID:)`); another server
-/// process sharing the database notices within `cacheLifetime`.
+/// revoked or a session ended through any server process sharing the database is forgotten by
+/// every process when the change commits (`Invalidations`).
+///
+/// A web auth token is sealed (HMAC) and names a session row: its container, environment, user
+/// and absolute expiry are in the token; whether it has ended (sign-out, password change, user
+/// disabled) or sat idle too long is in the row. Each process reads the row on a session's first
+/// use and again at most once a minute, moving its `last_used_at` (the idle limit's clock).
 final class Authenticator: Sendable {
     static let webAuthPurpose = "ckWebAuthToken"
     let admin: AdminStore
@@ -38,14 +45,51 @@ final class Authenticator: Sendable {
     static let cacheCapacity = 100_000
     private let tokens = Mutex(ExpiringCache<String, APITokenInfo?>(capacity: cacheCapacity))
     private let containers = Mutex(ExpiringCache<String, ContainerInfo?>(capacity: cacheCapacity))
-    /// Verified web auth tokens: token → (container id, user, expiry in seconds since the epoch).
-    private let sessions = Mutex(ExpiringCache<String, (Int64, String, Int64)>(capacity: cacheCapacity))
+    /// Verified web auth tokens: token → what it says.
+    private let webTokens = Mutex(ExpiringCache<String, WebAuthClaims>(capacity: cacheCapacity))
+    /// Sessions found live, by id: their container and user, until the next check.
+    private let liveSessions = Mutex(ExpiringCache<Int64, LiveSession>(capacity: cacheCapacity))
     let cacheLifetime: Duration = .seconds(60)
+    /// How often a session in use is read again (and its `last_used_at` moved): every minute, or
+    /// twice per idle limit when that is shorter.
+    var sessionCheckInterval: Duration { min(.seconds(60), configuration.sessionIdleTimeout / 2) }
+
+    /// What a web auth token says.
+    struct WebAuthClaims: Sendable {
+        var containerID: Int64
+        var environment: Int16
+        var sessionID: Int64
+        var user: String
+        /// Absolute expiry, seconds since 1970.
+        var expires: Int64
+    }
+
+    struct LiveSession: Sendable {
+        var containerID: Int64
+        var user: String
+    }
 
     init(admin: AdminStore, sealer: TokenSealer, configuration: ServerConfiguration) {
         self.admin = admin
         self.sealer = sealer
         self.configuration = configuration
+    }
+
+    /// Forgets what `event` says changed (another process's change, or this one's).
+    func invalidate(_ event: Invalidations.Event) {
+        switch event {
+        case .session(_, let sessionID):
+            liveSessions.withLock { $0.remove(sessionID) }
+        case .userSessions(let containerID, let user):
+            liveSessions.withLock { $0.removeAll { $0.containerID == containerID && $0.user == user } }
+        case .apiToken(_, let tokenID):
+            forget(tokenID: tokenID)
+        case .all:
+            liveSessions.withLock { $0.removeAll { _ in true } }
+            tokens.withLock { $0.removeAll { _ in true } }
+        case .schema, .serverKey, .roles:
+            break
+        }
     }
 
     /// The container named in the path, or `NOT_FOUND`.
@@ -95,43 +139,79 @@ final class Authenticator: Sendable {
         }
         var caller = Caller(container: container, environment: environment)
         if let webToken = query.get("ckWebAuthToken") ?? query.get("ckSession"), !webToken.isEmpty {
-            caller.user = try user(fromWebAuthToken: webToken, containerID: container.id)
+            let claims = try await session(fromWebAuthToken: webToken, containerID: container.id, environment: environment)
+            caller.user = claims.user
+            caller.sessionID = claims.sessionID
             caller.webAuthToken = webToken
         }
         return caller
     }
 
-    /// The user a web auth token names, checked against the container and its expiry.
-    func user(fromWebAuthToken token: String, containerID: Int64) throws(StratusError) -> String {
-        let container: Int64
-        let user: String
-        let expires: Int64
+    /// What a web auth token says, once its seal is verified; `AUTHENTICATION_FAILED` otherwise.
+    func claims(of token: String) throws(StratusError) -> WebAuthClaims {
         let now = ContinuousClock.now
-        if let cached = sessions.withLock({ $0.value(for: token, now: now) }) {
-            (container, user, expires) = cached
-        } else {
-            guard let payload = sealer.open(token, purpose: Self.webAuthPurpose),
-                  case .int(let c)? = payload["c"], case .string(let u)? = payload["u"], case .int(let x)? = payload["x"]
-            else {
-                throw StratusError(.authenticationFailed, "the ckWebAuthToken is not valid; sign in again")
-            }
-            (container, user, expires) = (c, u, x)
-            // The token carries its own expiry (checked below); the cache entry only bounds memory.
-            sessions.withLock { $0.set((c, u, x), for: token, expires: now + cacheLifetime, now: now) }
+        if let cached = webTokens.withLock({ $0.value(for: token, now: now) }) { return cached }
+        guard let payload = sealer.open(token, purpose: Self.webAuthPurpose),
+              case .int(let c)? = payload["c"], case .int(let e)? = payload["e"], case .int(let s)? = payload["s"],
+              case .string(let u)? = payload["u"], case .int(let x)? = payload["x"], let environment = Int16(exactly: e)
+        else {
+            throw StratusError(.authenticationFailed, "the ckWebAuthToken is not valid; sign in again")
         }
-        guard container == containerID else {
-            throw StratusError(.authenticationFailed, "the ckWebAuthToken was issued for another container; sign in to this one")
-        }
-        guard expires > Int64(Date().timeIntervalSince1970) else {
-            throw StratusError(.authenticationFailed, "the ckWebAuthToken has expired; sign in again")
-        }
-        return user
+        let claims = WebAuthClaims(containerID: c, environment: environment, sessionID: s, user: u, expires: x)
+        // The token carries its own expiry (checked by the caller); the entry only bounds memory.
+        webTokens.withLock { $0.set(claims, for: token, expires: now + cacheLifetime, now: now) }
+        return claims
     }
 
-    /// A new web auth token for `user` in `containerID`.
-    func webAuthToken(user: String, containerID: Int64) -> String {
-        let expires = Int64(Date().timeIntervalSince1970) + configuration.sessionLifetime
-        return sealer.seal(["c": .int(containerID), "u": .string(user), "x": .int(expires)], purpose: Self.webAuthPurpose)
+    /// The live session a web auth token names, checked against the container, the environment,
+    /// its expiry, and (at most a minute old) its row: ended and idle sessions are refused.
+    func session(fromWebAuthToken token: String, containerID: Int64, environment: ContainerEnvironment) async throws -> WebAuthClaims {
+        let claims = try claims(of: token)
+        guard claims.containerID == containerID else {
+            throw StratusError(.authenticationFailed, "the ckWebAuthToken was issued for another container; sign in to this one")
+        }
+        guard claims.environment == environment.code else {
+            throw StratusError(.authenticationFailed, "the ckWebAuthToken was issued for the other environment of this container; sign in to this one")
+        }
+        guard claims.expires > Int64(Date().timeIntervalSince1970) else {
+            throw StratusError(.authenticationFailed, "the ckWebAuthToken has expired; sign in again")
+        }
+        let now = ContinuousClock.now
+        if liveSessions.withLock({ $0.value(for: claims.sessionID, now: now) }) != nil { return claims }
+        switch try await admin.useSession(containerID: containerID, sessionID: claims.sessionID, idleTimeout: configuration.sessionIdleTimeout) {
+        case .success:
+            liveSessions.withLock {
+                $0.set(LiveSession(containerID: containerID, user: claims.user), for: claims.sessionID, expires: now + sessionCheckInterval, now: now)
+            }
+            return claims
+        case .failure(.ended(let reason)):
+            throw StratusError(.authenticationFailed, "this session has ended (\(reason)); sign in again")
+        case .failure(.idle):
+            throw StratusError(.authenticationFailed, "this session expired after \(Self.describe(configuration.sessionIdleTimeout)) without use; sign in again")
+        case .failure(.expired):
+            throw StratusError(.authenticationFailed, "the ckWebAuthToken has expired; sign in again")
+        case .failure(.unknown):
+            throw StratusError(.authenticationFailed, "the ckWebAuthToken is not valid; sign in again")
+        }
+    }
+
+    /// A new session for `user` and its web auth token.
+    func startSession(user: String, containerID: Int64, environment: ContainerEnvironment) async throws -> (token: String, session: SessionRecord) {
+        let session = try await admin.createSession(containerID: containerID, environment: environment, user: user,
+                                                    lifetime: configuration.sessionLifetime)
+        let expires = Int64(session.expiresAt.timeIntervalSince1970)
+        let token = sealer.seal(["c": .int(containerID), "e": .int(Int64(environment.code)), "s": .int(session.sessionID),
+                                 "u": .string(user), "x": .int(expires)], purpose: Self.webAuthPurpose)
+        return (token, session)
+    }
+
+    /// "30 minutes", "7 days": a duration as a person reads it.
+    static func describe(_ duration: Duration) -> String {
+        let seconds = duration.components.seconds
+        if seconds % 86_400 == 0 { return "\(seconds / 86_400) day\(seconds == 86_400 ? "" : "s")" }
+        if seconds % 3600 == 0 { return "\(seconds / 3600) hour\(seconds == 3600 ? "" : "s")" }
+        if seconds % 60 == 0 { return "\(seconds / 60) minute\(seconds == 60 ? "" : "s")" }
+        return "\(seconds) second\(seconds == 1 ? "" : "s")"
     }
 
     /// Checks `Authorization: Bearer <admin token>` on management requests.

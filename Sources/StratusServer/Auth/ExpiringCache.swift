@@ -34,6 +34,10 @@ struct ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
         entries[key] = (value, expires)
     }
 
+    mutating func remove(_ key: Key) {
+        entries[key] = nil
+    }
+
     mutating func removeAll(where shouldRemove: (Value) -> Bool) {
         entries = entries.filter { !shouldRemove($0.value.value) }
     }

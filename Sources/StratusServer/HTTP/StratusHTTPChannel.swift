@@ -100,8 +100,10 @@ struct StratusHTTPChannel: ServerChildChannel {
         }
         let context = BasicRequestContext(source: ApplicationRequestContextSource(channel: channel, logger: logger))
         do {
-            return try await ErrorMiddleware<BasicRequestContext>().handle(request, context: context) { request, context in
-                try await responder.respond(to: request, context: context)
+            return try await ClientAddress.$current.withValue(channel.remoteAddress?.ipAddress) {
+                try await ErrorMiddleware<BasicRequestContext>().handle(request, context: context) { request, context in
+                    try await responder.respond(to: request, context: context)
+                }
             }
         } catch {
             // ErrorMiddleware renders every error; this is only for the compiler.

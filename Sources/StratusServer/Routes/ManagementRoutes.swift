@@ -12,7 +12,7 @@ extension StratusApp {
             let body = try await self.readObject(request)
             guard let name = try Wire.string(body["name"], key: "name") else { throw StratusError.badRequest("missing required key 'name'") }
             try Names.validateContainer(name)
-            let container = try await self.admin.createContainer(name: name)
+            let container = try await self.admin.createContainer(name: name, by: try self.actor(request))
             return .json(["container": Self.containerJSON(container)], status: .created)
         }
         router.get("\(base)/containers") { request, _ -> Response in
@@ -34,8 +34,27 @@ extension StratusApp {
             }
             let secret = TokenSealer.randomToken(prefix: "ck_")
             let info = try await self.admin.createAPIToken(container: container, environment: environment, name: name,
-                                                           tokenHash: TokenSealer.hash(secret), prefix: String(secret.prefix(10)))
+                                                           tokenHash: TokenSealer.hash(secret), prefix: String(secret.prefix(10)),
+                                                           by: try self.actor(request))
             return .json(["apiToken": .string(secret), "token": Self.tokenJSON(info)], status: .created)
+        }
+        router.get("\(base)/containers/:container/audit") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let query = request.uri.queryParameters
+            var since: Date?
+            if let text = query.get("since") {
+                guard let date = ISO8601DateFormatter().date(from: String(text)) else {
+                    throw StratusError.badRequest("'since' must be an ISO 8601 time such as 2026-11-24T10:00:00Z")
+                }
+                since = date
+            }
+            let limit = try query.get("limit").map { text throws(StratusError) -> Int in
+                guard let value = Int(text), (1...10_000).contains(value) else { throw .badRequest("'limit' must be 1–10000") }
+                return value
+            } ?? 1000
+            let entries = try await self.admin.auditLog(containerID: container.id, since: since, limit: limit)
+            return .json(["container": .string(container.name), "entries": .array(entries.map(Self.auditJSON))])
         }
         router.get("\(base)/stats") { request, _ -> Response in
             try self.authenticator.requireAdmin(request)
@@ -57,7 +76,7 @@ extension StratusApp {
             guard !token.isEmpty, token.utf8.count <= 64, token.unicodeScalars.allSatisfy({ Names.isPrintable($0) }) else {
                 throw StratusError.badRequest("give the token's id (from 'stratus token list') or its prefix")
             }
-            let info = try await self.admin.revokeAPIToken(containerID: container.id, idOrPrefix: token)
+            let info = try await self.admin.revokeAPIToken(containerID: container.id, idOrPrefix: token, by: try self.actor(request))
             self.authenticator.forget(tokenID: info.tokenID)
             return .json(["token": Self.tokenJSON(info)])
         }
@@ -83,6 +102,12 @@ extension StratusApp {
 
     static func containerJSON(_ container: ContainerInfo) -> JSON {
         ["name": .string(container.name), "createdAt": iso(container.createdAt)]
+    }
+
+    static func auditJSON(_ entry: AuditEntry) -> JSON {
+        ["id": .int(entry.id), "at": iso(entry.at), "actor": .string(entry.actor), "address": .string(entry.address),
+         "action": .string(entry.action), "environment": entry.environment.map { .string($0.rawValue) } ?? .null,
+         "target": .string(entry.target), "detail": .string(entry.detail)]
     }
 
     static func tokenJSON(_ token: APITokenInfo) -> JSON {

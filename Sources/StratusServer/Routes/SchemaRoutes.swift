@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Hummingbird
 import StratusCore
 import StratusStore
@@ -29,7 +30,7 @@ extension StratusApp {
             guard let text = try Wire.string(body["schema"], key: "schema") else { throw StratusError.badRequest("missing required key 'schema' (the .ckdb text)") }
             let dryRun = try Wire.bool(body["dryRun"], key: "dryRun") ?? false
             let schema = try Self.parseSchema(text)
-            let (plan, version) = try await self.records.schemas.importDevelopment(schema, containerID: container.id, by: try Self.actor(body), dryRun: dryRun)
+            let (plan, version) = try await self.records.schemas.importDevelopment(schema, containerID: container.id, by: try self.actor(request, body: body), dryRun: dryRun)
             let warnings = Self.grantWarnings(schema)
             let planText = ([plan.text()] + warnings.map { "  warning: \($0.stringValue ?? "")" }).joined(separator: "\n")
             return .json(["plan": plan.json(), "planText": .string(planText), "applied": .bool(!dryRun && !plan.isEmpty), "version": .int(version),
@@ -38,7 +39,7 @@ extension StratusApp {
         router.get("\(base)/diff") { request, context -> Response in
             try self.authenticator.requireAdmin(request)
             let container = try await self.managedContainer(context)
-            let (plan, counts, _, _) = try await self.records.schemas.deploy(containerID: container.id, by: "admin", dryRun: true)
+            let (plan, counts, _, _) = try await self.records.schemas.deploy(containerID: container.id, by: try self.actor(request), dryRun: true)
             return .json(try await self.planResponse(plan, counts: counts, containerID: container.id, applied: false, version: nil))
         }
         router.post("\(base)/deploy") { request, context -> Response in
@@ -46,7 +47,7 @@ extension StratusApp {
             let container = try await self.managedContainer(context)
             let body = try await self.readObject(request)
             let dryRun = try Wire.bool(body["dryRun"], key: "dryRun") ?? false
-            let (plan, counts, applied, version) = try await self.records.schemas.deploy(containerID: container.id, by: try Self.actor(body), dryRun: dryRun)
+            let (plan, counts, applied, version) = try await self.records.schemas.deploy(containerID: container.id, by: try self.actor(request, body: body), dryRun: dryRun)
             let response = try await self.planResponse(plan, counts: counts, containerID: container.id, applied: applied, version: version)
             if !plan.refused.isEmpty {
                 var error = StratusError(.badRequest, "the deploy is refused: production is additive only (\(plan.refused.count) refused change\(plan.refused.count == 1 ? "" : "s")); nothing was changed")
@@ -79,18 +80,22 @@ extension StratusApp {
             try self.authenticator.requireAdmin(request)
             let container = try await self.managedContainer(context)
             let body = (try? await self.readObject(request)) ?? [:]
-            let (version, deleted) = try await self.records.schemas.resetDevelopment(containerID: container.id, by: try Self.actor(body))
+            let (version, deleted) = try await self.records.schemas.resetDevelopment(containerID: container.id, by: try self.actor(request, body: body))
             return .json(["version": .int(version), "deletedRecords": .int(deleted)])
         }
     }
 
-    /// Who asked for a schema change (`by` in the body, e.g. `alice@laptop`; "admin" when absent).
-    static func actor(_ body: [String: JSON]) throws(StratusError) -> String {
-        let name = try Wire.string(body["by"], key: "by") ?? "admin"
-        guard !name.isEmpty, name.utf8.count <= 200, name.unicodeScalars.allSatisfy(Names.isPrintable) else {
-            throw .badRequest("'by' must be 1–200 printable characters")
+    /// Who asks for a management action, for the audit log and the schema history: the admin
+    /// token, what the client says of itself (`by` in the body or the `X-Stratus-Actor` header,
+    /// e.g. `alice@laptop`, as the CLI sends it) and the client's address.
+    func actor(_ request: Request, body: [String: JSON] = [:]) throws(StratusError) -> AuditActor {
+        let said = try Wire.string(body["by"], key: "by") ?? request.headers[HTTPField.Name("X-Stratus-Actor")!]
+        if let said {
+            guard !said.isEmpty, said.utf8.count <= 200, said.unicodeScalars.allSatisfy(Names.isPrintable) else {
+                throw .badRequest("'by' (or the X-Stratus-Actor header) must be 1–200 printable characters")
+            }
         }
-        return "admin token (\(name))"
+        return AuditActor(credential: "admin token", client: said, address: ClientAddress.current)
     }
 
     static func parseSchema(_ text: String) throws(StratusError) -> Schema {

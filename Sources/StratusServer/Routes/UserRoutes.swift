@@ -28,6 +28,108 @@ extension StratusApp {
         router.get("/auth/1/:container/:environment/signin") { request, context in
             try await self.signInPage(request, context)
         }
+        router.post("/auth/1/:container/:environment/signout") { request, context in
+            try await self.signOut(request, context)
+        }
+        router.post("/auth/1/:container/:environment/password") { request, context in
+            try await self.changePassword(request, context)
+        }
+    }
+
+    /// Failed sign-ins allowed per account, and per client address, in `signInWindow`; past
+    /// them, sign-in is answered THROTTLED with the seconds left in the window.
+    static let signInFailuresPerAccount = 10
+    static let signInFailuresPerAddress = 50
+    static let signInWindow: Duration = .seconds(15 * 60)
+
+    /// The throttling keys of a sign-in attempt for `email`: the account, and the client address when known.
+    static func signInKeys(email: String) -> [(key: String, limit: Int)] {
+        var keys = [(key: "email:" + email, limit: signInFailuresPerAccount)]
+        if let address = ClientAddress.current { keys.append((key: "address:" + address, limit: signInFailuresPerAddress)) }
+        return keys
+    }
+
+    /// Checks `password` against the account of `email`, throttled per account and per client
+    /// address. Failures are counted; a success clears the account's count. The reason never
+    /// says whether the address exists (a missing account is verified against a dummy hash, so
+    /// it takes as long).
+    func verifyPassword(containerID: Int64, email: String, password: String) async throws -> UserAccount {
+        let keys = Self.signInKeys(email: email)
+        if let wait = try await admin.signInRetryAfter(containerID: containerID, keys: keys, window: Self.signInWindow) {
+            throw StratusError(.throttled, "too many failed sign-ins for this account or from this address; try again in \(wait) seconds",
+                               retryAfter: wait)
+        }
+        let account = try await admin.user(containerID: containerID, email: email)
+        let hash = account?.passwordHash ?? dummyPasswordHash
+        let valid = try await NIOThreadPool.singleton.runIfActive { Bcrypt.verify(password, hash: hash) }
+        guard let account, valid else {
+            try await admin.recordSignInFailure(containerID: containerID, keys: keys.map(\.key), window: Self.signInWindow)
+            throw StratusError(.authenticationFailed, "the email address or password is wrong")
+        }
+        try await admin.clearSignInFailures(containerID: containerID, key: keys[0].key)
+        guard account.disabledAt == nil else {
+            throw StratusError(.authenticationFailed, "this account is disabled; ask the app's administrator")
+        }
+        return account
+    }
+
+    /// The answer to a successful sign-up, sign-in or password change: a new session's token.
+    func sessionResponse(user: String, container: ContainerInfo, environment: ContainerEnvironment) async throws -> Response {
+        let (token, session) = try await authenticator.startSession(user: user, containerID: container.id, environment: environment)
+        return .json(["ckWebAuthToken": .string(token), "userRecordName": .string(user),
+                      "expiresAt": .int(Int64(session.expiresAt.timeIntervalSince1970 * 1000))])
+    }
+
+    /// The web auth token of an auth request: the `ckWebAuthToken` (or `ckSession`) query parameter.
+    func webAuthToken(_ request: Request) throws(StratusError) -> String {
+        let query = request.uri.queryParameters
+        guard let token = query.get("ckWebAuthToken") ?? query.get("ckSession"), !token.isEmpty else {
+            throw StratusError(.authenticationFailed, "missing ckWebAuthToken query parameter: send the token of the session")
+        }
+        return String(token)
+    }
+
+    /// `POST /auth/1/{container}/{environment}/signout`: ends the session of the `ckWebAuthToken`
+    /// at once, on every server process. Signing out an ended session is not an error.
+    func signOut(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let (container, environment) = try await authContainer(request, context)
+        let claims = try authenticator.claims(of: try webAuthToken(request))
+        guard claims.containerID == container.id, claims.environment == environment.code else {
+            throw StratusError(.authenticationFailed, "the ckWebAuthToken was issued for another container or environment")
+        }
+        try await admin.endSession(containerID: container.id, sessionID: claims.sessionID, reason: "signed out")
+        return .json(["signedOut": true])
+    }
+
+    /// `POST /auth/1/{container}/{environment}/password` with `{"password", "newPassword"}` and the
+    /// session's `ckWebAuthToken`: changes the password, ends every session of the user (on every
+    /// server process) and answers with a new session for the caller.
+    func changePassword(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let (container, environment) = try await authContainer(request, context)
+        let claims = try await authenticator.session(fromWebAuthToken: try webAuthToken(request), containerID: container.id, environment: environment)
+        let body = try await readObject(request)
+        guard let current = try Wire.string(body["password"], key: "password") else {
+            throw StratusError.badRequest("missing required key 'password' (the current password)")
+        }
+        guard let new = try Wire.string(body["newPassword"], key: "newPassword") else {
+            throw StratusError.badRequest("missing required key 'newPassword'")
+        }
+        try Self.validateNewPassword(new)
+        guard let account = try await admin.user(containerID: container.id, userRecordName: claims.user) else {
+            throw StratusError(.authenticationFailed, "the account of this session no longer exists; sign up again")
+        }
+        _ = try await verifyPassword(containerID: container.id, email: account.email, password: current)
+        let cost = configuration.bcryptCost
+        let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(new, cost: cost) }
+        try await admin.changePassword(containerID: container.id, user: claims.user, passwordHash: hash)
+        return try await sessionResponse(user: claims.user, container: container, environment: environment)
+    }
+
+    /// A new password's rules: 8 characters at least, 72 bytes at most (bcrypt reads no more), no NUL.
+    static func validateNewPassword(_ password: String) throws(StratusError) {
+        guard !password.utf8.contains(0) else { throw .badRequest("the password must not contain NUL characters") }
+        guard password.count >= 8 else { throw .badRequest("the password must have at least 8 characters") }
+        guard password.utf8.count <= 72 else { throw .badRequest("the password must be at most 72 bytes long") }
     }
 
     /// Checks the container and environment in the path, and the API token when one is given.
@@ -64,31 +166,22 @@ extension StratusApp {
 
     /// `POST /auth/1/{container}/{environment}/signup`.
     func signUp(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
-        let (container, _) = try await authContainer(request, context)
+        let (container, environment) = try await authContainer(request, context)
         let (email, password) = try await credentials(request)
-        guard password.count >= 8 else { throw StratusError.badRequest("the password must have at least 8 characters") }
-        guard password.utf8.count <= 72 else { throw StratusError.badRequest("the password must be at most 72 bytes long") }
+        try Self.validateNewPassword(password)
         let cost = configuration.bcryptCost
         let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: cost) }
         let userRecordName = UserRecordName.random()
         try await admin.createUser(UserAccount(containerID: container.id, userRecordName: userRecordName, email: email, passwordHash: hash))
-        let token = authenticator.webAuthToken(user: userRecordName, containerID: container.id)
-        return .json(["ckWebAuthToken": .string(token), "userRecordName": .string(userRecordName)])
+        return try await sessionResponse(user: userRecordName, container: container, environment: environment)
     }
 
     /// `POST /auth/1/{container}/{environment}/signin`.
     func signIn(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
-        let (container, _) = try await authContainer(request, context)
+        let (container, environment) = try await authContainer(request, context)
         let (email, password) = try await credentials(request)
-        let account = try await admin.user(containerID: container.id, email: email)
-        // Verify against a dummy hash when the account is missing, so timing does not reveal which emails exist.
-        let hash = account?.passwordHash ?? dummyPasswordHash
-        let valid = try await NIOThreadPool.singleton.runIfActive { Bcrypt.verify(password, hash: hash) }
-        guard let account, valid else {
-            throw StratusError(.authenticationFailed, "the email address or password is wrong")
-        }
-        let token = authenticator.webAuthToken(user: account.userRecordName, containerID: container.id)
-        return .json(["ckWebAuthToken": .string(token), "userRecordName": .string(account.userRecordName)])
+        let account = try await verifyPassword(containerID: container.id, email: email, password: password)
+        return try await sessionResponse(user: account.userRecordName, container: container, environment: environment)
     }
 
     /// The page `redirectURL` points at: a small sign-in form that posts to the JSON endpoint

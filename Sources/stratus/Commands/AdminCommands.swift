@@ -47,6 +47,8 @@ struct ManagementClient {
         var request = URLRequest(url: url)
         request.httpMethod = method
         request.setValue("Bearer " + token, forHTTPHeaderField: "Authorization")
+        // Who runs the CLI, for the server's audit log.
+        request.setValue(operatorName(), forHTTPHeaderField: "X-Stratus-Actor")
         if let body {
             request.httpBody = Data(JSONWriter.bytes(body))
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")

@@ -61,6 +61,8 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("statement-timeout"), help: "Seconds one database statement may run before it is cancelled and the request answered TRY_AGAIN_LATER; 0 never cancels (env STRATUS_STATEMENT_TIMEOUT, default 30). Migrations, index builds and zone deletions are not limited.") var statementTimeout: Int?
     @Option(name: .customLong("lock-timeout"), help: "Seconds a request may wait for data another request has locked before it is answered TRY_AGAIN_LATER; 0 waits for ever (env STRATUS_LOCK_TIMEOUT, default 10).") var lockTimeout: Int?
     @Option(name: .customLong("statistics-interval"), help: "Seconds between checks of the planner statistics of the service's tables: a table that grew by its own size since PostgreSQL last analyzed it is analyzed at once; 0 leaves it to autovacuum (env STRATUS_STATISTICS_INTERVAL, default 1).") var statisticsInterval: Int?
+    @Option(name: .customLong("session-lifetime"), help: "Seconds a sign-in (web auth token) lasts at most, however often it is used (env STRATUS_SESSION_LIFETIME, default 2592000: 30 days).") var sessionLifetime: Int?
+    @Option(name: .customLong("session-idle-timeout"), help: "Seconds a sign-in may go unused before it ends (env STRATUS_SESSION_IDLE_TIMEOUT, default 604800: 7 days).") var sessionIdleTimeout: Int?
     @Option(name: .customLong("shutdown-timeout"), help: "Seconds SIGTERM/SIGINT waits for requests in flight before it cancels them (env STRATUS_SHUTDOWN_TIMEOUT, default 30).") var shutdownTimeout: Int?
     @OptionGroup var database: DatabaseOptions
 
@@ -76,6 +78,8 @@ struct Serve: AsyncParsableCommand {
         let idle = try seconds(idleTimeout, "STRATUS_IDLE_TIMEOUT", default: 60, option: "--idle-timeout", allowZero: false)
         let lockWait = try seconds(lockTimeout, "STRATUS_LOCK_TIMEOUT", default: 10, option: "--lock-timeout", allowZero: true)
         let statementLimit = try seconds(statementTimeout, "STRATUS_STATEMENT_TIMEOUT", default: 30, option: "--statement-timeout", allowZero: true)
+        let lifetime = try seconds(sessionLifetime, "STRATUS_SESSION_LIFETIME", default: 30 * 86_400, option: "--session-lifetime", allowZero: false, maximum: 366 * 86_400)
+        let idleLimit = try seconds(sessionIdleTimeout, "STRATUS_SESSION_IDLE_TIMEOUT", default: 7 * 86_400, option: "--session-idle-timeout", allowZero: false, maximum: 366 * 86_400)
         let statistics = try seconds(statisticsInterval, "STRATUS_STATISTICS_INTERVAL", default: 1, option: "--statistics-interval", allowZero: true)
         let shutdown = try seconds(shutdownTimeout, "STRATUS_SHUTDOWN_TIMEOUT", default: 30, option: "--shutdown-timeout", allowZero: false)
         let migrations = try loadMigrations()
@@ -96,6 +100,8 @@ struct Serve: AsyncParsableCommand {
         var serverConfiguration = ServerConfiguration(adminToken: admin, maximumBodyBytes: maxBody, bcryptCost: cost,
                                                       publicURL: setting(publicURL, "STRATUS_PUBLIC_URL", default: "http://\(host):\(port)")!)
         serverConfiguration.statisticsInterval = statistics == 0 ? nil : .seconds(statistics)
+        serverConfiguration.sessionLifetime = .seconds(lifetime)
+        serverConfiguration.sessionIdleTimeout = .seconds(idleLimit)
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await db.run() }
             defer { group.cancelAll() }
@@ -114,10 +120,10 @@ struct Serve: AsyncParsableCommand {
 }
 
 /// A whole number of seconds from an option or its environment variable.
-private func seconds(_ value: Int?, _ variable: String, default fallback: Int, option: String, allowZero: Bool) throws -> Int {
+private func seconds(_ value: Int?, _ variable: String, default fallback: Int, option: String, allowZero: Bool, maximum: Int = 86_400) throws -> Int {
     let text = setting(value.map(String.init), variable, default: String(fallback))!
-    guard let seconds = Int(text), seconds >= (allowZero ? 0 : 1), seconds <= 86_400 else {
-        throw ValidationError("\(option) (\(variable)) must be a whole number of seconds, \(allowZero ? 0 : 1)–86400; got '\(text)'")
+    guard let seconds = Int(text), seconds >= (allowZero ? 0 : 1), seconds <= maximum else {
+        throw ValidationError("\(option) (\(variable)) must be a whole number of seconds, \(allowZero ? 0 : 1)–\(maximum); got '\(text)'")
     }
     return seconds
 }

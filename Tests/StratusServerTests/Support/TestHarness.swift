@@ -106,14 +106,14 @@ struct Harness: Sendable {
     /// `database` adjusts the pool's settings (timeouts).
     static func run(live: Bool = false, poolSize: Int = 4, idleTimeout: Duration? = nil,
                     database adjust: @Sendable (inout DatabaseConfiguration) -> Void = { _ in },
+                    server configure: @Sendable (inout ServerConfiguration) -> Void = { _ in },
                     _ body: @escaping @Sendable (Harness) async throws -> Void) async throws {
         var configuration = try await TestCluster.shared.newDatabase()
         adjust(&configuration)
         try await withDatabase(configuration, maximumConnections: poolSize) { db in
-            let stratus = try await StratusApp.make(
-                database: db,
-                configuration: ServerConfiguration(adminToken: adminToken, maximumBodyBytes: 4 * 1024 * 1024, bcryptCost: 4),
-                logger: TestCluster.logger)
+            var server = Self.serverConfiguration
+            configure(&server)
+            let stratus = try await StratusApp.make(database: db, configuration: server, logger: TestCluster.logger)
             // Live tests run the server `stratus serve` runs; router tests skip HTTP.
             let app = Application(router: stratus.router(), server: stratus.httpServer(idleTimeout: idleTimeout),
                                   configuration: .init(address: .hostname("127.0.0.1", port: 0)),
@@ -121,6 +121,21 @@ struct Harness: Sendable {
             try await app.test(live ? .live : .router) { client in
                 try await body(Harness(client: client, database: db, app: stratus))
             }
+        }
+    }
+
+    /// The tests' server settings (bcrypt at its cheapest).
+    static let serverConfiguration = ServerConfiguration(adminToken: adminToken, maximumBodyBytes: 4 * 1024 * 1024, bcryptCost: 4)
+
+    /// Runs `body` against a second server process on the same database: another app with its
+    /// own caches and its own background work (as a second `stratus serve` would have), in
+    /// process, through its router.
+    func otherProcess(_ body: @escaping @Sendable (Harness) async throws -> Void) async throws {
+        let stratus = try await StratusApp.make(database: database, configuration: app.configuration, logger: TestCluster.logger)
+        let other = Application(router: stratus.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+                                services: [stratus.background], logger: TestCluster.logger)
+        try await other.test(.router) { client in
+            try await body(Harness(client: client, database: database, app: stratus))
         }
     }
 
@@ -179,6 +194,22 @@ struct Session: Sendable {
         copy.webAuthToken = response.json["ckWebAuthToken"]?.stringValue
         copy.userRecordName = response.json["userRecordName"]?.stringValue
         return copy
+    }
+
+    /// Signs in as an existing user and returns the session signed in as them.
+    func signedIn(_ email: String, password: String = "correct horse") async throws -> (status: Int, session: Session, json: JSON) {
+        let response = try await harness.send(.post, "/auth/1/\(container)/\(environment.rawValue)/signin?ckAPIToken=\(apiToken)",
+                                              json: ["emailAddress": .string(email), "password": .string(password)])
+        var copy = self
+        copy.webAuthToken = response.json["ckWebAuthToken"]?.stringValue
+        copy.userRecordName = response.json["userRecordName"]?.stringValue
+        return (response.status, copy, response.json)
+    }
+
+    /// The same client seen by another server process's harness.
+    func on(_ other: Harness) -> Session {
+        Session(harness: other, container: container, environment: environment, apiToken: apiToken,
+                webAuthToken: webAuthToken, userRecordName: userRecordName)
     }
 
     /// The query string CloudKit JS sends: API token, user token and its own extra parameters.

@@ -1,0 +1,153 @@
+import Foundation
+import Logging
+import PostgresNIO
+import StratusCore
+
+/// A signed-in session, as stored.
+public struct SessionRecord: Sendable, Equatable {
+    public var containerID: Int64
+    public var sessionID: Int64
+    public var environment: ContainerEnvironment
+    public var user: String
+    public var expiresAt: Date
+    public var lastUsedAt: Date
+    public var endedAt: Date?
+    /// Why it ended: `signed out`, `password changed`, `user disabled`.
+    public var endReason: String?
+}
+
+/// Why a session cannot be used.
+public enum SessionRefusal: Error, Sendable, Equatable {
+    case unknown
+    case ended(reason: String)
+    case idle
+    case expired
+}
+
+extension AdminStore {
+    static let sessionColumns = "container_id, session_id, environment, user_record_name, expires_at, last_used_at, ended_at, end_reason"
+
+    static func session(_ row: PostgresRow) throws -> SessionRecord {
+        let (container, session, environment, user, expires, used, ended, reason) =
+            try row.decode((Int64, Int64, Int16, String, Date, Date, Date?, String?).self)
+        return SessionRecord(containerID: container, sessionID: session, environment: environment == 1 ? .development : .production,
+                             user: user, expiresAt: expires, lastUsedAt: used, endedAt: ended, endReason: reason)
+    }
+
+    /// Starts a session for `user` that ends at the latest after `lifetime`.
+    public func createSession(containerID: Int64, environment: ContainerEnvironment, user: String, lifetime: Duration) async throws -> SessionRecord {
+        let seconds = Double(lifetime.components.seconds)
+        return try await database.withConnection { connection in
+            try await connection.rows("""
+                INSERT INTO sessions (container_id, environment, user_record_name, expires_at)
+                VALUES (\(containerID), \(environment.code), \(user), now() + make_interval(secs => \(seconds)))
+                RETURNING \(unescaped: Self.sessionColumns)
+                """, logger: logger)
+        }.first.map(Self.session)!
+    }
+
+    /// Marks a live session used now and returns it, or says why it cannot be used: ended, idle
+    /// for longer than `idleTimeout`, past its absolute expiry, or unknown.
+    public func useSession(containerID: Int64, sessionID: Int64, idleTimeout: Duration) async throws -> Result<SessionRecord, SessionRefusal> {
+        let idle = Double(idleTimeout.components.seconds)
+        return try await database.withConnection { connection in
+            let used = try await connection.rows("""
+                UPDATE sessions SET last_used_at = now()
+                WHERE container_id = \(containerID) AND session_id = \(sessionID) AND ended_at IS NULL
+                  AND expires_at > now() AND last_used_at > now() - make_interval(secs => \(idle))
+                RETURNING \(unescaped: Self.sessionColumns)
+                """, logger: logger)
+            if let row = used.first { return .success(try Self.session(row)) }
+            let rows = try await connection.rows("""
+                SELECT \(unescaped: Self.sessionColumns), expires_at <= now() FROM sessions
+                WHERE container_id = \(containerID) AND session_id = \(sessionID)
+                """, logger: logger)
+            guard let row = rows.first else { return .failure(.unknown) }
+            let session = try Self.session(row)
+            if session.endedAt != nil { return .failure(.ended(reason: session.endReason ?? "signed out")) }
+            var reader = row.makeRandomAccess()
+            if try reader[8].decode(Bool.self) { return .failure(.expired) }
+            return .failure(.idle)
+        }
+    }
+
+    /// Ends one session (signing out); `false` when it had already ended. Every server process
+    /// forgets it when the transaction commits.
+    @discardableResult
+    public func endSession(containerID: Int64, sessionID: Int64, reason: String) async throws -> Bool {
+        try await database.transaction { connection in
+            let ended = try await connection.rows("""
+                UPDATE sessions SET ended_at = now(), end_reason = \(reason)
+                WHERE container_id = \(containerID) AND session_id = \(sessionID) AND ended_at IS NULL RETURNING 1
+                """, logger: logger)
+            try await Invalidations.publish(.session(containerID: containerID, sessionID: sessionID), on: connection, logger: logger)
+            return !ended.isEmpty
+        }
+    }
+
+    /// Ends every live session of `user` inside the caller's transaction; returns how many.
+    @discardableResult
+    public func endSessions(containerID: Int64, user: String, reason: String, on connection: PostgresConnection) async throws -> Int {
+        let ended = try await connection.rows("""
+            UPDATE sessions SET ended_at = now(), end_reason = \(reason)
+            WHERE container_id = \(containerID) AND user_record_name = \(user) AND ended_at IS NULL RETURNING 1
+            """, logger: logger)
+        try await Invalidations.publish(.userSessions(containerID: containerID, user: user), on: connection, logger: logger)
+        return ended.count
+    }
+
+    /// Replaces a user's password hash and ends all their sessions, in one transaction.
+    public func changePassword(containerID: Int64, user: String, passwordHash: String) async throws {
+        try await database.transaction { connection in
+            try await connection.statement("""
+                UPDATE users SET password_hash = \(passwordHash), password_changed_at = now()
+                WHERE container_id = \(containerID) AND user_record_name = \(user)
+                """, logger: logger)
+            try await endSessions(containerID: containerID, user: user, reason: "password changed", on: connection)
+        }
+    }
+
+    // MARK: Sign-in throttling
+
+    /// Seconds until the first of `keys` that has `limit` or more failures in the current window
+    /// (of `window`) may try again; `nil` when none is throttled.
+    public func signInRetryAfter(containerID: Int64, keys: [(key: String, limit: Int)], window: Duration) async throws -> Int? {
+        let seconds = Double(window.components.seconds)
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("""
+                SELECT f.key, f.failures, ceil(extract(epoch FROM f.window_start + make_interval(secs => \(seconds)) - now()))::int8
+                FROM signin_failures f
+                WHERE f.container_id = \(containerID) AND f.key = ANY(\(keys.map(\.key)))
+                  AND f.window_start > now() - make_interval(secs => \(seconds))
+                """, logger: logger)
+        }
+        var wait: Int?
+        for row in rows {
+            let (key, failures, remaining) = try row.decode((String, Int32, Int64).self)
+            guard let limit = keys.first(where: { $0.key == key })?.limit, Int(failures) >= limit else { continue }
+            wait = max(wait ?? 0, max(1, Int(remaining)))
+        }
+        return wait
+    }
+
+    /// Counts a failed sign-in against each key (a new window when the last one has passed).
+    public func recordSignInFailure(containerID: Int64, keys: [String], window: Duration) async throws {
+        let seconds = Double(window.components.seconds)
+        try await database.withConnection { connection in
+            try await connection.statement("""
+                INSERT INTO signin_failures (container_id, key, window_start, failures)
+                SELECT \(containerID), k, now(), 1 FROM unnest(\(keys)::text[]) AS k
+                ON CONFLICT (container_id, key) DO UPDATE SET
+                    failures = CASE WHEN signin_failures.window_start > now() - make_interval(secs => \(seconds)) THEN signin_failures.failures + 1 ELSE 1 END,
+                    window_start = CASE WHEN signin_failures.window_start > now() - make_interval(secs => \(seconds)) THEN signin_failures.window_start ELSE now() END
+                """, logger: logger)
+        }
+    }
+
+    /// Forgets the failures counted against `key` (after a successful sign-in).
+    public func clearSignInFailures(containerID: Int64, key: String) async throws {
+        try await database.withConnection { connection in
+            try await connection.statement("DELETE FROM signin_failures WHERE container_id = \(containerID) AND key = \(key)", logger: logger)
+        }
+    }
+}
