@@ -16,7 +16,8 @@
 #             after growing to 1e6 more records in 10,000 containers (performance.md S1/S3), with
 #             containers picked uniformly and with Zipf(1.1) popularity (pgbench: random_zipfian),
 #             and the PostgreSQL relation count at both steps (it must not grow with containers).
-#   --cold    instead: what a new deployment sees first. Seeds a fresh server through the API
+#   --cold    instead: what a new deployment sees first. On a cluster with the embedded one's
+#             settings (PostgreSQL's defaults, as `stratus serve` starts it), seeds a fresh server through the API
 #             (private zones, and public records), then at once, with no ANALYZE or VACUUM by this
 #             script, measures lookup, query-eq, changes, lookup-public (signed in) and
 #             lookup-world (API token alone) from their first second (no warm-up); then
@@ -79,6 +80,18 @@ trap cleanup EXIT
 
 echo "== starting PostgreSQL on 127.0.0.1:$PGPORT" >&2
 $AS "$PGBIN/initdb" -D "$WORK/pg" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null
+if [ "$COLD" = 1 ]; then
+  # What a new user runs: the settings of the embedded cluster `stratus serve` starts
+  # (EmbeddedPostgres.swift), PostgreSQL's defaults otherwise (random_page_cost 4 among them).
+  cat >> "$WORK/pg/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $PGPORT
+unix_socket_directories = ''
+max_connections = 200
+shared_buffers = 256MB
+max_wal_size = 2GB
+CONF
+else
 cat >> "$WORK/pg/postgresql.conf" <<CONF
 listen_addresses = '127.0.0.1'
 port = $PGPORT
@@ -93,6 +106,7 @@ checkpoint_timeout = 15min
 wal_buffers = 64MB
 random_page_cost = 1.1
 CONF
+fi
 $AS "$PGBIN/pg_ctl" -D "$WORK/pg" -l "$WORK/pg.log" -w start >/dev/null
 PSQL="psql -h 127.0.0.1 -p $PGPORT -U postgres -d postgres -qAt"
 
@@ -357,7 +371,7 @@ if [ "$COLD" = 1 ]; then
     done
   done
   echo
-  echo "Cold start (issue 29): a fresh server, measured right after seeding with no ANALYZE/VACUUM by the harness, then warm"
+  echo "Cold start (issue 29): a fresh server on the embedded cluster's settings, measured right after seeding with no ANALYZE/VACUUM by the harness, then warm"
   echo "$CONTAINERS containers x $RECORDS records (+100 public each), $CONCURRENCY connections, ${DURATION}s each, no warm-up; machine: $MACHINE"
   awk -F '\t' '
     $1 == "cold" { order[++n] = $2; rps[$2] = $3; first[$2] = $4; slow[$2] = $5; p50[$2] = $6; err[$2] = $7 }

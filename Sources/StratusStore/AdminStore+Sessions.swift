@@ -151,3 +151,55 @@ extension AdminStore {
         }
     }
 }
+
+/// A user as the management API lists it.
+public struct UserSummary: Sendable, Equatable {
+    public var userRecordName: String
+    public var email: String
+    public var createdAt: Date
+    public var disabledAt: Date?
+    /// Live sessions in the environment asked about.
+    public var liveSessions: Int64
+}
+
+extension AdminStore {
+    /// The container's users (oldest first), with their live sessions in `environment`; `user`
+    /// narrows to one, by record name or email address.
+    public func users(containerID: Int64, environment: ContainerEnvironment, user: String? = nil, limit: Int = 10_000) async throws -> [UserSummary] {
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("""
+                SELECT u.user_record_name, u.email, u.created_at, u.disabled_at,
+                       (SELECT count(*) FROM sessions s WHERE s.container_id = u.container_id AND s.user_record_name = u.user_record_name
+                          AND s.environment = \(environment.code) AND s.ended_at IS NULL AND s.expires_at > now())
+                FROM users u
+                WHERE u.container_id = \(containerID) AND (\(user)::text IS NULL OR u.user_record_name = \(user) OR u.email = lower(\(user)))
+                ORDER BY u.created_at, u.user_record_name LIMIT \(limit)
+                """, logger: logger)
+        }
+        return try rows.map { row in
+            let (name, email, created, disabled, sessions) = try row.decode((String, String, Date, Date?, Int64).self)
+            return UserSummary(userRecordName: name, email: email, createdAt: created, disabledAt: disabled, liveSessions: sessions)
+        }
+    }
+
+    /// Disables a user (they cannot sign in, and every session of theirs ends at once, on every
+    /// server process) or enables them again; audited. `NOT_FOUND` for an unknown user.
+    public func setUserDisabled(containerID: Int64, user: String, disabled: Bool, by actor: AuditActor) async throws -> UserSummary {
+        try await database.transaction { connection in
+            let rows = try await connection.rows("""
+                UPDATE users SET disabled_at = CASE WHEN \(disabled) THEN coalesce(disabled_at, now()) ELSE NULL END
+                WHERE container_id = \(containerID) AND (user_record_name = \(user) OR email = lower(\(user)))
+                RETURNING user_record_name, email, created_at, disabled_at
+                """, logger: logger)
+            guard let row = rows.first else {
+                throw StratusError(.notFound, "no user '\(user)' in this container; give a user record name or an email address")
+            }
+            let (name, email, created, disabledAt) = try row.decode((String, String, Date, Date?).self)
+            var ended = 0
+            if disabled { ended = try await endSessions(containerID: containerID, user: name, reason: "user disabled", on: connection) }
+            try await AuditEntry(containerID: containerID, actor: actor, action: disabled ? "user.disable" : "user.enable", target: name,
+                                 detail: disabled ? "\(ended) session\(ended == 1 ? "" : "s") ended" : "").write(on: connection, logger: logger)
+            return UserSummary(userRecordName: name, email: email, createdAt: created, disabledAt: disabledAt, liveSessions: 0)
+        }
+    }
+}

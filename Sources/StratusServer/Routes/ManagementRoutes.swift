@@ -56,6 +56,31 @@ extension StratusApp {
             let entries = try await self.admin.auditLog(containerID: container.id, since: since, limit: limit)
             return .json(["container": .string(container.name), "entries": .array(entries.map(Self.auditJSON))])
         }
+        router.get("\(base)/containers/:container/users") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let environment = try Self.environmentParameter(request)
+            let users = try await self.admin.users(containerID: container.id, environment: environment)
+            return .json(["users": .array(users.map(Self.userJSON))])
+        }
+        router.get("\(base)/containers/:container/users/:user") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let user = try Self.userParameter(context)
+            guard let found = try await self.admin.users(containerID: container.id, environment: try Self.environmentParameter(request), user: user).first else {
+                throw StratusError(.notFound, "no user '\(user)' in this container; give a user record name or an email address")
+            }
+            return .json(["user": Self.userJSON(found)])
+        }
+        for (verb, disabled) in [("disable", true), ("enable", false)] {
+            router.post("\(base)/containers/:container/users/:user/\(verb)") { request, context -> Response in
+                try self.authenticator.requireAdmin(request)
+                let container = try await self.managedContainer(context)
+                let user = try await self.admin.setUserDisabled(containerID: container.id, user: try Self.userParameter(context), disabled: disabled,
+                                                                by: try self.actor(request))
+                return .json(["user": Self.userJSON(user)])
+            }
+        }
         router.get("\(base)/stats") { request, _ -> Response in
             try self.authenticator.requireAdmin(request)
             return .json(["rssBytes": Self.residentBytes().map { .int($0) } ?? .null, "pid": .int(Int64(getpid()))])
@@ -102,6 +127,25 @@ extension StratusApp {
 
     static func containerJSON(_ container: ContainerInfo) -> JSON {
         ["name": .string(container.name), "createdAt": iso(container.createdAt)]
+    }
+
+    /// The `environment` query parameter (development when absent).
+    static func environmentParameter(_ request: Request) throws(StratusError) -> ContainerEnvironment {
+        try ContainerEnvironment(segment: request.uri.queryParameters.get("environment").map { String($0) } ?? "development")
+    }
+
+    /// The `:user` path parameter: a user record name or an email address.
+    static func userParameter(_ context: BasicRequestContext) throws(StratusError) -> String {
+        let user = context.parameters.get("user") ?? ""
+        guard !user.isEmpty, user.utf8.count <= 254, user.unicodeScalars.allSatisfy(Names.isPrintable) else {
+            throw .badRequest("give the user's record name (_ and 32 hex digits) or email address")
+        }
+        return user
+    }
+
+    static func userJSON(_ user: UserSummary) -> JSON {
+        ["userRecordName": .string(user.userRecordName), "emailAddress": .string(user.email), "createdAt": iso(user.createdAt),
+         "disabledAt": user.disabledAt.map(iso) ?? .null, "liveSessions": .int(user.liveSessions)]
     }
 
     static func auditJSON(_ entry: AuditEntry) -> JSON {

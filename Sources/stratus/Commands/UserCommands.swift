@@ -1,0 +1,135 @@
+import ArgumentParser
+import Foundation
+import StratusCore
+
+/// Percent-encodes one path component.
+func pathComponent(_ text: String) -> String {
+    text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "._-~"))) ?? text
+}
+
+struct UserCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "user", abstract: "List, show, disable and enable a container's users.",
+        discussion: """
+            Users sign up through the app (POST /auth/1/{container}/{environment}/signup). A disabled user
+            cannot sign in, and every session of theirs ends at once, on every server process.
+
+            Examples:
+              stratus user list --container iCloud.com.example.Notes --environment development
+              stratus user disable --container iCloud.com.example.Notes --user ada@example.com
+            """,
+        subcommands: [List.self, Show.self, Disable.self, Enable.self])
+
+    /// The container, environment and output options of every user verb.
+    struct Target: ParsableArguments {
+        @Option(help: "Container identifier.") var container: String
+        @Option(help: "development or production: whose live sessions to count (default development).") var environment = "development"
+
+        func validate() throws {
+            guard ContainerEnvironment(rawValue: environment) != nil else { throw ValidationError("--environment must be 'development' or 'production'") }
+        }
+    }
+
+    static func row(_ user: JSON) -> String {
+        let state = user["disabledAt"] == .null ? "active" : "disabled"
+        return "\(user["userRecordName"]?.stringValue ?? "")\t\(user["emailAddress"]?.stringValue ?? "")\t\(state)\t\(user["liveSessions"].map { JSONWriter.string($0) } ?? "0")\t\(user["createdAt"]?.stringValue ?? "")"
+    }
+
+    static let header = "USER RECORD NAME\tEMAIL\tSTATE\tSESSIONS\tCREATED"
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the container's users, with their live sessions in the environment.")
+        @OptionGroup var target: Target
+        @OptionGroup var options: ClientOptions
+
+        func run() async throws {
+            try await runAdmin {
+                let response = try await options.client.send("GET", "management/1/containers/\(pathComponent(target.container))/users?environment=\(target.environment)")
+                options.output(response) {
+                    let rows = (response["users"]?.arrayValue ?? []).map(UserCommand.row)
+                    return rows.isEmpty ? "no users yet: they sign up through the app" : ([UserCommand.header] + rows).joined(separator: "\n")
+                }
+            }
+        }
+    }
+
+    struct Show: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Show one user, by user record name or email address.")
+        @OptionGroup var target: Target
+        @Option(help: "User record name (_ and 32 hex digits) or email address.") var user: String
+        @OptionGroup var options: ClientOptions
+
+        func run() async throws {
+            try await runAdmin {
+                let response = try await options.client.send("GET", "management/1/containers/\(pathComponent(target.container))/users/\(pathComponent(user))?environment=\(target.environment)")
+                options.output(response) { [UserCommand.header, UserCommand.row(response["user"] ?? .null)].joined(separator: "\n") }
+            }
+        }
+    }
+
+    struct Disable: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Disable a user: they cannot sign in, and their sessions end at once (audited).")
+        @OptionGroup var target: Target
+        @Option(help: "User record name or email address.") var user: String
+        @OptionGroup var options: ClientOptions
+
+        func run() async throws {
+            try await runAdmin {
+                let response = try await options.client.send("POST", "management/1/containers/\(pathComponent(target.container))/users/\(pathComponent(user))/disable")
+                options.output(response) { "disabled \(response["user"]?["userRecordName"]?.stringValue ?? user); their sessions have ended" }
+            }
+        }
+    }
+
+    struct Enable: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Enable a disabled user again (they sign in anew; audited).")
+        @OptionGroup var target: Target
+        @Option(help: "User record name or email address.") var user: String
+        @OptionGroup var options: ClientOptions
+
+        func run() async throws {
+            try await runAdmin {
+                let response = try await options.client.send("POST", "management/1/containers/\(pathComponent(target.container))/users/\(pathComponent(user))/enable")
+                options.output(response) { "enabled \(response["user"]?["userRecordName"]?.stringValue ?? user)" }
+            }
+        }
+    }
+}
+
+struct AuditCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "audit", abstract: "Show a container's audit log: every management action, who, when, from where.",
+        discussion: """
+            Recorded in the same transaction as the action itself: containers and API tokens created,
+            tokens revoked, schema imports, deploys and resets, users disabled and enabled.
+
+            Example: stratus audit --container iCloud.com.example.Notes --since 2026-11-24T00:00:00Z
+            """)
+    @Option(help: "Container identifier.") var container: String
+    @Option(help: "Only entries at or after this ISO 8601 time, e.g. 2026-11-24T10:00:00Z.") var since: String?
+    @Option(help: "At most this many entries (1–10000, default 1000).") var limit: Int?
+    @OptionGroup var options: ClientOptions
+
+    func validate() throws {
+        if let since, ISO8601DateFormatter().date(from: since) == nil {
+            throw ValidationError("--since must be an ISO 8601 time such as 2026-11-24T10:00:00Z")
+        }
+        if let limit, !(1...10_000).contains(limit) { throw ValidationError("--limit must be 1–10000") }
+    }
+
+    func run() async throws {
+        try await runAdmin {
+            var path = "management/1/containers/\(pathComponent(container))/audit?limit=\(limit ?? 1000)"
+            if let since { path += "&since=" + pathComponent(since) }
+            let response = try await options.client.send("GET", path)
+            options.output(response) {
+                let rows = (response["entries"]?.arrayValue ?? []).map { entry -> String in
+                    let environment = entry["environment"]?.stringValue.map { " [\($0)]" } ?? ""
+                    let detail = entry["detail"]?.stringValue.flatMap { $0.isEmpty ? nil : $0.split(separator: "\n").first.map(String.init) } ?? ""
+                    return "\(entry["at"]?.stringValue ?? "")\t\(entry["actor"]?.stringValue ?? "")\t\(entry["address"]?.stringValue ?? "")\t\(entry["action"]?.stringValue ?? "")\(environment)\t\(entry["target"]?.stringValue ?? "")\t\(detail)"
+                }
+                return rows.isEmpty ? "no audit entries" : (["AT\tACTOR\tADDRESS\tACTION\tTARGET\tDETAIL"] + rows).joined(separator: "\n")
+            }
+        }
+    }
+}
