@@ -27,6 +27,17 @@ let package = Package(
             name: "StratusCore",
             swiftSettings: swiftSettings
         ),
+        // Generates the migrations' Swift source for StratusStore (see StratusEmbedPlugin).
+        .executableTarget(
+            name: "stratus-embed",
+            path: "Sources/stratus-embed"
+        ),
+        .plugin(
+            name: "StratusEmbedPlugin",
+            capability: .buildTool(),
+            dependencies: ["stratus-embed"],
+            path: "Sources/StratusEmbedPlugin"
+        ),
         .target(
             name: "StratusStore",
             dependencies: [
@@ -38,7 +49,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
-            swiftSettings: swiftSettings
+            swiftSettings: swiftSettings,
+            plugins: ["StratusEmbedPlugin"]
         ),
         .target(
             name: "StratusServer",

@@ -23,14 +23,33 @@ public struct Migration: Sendable, Equatable {
 
     /// Loads `NNNN_name.sql` files from `directory`, in version order.
     public static func load(from directory: URL) throws -> [Migration] {
-        let names = try FileManager.default.contentsOfDirectory(atPath: directory.path)
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory.path).filter { $0.hasSuffix(".sql") }
+        return try parse(names.map { ($0, try String(contentsOf: directory.appendingPathComponent($0), encoding: .utf8)) })
+    }
+
+    /// The migrations compiled into this build (`Migrations/*.sql`, by the EmbedMigrations build
+    /// plugin), in version order: the binary migrates from any folder, and as an installed copy.
+    public static func embedded() throws -> [Migration] {
+        try parse(EmbeddedMigrations.files)
+    }
+
+    /// The migrations `stratus serve` and `stratus migrate` apply: those in `STRATUS_MIGRATIONS_DIR`
+    /// when it is set (to try migrations without rebuilding), else the embedded ones.
+    public static func shipped(environment: [String: String] = ProcessInfo.processInfo.environment) throws -> [Migration] {
+        if let folder = environment["STRATUS_MIGRATIONS_DIR"], !folder.isEmpty {
+            return try load(from: URL(fileURLWithPath: folder))
+        }
+        return try embedded()
+    }
+
+    /// Migrations from `(file name, text)` pairs, in version order.
+    static func parse(_ files: [(name: String, sql: String)]) throws -> [Migration] {
         var migrations: [Migration] = []
-        for file in names where file.hasSuffix(".sql") {
+        for (file, sql) in files {
             let stem = String(file.dropLast(4))
-            guard let underscore = stem.firstIndex(of: "_"), let version = Int(stem[..<underscore]) else {
+            guard file.hasSuffix(".sql"), let underscore = stem.firstIndex(of: "_"), let version = Int(stem[..<underscore]) else {
                 throw StratusError(.internalError, "migration file \(file) is not named NNNN_name.sql")
             }
-            let sql = try String(contentsOf: directory.appendingPathComponent(file), encoding: .utf8)
             migrations.append(Migration(version: version, name: String(stem[stem.index(after: underscore)...]), sql: sql))
         }
         migrations.sort { $0.version < $1.version }
@@ -38,31 +57,6 @@ public struct Migration: Sendable, Equatable {
             throw StratusError(.internalError, "two migrations share version \(a.version)")
         }
         return migrations
-    }
-
-    /// Finds the `Migrations` folder: `STRATUS_MIGRATIONS_DIR` if set, else the nearest
-    /// `Migrations/` above the executable or the current directory.
-    public static func locateDirectory(environment: [String: String] = ProcessInfo.processInfo.environment,
-                                       extraStart: URL? = nil) -> URL? {
-        if let explicit = environment["STRATUS_MIGRATIONS_DIR"], !explicit.isEmpty {
-            return URL(fileURLWithPath: explicit)
-        }
-        var starts = [URL(fileURLWithPath: CommandLine.arguments.first ?? ".").deletingLastPathComponent(),
-                      URL(fileURLWithPath: FileManager.default.currentDirectoryPath)]
-        if let extraStart { starts.insert(extraStart, at: 0) }
-        for start in starts {
-            var directory = start.standardizedFileURL.resolvingSymlinksInPath()
-            for _ in 0..<8 {
-                let candidate = directory.appendingPathComponent("Migrations")
-                if FileManager.default.fileExists(atPath: candidate.appendingPathComponent("0001_initial.sql").path) {
-                    return candidate
-                }
-                let parent = directory.deletingLastPathComponent()
-                if parent.path == directory.path { break }
-                directory = parent
-            }
-        }
-        return nil
     }
 }
 

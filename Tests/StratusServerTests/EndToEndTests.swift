@@ -48,12 +48,12 @@ import FoundationNetworking
         return folder
     }
 
-    /// This process's environment plus what `stratus serve` needs here: the admin token and the
-    /// repository's migrations.
+    /// This process's environment plus what `stratus serve` needs here: the admin token (and its
+    /// own compiled-in migrations, never a folder).
     static func serveEnvironment(adminToken: String) -> [String: String] {
         var environment = ProcessInfo.processInfo.environment
         environment["STRATUS_ADMIN_TOKEN"] = adminToken
-        environment["STRATUS_MIGRATIONS_DIR"] = TestCluster.repositoryRoot.appendingPathComponent("Migrations").path
+        environment["STRATUS_MIGRATIONS_DIR"] = nil
         return environment
     }
 
@@ -84,7 +84,12 @@ import FoundationNetworking
         var environment = Self.serveEnvironment(adminToken: "e2e-admin")
         environment["STRATUS_DATABASE_URL"] = nil
         let log = folder + "/serve.log"
-        let pid = try Subprocess.spawn([Self.binary, "serve", "--port", String(port), "--data-dir", folder + "/state"], outputPath: log, environment: environment)
+        // An installed copy of the binary, started from a folder with no Migrations/ anywhere
+        // above it: it carries its migrations (and finds its data folder relative to there).
+        try FileManager.default.createDirectory(atPath: folder + "/bin", withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: Self.binary, toPath: folder + "/bin/stratus")
+        let pid = try Subprocess.spawn(["/bin/sh", "-c", "cd \"$0\" && exec ./bin/stratus serve --port \"$1\" --data-dir state", folder, String(port)],
+                                       outputPath: log, environment: environment)
         var stopped = false
         defer { if !stopped { kill(pid, SIGKILL); var status: Int32 = 0; waitpid(pid, &status, 0) } }
 

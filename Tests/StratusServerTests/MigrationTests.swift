@@ -5,6 +5,21 @@ import StratusStore
 import Testing
 
 @Suite(.timeLimit(.minutes(5))) struct MigrationTests {
+    /// The binary carries exactly the files of Migrations/ (the build plugin embeds them).
+    @Test func embeddedMigrationsAreTheFilesOfTheMigrationsFolder() throws {
+        let files = try Migration.load(from: TestCluster.repositoryRoot.appendingPathComponent("Migrations"))
+        let embedded = try Migration.embedded()
+        #expect(embedded.map(\.version) == files.map(\.version))
+        #expect(embedded.map(\.checksum) == files.map(\.checksum))
+        #expect(embedded.count >= 5)
+        // STRATUS_MIGRATIONS_DIR still overrides them.
+        let empty = NSTemporaryDirectory() + "stratus-no-migrations-\(getpid())"
+        try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: empty) }
+        #expect(try Migration.shipped(environment: ["STRATUS_MIGRATIONS_DIR": empty]).isEmpty)
+        #expect(try Migration.shipped(environment: [:]).map(\.checksum) == files.map(\.checksum))
+    }
+
     @Test func appliesOnceAndRefusesEditedMigrations() async throws {
         let configuration = try await TestCluster.shared.newDatabase()
         let migrations = try Migration.load(from: TestCluster.repositoryRoot.appendingPathComponent("Migrations"))

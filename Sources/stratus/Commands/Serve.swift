@@ -33,12 +33,9 @@ func makeLogger(_ level: String?) -> Logger {
     return logger
 }
 
-/// Loads the migrations shipped with this build.
+/// The migrations compiled into this build, or those in `STRATUS_MIGRATIONS_DIR` when it is set.
 func loadMigrations() throws -> [Migration] {
-    guard let directory = Migration.locateDirectory() else {
-        throw StratusError(.internalError, "the Migrations folder was not found; run from the repository or set STRATUS_MIGRATIONS_DIR")
-    }
-    return try Migration.load(from: directory)
+    try Migration.shipped()
 }
 
 struct Serve: AsyncParsableCommand {
