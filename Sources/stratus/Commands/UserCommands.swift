@@ -67,18 +67,23 @@ struct UserCommand: AsyncParsableCommand {
         }
     }
 
+    /// Disables or enables a user through the management API and says so.
+    static func setDisabled(_ disabled: Bool, target: Target, user: String, options: ClientOptions) async throws {
+        try await runAdmin {
+            let verb = disabled ? "disable" : "enable"
+            let response = try await options.client.send("POST", "management/1/containers/\(pathComponent(target.container))/users/\(pathComponent(user))/\(verb)")
+            let name = response["user"]?["userRecordName"]?.stringValue ?? user
+            options.output(response) { disabled ? "disabled \(name); their sessions have ended" : "enabled \(name)" }
+        }
+    }
+
     struct Disable: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Disable a user: they cannot sign in, and their sessions end at once (audited).")
         @OptionGroup var target: Target
         @Option(help: "User record name or email address.") var user: String
         @OptionGroup var options: ClientOptions
 
-        func run() async throws {
-            try await runAdmin {
-                let response = try await options.client.send("POST", "management/1/containers/\(pathComponent(target.container))/users/\(pathComponent(user))/disable")
-                options.output(response) { "disabled \(response["user"]?["userRecordName"]?.stringValue ?? user); their sessions have ended" }
-            }
-        }
+        func run() async throws { try await UserCommand.setDisabled(true, target: target, user: user, options: options) }
     }
 
     struct Enable: AsyncParsableCommand {
@@ -87,12 +92,7 @@ struct UserCommand: AsyncParsableCommand {
         @Option(help: "User record name or email address.") var user: String
         @OptionGroup var options: ClientOptions
 
-        func run() async throws {
-            try await runAdmin {
-                let response = try await options.client.send("POST", "management/1/containers/\(pathComponent(target.container))/users/\(pathComponent(user))/enable")
-                options.output(response) { "enabled \(response["user"]?["userRecordName"]?.stringValue ?? user)" }
-            }
-        }
+        func run() async throws { try await UserCommand.setDisabled(false, target: target, user: user, options: options) }
     }
 }
 
