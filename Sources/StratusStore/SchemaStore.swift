@@ -152,15 +152,23 @@ public final class SchemaStore: Sendable {
             """, logger: logger)
     }
 
-    /// Moves the schema's version in the caller's transaction; every server process forgets its
-    /// older copy when the transaction commits (`Invalidations`).
-    func bumpVersion(containerID: Int64, environment: ContainerEnvironment, on connection: PostgresConnection) async throws -> Int64 {
+    /// Moves the schema's version in the caller's transaction; with `notify`, every server
+    /// process forgets its older copy when the transaction commits (`Invalidations`).
+    ///
+    /// Just-in-time additions do not notify: they only add types and fields (with the default
+    /// grants), which another process finds by itself when a request names one it does not know,
+    /// and a notifying transaction takes PostgreSQL's cluster-wide notification lock at commit:
+    /// on every development write that adds a field, that serialized the commits of every
+    /// database on the server (the full test suite's writers waited past their lock timeout).
+    func bumpVersion(containerID: Int64, environment: ContainerEnvironment, notify: Bool = true, on connection: PostgresConnection) async throws -> Int64 {
         let version = try await connection.rows("""
             INSERT INTO schema_versions (container_id, environment, version) VALUES (\(containerID), \(environment.code), 1)
             ON CONFLICT (container_id, environment) DO UPDATE SET version = schema_versions.version + 1
             RETURNING version
             """, logger: logger).first!.decode(Int64.self)
-        try await Invalidations.publish(.schema(containerID: containerID, environment: environment, version: version), on: connection, logger: logger)
+        if notify {
+            try await Invalidations.publish(.schema(containerID: containerID, environment: environment, version: version), on: connection, logger: logger)
+        }
         return version
     }
 
@@ -221,7 +229,7 @@ public final class SchemaStore: Sendable {
         }
         var updated = schema
         for type in created { updated.grants[type] = SystemRole.defaultGrants }
-        updated.version = try await bumpVersion(containerID: containerID, environment: environment, on: connection)
+        updated.version = try await bumpVersion(containerID: containerID, environment: environment, notify: false, on: connection)
         return updated
     }
 }

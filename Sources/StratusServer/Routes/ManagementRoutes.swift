@@ -78,6 +78,7 @@ extension StratusApp {
                 let container = try await self.managedContainer(context)
                 let user = try await self.admin.setUserDisabled(containerID: container.id, user: try Self.userParameter(context), disabled: disabled,
                                                                 by: try self.actor(request))
+                self.authenticator.invalidate(.userSessions(containerID: container.id, user: user.userRecordName))
                 return .json(["user": Self.userJSON(user)])
             }
         }

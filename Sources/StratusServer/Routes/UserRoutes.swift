@@ -98,6 +98,8 @@ extension StratusApp {
             throw StratusError(.authenticationFailed, "the ckWebAuthToken was issued for another container or environment")
         }
         try await admin.endSession(containerID: container.id, sessionID: claims.sessionID, reason: "signed out")
+        // This process forgets it now; the others when the notification reaches them.
+        authenticator.invalidate(.session(containerID: container.id, sessionID: claims.sessionID))
         return .json(["signedOut": true])
     }
 
@@ -122,6 +124,7 @@ extension StratusApp {
         let cost = configuration.bcryptCost
         let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(new, cost: cost) }
         try await admin.changePassword(containerID: container.id, user: claims.user, passwordHash: hash)
+        authenticator.invalidate(.userSessions(containerID: container.id, user: claims.user))
         return try await sessionResponse(user: claims.user, container: container, environment: environment)
     }
 
