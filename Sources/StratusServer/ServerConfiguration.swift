@@ -16,7 +16,9 @@ public struct ServerConfiguration: Sendable {
     public var publicURL: String
     /// How often the planner statistics of the service's tables are checked (`StatisticsKeeper`);
     /// `nil` leaves them to autovacuum alone.
-    public var statisticsInterval: Duration? = .seconds(1)
+    public var statisticsInterval: Duration? = ServerConfiguration.defaultStatisticsInterval
+    /// The default check of the planner statistics: every second.
+    public static let defaultStatisticsInterval: Duration = .seconds(1)
 
     /// The default session lifetime: 30 days.
     public static let defaultSessionLifetime: Duration = .seconds(30 * 86_400)

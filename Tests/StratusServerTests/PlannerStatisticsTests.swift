@@ -22,7 +22,8 @@ import Testing
 
     @Test func lookupsArePlannedOnCurrentStatisticsAfterSeeding() async throws {
         // One pooled connection, so the plan examined is the one the service's requests use.
-        try await Harness.run(poolSize: 1) { harness in
+        // The keeper as `stratus serve` runs it by default (the harness leaves it off elsewhere).
+        try await Harness.run(poolSize: 1, server: { $0.statisticsInterval = ServerConfiguration.defaultStatisticsInterval }) { harness in
             // Autovacuum off on this database's tables: the service must not depend on it having
             // run yet (a fresh deployment's first minute, or autovacuum busy elsewhere).
             try await harness.database.withConnection { connection in

@@ -124,8 +124,14 @@ struct Harness: Sendable {
         }
     }
 
-    /// The tests' server settings (bcrypt at its cheapest).
-    static let serverConfiguration = ServerConfiguration(adminToken: adminToken, maximumBodyBytes: 4 * 1024 * 1024, bcryptCost: 4)
+    /// The tests' server settings: bcrypt at its cheapest; no statistics keeper (dozens of test
+    /// databases share one cluster, and their ANALYZEs competed with every test's requests;
+    /// `PlannerStatisticsTests` turns it on, as `stratus serve` has it by default).
+    static let serverConfiguration: ServerConfiguration = {
+        var configuration = ServerConfiguration(adminToken: adminToken, maximumBodyBytes: 4 * 1024 * 1024, bcryptCost: 4)
+        configuration.statisticsInterval = nil
+        return configuration
+    }()
 
     /// Runs `body` against a second server process on the same database: another app with its
     /// own caches and its own background work (as a second `stratus serve` would have), in
