@@ -85,8 +85,6 @@ public final class Invalidations: Sendable {
     let configuration: DatabaseConfiguration
     let logger: Logger
     private let subscribers = Mutex<[@Sendable (Event) -> Void]>([])
-    /// How many times the listener has (re)connected, for tests and `/health`.
-    private let connections = Atomic<Int>(0)
 
     public init(configuration: DatabaseConfiguration, logger: Logger) {
         self.configuration = configuration
@@ -99,7 +97,7 @@ public final class Invalidations: Sendable {
     }
 
     /// Whether the listener is connected and listening now.
-    public var listening: Bool { connections.load(ordering: .relaxed) > 0 && isListening.load(ordering: .relaxed) }
+    public var listening: Bool { isListening.load(ordering: .relaxed) }
     private let isListening = Atomic<Bool>(false)
 
     func deliver(_ event: Event) {
@@ -127,7 +125,6 @@ public final class Invalidations: Sendable {
                     try await client.withConnection { connection in
                         try await connection.listen(on: Self.channel) { notifications in
                             isListening.store(true, ordering: .relaxed)
-                            connections.add(1, ordering: .relaxed)
                             deliver(.all)
                             attempt = 0
                             for try await notification in notifications {
