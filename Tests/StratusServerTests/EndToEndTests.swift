@@ -155,6 +155,32 @@ import FoundationNetworking
         #expect(walkthrough.text.contains("\"syncToken\""), "\(walkthrough.text)")
         #expect(!walkthrough.text.contains("serverErrorCode"), "\(walkthrough.text)")
 
+        // Custom roles through the CLI: declared in the schema, given to a user who signed up.
+        let roles = "iCloud.com.example.Roles"
+        #expect(try await Self.cli(["container", "create", roles], server: server).status == 0)
+        let rolesToken = try await Self.cli(["token", "create", "--container", roles, "--environment", "development", "--json"], server: server)
+        let rolesAPIToken = (try? JSONParser.parse(rolesToken.text))?["apiToken"]?.stringValue ?? ""
+        let (signUpStatus, signedUp) = try await Self.post("\(server)/auth/1/\(roles)/development/signup?ckAPIToken=\(rolesAPIToken)",
+                                                           #"{"emailAddress":"ed@example.com","password":"correct horse"}"#)
+        #expect(signUpStatus == 200, "\(signedUp)")
+        let schemaFile = folder + "/roles.ckdb"
+        try "DEFINE SCHEMA\n  CREATE ROLE Editor;\n  RECORD TYPE Article (title STRING, GRANT READ, WRITE TO Editor);\n"
+            .write(toFile: schemaFile, atomically: true, encoding: .utf8)
+        #expect(try await Self.cli(["schema", "import", "--container", roles, "--file", schemaFile, "--yes"], server: server).status == 0)
+        let assign = try await Self.cli(["role", "assign", "--container", roles, "--role", "Editor", "--user", "ed@example.com"], server: server)
+        #expect(assign.status == 0 && assign.text.contains("now holds role Editor"), "\(assign.text)")
+        // An email address in a path (percent-encoded by the CLI) names the user.
+        let shown = try await Self.cli(["user", "show", "--container", roles, "--user", "ed@example.com"], server: server)
+        #expect(shown.status == 0 && shown.text.contains("ed@example.com\tactive"), "\(shown.text)")
+        let roleMembers = try await Self.cli(["role", "members", "--container", roles, "--role", "Editor", "--json"], server: server)
+        #expect((try? JSONParser.parse(roleMembers.text))?["members"]?.arrayValue?.first?["emailAddress"] == "ed@example.com", "\(roleMembers.text)")
+        let roleList = try await Self.cli(["role", "list", "--container", roles], server: server)
+        #expect(roleList.status == 0 && roleList.text.contains("Editor\t1"), "\(roleList.text)")
+        let unassign = try await Self.cli(["role", "unassign", "--container", roles, "--role", "Editor", "--user", "ed@example.com"], server: server)
+        #expect(unassign.status == 0 && unassign.text.contains("no longer holds role Editor"), "\(unassign.text)")
+        let undeclared = try await Self.cli(["role", "assign", "--container", roles, "--role", "Writer", "--user", "ed@example.com"], server: server)
+        #expect(undeclared.status != 0 && undeclared.text.contains("no role 'Writer'"), "\(undeclared.text)")
+
         // SIGTERM stops the service and its embedded cluster
         kill(pid, SIGTERM)
         stopped = try await Subprocess.waitForExit(pid, within: .seconds(60)) != nil

@@ -1,25 +1,32 @@
 /// The security roles of one caller, which guard the public database: `_world` (anyone with an
-/// API token), `_icloud` (any signed-in user) and `_creator` (the user who created the record).
-/// Private databases are their owner's alone and take no roles.
+/// API token), `_icloud` (any signed-in user), `_creator` (the user who created the record) and
+/// the custom roles (`CREATE ROLE`) an administrator gave the user (`stratus role assign`).
+/// Private databases are their owner's alone and take no roles. A server-to-server key acts with
+/// the container administrator's privileges and is not restricted by roles at all.
 ///
 /// A record type's grants say which roles may CREATE records of it, READ them and WRITE them
 /// (update and delete). Choices where CloudKit's documentation is silent:
 /// - a role granted WRITE may also read what it may change;
 /// - a record type the schema lists without grants is closed to every role, as it reads;
-/// - custom roles (`CREATE ROLE`) grant nothing yet: no user can be given one.
+/// - a custom role's grants apply to its members on every record of the type (it has no notion
+///   of creator), and only to signed-in members.
 public struct RecordAccess: Sendable, Equatable {
     /// The signed-in caller's user record name; `nil` for a caller with only an API token.
     public var user: String?
+    /// The custom roles the signed-in caller holds in this environment.
+    public var roles: Set<String>
 
-    public init(user: String?) {
+    public init(user: String?, roles: Set<String> = []) {
         self.user = user
+        self.roles = user == nil ? [] : roles
     }
 
     /// The roles that hold `permission` on `recordType` (WRITE counting as READ), in the order
-    /// `_world`, `_icloud`, `_creator`.
+    /// `_world`, `_icloud`, `_creator`, then custom roles by name.
     public static func roles(granting permission: Permission, on recordType: String, in schema: Schema) -> [String] {
         let grants = schema.grants[recordType] ?? [:]
-        return [SystemRole.world, SystemRole.icloud, SystemRole.creator].filter { role in
+        let system = [SystemRole.world, SystemRole.icloud, SystemRole.creator]
+        return (system + grants.keys.filter { !system.contains($0) }.sorted()).filter { role in
             guard let held = grants[role] else { return false }
             return held.contains(permission) || (permission == .read && held.contains(.write))
         }
@@ -31,7 +38,8 @@ public struct RecordAccess: Sendable, Equatable {
         let roles = Self.roles(granting: permission, on: recordType, in: schema)
         if roles.contains(SystemRole.world) { return true }
         guard let user else { return false }
-        return roles.contains(SystemRole.icloud) || (roles.contains(SystemRole.creator) && creator == user)
+        return roles.contains(SystemRole.icloud) || roles.contains(where: self.roles.contains)
+            || (roles.contains(SystemRole.creator) && creator == user)
     }
 
     /// Whether the caller may read only the records they created (the type grants READ to

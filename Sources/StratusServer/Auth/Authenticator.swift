@@ -14,6 +14,8 @@ struct Caller: Sendable {
     var webAuthToken: String?
     /// The session the web auth token names.
     var sessionID: Int64?
+    /// The custom roles the user holds in this environment (read only when the schema has any).
+    var roles: Set<String> = []
 
     /// The user, or 421 `AUTHENTICATION_REQUIRED` with a `redirectURL`.
     func requireUser(signInURL: String) throws(StratusError) -> String {
@@ -49,6 +51,15 @@ final class Authenticator: Sendable {
     private let webTokens = Mutex(ExpiringCache<String, WebAuthClaims>(capacity: cacheCapacity))
     /// Sessions found live, by id: their container and user, until the next check.
     private let liveSessions = Mutex(ExpiringCache<Int64, LiveSession>(capacity: cacheCapacity))
+    /// Custom roles per user, read when a schema has custom roles: forgotten when a membership of
+    /// the environment changes on any server process.
+    private let memberships = Mutex(ExpiringCache<RoleKey, Set<String>>(capacity: cacheCapacity))
+
+    struct RoleKey: Hashable, Sendable {
+        var containerID: Int64
+        var environment: ContainerEnvironment
+        var user: String
+    }
     let cacheLifetime: Duration = .seconds(60)
     /// How often a session in use is read again (and its `last_used_at` moved): every minute, or
     /// twice per idle limit when that is shorter.
@@ -84,12 +95,26 @@ final class Authenticator: Sendable {
             liveSessions.withLock { $0.removeAll { $0.containerID == containerID && $0.user == user } }
         case .apiToken(_, let tokenID):
             forget(tokenID: tokenID)
+        case .roles(let containerID, let environment):
+            memberships.withLock { $0.removeAllKeys { $0.containerID == containerID && $0.environment == environment } }
         case .all:
             liveSessions.withLock { $0.removeAll { _ in true } }
             tokens.withLock { $0.removeAll { _ in true } }
-        case .schema, .serverKey, .roles:
+            memberships.withLock { $0.removeAll { _ in true } }
+        case .schema, .serverKey:
             break
         }
+    }
+
+    /// The custom roles `user` holds in `environment` of the container (cached for a minute, and
+    /// forgotten on every process when an administrator changes the environment's memberships).
+    func roles(of user: String, containerID: Int64, environment: ContainerEnvironment) async throws -> Set<String> {
+        let key = RoleKey(containerID: containerID, environment: environment, user: user)
+        let now = ContinuousClock.now
+        if let cached = memberships.withLock({ $0.value(for: key, now: now) }) { return cached }
+        let roles = try await admin.roles(containerID: containerID, environment: environment, user: user)
+        memberships.withLock { $0.set(roles, for: key, expires: now + cacheLifetime, now: now) }
+        return roles
     }
 
     /// The container named in the path, or `NOT_FOUND`.

@@ -41,4 +41,8 @@ struct ExpiringCache<Key: Hashable & Sendable, Value: Sendable>: Sendable {
     mutating func removeAll(where shouldRemove: (Value) -> Bool) {
         entries = entries.filter { !shouldRemove($0.value.value) }
     }
+
+    mutating func removeAllKeys(where shouldRemove: (Key) -> Bool) {
+        entries = entries.filter { !shouldRemove($0.key) }
+    }
 }

@@ -14,7 +14,7 @@ struct DataRequest {
 
     /// The caller's security roles when they address the public database; `nil` for a private or
     /// shared one, where roles do not apply.
-    var access: RecordAccess? { scope == .public ? RecordAccess(user: caller.user) : nil }
+    var access: RecordAccess? { scope == .public ? RecordAccess(user: caller.user, roles: caller.roles) : nil }
 
     /// The database the caller addresses: public, or the caller's own private database.
     func database(requireUser: Bool) throws(StratusError) -> DatabaseRef {
@@ -176,8 +176,12 @@ extension StratusApp {
     /// Authenticates, reads the body and runs `handler` for a data endpoint.
     func dataEndpoint(_ request: Request, container containerName: String, environment: String, database: String, hasBody: Bool,
                       _ handler: (DataRequest) async throws -> JSON) async throws -> Response {
-        let caller = try await authenticator.authenticate(request, containerName: containerName, environmentSegment: environment)
+        var caller = try await authenticator.authenticate(request, containerName: containerName, environmentSegment: environment)
         let scope = try DatabaseScope(segment: database)
+        if scope == .public, let user = caller.user,
+           !(try await records.schemas.schema(containerID: caller.container.id, environment: caller.environment).roles.isEmpty) {
+            caller.roles = try await authenticator.roles(of: user, containerID: caller.container.id, environment: caller.environment)
+        }
         let body = hasBody ? try await readObject(request) : [:]
         let data = DataRequest(caller: caller, scope: scope, body: body,
                                signInURL: authenticator.signInURL(container: caller.container.name, environment: caller.environment))

@@ -82,6 +82,7 @@ extension StratusApp {
                 return .json(["user": Self.userJSON(user)])
             }
         }
+        addRoleRoutes(to: router, base: base)
         router.get("\(base)/stats") { request, _ -> Response in
             try self.authenticator.requireAdmin(request)
             return .json(["rssBytes": Self.residentBytes().map { .int($0) } ?? .null, "pid": .int(Int64(getpid()))])
@@ -137,11 +138,17 @@ extension StratusApp {
 
     /// The `:user` path parameter: a user record name or an email address.
     static func userParameter(_ context: BasicRequestContext) throws(StratusError) -> String {
-        let user = context.parameters.get("user") ?? ""
+        let user = Self.pathParameter(context, "user")
         guard !user.isEmpty, user.utf8.count <= 254, user.unicodeScalars.allSatisfy(Names.isPrintable) else {
             throw .badRequest("give the user's record name (_ and 32 hex digits) or email address")
         }
         return user
+    }
+
+    /// A path parameter, percent-decoded (`ada%40example.com` is `ada@example.com`).
+    static func pathParameter(_ context: BasicRequestContext, _ name: String) -> String {
+        let raw = context.parameters.get(name) ?? ""
+        return raw.removingPercentEncoding ?? raw
     }
 
     static func userJSON(_ user: UserSummary) -> JSON {

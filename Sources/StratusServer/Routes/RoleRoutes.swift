@@ -1,0 +1,77 @@
+import Foundation
+import Hummingbird
+import StratusCore
+import StratusStore
+
+/// Members of custom security roles: `stratus role assign|unassign|members|list`.
+extension StratusApp {
+    func addRoleRoutes(to router: Router<BasicRequestContext>, base: String) {
+        router.get("\(base)/containers/:container/roles") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let environment = try Self.environmentParameter(request)
+            let schema = try await self.records.schemas.reload(containerID: container.id, environment: environment)
+            var roles: [JSON] = []
+            for role in schema.roles.sorted() {
+                let members = try await self.admin.roleMembers(containerID: container.id, environment: environment, role: role)
+                roles.append(["role": .string(role), "members": .int(Int64(members.count))])
+            }
+            return .json(["environment": .string(environment.rawValue), "roles": .array(roles)])
+        }
+        router.get("\(base)/containers/:container/roles/:role/members") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let environment = try Self.environmentParameter(request)
+            let role = try await self.customRole(context, container: container, environment: environment)
+            let members = try await self.admin.roleMembers(containerID: container.id, environment: environment, role: role)
+            return .json(["role": .string(role), "environment": .string(environment.rawValue), "members": .array(members.map(Self.memberJSON))])
+        }
+        router.post("\(base)/containers/:container/roles/:role/members") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let body = try await self.readObject(request)
+            let environment = try ContainerEnvironment(segment: try Wire.string(body["environment"], key: "environment") ?? "development")
+            let role = try await self.customRole(context, container: container, environment: environment)
+            guard let user = try Wire.string(body["user"], key: "user"), !user.isEmpty else {
+                throw StratusError.badRequest("missing required key 'user' (a user record name or an email address)")
+            }
+            let (member, added) = try await self.admin.assignRole(containerID: container.id, environment: environment, role: role, user: user,
+                                                                  by: try self.actor(request, body: body))
+            self.authenticator.invalidate(.roles(containerID: container.id, environment: environment))
+            return .json(["role": .string(role), "member": Self.memberJSON(member), "added": .bool(added)])
+        }
+        router.delete("\(base)/containers/:container/roles/:role/members/:user") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let environment = try Self.environmentParameter(request)
+            let role = try await self.customRole(context, container: container, environment: environment)
+            let user = try await self.admin.unassignRole(containerID: container.id, environment: environment, role: role,
+                                                         user: try Self.userParameter(context), by: try self.actor(request))
+            self.authenticator.invalidate(.roles(containerID: container.id, environment: environment))
+            return .json(["role": .string(role), "removed": .string(user)])
+        }
+    }
+
+    /// The `:role` path parameter: a custom role of the environment's schema.
+    func customRole(_ context: BasicRequestContext, container: ContainerInfo, environment: ContainerEnvironment) async throws -> String {
+        let role = Self.pathParameter(context, "role")
+        guard !role.isEmpty, role.utf8.count <= 255, role.unicodeScalars.allSatisfy(Names.isPrintable) else {
+            throw StratusError.badRequest("give the name of a custom role (CREATE ROLE in the schema)")
+        }
+        if SystemRole.all.contains(role) {
+            throw StratusError.badRequest("'\(role)' is a built-in role: every user holds it as the schema says; only custom roles (CREATE ROLE) have members")
+        }
+        let schema = try await records.schemas.reload(containerID: container.id, environment: environment)
+        guard schema.roles.contains(role) else {
+            let known = schema.roles.sorted()
+            throw StratusError(.notFound, "the \(environment.rawValue) schema of '\(container.name)' has no role '\(role)'"
+                + (known.isEmpty ? "; add one with CREATE ROLE \(role); to the schema" : "; its roles: \(known.joined(separator: ", "))")
+                + (environment == .production ? " (production gets roles by 'stratus schema deploy')" : ""))
+        }
+        return role
+    }
+
+    static func memberJSON(_ member: RoleMember) -> JSON {
+        ["userRecordName": .string(member.userRecordName), "emailAddress": .string(member.email), "addedAt": iso(member.addedAt)]
+    }
+}
