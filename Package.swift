@@ -104,7 +104,10 @@ let package = Package(
                 .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
+            // Test data read from the source tree (Wycheproof vectors).
+            exclude: ["Data"],
             swiftSettings: swiftSettings
         ),
     ]

@@ -91,19 +91,22 @@ public final class StratusApp: Sendable {
         }
     }
 
-    /// Reads and parses a JSON body, whatever its content type. Bodies over the limit get 413
-    /// before they are read (by `Content-Length`) or as soon as the limit is passed (chunked).
-    func readJSON(_ request: Request) async throws -> JSON {
+    /// Reads a request body whole. Bodies over the limit get 413 before they are read (by
+    /// `Content-Length`) or as soon as the limit is passed (chunked).
+    func readBody(_ request: Request) async throws -> ByteBuffer {
         let limit = configuration.maximumBodyBytes
         if let length = request.headers[.contentLength].flatMap({ Int($0) }), length > limit {
             throw StratusError.bodyTooLarge(limit: limit)
         }
-        let buffer: ByteBuffer
         do {
-            buffer = try await request.body.collect(upTo: limit)
+            return try await request.body.collect(upTo: limit)
         } catch is NIOTooManyBytesError {
             throw StratusError.bodyTooLarge(limit: limit)
         }
+    }
+
+    /// Parses a JSON body, whatever its content type.
+    func parseJSON(_ buffer: ByteBuffer) throws(StratusError) -> JSON {
         do {
             return try JSONParser.parse(Array(buffer.readableBytesView))
         } catch {
@@ -111,10 +114,20 @@ public final class StratusApp: Sendable {
         }
     }
 
-    /// Reads a JSON body that must be an object.
-    func readObject(_ request: Request) async throws -> [String: JSON] {
-        let body = try await readJSON(request)
+    /// Reads and parses a JSON body, whatever its content type.
+    func readJSON(_ request: Request) async throws -> JSON {
+        try parseJSON(try await readBody(request))
+    }
+
+    /// Parses a JSON body that must be an object.
+    func parseObject(_ buffer: ByteBuffer) throws(StratusError) -> [String: JSON] {
+        let body = try parseJSON(buffer)
         guard let members = body.objectValue else { throw StratusError.badRequest("the body must be a JSON object, not \(body.kindName)") }
         return members
+    }
+
+    /// Reads a JSON body that must be an object.
+    func readObject(_ request: Request) async throws -> [String: JSON] {
+        try parseObject(try await readBody(request))
     }
 }

@@ -14,6 +14,8 @@ import Testing
         var name: String
         var query: String
         var headers: HTTPFields = [:]
+        /// A server-to-server key that signs each request.
+        var signer: Signer?
     }
 
     /// Every route of the router, as `(method, path pattern)`.
@@ -41,6 +43,8 @@ import Testing
             let b = try await harness.container().signedUp()
             let bProduction = try await harness.admin(.post, "containers/\(b.container)/tokens", json: ["environment": "production", "name": "prod"])
             let bProductionToken = bProduction.json["apiToken"]?.stringValue ?? ""
+            let aKey = try await ServerKeyTests.addKey(harness, container: a.container)
+            let bKey = try await ServerKeyTests.addKey(harness, container: b.container)
             let encode = { (token: String) in token.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? token }
             let aWeb = encode(a.webAuthToken ?? "")
             let bWeb = encode(b.webAuthToken ?? "")
@@ -53,12 +57,15 @@ import Testing
                 Credential(name: "A's API token with B's session", query: "ckAPIToken=\(a.apiToken)&ckWebAuthToken=\(bWeb)"),
                 Credential(name: "A's API token as admin token", query: "", headers: [.authorization: "Bearer \(a.apiToken)"]),
                 Credential(name: "A's session as admin token", query: "", headers: [.authorization: "Bearer \(a.webAuthToken ?? "")"]),
+                Credential(name: "A's server-to-server key", query: "", signer: aKey),
+                Credential(name: "A's server-to-server key with B's API token", query: "ckAPIToken=\(b.apiToken)", signer: aKey),
             ]
             // Aimed at B's production environment: B's own development credentials.
             let againstProduction = [
                 Credential(name: "B's development API token", query: "ckAPIToken=\(b.apiToken)"),
                 Credential(name: "B's development API token and session", query: "ckAPIToken=\(b.apiToken)&ckWebAuthToken=\(bWeb)"),
                 Credential(name: "B's production API token with B's development session", query: "ckAPIToken=\(bProductionToken)&ckWebAuthToken=\(bWeb)"),
+                Credential(name: "B's development server-to-server key", query: "", signer: bKey),
             ]
             let routes = Self.routeTable(harness).filter { $0.1 != "/health" }
             #expect(routes.count >= 30, "the route table has only \(routes.count) routes")
@@ -79,7 +86,12 @@ import Testing
                         for credential in credentials {
                             let path = Self.fill(pattern, container: b.container, environment: environment, database: database)
                             let uri = credential.query.isEmpty ? path : path + "?" + credential.query
-                            let answer = try await harness.send(method, uri, body: method == .get ? nil : "{}", headers: credential.headers)
+                            let body = method == .get ? nil : "{}"
+                            var headers = credential.headers
+                            if let signer = credential.signer {
+                                for field in signer.headers(signedPath: uri, body: body ?? "") { headers.append(field) }
+                            }
+                            let answer = try await harness.send(method, uri, body: body, headers: headers)
                             cases += 1
                             if (200..<300).contains(answer.status) {
                                 crossings.append("\(method) \(path) with \(credential.name): \(answer.status) \(answer.json)")
@@ -95,6 +107,8 @@ import Testing
             // would otherwise pass for the wrong reason).
             #expect(try await b.get("public", "users/caller").status == 200)
             #expect(try await b.post("private", "records/lookup", ["records": [["recordName": "r"]]]).status == 200)
+            let own = "/database/1/\(b.container)/development/public/users/caller"
+            #expect(try await harness.send(.get, own, headers: bKey.headers(signedPath: own, body: "")).status == 200)
         }
     }
 }

@@ -181,6 +181,27 @@ import FoundationNetworking
         let undeclared = try await Self.cli(["role", "assign", "--container", roles, "--role", "Writer", "--user", "ed@example.com"], server: server)
         #expect(undeclared.status != 0 && undeclared.text.contains("no role 'Writer'"), "\(undeclared.text)")
 
+        // Server-to-server keys through the CLI, and a signed request to the served binary.
+        let signer = Signer()
+        let keyFile = folder + "/pub.pem"
+        try signer.publicKeyPEM.write(toFile: keyFile, atomically: true, encoding: .utf8)
+        let added = try await Self.cli(["key", "add", "--container", roles, "--environment", "development", "--public-key-file", keyFile, "--json"], server: server)
+        let keyID = (try? JSONParser.parse(added.text))?["keyID"]?.stringValue ?? ""
+        #expect(added.status == 0 && keyID.count == 64, "\(added.text)")
+        let signedPath = "/database/1/\(roles)/development/public/users/caller"
+        var signed = URLRequest(url: URL(string: server + signedPath)!)
+        for field in Signer(keyID: keyID, privateKey: signer.privateKey).headers(signedPath: signedPath, body: "") {
+            signed.setValue(field.value, forHTTPHeaderField: field.name.rawName)
+        }
+        let (_, signedResponse) = try await URLSession.shared.data(for: signed)
+        #expect((signedResponse as? HTTPURLResponse)?.statusCode == 200)
+        let keyList = try await Self.cli(["key", "list", "--container", roles], server: server)
+        #expect(keyList.status == 0 && keyList.text.contains("\(keyID)\tdevelopment"), "\(keyList.text)")
+        let keyRevoke = try await Self.cli(["key", "revoke", "--container", roles, String(keyID.prefix(10))], server: server)
+        #expect(keyRevoke.status == 0 && keyRevoke.text.contains("revoked key \(keyID)"), "\(keyRevoke.text)")
+        let badKey = try await Self.cli(["key", "add", "--container", roles, "--environment", "development", "--public-key-file", schemaFile], server: server)
+        #expect(badKey.status != 0 && badKey.text.contains("P-256"), "\(badKey.text)")
+
         // SIGTERM stops the service and its embedded cluster
         kill(pid, SIGTERM)
         stopped = try await Subprocess.waitForExit(pid, within: .seconds(60)) != nil

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Hummingbird
 import StratusCore
@@ -16,6 +17,10 @@ struct Caller: Sendable {
     var sessionID: Int64?
     /// The custom roles the user holds in this environment (read only when the schema has any).
     var roles: Set<String> = []
+    /// The server-to-server key that signed the request. Such a caller acts on the public
+    /// database with the container administrator's privileges (no security role restricts it);
+    /// `user` is then `_key_<key ID>`, the creator its records get.
+    var serverKey: String?
 
     /// The user, or 421 `AUTHENTICATION_REQUIRED` with a `redirectURL`.
     func requireUser(signInURL: String) throws(StratusError) -> String {
@@ -53,6 +58,8 @@ final class Authenticator: Sendable {
     private let liveSessions = Mutex(ExpiringCache<Int64, LiveSession>(capacity: cacheCapacity))
     /// Custom roles per user, read when a schema has custom roles: forgotten when a membership of
     /// the environment changes on any server process.
+    /// Server-to-server keys by key ID (revocation reaches every process through `Invalidations`).
+    private let serverKeys = Mutex(ExpiringCache<String, ServerKeyInfo?>(capacity: cacheCapacity))
     private let memberships = Mutex(ExpiringCache<RoleKey, Set<String>>(capacity: cacheCapacity))
 
     struct RoleKey: Hashable, Sendable {
@@ -97,11 +104,14 @@ final class Authenticator: Sendable {
             forget(tokenID: tokenID)
         case .roles(let containerID, let environment):
             memberships.withLock { $0.removeAllKeys { $0.containerID == containerID && $0.environment == environment } }
+        case .serverKey(_, let keyID):
+            serverKeys.withLock { $0.remove(keyID) }
         case .all:
+            serverKeys.withLock { $0.removeAll { _ in true } }
             liveSessions.withLock { $0.removeAll { _ in true } }
             tokens.withLock { $0.removeAll { _ in true } }
             memberships.withLock { $0.removeAll { _ in true } }
-        case .schema, .serverKey:
+        case .schema:
             break
         }
     }
@@ -148,11 +158,19 @@ final class Authenticator: Sendable {
         tokens.withLock { $0.removeAll { $0?.tokenID == tokenID } }
     }
 
-    /// Authenticates a data-API request for `containerName`/`environmentSegment`.
-    func authenticate(_ request: Request, containerName: String, environmentSegment: String) async throws -> Caller {
+    /// Authenticates a data-API request for `containerName`/`environmentSegment`: by API token
+    /// (and web auth token), or by a server-to-server signature over `body` (the raw request
+    /// body, read before authenticating when the request carries signature headers).
+    func authenticate(_ request: Request, containerName: String, environmentSegment: String, signedBody: ByteBuffer? = nil) async throws -> Caller {
         let environment = try ContainerEnvironment(segment: environmentSegment)
         let container = try await container(named: containerName)
         let query = request.uri.queryParameters
+        if let signedBody {
+            guard query.get("ckAPIToken") == nil, query.get("ckWebAuthToken") == nil, query.get("ckSession") == nil else {
+                throw StratusError(.authenticationFailed, "send either ckAPIToken (and ckWebAuthToken) or a server-to-server signature, not both")
+            }
+            return try await authenticateSigned(request, body: signedBody, container: container, environment: environment)
+        }
         guard let tokenText = query.get("ckAPIToken") else {
             throw StratusError(.authenticationFailed, "missing ckAPIToken query parameter; create an API token with 'stratus token create'")
         }
@@ -169,6 +187,51 @@ final class Authenticator: Sendable {
             caller.sessionID = claims.sessionID
             caller.webAuthToken = webToken
         }
+        return caller
+    }
+
+    /// A server-to-server key by ID (cached; a miss for 5 seconds).
+    func serverKey(_ keyID: String) async throws -> ServerKeyInfo? {
+        let now = ContinuousClock.now
+        if let cached = serverKeys.withLock({ $0.value(for: keyID, now: now) }) { return cached }
+        let key = try await admin.serverKey(keyID: keyID)
+        serverKeys.withLock { $0.set(key, for: keyID, expires: now + (key == nil ? .seconds(5) : cacheLifetime), now: now) }
+        return key
+    }
+
+    /// Checks a server-to-server signature: the key (known, live, this container's and
+    /// environment's), the date (within 10 minutes), the signature over the date, the body's hash
+    /// and the path (with or without its query string), and that the same signed request was not
+    /// received before within the date's window.
+    func authenticateSigned(_ request: Request, body: ByteBuffer, container: ContainerInfo, environment: ContainerEnvironment) async throws -> Caller {
+        let signature = try RequestSignature(headers: request.headers)
+        try signature.checkDate(now: Date().timeIntervalSince1970)
+        guard let key = try await serverKey(signature.keyID) else {
+            throw StratusError(.authenticationFailed, "unknown server-to-server key \(signature.keyID.prefix(8))…; 'stratus key list' shows the container's keys")
+        }
+        guard key.revokedAt == nil else {
+            throw StratusError(.authenticationFailed, "the server-to-server key \(signature.keyID.prefix(8))… was revoked; add a new one with 'stratus key add'")
+        }
+        guard key.containerID == container.id, key.environment == environment else {
+            throw StratusError(.authenticationFailed, "the server-to-server key belongs to another container or environment")
+        }
+        guard let publicKey = try? P256.Signing.PublicKey(x963Representation: key.publicKey) else {
+            throw StratusError(.authenticationFailed, "the server-to-server key's stored public key cannot be read; add the key again")
+        }
+        let bodyHash = RequestSignature.bodyHash(body.readableBytesView)
+        let target = request.head.path ?? request.uri.string
+        guard let message = signature.verifiedMessage(signature.messages(bodyHash: bodyHash, target: target), key: publicKey) else {
+            throw StratusError(.authenticationFailed, "the X-Apple-CloudKit-Request-SignatureV1 does not match the request: sign "
+                + "'<date header>:<base64 of SHA-256 of the body>:<path>' with the key's private key (ECDSA P-256, SHA-256)")
+        }
+        let digest = Data(SHA256.hash(data: Data(message.utf8)))
+        let expires = Date(timeIntervalSince1970: Double(signature.date + RequestSignature.allowedSkew + 1))
+        guard try await admin.recordSignature(containerID: container.id, keyID: key.keyID, digest: digest, expires: expires) else {
+            throw StratusError(.authenticationFailed, "this signed request was already received (a replay): sign every request anew, with its own date")
+        }
+        var caller = Caller(container: container, environment: environment)
+        caller.user = "_key_" + key.keyID
+        caller.serverKey = key.keyID
         return caller
     }
 

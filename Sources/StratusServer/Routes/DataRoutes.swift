@@ -14,7 +14,7 @@ struct DataRequest {
 
     /// The caller's security roles when they address the public database; `nil` for a private or
     /// shared one, where roles do not apply.
-    var access: RecordAccess? { scope == .public ? RecordAccess(user: caller.user, roles: caller.roles) : nil }
+    var access: RecordAccess? { scope == .public && caller.serverKey == nil ? RecordAccess(user: caller.user, roles: caller.roles) : nil }
 
     /// The database the caller addresses: public, or the caller's own private database.
     func database(requireUser: Bool) throws(StratusError) -> DatabaseRef {
@@ -176,13 +176,24 @@ extension StratusApp {
     /// Authenticates, reads the body and runs `handler` for a data endpoint.
     func dataEndpoint(_ request: Request, container containerName: String, environment: String, database: String, hasBody: Bool,
                       _ handler: (DataRequest) async throws -> JSON) async throws -> Response {
-        var caller = try await authenticator.authenticate(request, containerName: containerName, environmentSegment: environment)
+        // A signed request's body is read first: its hash is part of what was signed.
+        let signedBody = RequestSignature.isPresent(in: request.headers) ? try await readBody(request) : nil
+        var caller = try await authenticator.authenticate(request, containerName: containerName, environmentSegment: environment,
+                                                          signedBody: signedBody)
         let scope = try DatabaseScope(segment: database)
-        if scope == .public, let user = caller.user,
+        if caller.serverKey != nil, scope != .public {
+            throw StratusError(.accessDenied, "a server-to-server key acts on the public database only; a user's \(scope.rawValue) database needs the user's ckWebAuthToken")
+        }
+        if scope == .public, caller.serverKey == nil, let user = caller.user,
            !(try await records.schemas.schema(containerID: caller.container.id, environment: caller.environment).roles.isEmpty) {
             caller.roles = try await authenticator.roles(of: user, containerID: caller.container.id, environment: caller.environment)
         }
-        let body = hasBody ? try await readObject(request) : [:]
+        var body: [String: JSON] = [:]
+        if let signedBody, hasBody {
+            body = try parseObject(signedBody)
+        } else if hasBody {
+            body = try await readObject(request)
+        }
         let data = DataRequest(caller: caller, scope: scope, body: body,
                                signInURL: authenticator.signInURL(container: caller.container.name, environment: caller.environment))
         let result = try await handler(data)

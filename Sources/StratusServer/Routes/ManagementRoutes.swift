@@ -83,6 +83,7 @@ extension StratusApp {
             }
         }
         addRoleRoutes(to: router, base: base)
+        addKeyRoutes(to: router, base: base)
         router.get("\(base)/stats") { request, _ -> Response in
             try self.authenticator.requireAdmin(request)
             return .json(["rssBytes": Self.residentBytes().map { .int($0) } ?? .null, "pid": .int(Int64(getpid()))])

@@ -1,0 +1,67 @@
+import Crypto
+import Foundation
+import Hummingbird
+import StratusCore
+import StratusStore
+
+/// Server-to-server keys: `stratus key add|list|revoke`.
+extension StratusApp {
+    func addKeyRoutes(to router: Router<BasicRequestContext>, base: String) {
+        router.post("\(base)/containers/:container/keys") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let body = try await self.readObject(request)
+            guard let environmentText = try Wire.string(body["environment"], key: "environment") else {
+                throw StratusError.badRequest("missing required key 'environment' (development or production)")
+            }
+            let environment = try ContainerEnvironment(segment: environmentText)
+            guard let pem = try Wire.string(body["publicKey"], key: "publicKey") else {
+                throw StratusError.badRequest("missing required key 'publicKey': the PEM text of a P-256 public key")
+            }
+            let publicKey = try Self.parsePublicKey(pem)
+            let name = try Wire.string(body["name"], key: "name") ?? "server key"
+            guard !name.isEmpty, name.utf8.count <= 200, name.unicodeScalars.allSatisfy(Names.isPrintable) else {
+                throw StratusError.badRequest("the key name must be 1–200 printable characters")
+            }
+            let key = try await self.admin.addServerKey(container: container, environment: environment, name: name,
+                                                        publicKey: publicKey.x963Representation, by: try self.actor(request, body: body))
+            return .json(["keyID": .string(key.keyID), "key": Self.keyJSON(key)], status: .created)
+        }
+        router.get("\(base)/containers/:container/keys") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let keys = try await self.admin.serverKeys(containerID: container.id)
+            return .json(["keys": .array(keys.map(Self.keyJSON))])
+        }
+        router.post("\(base)/containers/:container/keys/:key/revoke") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let keyID = Self.pathParameter(context, "key")
+            guard (8...64).contains(keyID.utf8.count), keyID.utf8.allSatisfy(\.isHexDigit) else {
+                throw StratusError.badRequest("give the key ID (64 hexadecimal digits, from 'stratus key list'), or at least its first 8 digits")
+            }
+            let key = try await self.admin.revokeServerKey(containerID: container.id, idOrPrefix: keyID, by: try self.actor(request))
+            self.authenticator.invalidate(.serverKey(containerID: container.id, keyID: key.keyID))
+            return .json(["key": Self.keyJSON(key)])
+        }
+    }
+
+    /// A P-256 public key from PEM (`-----BEGIN PUBLIC KEY-----`, as `openssl ec -pubout` writes).
+    static func parsePublicKey(_ pem: String) throws(StratusError) -> P256.Signing.PublicKey {
+        let text = pem.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard text.utf8.count <= 4096 else { throw .badRequest("'publicKey' is too long for a P-256 public key") }
+        if text.contains("PRIVATE KEY") {
+            throw .badRequest("that is a private key: give the public key only (openssl ec -in eckey.pem -pubout); keep the private key on your server")
+        }
+        do {
+            return try P256.Signing.PublicKey(pemRepresentation: text)
+        } catch {
+            throw .badRequest("'publicKey' is not a PEM P-256 (prime256v1) public key; make one with: openssl ecparam -name prime256v1 -genkey -noout -out eckey.pem && openssl ec -in eckey.pem -pubout")
+        }
+    }
+
+    static func keyJSON(_ key: ServerKeyInfo) -> JSON {
+        ["keyID": .string(key.keyID), "container": .string(key.containerName), "environment": .string(key.environment.rawValue),
+         "name": .string(key.name), "createdAt": iso(key.createdAt), "revokedAt": key.revokedAt.map(iso) ?? .null]
+    }
+}
