@@ -207,7 +207,7 @@ public final class SchemaStore: Sendable {
         // New types get CloudKit's default grants: _creator WRITE, _icloud CREATE, _world READ.
         let created = try Set(inserted.map { try $0.decode(String.self) }).intersection(newTypes)
         var grantRows: [(String, String, [String])] = []
-        for type in created { for (role, permissions) in SystemRole.defaultGrants { grantRows.append((type, role, permissions.sorted().map(\.rawValue))) } }
+        for type in created { for (role, permissions) in SystemRole.defaultGrants(for: type) { grantRows.append((type, role, permissions.sorted().map(\.rawValue))) } }
         try await insertGrants(grantRows, containerID: containerID, environment: environment, on: connection)
         let fields = additions.compactMap { addition -> (String, String, FieldSchema)? in
             guard let field = addition.field, let type = addition.type else { return nil }
@@ -228,7 +228,7 @@ public final class SchemaStore: Sendable {
             }
         }
         var updated = schema
-        for type in created { updated.grants[type] = SystemRole.defaultGrants }
+        for type in created { updated.grants[type] = SystemRole.defaultGrants(for: type) }
         updated.version = try await bumpVersion(containerID: containerID, environment: environment, notify: false, on: connection)
         return updated
     }

@@ -257,7 +257,7 @@ public enum ModifyPlanner {
                 throw .badRequest("unknown record type '\(recordType)' in the production schema; create it in development and deploy the schema")
             }
             schema.recordTypes[recordType] = [:]
-            schema.grants[recordType] = SystemRole.defaultGrants
+            schema.grants[recordType] = SystemRole.defaultGrants(for: recordType)
             additions.append(SchemaAddition(recordType: recordType, field: nil, type: nil))
         }
         var typed: [String: FieldValue?] = [:]

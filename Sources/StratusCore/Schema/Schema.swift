@@ -69,6 +69,19 @@ public enum SystemRole {
 
     /// CloudKit's default grants for a new record type: `_creator` WRITE, `_icloud` CREATE, `_world` READ.
     public static let defaultGrants: [String: Set<Permission>] = [creator: [.write], icloud: [.create], world: [.read]]
+
+    /// The record type holding one record per user in the public database (named by the user
+    /// record name, created by the server when the user signs up or in).
+    public static let usersRecordType = "Users"
+
+    /// CloudKit's grants for the `Users` type: each user may change their own record, anyone may
+    /// read them, and only the server creates them.
+    public static let usersGrants: [String: Set<Permission>] = [creator: [.write], world: [.read]]
+
+    /// The grants a record type made just-in-time gets.
+    public static func defaultGrants(for recordType: String) -> [String: Set<Permission>] {
+        recordType == usersRecordType ? usersGrants : defaultGrants
+    }
 }
 
 /// The schema of one container-environment.

@@ -60,7 +60,7 @@ struct DataRequest {
 /// One data-API endpoint: `/database/1/<container>/<environment>/<database>/<path>`.
 struct DataRoute: Sendable {
     var method: HTTPRequest.Method
-    /// The last two path components, e.g. `records/lookup`.
+    /// The path after the database, e.g. `records/lookup` or `users/lookup/email`.
     var path: String
     var hasBody: Bool
     var handler: @Sendable (StratusApp, DataRequest) async throws -> JSON
@@ -82,8 +82,14 @@ struct DataRoute: Sendable {
             DataRoute(method: .post, path: "changes/zone", hasBody: true) { try await $0.zoneChanges($1) },
         ]
         for method in [HTTPRequest.Method.get, .post] {
-            routes.append(DataRoute(method: method, path: "users/caller", hasBody: false) { try $0.caller($1) })
-            routes.append(DataRoute(method: method, path: "users/current", hasBody: false) { try $0.currentUser($1) })
+            routes.append(DataRoute(method: method, path: "users/caller", hasBody: false) { try await $0.caller($1) })
+            routes.append(DataRoute(method: method, path: "users/current", hasBody: false) { try await $0.currentUser($1) })
+            routes.append(DataRoute(method: method, path: "users/discover", hasBody: method == .post) { try await $0.discoverUsers($1) })
+        }
+        routes.append(DataRoute(method: .post, path: "users/lookup/email", hasBody: true) { try await $0.lookUpUsers($1, byEmail: true) })
+        routes.append(DataRoute(method: .post, path: "users/lookup/id", hasBody: true) { try await $0.lookUpUsers($1, byEmail: false) })
+        for method in [HTTPRequest.Method.get, .post] {
+            routes.append(DataRoute(method: method, path: "users/lookup/contacts", hasBody: false) { try $0.lookUpContacts($1) })
         }
         return routes
     }()
@@ -93,13 +99,15 @@ struct DataRoute: Sendable {
 
     /// The endpoint `method` and `path` name, with the path's container, environment and
     /// database, when the path is exactly `/database/1/<container>/<environment>/<database>/<group>/<verb>`
+    /// (or `…/<group>/<verb>/<detail>`, as `users/lookup/email`)
     /// with no empty component; `nil` for anything else.
     static func match(method: HTTPRequest.Method, path: String) -> (route: DataRoute, container: String, environment: String, database: String)? {
         guard path.hasPrefix("/database/1/") else { return nil }
         // Split on bytes: splitting a String on a Character walks grapheme clusters.
-        let parts = path.utf8.split(separator: UInt8(ascii: "/"), maxSplits: 8, omittingEmptySubsequences: false).map { Substring($0) }
-        guard parts.count == 8, parts[3...].allSatisfy({ !$0.isEmpty }),
-              let route = byMethodAndPath["\(method) \(parts[6])/\(parts[7])"] else { return nil }
+        let parts = path.utf8.split(separator: UInt8(ascii: "/"), maxSplits: 9, omittingEmptySubsequences: false).map { Substring($0) }
+        guard parts.count == 8 || parts.count == 9, parts[3...].allSatisfy({ !$0.isEmpty }) else { return nil }
+        let key = parts.count == 8 ? "\(method) \(parts[6])/\(parts[7])" : "\(method) \(parts[6])/\(parts[7])/\(parts[8])"
+        guard let route = byMethodAndPath[key] else { return nil }
         return (route, String(parts[3]), String(parts[4]), String(parts[5]))
     }
 }

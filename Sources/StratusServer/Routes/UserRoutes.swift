@@ -6,16 +6,139 @@ import StratusCore
 import StratusStore
 
 extension StratusApp {
-    /// `users/caller`: the caller's identity.
-    func caller(_ request: DataRequest) throws -> JSON {
+    /// `users/caller`: the caller's identity (with their own names, discoverable or not). A
+    /// server-to-server key's caller is `_key_<key ID>`, with no names.
+    func caller(_ request: DataRequest) async throws -> JSON {
         let user = try request.caller.requireUser(signInURL: request.signInURL)
-        return ["users": [["userRecordName": .string(user), "lookupInfo": ["userRecordName": .string(user)], "nameComponents": [:]]]]
+        let profile = request.caller.serverKey == nil ? try await admin.profile(containerID: request.caller.container.id, user: user) : nil
+        return ["users": [Self.identityJSON(profile ?? UserProfile(userRecordName: user, email: ""), lookupInfo: ["userRecordName": .string(user)])]]
     }
 
     /// `users/current` (legacy): the caller's user dictionary.
-    func currentUser(_ request: DataRequest) throws -> JSON {
+    func currentUser(_ request: DataRequest) async throws -> JSON {
         let user = try request.caller.requireUser(signInURL: request.signInURL)
-        return ["userRecordName": .string(user), "firstName": nil, "lastName": nil]
+        let profile = request.caller.serverKey == nil ? try await admin.profile(containerID: request.caller.container.id, user: user) : nil
+        return Self.userJSON(profile ?? UserProfile(userRecordName: user, email: ""))
+    }
+
+    /// Creates the user's record of type `Users` in the public database, named by their user
+    /// record name and created by them (so the type's `_creator` grant lets them change it), if
+    /// it does not exist yet. In development the type is made just-in-time (CloudKit's grants for
+    /// it: `_creator` WRITE, `_world` READ); production has it once a deploy brought it, and
+    /// until then its users get their record at their first sign-in after the deploy.
+    func ensureUserRecord(_ user: String, containerID: Int64, environment: ContainerEnvironment) async throws {
+        let schema = try await records.schemas.schema(containerID: containerID, environment: environment)
+        if environment == .production, schema.recordTypes[SystemRole.usersRecordType] == nil { return }
+        let db = DatabaseRef(containerID: containerID, environment: environment, scope: .public, owner: "")
+        let body: JSON = ["operations": [["operationType": "create", "record": ["recordName": .string(user), "recordType": .string(SystemRole.usersRecordType)]]]]
+        let request = try ModifyRequest.decode(body, newRecordName: { user })
+        _ = try await records.modify(db, zone: Names.defaultZone, request: request, caller: user, now: now(),
+                                     allowSchemaChanges: environment == .development, access: nil, render: { _ in .null })
+    }
+
+    /// Most lookup infos or users in one discovery or lookup request.
+    static let maximumDiscover = 200
+
+    /// `POST users/discover` with `{"lookupInfos": [{"emailAddress"} | {"userRecordName"} | {"phoneNumber"}]}`:
+    /// the identities of the users who let themselves be found, each echoing the lookup info
+    /// that matched it. Anyone else (no such user, not discoverable, disabled) is left out alike;
+    /// Stratus knows no phone numbers, so those never match. Needs a signed-in caller.
+    func discoverUsers(_ request: DataRequest) async throws -> JSON {
+        _ = try request.caller.requireUser(signInURL: request.signInURL)
+        guard request.body["lookupInfos"] != nil || !request.body.isEmpty else {
+            // GET (or an empty POST): the caller's address book, which a self-hosted service does not have.
+            return ["users": []]
+        }
+        let infos = try Self.lookupItems(request.body, key: "lookupInfos")
+        var emails: [String] = []
+        var names: [String] = []
+        for (index, info) in infos.enumerated() {
+            let email = try Wire.string(info["emailAddress"], key: "lookupInfos[\(index)].emailAddress")
+            let name = try Wire.string(info["userRecordName"], key: "lookupInfos[\(index)].userRecordName")
+            let phone = try Wire.string(info["phoneNumber"], key: "lookupInfos[\(index)].phoneNumber")
+            guard email != nil || name != nil || phone != nil else {
+                throw StratusError.badRequest("lookupInfos[\(index)] needs 'emailAddress', 'userRecordName' or 'phoneNumber'")
+            }
+            if let email { emails.append(Self.normalizedEmail(email)) }
+            if let name { names.append(name) }
+        }
+        let found = try await admin.discoverableUsers(containerID: request.caller.container.id, emails: emails, userRecordNames: names)
+        var users: [JSON] = []
+        for info in infos {
+            let match: UserProfile? = if let email = info["emailAddress"]?.stringValue {
+                found.first { $0.email == Self.normalizedEmail(email) }
+            } else if let name = info["userRecordName"]?.stringValue {
+                found.first { $0.userRecordName == name }
+            } else { nil }
+            if let match { users.append(Self.identityJSON(match, lookupInfo: info)) }
+        }
+        return ["users": .array(users)]
+    }
+
+    /// `POST users/lookup/email` and `users/lookup/id` (legacy): `{"users": [{"emailAddress"}]}` or
+    /// `{"users": [{"userRecordName"}]}` → the user dictionaries of discoverable users (with the
+    /// email address for lookups by email).
+    func lookUpUsers(_ request: DataRequest, byEmail: Bool) async throws -> JSON {
+        _ = try request.caller.requireUser(signInURL: request.signInURL)
+        let key = byEmail ? "emailAddress" : "userRecordName"
+        let items = try Self.lookupItems(request.body, key: "users")
+        var wanted: [String] = []
+        for (index, item) in items.enumerated() {
+            guard let value = try Wire.string(item[key], key: "users[\(index)].\(key)") else {
+                throw StratusError.badRequest("users[\(index)] needs a string '\(key)'")
+            }
+            wanted.append(byEmail ? Self.normalizedEmail(value) : value)
+        }
+        let found = try await admin.discoverableUsers(containerID: request.caller.container.id,
+                                                      emails: byEmail ? wanted : [], userRecordNames: byEmail ? [] : wanted)
+        let users: [JSON] = wanted.compactMap { value in
+            guard let match = found.first(where: { byEmail ? $0.email == value : $0.userRecordName == value }) else { return nil }
+            var user = Self.userJSON(match)
+            if byEmail, case .object(var members) = user {
+                members["emailAddress"] = .string(match.email)
+                user = .object(members)
+            }
+            return user
+        }
+        return ["users": .array(users)]
+    }
+
+    /// `users/lookup/contacts` (legacy): the caller's contacts who use the app. A self-hosted
+    /// service has no contacts: always none.
+    func lookUpContacts(_ request: DataRequest) throws -> JSON {
+        _ = try request.caller.requireUser(signInURL: request.signInURL)
+        return ["users": []]
+    }
+
+    /// The array under `key` of a discovery or lookup body: objects, at most `maximumDiscover`.
+    static func lookupItems(_ body: [String: JSON], key: String) throws(StratusError) -> [[String: JSON]] {
+        guard let list = body[key] else { throw .badRequest("missing required key '\(key)'") }
+        guard let items = list.arrayValue else { throw .badRequest("'\(key)' must be an array of objects") }
+        guard items.count <= maximumDiscover else {
+            throw .badRequest("\(items.count) items in '\(key)'; at most \(maximumDiscover) are allowed in one request")
+        }
+        return try items.enumerated().map { index, item throws(StratusError) in
+            guard let members = item.objectValue else { throw .badRequest("\(key)[\(index)] must be an object") }
+            return members
+        }
+    }
+
+    static func normalizedEmail(_ email: String) -> String {
+        email.trimmingCharacters(in: .whitespaces).lowercased()
+    }
+
+    /// A user identity dictionary: `userRecordName`, `lookupInfo`, `nameComponents`.
+    static func identityJSON(_ profile: UserProfile, lookupInfo: [String: JSON]) -> JSON {
+        var names: [String: JSON] = [:]
+        if let given = profile.givenName { names["givenName"] = .string(given) }
+        if let family = profile.familyName { names["familyName"] = .string(family) }
+        return ["userRecordName": .string(profile.userRecordName), "lookupInfo": .object(lookupInfo), "nameComponents": .object(names)]
+    }
+
+    /// A (legacy) user dictionary: `userRecordName`, `firstName`, `lastName`.
+    static func userJSON(_ profile: UserProfile) -> JSON {
+        ["userRecordName": .string(profile.userRecordName), "firstName": profile.givenName.map { .string($0) } ?? .null,
+         "lastName": profile.familyName.map { .string($0) } ?? .null]
     }
 
     func addAuthRoutes(to router: Router<BasicRequestContext>) {
@@ -33,6 +156,12 @@ extension StratusApp {
         }
         router.post("/auth/1/:container/:environment/password") { request, context in
             try await self.changePassword(request, context)
+        }
+        router.get("/auth/1/:container/:environment/profile") { request, context in
+            try await self.profile(request, context, change: false)
+        }
+        router.post("/auth/1/:container/:environment/profile") { request, context in
+            try await self.profile(request, context, change: true)
         }
     }
 
@@ -74,7 +203,9 @@ extension StratusApp {
     }
 
     /// The answer to a successful sign-up, sign-in or password change: a new session's token.
+    /// The user's `Users` record is made first if the environment's public database lacks it.
     func sessionResponse(user: String, container: ContainerInfo, environment: ContainerEnvironment) async throws -> Response {
+        try await ensureUserRecord(user, containerID: container.id, environment: environment)
         let (token, session) = try await authenticator.startSession(user: user, containerID: container.id, environment: environment)
         return .json(["ckWebAuthToken": .string(token), "userRecordName": .string(user),
                       "expiresAt": .int(Int64(session.expiresAt.timeIntervalSince1970 * 1000))])
@@ -149,7 +280,10 @@ extension StratusApp {
     }
 
     func credentials(_ request: Request) async throws -> (email: String, password: String) {
-        let body = try await readObject(request)
+        try Self.credentials(try await readObject(request))
+    }
+
+    static func credentials(_ body: [String: JSON]) throws(StratusError) -> (email: String, password: String) {
         guard let rawEmail = try Wire.string(body["emailAddress"], key: "emailAddress") else {
             throw StratusError.badRequest("missing required key 'emailAddress'")
         }
@@ -167,16 +301,60 @@ extension StratusApp {
         return (email, password)
     }
 
-    /// `POST /auth/1/{container}/{environment}/signup`.
+    /// `POST /auth/1/{container}/{environment}/signup` with `{"emailAddress", "password"}` and,
+    /// optionally, `"discoverable": true` (others may find the user by email address or record
+    /// name), `"givenName"` and `"familyName"`.
     func signUp(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let (container, environment) = try await authContainer(request, context)
-        let (email, password) = try await credentials(request)
+        let body = try await readObject(request)
+        let (email, password) = try Self.credentials(body)
         try Self.validateNewPassword(password)
+        let change = try Self.profileChange(body)
         let cost = configuration.bcryptCost
         let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: cost) }
         let userRecordName = UserRecordName.random()
         try await admin.createUser(UserAccount(containerID: container.id, userRecordName: userRecordName, email: email, passwordHash: hash))
+        if change.discoverable != nil || change.givenName != nil || change.familyName != nil {
+            _ = try await admin.updateProfile(containerID: container.id, user: userRecordName, discoverable: change.discoverable,
+                                              givenName: change.givenName, familyName: change.familyName)
+        }
         return try await sessionResponse(user: userRecordName, container: container, environment: environment)
+    }
+
+    /// What a sign-up or profile body changes: `discoverable` (bool), `givenName` and
+    /// `familyName` (strings of 1–100 printable characters, or null to clear).
+    static func profileChange(_ body: [String: JSON]) throws(StratusError) -> (discoverable: Bool?, givenName: String??, familyName: String??) {
+        let discoverable = try Wire.bool(body["discoverable"], key: "discoverable")
+        func name(_ key: String) throws(StratusError) -> String?? {
+            guard let value = body[key] else { return nil }
+            if value == .null { return .some(nil) }
+            guard let text = value.stringValue else { throw .badRequest("'\(key)' must be a string or null") }
+            let trimmed = text.trimmingCharacters(in: .whitespaces)
+            guard !trimmed.isEmpty, trimmed.count <= 100, trimmed.unicodeScalars.allSatisfy(Names.isPrintable) else {
+                throw .badRequest("'\(key)' must be 1–100 printable characters")
+            }
+            return .some(trimmed)
+        }
+        return (discoverable, try name("givenName"), try name("familyName"))
+    }
+
+    /// `GET`/`POST /auth/1/{container}/{environment}/profile` with the session's `ckWebAuthToken`:
+    /// the signed-in user's profile; a POST changes `discoverable`, `givenName`, `familyName`.
+    func profile(_ request: Request, _ context: BasicRequestContext, change: Bool) async throws -> Response {
+        let (container, environment) = try await authContainer(request, context)
+        let claims = try await authenticator.session(fromWebAuthToken: try webAuthToken(request), containerID: container.id, environment: environment)
+        var profile: UserProfile?
+        if change {
+            let update = try Self.profileChange(try await readObject(request))
+            profile = try await admin.updateProfile(containerID: container.id, user: claims.user, discoverable: update.discoverable,
+                                                    givenName: update.givenName, familyName: update.familyName)
+        } else {
+            profile = try await admin.profile(containerID: container.id, user: claims.user)
+        }
+        guard let profile else { throw StratusError(.authenticationFailed, "the account of this session no longer exists; sign up again") }
+        return .json(["userRecordName": .string(profile.userRecordName), "emailAddress": .string(profile.email),
+                      "discoverable": .bool(profile.discoverable),
+                      "nameComponents": Self.identityJSON(profile, lookupInfo: [:])["nameComponents"] ?? [:]])
     }
 
     /// `POST /auth/1/{container}/{environment}/signin`.
