@@ -106,8 +106,8 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
-            // Test data read from the source tree (Wycheproof vectors).
-            exclude: ["Data"],
+            // Read from the source tree: test data (Wycheproof vectors), the browser driver.
+            exclude: ["Data", "Browser"],
             swiftSettings: swiftSettings
         ),
     ]

@@ -11,3 +11,16 @@ ensure_postgres() {
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
 }
+
+# Installs Debian's Chromium and Python 3 when missing (the sign-in page is tested in a real
+# headless browser, driven by a Python script that needs nothing beyond the standard library).
+ensure_browser() {
+  if command -v chromium >/dev/null 2>&1 && command -v python3 >/dev/null 2>&1; then
+    return 0
+  fi
+  echo "Deploy: chromium or python3 not found; installing Debian's chromium and python3 packages" >&2
+  local sudo=""
+  if [ "$(id -u)" != "0" ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium python3 >/dev/null
+}

@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . Deploy/lib.sh
 ensure_postgres
+ensure_browser
 swift build --build-tests
 # After the build the suite takes about a minute here. Each suite that talks to PostgreSQL has a time limit
 # that names a test running past it; a run that still hangs is stopped after 30 minutes rather

@@ -22,6 +22,10 @@ public struct APITokenInfo: Sendable, Equatable {
     public var prefix: String
     public var createdAt: Date
     public var revokedAt: Date?
+    /// Web origins (`https://app.example.com`) browsers may call with this token; empty: any.
+    public var allowedOrigins: [String] = []
+    /// Where the sign-in page sends a user who signed in (`…?ckWebAuthToken=…`), if set.
+    public var signInCallback: String?
 }
 
 /// A user account of a container.
@@ -89,26 +93,67 @@ public struct AdminStore: Sendable {
 
     /// Stores a new API token by its hash.
     public func createAPIToken(container: ContainerInfo, environment: ContainerEnvironment, name: String, tokenHash: [UInt8], prefix: String,
+                               allowedOrigins: [String] = [], signInCallback: String? = nil,
                                by actor: AuditActor) async throws -> APITokenInfo {
         try await database.transaction { connection in
             let row = try await connection.rows("""
-                INSERT INTO api_tokens (container_id, environment, name, token_hash, token_prefix)
-                VALUES (\(container.id), \(environment.code), \(name), \(Data(tokenHash)), \(prefix))
+                INSERT INTO api_tokens (container_id, environment, name, token_hash, token_prefix, allowed_origins, signin_callback)
+                VALUES (\(container.id), \(environment.code), \(name), \(Data(tokenHash)), \(prefix), \(allowedOrigins), \(signInCallback))
                 RETURNING token_id, created_at
                 """, logger: logger).first!
             let (tokenID, created) = try row.decode((Int64, Date).self)
             try await AuditEntry(containerID: container.id, actor: actor, action: "token.create", environment: environment,
-                                 target: String(tokenID), detail: "name '\(name)', prefix \(prefix)").write(on: connection, logger: logger)
+                                 target: String(tokenID), detail: "name '\(name)', prefix \(prefix)" + Self.optionsDetail(allowedOrigins, signInCallback))
+                .write(on: connection, logger: logger)
             return APITokenInfo(containerID: container.id, containerName: container.name, tokenID: tokenID, environment: environment,
-                                name: name, prefix: prefix, createdAt: created, revokedAt: nil)
+                                name: name, prefix: prefix, createdAt: created, revokedAt: nil,
+                                allowedOrigins: allowedOrigins, signInCallback: signInCallback)
         }
+    }
+
+    static func optionsDetail(_ origins: [String]?, _ callback: String??) -> String {
+        var parts: [String] = []
+        if let origins { parts.append("allowed origins: " + (origins.isEmpty ? "any" : origins.joined(separator: " "))) }
+        if let callback { parts.append("sign-in callback: " + (callback ?? "none")) }
+        return parts.isEmpty ? "" : "; " + parts.joined(separator: "; ")
+    }
+
+    /// Changes a live token's allowed origins and sign-in callback (`nil`: unchanged); every
+    /// server process forgets its copy when this commits. Audited.
+    public func updateAPIToken(containerID: Int64, idOrPrefix: String, allowedOrigins: [String]?, signInCallback: String??,
+                               by actor: AuditActor) async throws -> APITokenInfo {
+        let tokenID = Int64(idOrPrefix)
+        return try await database.transaction { connection in
+            let rows = try await connection.rows("""
+                UPDATE api_tokens SET allowed_origins = coalesce(\(allowedOrigins), allowed_origins),
+                       signin_callback = CASE WHEN \(signInCallback != nil) THEN \(signInCallback ?? nil) ELSE signin_callback END
+                WHERE container_id = \(containerID) AND revoked_at IS NULL
+                  AND (token_id = \(tokenID) OR token_prefix = \(idOrPrefix))
+                RETURNING \(unescaped: Self.tokenColumns(table: "api_tokens", container: "(SELECT name FROM containers WHERE container_id = api_tokens.container_id)"))
+                """, logger: logger)
+            guard rows.count == 1 else {
+                if rows.isEmpty { throw StratusError(.notFound, "no live API token '\(idOrPrefix)' in this container") }
+                throw StratusError(.badRequest, "'\(idOrPrefix)' matches several tokens; give the token id")
+            }
+            let token = try Self.token(rows[0])
+            try await AuditEntry(containerID: containerID, actor: actor, action: "token.update", environment: token.environment,
+                                 target: String(token.tokenID), detail: "name '\(token.name)'" + Self.optionsDetail(allowedOrigins, signInCallback))
+                .write(on: connection, logger: logger)
+            try await Invalidations.publish(.apiToken(containerID: containerID, tokenID: token.tokenID), on: connection, logger: logger)
+            return token
+        }
+    }
+
+    /// The columns `token(_:)` decodes, from `table` (with the container's name as `container`).
+    static func tokenColumns(table t: String, container: String) -> String {
+        "\(t).container_id, \(container), \(t).token_id, \(t).environment, \(t).name, \(t).token_prefix, \(t).created_at, \(t).revoked_at, \(t).allowed_origins, \(t).signin_callback"
     }
 
     /// API tokens, optionally of one container.
     public func listAPITokens(containerID: Int64?) async throws -> [APITokenInfo] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
-                SELECT t.container_id, c.name, t.token_id, t.environment, t.name, t.token_prefix, t.created_at, t.revoked_at
+                SELECT \(unescaped: Self.tokenColumns(table: "t", container: "c.name"))
                 FROM api_tokens t JOIN containers c ON c.container_id = t.container_id
                 WHERE \(containerID) IS NULL OR t.container_id = \(containerID)
                 ORDER BY c.name, t.token_id
@@ -121,7 +166,7 @@ public struct AdminStore: Sendable {
     public func apiToken(hash: [UInt8]) async throws -> APITokenInfo? {
         try await database.withConnection { connection in
             try await connection.rows("""
-                SELECT t.container_id, c.name, t.token_id, t.environment, t.name, t.token_prefix, t.created_at, t.revoked_at
+                SELECT \(unescaped: Self.tokenColumns(table: "t", container: "c.name"))
                 FROM api_tokens t JOIN containers c ON c.container_id = t.container_id
                 WHERE t.token_hash = \(Data(hash))
                 """, logger: logger)
@@ -136,8 +181,7 @@ public struct AdminStore: Sendable {
                 UPDATE api_tokens SET revoked_at = now()
                 WHERE container_id = \(containerID) AND revoked_at IS NULL
                   AND (token_id = \(tokenID) OR token_prefix = \(idOrPrefix))
-                RETURNING container_id, (SELECT name FROM containers WHERE container_id = api_tokens.container_id),
-                          token_id, environment, name, token_prefix, created_at, revoked_at
+                RETURNING \(unescaped: Self.tokenColumns(table: "api_tokens", container: "(SELECT name FROM containers WHERE container_id = api_tokens.container_id)"))
                 """, logger: logger)
             guard rows.count == 1 else {
                 if rows.isEmpty { throw StratusError(.notFound, "no live API token '\(idOrPrefix)' in this container") }
@@ -153,11 +197,11 @@ public struct AdminStore: Sendable {
     }
 
     static func token(_ row: PostgresRow) throws -> APITokenInfo {
-        let (containerID, containerName, tokenID, environment, name, prefix, created, revoked) =
-            try row.decode((Int64, String, Int64, Int16, String, String, Date, Date?).self)
+        let (containerID, containerName, tokenID, environment, name, prefix, created, revoked, origins, callback) =
+            try row.decode((Int64, String, Int64, Int16, String, String, Date, Date?, [String], String?).self)
         return APITokenInfo(containerID: containerID, containerName: containerName, tokenID: tokenID,
                             environment: environment == 1 ? .development : .production, name: name, prefix: prefix,
-                            createdAt: created, revokedAt: revoked)
+                            createdAt: created, revokedAt: revoked, allowedOrigins: origins, signInCallback: callback)
     }
 
     /// Creates a user account; `EXISTS` if the email is taken in this container.

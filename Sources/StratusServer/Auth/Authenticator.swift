@@ -17,6 +17,8 @@ struct Caller: Sendable {
     var sessionID: Int64?
     /// The custom roles the user holds in this environment (read only when the schema has any).
     var roles: Set<String> = []
+    /// The API token as sent (the sign-in page's address carries it, for its callback and origins).
+    var apiToken: String?
     /// The server-to-server key that signed the request. Such a caller acts on the public
     /// database with the container administrator's privileges (no security role restricts it);
     /// `user` is then `_key_<key ID>`, the creator its records get.
@@ -180,7 +182,9 @@ final class Authenticator: Sendable {
         guard token.containerID == container.id, token.environment == environment else {
             throw StratusError(.authenticationFailed, "the ckAPIToken belongs to another container or environment")
         }
+        try Self.checkOrigin(request, token: token)
         var caller = Caller(container: container, environment: environment)
+        caller.apiToken = String(tokenText)
         if let webToken = query.get("ckWebAuthToken") ?? query.get("ckSession"), !webToken.isEmpty {
             let claims = try await session(fromWebAuthToken: webToken, containerID: container.id, environment: environment)
             caller.user = claims.user
@@ -316,7 +320,11 @@ final class Authenticator: Sendable {
     }
 
     /// Where `redirectURL` sends a user to sign in.
-    func signInURL(container: String, environment: ContainerEnvironment) -> String {
-        "\(configuration.publicURL)/auth/1/\(container)/\(environment.rawValue)/signin"
+    /// It carries the request's API token, so the page finds the token's sign-in callback and
+    /// allowed origins (the token is no secret: it is in the web app's own source).
+    func signInURL(container: String, environment: ContainerEnvironment, apiToken: String? = nil) -> String {
+        let url = "\(configuration.publicURL)/auth/1/\(container)/\(environment.rawValue)/signin"
+        guard let apiToken else { return url }
+        return url + "?ckAPIToken=" + (apiToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? apiToken)
     }
 }

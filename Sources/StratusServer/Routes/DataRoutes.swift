@@ -134,6 +134,17 @@ public struct StratusResponder: HTTPResponder {
     let router: RouterResponder<BasicRequestContext>
 
     public func respond(to request: Request, context: Context) async throws -> Response {
+        // Browsers: preflight requests, and CORS headers on answers to allowed origins (see CORS.swift).
+        guard let origin = request.headers[.origin] else { return try await answer(request, context: context) }
+        if request.method == .options, StratusApp.isCrossOriginPath(request.uri.path) {
+            return await app.preflight(request, origin: origin)
+        }
+        var response = try await answer(request, context: context)
+        await app.addCORSHeaders(&response, request: request, origin: origin)
+        return response
+    }
+
+    func answer(_ request: Request, context: Context) async throws -> Response {
         guard let (route, container, environment, database) = DataRoute.match(method: request.method, path: request.uri.path) else {
             return try await router.respond(to: request, context: context)
         }
@@ -203,7 +214,7 @@ extension StratusApp {
             body = try await readObject(request)
         }
         let data = DataRequest(caller: caller, scope: scope, body: body,
-                               signInURL: authenticator.signInURL(container: caller.container.name, environment: caller.environment))
+                               signInURL: authenticator.signInURL(container: caller.container.name, environment: caller.environment, apiToken: caller.apiToken))
         let result = try await handler(data)
         var headers: HTTPFields = [:]
         if let token = caller.webAuthToken, let name = HTTPField.Name("x-apple-cloudkit-session") {

@@ -32,10 +32,12 @@ extension StratusApp {
             guard !name.isEmpty, name.utf8.count <= 200, name.unicodeScalars.allSatisfy(Names.isPrintable) else {
                 throw StratusError.badRequest("the token name must be 1–200 printable characters")
             }
+            let options = try Self.tokenOptions(body)
             let secret = TokenSealer.randomToken(prefix: "ck_")
             let info = try await self.admin.createAPIToken(container: container, environment: environment, name: name,
                                                            tokenHash: TokenSealer.hash(secret), prefix: String(secret.prefix(10)),
-                                                           by: try self.actor(request))
+                                                           allowedOrigins: options.origins ?? [], signInCallback: options.callback ?? nil,
+                                                           by: try self.actor(request, body: body))
             return .json(["apiToken": .string(secret), "token": Self.tokenJSON(info)], status: .created)
         }
         router.get("\(base)/containers/:container/audit") { request, context -> Response in
@@ -97,17 +99,66 @@ extension StratusApp {
             let tokens = try await self.admin.listAPITokens(containerID: containerID)
             return .json(["tokens": .array(tokens.map(Self.tokenJSON))])
         }
+        router.patch("\(base)/containers/:container/tokens/:token") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let token = try Self.tokenParameter(context)
+            let body = try await self.readObject(request)
+            let options = try Self.tokenOptions(body)
+            guard options.origins != nil || options.callback != nil else {
+                throw StratusError.badRequest("nothing to change: give 'allowedOrigins' (an array, [] for any) or 'signInCallback' (a URL, or null for none)")
+            }
+            let info = try await self.admin.updateAPIToken(containerID: container.id, idOrPrefix: token, allowedOrigins: options.origins,
+                                                           signInCallback: options.callback, by: try self.actor(request, body: body))
+            self.authenticator.forget(tokenID: info.tokenID)
+            return .json(["token": Self.tokenJSON(info)])
+        }
         router.post("\(base)/containers/:container/tokens/:token/revoke") { request, context -> Response in
             try self.authenticator.requireAdmin(request)
             let container = try await self.managedContainer(context)
-            let token = context.parameters.get("token") ?? ""
-            guard !token.isEmpty, token.utf8.count <= 64, token.unicodeScalars.allSatisfy({ Names.isPrintable($0) }) else {
-                throw StratusError.badRequest("give the token's id (from 'stratus token list') or its prefix")
-            }
+            let token = try Self.tokenParameter(context)
             let info = try await self.admin.revokeAPIToken(containerID: container.id, idOrPrefix: token, by: try self.actor(request))
             self.authenticator.forget(tokenID: info.tokenID)
             return .json(["token": Self.tokenJSON(info)])
         }
+    }
+
+    /// The `:token` path parameter: a token's id or prefix.
+    static func tokenParameter(_ context: BasicRequestContext) throws(StratusError) -> String {
+        let token = pathParameter(context, "token")
+        guard !token.isEmpty, token.utf8.count <= 64, token.unicodeScalars.allSatisfy({ Names.isPrintable($0) }) else {
+            throw StratusError.badRequest("give the token's id (from 'stratus token list') or its prefix")
+        }
+        return token
+    }
+
+    /// An API token's options in a management body: `allowedOrigins` (web origins such as
+    /// `https://app.example.com`, at most 20; [] for any) and `signInCallback` (an http(s) URL, or
+    /// null for none). `nil` for what the body does not name.
+    static func tokenOptions(_ body: [String: JSON]) throws(StratusError) -> (origins: [String]?, callback: String??) {
+        var origins: [String]?
+        if let list = body["allowedOrigins"], list != .null {
+            guard let items = list.arrayValue else { throw .badRequest("'allowedOrigins' must be an array of origins such as \"https://app.example.com\"") }
+            guard items.count <= 20 else { throw .badRequest("at most 20 allowed origins per API token") }
+            origins = try items.map { item throws(StratusError) in
+                guard let text = item.stringValue, let origin = WebOrigin.normalize(text) else {
+                    throw .badRequest("'\(item.stringValue ?? JSONWriter.string(item))' is not a web origin: give scheme and host (and port), such as https://app.example.com, with no path")
+                }
+                return origin
+            }
+        }
+        var callback: String??
+        if let value = body["signInCallback"] {
+            if value == .null {
+                callback = .some(nil)
+            } else {
+                guard let text = value.stringValue, WebOrigin.isCallbackURL(text) else {
+                    throw .badRequest("'signInCallback' must be an absolute http or https URL (at most 2000 characters, no fragment), such as https://app.example.com/signed-in")
+                }
+                callback = .some(text)
+            }
+        }
+        return (origins, callback)
     }
 
     /// The server process's resident memory, from `/proc/self/status` (Linux).
@@ -169,6 +220,8 @@ extension StratusApp {
             "name": .string(token.name), "prefix": .string(token.prefix), "createdAt": iso(token.createdAt),
         ]
         members["revokedAt"] = token.revokedAt.map(iso) ?? .null
+        members["allowedOrigins"] = .array(token.allowedOrigins.map { .string($0) })
+        members["signInCallback"] = token.signInCallback.map { .string($0) } ?? .null
         return .object(members)
     }
 }

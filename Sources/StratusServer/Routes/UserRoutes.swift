@@ -275,6 +275,7 @@ extension StratusApp {
                   info.containerID == container.id, info.environment == environment else {
                 throw StratusError(.authenticationFailed, "the ckAPIToken is not valid for this container and environment")
             }
+            try Authenticator.checkOrigin(request, token: info)
         }
         return (container, environment)
     }
@@ -365,27 +366,14 @@ extension StratusApp {
         return try await sessionResponse(user: account.userRecordName, container: container, environment: environment)
     }
 
-    /// The page `redirectURL` points at: a small sign-in form that posts to the JSON endpoint
-    /// and hands the token back to the opener (CloudKit JS's popup flow) or shows it.
+    /// The page `redirectURL` points at (see `SignInPage`). With the `ckAPIToken` CloudKit JS's
+    /// redirect URL carries, it knows the token's sign-in callback and allowed origins.
     func signInPage(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let (container, environment) = try await authContainer(request, context)
-        let action = "/auth/1/\(container.name)/\(environment.rawValue)/signin"
-        let html = """
-            <!doctype html><html><head><meta charset="utf-8"><title>Sign in</title></head>
-            <body><h1>Sign in to \(container.name)</h1>
-            <form id="f"><input id="e" type="email" placeholder="Email" required> <input id="p" type="password" placeholder="Password" required>
-            <button>Sign in</button></form><p id="m"></p>
-            <script>
-            document.getElementById('f').onsubmit = async (ev) => { ev.preventDefault();
-              const r = await fetch('\(action)' + location.search, {method: 'POST', body: JSON.stringify({emailAddress: e.value, password: p.value})});
-              const j = await r.json();
-              if (!r.ok) { m.textContent = j.reason; return; }
-              if (window.opener) { window.opener.postMessage({ckWebAuthToken: j.ckWebAuthToken, ckSession: j.ckWebAuthToken}, '*'); window.close(); }
-              else { m.textContent = 'Signed in.'; }
-            };
-            </script></body></html>
-            """
-        return Response(status: .ok, headers: [.contentType: "text/html; charset=utf-8"],
-                        body: ResponseBody(byteBuffer: ByteBuffer(string: html)))
+        var token: APITokenInfo?
+        if let text = request.uri.queryParameters.get("ckAPIToken") { token = try await authenticator.apiToken(String(text)) }
+        let page = SignInPage(container: container.name, environment: environment, apiToken: request.uri.queryParameters.get("ckAPIToken").map { String($0) },
+                              callback: token?.signInCallback, origins: token?.allowedOrigins ?? [])
+        return page.response()
     }
 }

@@ -131,8 +131,47 @@ struct ContainerCommand: AsyncParsableCommand {
 
 struct TokenCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "token", abstract: "Create, list and revoke API tokens (ckAPIToken).",
-        subcommands: [Create.self, List.self, Revoke.self])
+        commandName: "token", abstract: "Create, list, update and revoke API tokens (ckAPIToken).",
+        subcommands: [Create.self, List.self, Update.self, Revoke.self])
+
+    struct Update: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Change an API token's allowed origins or sign-in callback (audited; every server process within a second).",
+            discussion: """
+                Examples:
+                  stratus token update --container iCloud.com.example.Notes 3 --allowed-origin https://notes.example.com
+                  stratus token update --container iCloud.com.example.Notes 3 --any-origin --no-signin-callback
+                """)
+        @Option(help: "Container identifier.") var container: String
+        @Argument(help: "The token's id (from 'stratus token list') or its prefix.") var token: String
+        @Option(help: "A web origin browsers may call from (repeat for several); replaces the list.") var allowedOrigin: [String] = []
+        @Flag(help: "Let any origin call (clears the allowed origins).") var anyOrigin = false
+        @Option(help: "The sign-in callback URL.") var signinCallback: String?
+        @Flag(help: "Remove the sign-in callback.") var noSigninCallback = false
+        @OptionGroup var options: ClientOptions
+
+        func validate() throws {
+            if anyOrigin, !allowedOrigin.isEmpty { throw ValidationError("give --allowed-origin or --any-origin, not both") }
+            if noSigninCallback, signinCallback != nil { throw ValidationError("give --signin-callback or --no-signin-callback, not both") }
+            if !anyOrigin, allowedOrigin.isEmpty, !noSigninCallback, signinCallback == nil {
+                throw ValidationError("nothing to change: give --allowed-origin, --any-origin, --signin-callback or --no-signin-callback")
+            }
+        }
+
+        func run() async throws {
+            try await runAdmin {
+                var body: [String: JSON] = [:]
+                if anyOrigin { body["allowedOrigins"] = [] } else if !allowedOrigin.isEmpty { body["allowedOrigins"] = .array(allowedOrigin.map { .string($0) }) }
+                if noSigninCallback { body["signInCallback"] = .null } else if let signinCallback { body["signInCallback"] = .string(signinCallback) }
+                let response = try await options.client.send("PATCH", "management/1/containers/\(pathComponent(container))/tokens/\(pathComponent(token))", body: .object(body))
+                options.output(response) {
+                    let origins = response["token"]?["allowedOrigins"]?.arrayValue?.compactMap(\.stringValue) ?? []
+                    let callback = response["token"]?["signInCallback"]?.stringValue ?? "none"
+                    return "updated token \(token) of \(container): allowed origins \(origins.isEmpty ? "any" : origins.joined(separator: " ")); sign-in callback \(callback)"
+                }
+            }
+        }
+    }
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -141,6 +180,10 @@ struct TokenCommand: AsyncParsableCommand {
         @Option(help: "Container identifier.") var container: String
         @Option(help: "development or production.") var environment: String
         @Option(help: "A name to recognise the token by.") var name: String?
+        @Option(help: "A web origin browsers may call from, e.g. https://app.example.com (repeat for several; none: any origin).")
+        var allowedOrigin: [String] = []
+        @Option(help: "Where the sign-in page sends a user who signed in, with ?ckWebAuthToken=… (none: the page hands the token to the window that opened it).")
+        var signinCallback: String?
         @OptionGroup var options: ClientOptions
 
         func validate() throws {
@@ -153,6 +196,8 @@ struct TokenCommand: AsyncParsableCommand {
             try await runAdmin {
                 var body: [String: JSON] = ["environment": .string(environment)]
                 if let name { body["name"] = .string(name) }
+                if !allowedOrigin.isEmpty { body["allowedOrigins"] = .array(allowedOrigin.map { .string($0) }) }
+                if let signinCallback { body["signInCallback"] = .string(signinCallback) }
                 let response = try await options.client.send("POST", "management/1/containers/\(container)/tokens", body: .object(body))
                 options.output(response) {
                     """

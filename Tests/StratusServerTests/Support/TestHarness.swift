@@ -104,7 +104,7 @@ struct Harness: Sendable {
 
     /// Runs `body` against a new app (in-process router by default, or a live server);
     /// `database` adjusts the pool's settings (timeouts).
-    static func run(live: Bool = false, poolSize: Int = 4, idleTimeout: Duration? = nil,
+    static func run(live: Bool = false, port: Int = 0, poolSize: Int = 4, idleTimeout: Duration? = nil,
                     database adjust: @Sendable (inout DatabaseConfiguration) -> Void = { _ in },
                     server configure: @Sendable (inout ServerConfiguration) -> Void = { _ in },
                     _ body: @escaping @Sendable (Harness) async throws -> Void) async throws {
@@ -116,7 +116,7 @@ struct Harness: Sendable {
             let stratus = try await StratusApp.make(database: db, configuration: server, logger: TestCluster.logger)
             // Live tests run the server `stratus serve` runs; router tests skip HTTP.
             let app = Application(router: stratus.router(), server: stratus.httpServer(idleTimeout: idleTimeout),
-                                  configuration: .init(address: .hostname("127.0.0.1", port: 0)),
+                                  configuration: .init(address: .hostname("127.0.0.1", port: port)),
                                   services: [stratus.background], logger: TestCluster.logger)
             try await app.test(live ? .live : .router) { client in
                 try await body(Harness(client: client, database: db, app: stratus))
