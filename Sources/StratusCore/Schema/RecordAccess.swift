@@ -8,6 +8,9 @@
 /// (update and delete). Choices where CloudKit's documentation is silent:
 /// - a role granted WRITE may also read what it may change;
 /// - a record type the schema lists without grants is closed to every role, as it reads;
+/// - a write (create, change, delete) always needs a signed-in user: an anonymous caller is
+///   asked to sign in (`AUTHENTICATION_REQUIRED`) even where `_world` holds CREATE or WRITE,
+///   which then reaches every signed-in user (a record needs a creator);
 /// - a custom role's grants apply to its members on every record of the type (it has no notion
 ///   of creator), and only to signed-in members.
 public struct RecordAccess: Sendable, Equatable {
