@@ -24,3 +24,24 @@ ensure_browser() {
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends chromium python3 >/dev/null
 }
+
+# After the suite: no token, password or signature the tests used may appear in a server log
+# (the tests write both lists under .build/test-output; see Tests/…/Support/TestSecrets.swift).
+check_logs_for_secrets() {
+  local out=.build/test-output
+  local secrets="$out/secrets.all"
+  cat "$out"/secrets-*.txt 2>/dev/null | sort -u > "$secrets"
+  local count bytes
+  count=$(wc -l < "$secrets")
+  bytes=$(cat "$out"/server-logs/* 2>/dev/null | wc -c)
+  if [ "$count" -eq 0 ] || [ "$bytes" -eq 0 ]; then
+    echo "test.sh: the secrets check found no secrets ($count) or no server logs ($bytes bytes) to check" >&2
+    return 1
+  fi
+  if grep -F -r -l -f "$secrets" "$out/server-logs" >/dev/null; then
+    echo "test.sh: server logs contain secrets the tests used:" >&2
+    grep -F -r -n -o -f "$secrets" "$out/server-logs" | head -20 | sed 's/:\(.\{6\}\).*/: \1…/' >&2
+    return 1
+  fi
+  echo "test.sh: $count tokens, passwords and signatures the tests used; none in $bytes bytes of server logs"
+}

@@ -10,9 +10,14 @@ swift build --build-tests
 # After the build the suite takes about a minute here. Each suite that talks to PostgreSQL has a time limit
 # that names a test running past it; a run that still hangs is stopped after 30 minutes rather
 # than holding CI to its own limit.
+rm -rf .build/test-output/server-logs .build/test-output/secrets-*.txt
 status=0
 timeout --signal=INT --kill-after=60 1800 swift test --skip-build "$@" || status=$?
 if [ "$status" -eq 124 ]; then
     echo "test.sh: the tests ran past 30 minutes and were stopped (a test hangs; see the time-limit issues above)" >&2
+fi
+# Only for a whole run: a filtered one sees too little to be worth checking.
+if [ "$#" -eq 0 ]; then
+    check_logs_for_secrets || status=1
 fi
 exit "$status"

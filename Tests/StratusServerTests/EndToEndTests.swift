@@ -54,6 +54,7 @@ import FoundationNetworking
         var environment = ProcessInfo.processInfo.environment
         environment["STRATUS_ADMIN_TOKEN"] = adminToken
         environment["STRATUS_MIGRATIONS_DIR"] = nil
+        TestSecrets.record(adminToken)
         return environment
     }
 
@@ -84,6 +85,7 @@ import FoundationNetworking
         var environment = Self.serveEnvironment(adminToken: "e2e-admin")
         environment["STRATUS_DATABASE_URL"] = nil
         let log = folder + "/serve.log"
+        defer { TestOutput.keepServerLog(log, name: "serve") }
         // An installed copy of the binary, started from a folder with no Migrations/ anywhere
         // above it: it carries its migrations (and finds its data folder relative to there).
         try FileManager.default.createDirectory(atPath: folder + "/bin", withIntermediateDirectories: true)
@@ -112,6 +114,7 @@ import FoundationNetworking
         let token = try await Self.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "development", "--name", "web", "--json"], server: server)
         #expect(token.status == 0, "\(token.text)")
         let apiToken = (try? JSONParser.parse(token.text))?["apiToken"]?.stringValue ?? ""
+        TestSecrets.record(apiToken)
         #expect(apiToken.hasPrefix("ck_"))
         let tokens = try await Self.cli(["token", "list", "--container", "iCloud.com.example.E2E", "--json"], server: server)
         #expect(!tokens.text.contains(apiToken), "listings never print the secret")
@@ -160,9 +163,12 @@ import FoundationNetworking
         #expect(try await Self.cli(["container", "create", roles], server: server).status == 0)
         let rolesToken = try await Self.cli(["token", "create", "--container", roles, "--environment", "development", "--json"], server: server)
         let rolesAPIToken = (try? JSONParser.parse(rolesToken.text))?["apiToken"]?.stringValue ?? ""
+        TestSecrets.record(rolesAPIToken)
+        TestSecrets.record("correct horse")
         let (signUpStatus, signedUp) = try await Self.post("\(server)/auth/1/\(roles)/development/signup?ckAPIToken=\(rolesAPIToken)",
                                                            #"{"emailAddress":"ed@example.com","password":"correct horse"}"#)
         #expect(signUpStatus == 200, "\(signedUp)")
+        TestSecrets.record(signedUp["ckWebAuthToken"]?.stringValue)
         let schemaFile = folder + "/roles.ckdb"
         try "DEFINE SCHEMA\n  CREATE ROLE Editor;\n  RECORD TYPE Article (title STRING, GRANT READ, WRITE TO Editor);\n"
             .write(toFile: schemaFile, atomically: true, encoding: .utf8)
@@ -237,6 +243,7 @@ import FoundationNetworking
         let password = configuration.password.map { ":" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0) } ?? ""
         let url = "postgres://\(configuration.username)\(password)@\(configuration.host):\(configuration.port)/\(configuration.database)"
         let log = folder + "/serve.log"
+        defer { TestOutput.keepServerLog(log, name: "serve") }
         let pid = try Subprocess.spawn([Self.binary, "serve", "--port", String(port), "--database-url", url, "--bcrypt-cost", "4",
                                         "--idle-timeout", "2", "--lock-timeout", "1", "--shutdown-timeout", "3"],
                                        outputPath: log, environment: environment)

@@ -39,6 +39,7 @@ import Testing
         let databaseURL = "postgres://\(configuration.username)\(password)@\(configuration.host):\(configuration.port)/\(configuration.database)"
         var servers: [String] = []
         var pids: [pid_t] = []
+        defer { for index in 0..<2 { TestOutput.keepServerLog(folder + "/serve-\(index).log", name: "browser") } }
         defer { for pid in pids { kill(pid, SIGKILL); var status: Int32 = 0; waitpid(pid, &status, 0) } }
         for index in 0..<2 {
             let port = EndToEndTests.freePort()
@@ -72,6 +73,9 @@ import Testing
         let run = try await Subprocess.runDetached(["/usr/bin/env", "python3", driver, JSONWriter.string(settings)])
         let line = run.text.split(separator: "\n").last { $0.hasPrefix("RESULT ") }
         let results = try #require(line.flatMap { try? JSONParser.parse(String($0.dropFirst(7))) }?.arrayValue, "driver output: \(run.text)")
+        for secret in [popupToken.json["apiToken"], callbackToken.json["apiToken"], "correct horse battery"] + results.map({ $0["token"] }) {
+            TestSecrets.record(secret?.stringValue)
+        }
         print("sign-in page in Chromium: \(JSONWriter.string(.array(results)))".replacingOccurrences(of: #""token":"[^"]*""#, with: #""token":"…""#,
                                                                                                   options: .regularExpression))
         print("screenshots: \(outDir)")

@@ -16,9 +16,16 @@ nonisolated(unsafe) var testClusterForExit: EmbeddedPostgres?
 /// database per test created from the template (`CREATE DATABASE … TEMPLATE`).
 actor TestCluster {
     static let shared = TestCluster()
+    /// The servers' logger: to the console at `STRATUS_TEST_LOG_LEVEL` (critical by default),
+    /// and at debug level to `.build/test-output/server-logs/` for the secrets check (`TestSecrets`).
     static let logger: Logger = {
-        var logger = Logger(label: "stratus-tests")
-        logger.logLevel = ProcessInfo.processInfo.environment["STRATUS_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
+        let consoleLevel = ProcessInfo.processInfo.environment["STRATUS_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
+        var logger = Logger(label: "stratus-tests") { label in
+            var console = StreamLogHandler.standardError(label: label)
+            console.logLevel = consoleLevel
+            return MultiplexLogHandler([console, FileLogHandler(label: label)])
+        }
+        logger.logLevel = min(consoleLevel, .debug)
         return logger
     }()
 
@@ -150,11 +157,14 @@ struct Harness: Sendable {
     func send(_ method: HTTPRequest.Method, _ uri: String, body: String? = nil, headers: HTTPFields = [:]) async throws -> (status: Int, json: JSON) {
         var allHeaders = headers
         if body != nil, allHeaders[.contentType] == nil { allHeaders[.contentType] = "text/plain" }
-        return try await client.execute(uri: uri, method: method, headers: allHeaders, body: body.map { ByteBuffer(string: $0) }) { response in
+        TestSecrets.scan(uri: uri, body: body, headers: allHeaders)
+        let answer = try await client.execute(uri: uri, method: method, headers: allHeaders, body: body.map { ByteBuffer(string: $0) }) { response in
             let bytes = Array(response.body.readableBytesView)
             let json = (try? JSONParser.parse(bytes)) ?? .string(String(decoding: bytes, as: UTF8.self))
             return (Int(response.status.code), json)
         }
+        TestSecrets.scan(answer: answer.1)
+        return answer
     }
 
     /// Sends JSON.
