@@ -443,6 +443,16 @@ extension RecordStore {
                     case .text(let text): rows.texts.append(record.recordType, field, text, record.recordName)
                     }
                 }
+                // A SEARCHABLE string's tokens, once each per record, under the field's token key.
+                if fieldSchema.searchable {
+                    var tokens: Set<String> = []
+                    for entry in entries {
+                        guard case .text(let text) = entry, fieldSchema.type.scalar == .string else { continue }
+                        for token in TextTokens.tokens(of: text) where tokens.insert(token).inserted {
+                            rows.texts.append(record.recordType, TextTokens.key(of: field), token, record.recordName)
+                        }
+                    }
+                }
             }
         }
         return rows

@@ -201,6 +201,18 @@ enum QuerySQL {
         case .system(let field):
             let condition = valueCondition(systemColumn(field), filter, values: filter.values, builder: &builder)
             return filter.comparator.isNegated ? "NOT (\(condition))" : condition
+        case .field(let name) where filter.comparator == .containsAllTokens || filter.comparator == .containsAnyTokens:
+            // Token entries of a SEARCHABLE field: one per distinct word of the record's value.
+            let key = TextTokens.key(of: name)
+            func exists(_ tokens: [IndexValue], _ comparator: FilterComparator) -> String {
+                var single = filter
+                single.comparator = comparator
+                let condition = valueCondition("e.v_text", single, values: tokens, builder: &builder)
+                return "EXISTS (SELECT 1 FROM index_entries e WHERE \(builder.keyed("e")) AND e.field = \(builder.bind(key))"
+                    + " AND e.record_name = r.record_name AND \(condition))"
+            }
+            if filter.comparator == .containsAnyTokens { return exists(filter.values, .in) }
+            return "(" + filter.values.map { exists([$0], .equals) }.joined(separator: " AND ") + ")"
         case .field(let name):
             func exists(_ values: [IndexValue]) -> String {
                 let column = column(for: filter.scalar)
@@ -252,18 +264,33 @@ enum QuerySQL {
         var from = "records r"
         // Drive from the index entries of the first positive, single-valued field filter.
         var driver: Int?
+        var tokenRest: QueryFilter?
         for (index, filter) in query.filters.enumerated() {
             guard case .field = filter.target, !filter.comparator.isNegated else { continue }
             switch filter.comparator {
-            case .equals, .lessThan, .lessThanOrEquals, .greaterThan, .greaterThanOrEquals, .beginsWith, .listContains, .in:
-                // Each of these matches at most one index entry per record, so the join has no duplicates.
+            case .equals, .lessThan, .lessThanOrEquals, .greaterThan, .greaterThanOrEquals, .beginsWith, .listContains, .in, .containsAllTokens:
+                // Each of these matches at most one index entry per record, so the join has no duplicates
+                // (a word is stored once per record: the driver takes the first word's entries).
                 driver = index
             default: continue
             }
             break
         }
-        if let driver, case .field(let name) = query.filters[driver].target {
-            let filter = query.filters[driver]
+        var driverIsTokens = false
+        if let driver, case .field(var name) = query.filters[driver].target {
+            var filter = query.filters[driver]
+            if filter.comparator == .containsAllTokens {
+                // Driven by the first word's entries; the other words are tested as a filter.
+                driverIsTokens = true
+                if filter.values.count > 1 {
+                    var rest = filter
+                    rest.values.removeFirst()
+                    tokenRest = rest
+                }
+                name = TextTokens.key(of: name)
+                filter.comparator = .equals
+                filter.values = [filter.values[0]]
+            }
             let column = column(for: filter.scalar)
             let condition = valueCondition("d.\(column)", filter, values: filter.values, builder: &builder)
             // Each matching entry fetches its record with one primary-key probe. As a plain join the
@@ -280,9 +307,10 @@ enum QuerySQL {
         for (index, filter) in query.filters.enumerated() where index != driver {
             conditions.append(matchCondition(filter, builder: &builder))
         }
+        if let tokenRest { conditions.append(matchCondition(tokenRest, builder: &builder)) }
         var sortExpressions = query.sorts.map { sortExpression($0, builder: &builder) }
         // Sorting by the driving field: its index entry is already joined, no per-row lookup needed.
-        if let driver, let first = query.sorts.first, first.target == query.filters[driver].target, first.scalar == query.filters[driver].scalar {
+        if let driver, !driverIsTokens, let first = query.sorts.first, first.target == query.filters[driver].target, first.scalar == query.filters[driver].scalar {
             sortExpressions[0] = "d.\(column(for: first.scalar))\(collate(first.scalar))"
         }
         var inner = "SELECT r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted"

@@ -120,7 +120,8 @@ extension SchemaStore {
                     guard let first = records.first?.recordName, let last = records.last?.recordName else { continue }
                     try await connection.statement("""
                         DELETE FROM index_entries WHERE container_id = \(containerID) AND zone_id = \(zoneID)
-                          AND record_name >= \(first) AND record_name <= \(last) AND record_type = \(type) AND field = \(field)
+                          AND record_name >= \(first) AND record_name <= \(last) AND record_type = \(type)
+                          AND field IN (\(field), \(TextTokens.key(of: field)))
                         """, logger: logger)
                     let db = DatabaseRef(containerID: containerID, environment: .production, scope: .public, owner: "")
                     try await store.writeIndexEntries(db, zoneID: zoneID, records: records, schema: only, on: connection)

@@ -224,7 +224,7 @@ import Testing
             expectError(try await query(["recordType": "N", "filterBy": .array(Array(repeating: ["fieldName": "n", "comparator": "EQUALS", "fieldValue": ["value": 1]], count: 10_000))]), 400, "BAD_REQUEST", mentions: "20")
             expectError(try await query(["recordType": "N", "filterBy": [["fieldName": "n", "comparator": "IN", "fieldValue": ["value": .array((0..<5000).map { .int(Int64($0)) })]]]]), 400, "BAD_REQUEST", mentions: "200")
             expectError(try await query(["recordType": "N", "filterBy": [["fieldName": "s", "comparator": "LIST_CONTAINS", "fieldValue": ["value": "x"]]]]), 400, "BAD_REQUEST", mentions: "list")
-            expectError(try await query(["recordType": "N", "filterBy": [["fieldName": "s", "comparator": "CONTAINS_ALL_TOKENS", "fieldValue": ["value": "x"]]]]), 400, "BAD_REQUEST", mentions: "SEARCHABLE")
+            expectError(try await query(["recordType": "N", "filterBy": [["fieldName": "n", "comparator": "CONTAINS_ALL_TOKENS", "fieldValue": ["value": "x"]]]]), 400, "BAD_REQUEST", mentions: "SEARCHABLE")
             expectError(try await query(["recordType": "Unknown"]), 400, "BAD_REQUEST", mentions: "Unknown")
             expectError(try await query(["recordType": 5]), 400, "BAD_REQUEST", mentions: "recordType")
             // 26. sorts

@@ -67,7 +67,7 @@ import Testing
             try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
             defer { try? FileManager.default.removeItem(atPath: folder) }
             let destructive = exported.text.replacingOccurrences(of: "stars INT64 QUERYABLE SORTABLE", with: "stars DOUBLE QUERYABLE SORTABLE")
-                .replacingOccurrences(of: "        title STRING QUERYABLE SORTABLE,\n", with: "")
+                .replacingOccurrences(of: "        title STRING QUERYABLE SORTABLE SEARCHABLE,\n", with: "")
             #expect(destructive != exported.text)
             try destructive.write(toFile: folder + "/destructive.ckdb", atomically: true, encoding: .utf8)
             let imported = try await cli(harness, ["schema", "import", "--container", name, "--file", folder + "/destructive.ckdb", "--yes"])

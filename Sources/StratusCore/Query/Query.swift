@@ -133,6 +133,8 @@ public struct Query: Sendable, Equatable {
     public static let maximumSorts = 4
     /// Most values in one IN / LIST_CONTAINS_ANY list.
     public static let maximumValues = 200
+    /// Most distinct words in one CONTAINS_ALL_TOKENS / CONTAINS_ANY_TOKENS value.
+    public static let maximumTokens = 20
 
     public var recordType: String
     public var filters: [QueryFilter]
@@ -218,10 +220,19 @@ public struct Query: Sendable, Equatable {
         case .near:
             throw .badRequest("\(key): NEAR (location queries) is not supported yet")
         case .containsAllTokens, .containsAnyTokens:
-            guard let schemaField, schemaField.searchable else {
-                throw .badRequest("\(key): \(comparator.rawValue) needs a SEARCHABLE index on '\(target.displayName)'")
+            guard let schemaField, schemaField.searchable, scalar == .string else {
+                throw .badRequest("\(key): \(comparator.rawValue) needs a SEARCHABLE STRING field, and '\(target.displayName)' of '\(recordType)' is not one; "
+                    + "mark it SEARCHABLE in the schema (in production: in development, then deploy the schema)")
             }
-            throw .badRequest("\(key): full-text comparators are not supported yet")
+            guard let text = members["fieldValue"]?["value"]?.stringValue else {
+                throw .badRequest("\(key) needs a 'fieldValue' dictionary whose 'value' is a string: the words to find")
+            }
+            let tokens = TextTokens.tokens(of: text, limit: maximumTokens + 1)
+            guard !tokens.isEmpty else { throw .badRequest("\(key): '\(Names.printable(String(text.prefix(100))))' has no words to search for (letters or digits)") }
+            guard tokens.count <= maximumTokens else {
+                throw .badRequest("\(key): at most \(maximumTokens) different words can be searched for at once")
+            }
+            return QueryFilter(target: target, comparator: comparator, values: tokens.map { .text($0) }, scalar: .string)
         case .listContains, .notListContains, .listContainsAny, .notListContainsAny, .listContainsAll, .notListContainsAll,
              .listMemberBeginsWith, .notListMemberBeginsWith:
             guard isList else { throw .badRequest("\(key): \(comparator.rawValue) needs a list field, and '\(target.displayName)' is not a list") }

@@ -34,13 +34,16 @@ public struct FieldSchema: Sendable, Equatable {
     public var isIndexed: Bool { queryable || sortable || searchable }
 
     /// The indexes a field gets when development creates it just-in-time: QUERYABLE and SORTABLE
-    /// for every type that can be compared (not BYTES, LOCATION or ASSET), so that a new app can
-    /// query what it saves at once. A deploy carries them to production like any other index.
+    /// for every type that can be compared (not BYTES, LOCATION or ASSET), and SEARCHABLE for
+    /// strings, so that a new app can query what it saves at once. A deploy carries them to
+    /// production like any other index.
     public static func justInTime(_ type: FieldType) -> FieldSchema {
         switch type.scalar {
         case .bytes, .location, .asset:
             return FieldSchema(type: type)
-        case .string, .int64, .double, .timestamp, .reference:
+        case .string:
+            return FieldSchema(type: type, queryable: true, sortable: true, searchable: true)
+        case .int64, .double, .timestamp, .reference:
             return FieldSchema(type: type, queryable: true, sortable: true)
         }
     }
