@@ -320,11 +320,14 @@ final class Authenticator: Sendable {
     }
 
     /// Where `redirectURL` sends a user to sign in.
+    /// URL characters that need no percent-encoding (RFC 3986 "unreserved").
+    static let unreserved = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-._~"))
+
     /// It carries the request's API token, so the page finds the token's sign-in callback and
     /// allowed origins (the token is no secret: it is in the web app's own source).
     func signInURL(container: String, environment: ContainerEnvironment, apiToken: String? = nil) -> String {
         let url = "\(configuration.publicURL)/auth/1/\(container)/\(environment.rawValue)/signin"
         guard let apiToken else { return url }
-        return url + "?ckAPIToken=" + (apiToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? apiToken)
+        return url + "?ckAPIToken=" + (apiToken.addingPercentEncoding(withAllowedCharacters: Self.unreserved) ?? apiToken)
     }
 }

@@ -28,7 +28,6 @@ struct RequestSignature {
     /// Whether `headers` ask for server-to-server authentication (any of its headers is present).
     static func isPresent(in headers: HTTPFields) -> Bool {
         headers[keyIDHeader] != nil || headers[dateHeader] != nil || headers[signatureHeader] != nil
-            || headers.contains { $0.name.canonicalName.hasPrefix("x-apple-cloudkit-request-signature") }
     }
 
     /// The signature headers of a request, checked for form; `AUTHENTICATION_FAILED` naming

@@ -37,7 +37,7 @@ struct SignInPage {
     /// The page's settings, as JSON safe inside a `<script>` element.
     var configuration: String {
         let base = "/auth/1/\(container)/\(environment.rawValue)"
-        let query = apiToken.map { "?ckAPIToken=" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-._~"))) ?? $0) } ?? ""
+        let query = apiToken.map { "?ckAPIToken=" + ($0.addingPercentEncoding(withAllowedCharacters: Authenticator.unreserved) ?? $0) } ?? ""
         let json: JSON = ["signIn": .string(base + "/signin" + query), "signUp": .string(base + "/signup" + query),
                           "callback": callback.map { .string($0) } ?? .null, "origins": .array(origins.map { .string($0) })]
         return JSONWriter.string(json).replacingOccurrences(of: "<", with: "\\u003c").replacingOccurrences(of: ">", with: "\\u003e")

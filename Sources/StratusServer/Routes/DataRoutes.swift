@@ -10,7 +10,13 @@ struct DataRequest {
     var caller: Caller
     var scope: DatabaseScope
     var body: [String: JSON]
-    var signInURL: String
+    let authenticator: Authenticator
+
+    /// Where `AUTHENTICATION_REQUIRED` sends the caller to sign in: made only when needed (it
+    /// percent-encodes the API token, which a request that succeeds should not pay for).
+    var signInURL: String {
+        authenticator.signInURL(container: caller.container.name, environment: caller.environment, apiToken: caller.apiToken)
+    }
 
     /// The caller's security roles when they address the public database; `nil` for a private or
     /// shared one, where roles do not apply.
@@ -214,7 +220,7 @@ extension StratusApp {
             body = try await readObject(request)
         }
         let data = DataRequest(caller: caller, scope: scope, body: body,
-                               signInURL: authenticator.signInURL(container: caller.container.name, environment: caller.environment, apiToken: caller.apiToken))
+                               authenticator: authenticator)
         let result = try await handler(data)
         var headers: HTTPFields = [:]
         if let token = caller.webAuthToken, let name = HTTPField.Name("x-apple-cloudkit-session") {
