@@ -131,17 +131,23 @@ public struct AdminStore: Sendable {
                   AND (token_id = \(tokenID) OR token_prefix = \(idOrPrefix))
                 RETURNING \(unescaped: Self.tokenColumns(table: "api_tokens", container: "(SELECT name FROM containers WHERE container_id = api_tokens.container_id)"))
                 """, logger: logger)
-            guard rows.count == 1 else {
-                if rows.isEmpty { throw StratusError(.notFound, "no live API token '\(idOrPrefix)' in this container") }
-                throw StratusError(.badRequest, "'\(idOrPrefix)' matches several tokens; give the token id")
-            }
-            let token = try Self.token(rows[0])
+            let token = try Self.liveToken(rows, idOrPrefix: idOrPrefix)
             try await AuditEntry(containerID: containerID, actor: actor, action: "token.update", environment: token.environment,
                                  target: String(token.tokenID), detail: "name '\(token.name)'" + Self.optionsDetail(allowedOrigins, signInCallback))
                 .write(on: connection, logger: logger)
             try await Invalidations.publish(.apiToken(containerID: containerID, tokenID: token.tokenID), on: connection, logger: logger)
             return token
         }
+    }
+
+    /// The one live token an id or prefix named (a change's `RETURNING` rows); `NOT_FOUND` for none,
+    /// `BAD_REQUEST` for several (the change then rolls back).
+    static func liveToken(_ rows: [PostgresRow], idOrPrefix: String) throws -> APITokenInfo {
+        guard rows.count == 1 else {
+            if rows.isEmpty { throw StratusError(.notFound, "no live API token '\(idOrPrefix)' in this container") }
+            throw StratusError(.badRequest, "'\(idOrPrefix)' matches several tokens; give the token id")
+        }
+        return try token(rows[0])
     }
 
     /// The columns `token(_:)` decodes, from `table` (with the container's name as `container`).
@@ -183,11 +189,7 @@ public struct AdminStore: Sendable {
                   AND (token_id = \(tokenID) OR token_prefix = \(idOrPrefix))
                 RETURNING \(unescaped: Self.tokenColumns(table: "api_tokens", container: "(SELECT name FROM containers WHERE container_id = api_tokens.container_id)"))
                 """, logger: logger)
-            guard rows.count == 1 else {
-                if rows.isEmpty { throw StratusError(.notFound, "no live API token '\(idOrPrefix)' in this container") }
-                throw StratusError(.badRequest, "'\(idOrPrefix)' matches several tokens; give the token id")
-            }
-            let token = try Self.token(rows[0])
+            let token = try Self.liveToken(rows, idOrPrefix: idOrPrefix)
             try await AuditEntry(containerID: containerID, actor: actor, action: "token.revoke", environment: token.environment,
                                  target: String(token.tokenID), detail: "name '\(token.name)', prefix \(token.prefix)").write(on: connection, logger: logger)
             // Every server process forgets the token when this commits.

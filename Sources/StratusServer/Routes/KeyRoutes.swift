@@ -11,10 +11,7 @@ extension StratusApp {
             try self.authenticator.requireAdmin(request)
             let container = try await self.managedContainer(context)
             let body = try await self.readObject(request)
-            guard let environmentText = try Wire.string(body["environment"], key: "environment") else {
-                throw StratusError.badRequest("missing required key 'environment' (development or production)")
-            }
-            let environment = try ContainerEnvironment(segment: environmentText)
+            let environment = try Self.requiredEnvironment(body)
             guard let pem = try Wire.string(body["publicKey"], key: "publicKey") else {
                 throw StratusError.badRequest("missing required key 'publicKey': the PEM text of a P-256 public key")
             }

@@ -24,10 +24,7 @@ extension StratusApp {
             try self.authenticator.requireAdmin(request)
             let container = try await self.managedContainer(context)
             let body = try await self.readObject(request)
-            guard let environmentText = try Wire.string(body["environment"], key: "environment") else {
-                throw StratusError.badRequest("missing required key 'environment' (development or production)")
-            }
-            let environment = try ContainerEnvironment(segment: environmentText)
+            let environment = try Self.requiredEnvironment(body)
             let name = try Wire.string(body["name"], key: "name") ?? "token"
             guard !name.isEmpty, name.utf8.count <= 200, name.unicodeScalars.allSatisfy(Names.isPrintable) else {
                 throw StratusError.badRequest("the token name must be 1–200 printable characters")
@@ -181,6 +178,14 @@ extension StratusApp {
 
     static func containerJSON(_ container: ContainerInfo) -> JSON {
         ["name": .string(container.name), "createdAt": iso(container.createdAt)]
+    }
+
+    /// The `environment` key a management body must have.
+    static func requiredEnvironment(_ body: [String: JSON]) throws(StratusError) -> ContainerEnvironment {
+        guard let text = try Wire.string(body["environment"], key: "environment") else {
+            throw .badRequest("missing required key 'environment' (development or production)")
+        }
+        return try ContainerEnvironment(segment: text)
     }
 
     /// The `environment` query parameter (development when absent).
