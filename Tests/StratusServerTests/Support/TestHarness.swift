@@ -20,11 +20,7 @@ actor TestCluster {
     /// and at debug level to `.build/test-output/server-logs/` for the secrets check (`TestSecrets`).
     static let logger: Logger = {
         let consoleLevel = ProcessInfo.processInfo.environment["STRATUS_TEST_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .critical
-        var logger = Logger(label: "stratus-tests") { label in
-            var console = StreamLogHandler.standardError(label: label)
-            console.logLevel = consoleLevel
-            return MultiplexLogHandler([console, FileLogHandler(label: label)])
-        }
+        var logger = Logger(label: "stratus-tests") { FileLogHandler(label: $0, consoleLevel: consoleLevel) }
         logger.logLevel = min(consoleLevel, .debug)
         return logger
     }()

@@ -26,7 +26,7 @@ enum TestSecrets {
     private static let file = Mutex<FileHandle?>({
         try? FileManager.default.createDirectory(at: TestOutput.folder, withIntermediateDirectories: true)
         let path = TestOutput.folder.appendingPathComponent("secrets-\(getpid()).txt").path
-        FileManager.default.createFile(atPath: path, contents: nil)
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
         return FileHandle(forWritingAtPath: path)
     }())
 
@@ -56,17 +56,28 @@ enum TestSecrets {
     }
 }
 
-/// Writes log lines to a file, for the secrets check.
+/// Writes every log line (debug and up) to a file, for the secrets check, and those at
+/// `consoleLevel` or above to standard error. (`MultiplexLogHandler` would not do: setting its
+/// level sets every handler's, so the console got the debug lines too.)
 struct FileLogHandler: LogHandler {
     static let handle = Mutex<FileHandle?>({
         try? FileManager.default.createDirectory(at: TestOutput.logs, withIntermediateDirectories: true)
         let path = TestOutput.logs.appendingPathComponent("tests-\(getpid()).log").path
-        FileManager.default.createFile(atPath: path, contents: nil)
+        _ = FileManager.default.createFile(atPath: path, contents: nil)
         return FileHandle(forWritingAtPath: path)
     }())
     let label: String
+    var consoleLevel: Logger.Level
+    var console: StreamLogHandler
     var logLevel: Logger.Level = .debug
     var metadata: Logger.Metadata = [:]
+
+    init(label: String, consoleLevel: Logger.Level) {
+        self.label = label
+        self.consoleLevel = consoleLevel
+        self.console = StreamLogHandler.standardError(label: label)
+        self.console.logLevel = .trace
+    }
 
     subscript(metadataKey key: String) -> Logger.Metadata.Value? {
         get { metadata[key] }
@@ -77,5 +88,10 @@ struct FileLogHandler: LogHandler {
         let all = metadata.merging(explicit ?? [:]) { $1 }
         let text = "\(level) \(label): \(message) \(all.map { "\($0)=\($1)" }.sorted().joined(separator: " "))\n"
         Self.handle.withLock { $0?.write(Data(text.utf8)) }
+        if level >= consoleLevel {
+            var console = console
+            console.metadata = metadata
+            console.log(level: level, message: message, metadata: explicit, source: source, file: file, function: function, line: line)
+        }
     }
 }
