@@ -79,6 +79,17 @@ extension AdminStore {
         }
     }
 
+    /// How many members each role of one environment has (roles without members are absent).
+    public func roleMemberCounts(containerID: Int64, environment: ContainerEnvironment) async throws -> [String: Int64] {
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("""
+                SELECT role, count(*) FROM role_members
+                WHERE container_id = \(containerID) AND environment = \(environment.code) GROUP BY role
+                """, logger: logger)
+        }
+        return Dictionary(uniqueKeysWithValues: try rows.map { try $0.decode((String, Int64).self) })
+    }
+
     /// The custom roles `user` holds in one environment.
     public func roles(containerID: Int64, environment: ContainerEnvironment, user: String) async throws -> Set<String> {
         let rows = try await database.withConnection { connection in

@@ -207,11 +207,12 @@ public struct AdminStore: Sendable {
     }
 
     /// Creates a user account; `EXISTS` if the email is taken in this container.
-    public func createUser(_ account: UserAccount) async throws {
+    public func createUser(_ account: UserAccount, discoverable: Bool = false, givenName: String? = nil, familyName: String? = nil) async throws {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
-                INSERT INTO users (container_id, user_record_name, email, password_hash)
-                VALUES (\(account.containerID), \(account.userRecordName), \(account.email), \(account.passwordHash))
+                INSERT INTO users (container_id, user_record_name, email, password_hash, discoverable, given_name, family_name)
+                VALUES (\(account.containerID), \(account.userRecordName), \(account.email), \(account.passwordHash),
+                        \(discoverable), \(givenName), \(familyName))
                 ON CONFLICT DO NOTHING RETURNING user_record_name
                 """, logger: logger)
         }

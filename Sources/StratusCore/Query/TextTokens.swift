@@ -32,7 +32,7 @@ public enum TextTokens {
             current = String.UnicodeScalarView()
             length = 0
         }
-        for scalar in text.decomposedStringWithCanonicalMapping.lowercased().decomposedStringWithCanonicalMapping.unicodeScalars {
+        for scalar in text.lowercased().decomposedStringWithCanonicalMapping.unicodeScalars {
             guard tokens.count < limit else { break }
             let properties = scalar.properties
             switch properties.generalCategory {

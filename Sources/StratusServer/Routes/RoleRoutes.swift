@@ -11,11 +11,8 @@ extension StratusApp {
             let container = try await self.managedContainer(context)
             let environment = try Self.environmentParameter(request)
             let schema = try await self.records.schemas.reload(containerID: container.id, environment: environment)
-            var roles: [JSON] = []
-            for role in schema.roles.sorted() {
-                let members = try await self.admin.roleMembers(containerID: container.id, environment: environment, role: role)
-                roles.append(["role": .string(role), "members": .int(Int64(members.count))])
-            }
+            let counts = try await self.admin.roleMemberCounts(containerID: container.id, environment: environment)
+            let roles: [JSON] = schema.roles.sorted().map { ["role": .string($0), "members": .int(counts[$0] ?? 0)] }
             return .json(["environment": .string(environment.rawValue), "roles": .array(roles)])
         }
         router.get("\(base)/containers/:container/roles/:role/members") { request, context -> Response in

@@ -9,16 +9,20 @@ extension StratusApp {
     /// `users/caller`: the caller's identity (with their own names, discoverable or not). A
     /// server-to-server key's caller is `_key_<key ID>`, with no names.
     func caller(_ request: DataRequest) async throws -> JSON {
-        let user = try request.caller.requireUser(signInURL: request.signInURL)
-        let profile = request.caller.serverKey == nil ? try await admin.profile(containerID: request.caller.container.id, user: user) : nil
-        return ["users": [Self.identityJSON(profile ?? UserProfile(userRecordName: user, email: ""), lookupInfo: ["userRecordName": .string(user)])]]
+        let profile = try await callerProfile(request)
+        return ["users": [Self.identityJSON(profile, lookupInfo: ["userRecordName": .string(profile.userRecordName)])]]
     }
 
     /// `users/current` (legacy): the caller's user dictionary.
     func currentUser(_ request: DataRequest) async throws -> JSON {
+        Self.userDictionary(try await callerProfile(request))
+    }
+
+    /// The signed-in caller's profile (a server-to-server key has only its name).
+    func callerProfile(_ request: DataRequest) async throws -> UserProfile {
         let user = try request.caller.requireUser(signInURL: request.signInURL)
         let profile = request.caller.serverKey == nil ? try await admin.profile(containerID: request.caller.container.id, user: user) : nil
-        return Self.userJSON(profile ?? UserProfile(userRecordName: user, email: ""))
+        return profile ?? UserProfile(userRecordName: user, email: "")
     }
 
     /// Creates the user's record of type `Users` in the public database, named by their user
@@ -45,7 +49,7 @@ extension StratusApp {
     /// Stratus knows no phone numbers, so those never match. Needs a signed-in caller.
     func discoverUsers(_ request: DataRequest) async throws -> JSON {
         _ = try request.caller.requireUser(signInURL: request.signInURL)
-        guard request.body["lookupInfos"] != nil || !request.body.isEmpty else {
+        guard !request.body.isEmpty else {
             // GET (or an empty POST): the caller's address book, which a self-hosted service does not have.
             return ["users": []]
         }
@@ -93,7 +97,7 @@ extension StratusApp {
                                                       emails: byEmail ? wanted : [], userRecordNames: byEmail ? [] : wanted)
         let users: [JSON] = wanted.compactMap { value in
             guard let match = found.first(where: { byEmail ? $0.email == value : $0.userRecordName == value }) else { return nil }
-            var user = Self.userJSON(match)
+            var user = Self.userDictionary(match)
             if byEmail, case .object(var members) = user {
                 members["emailAddress"] = .string(match.email)
                 user = .object(members)
@@ -136,7 +140,7 @@ extension StratusApp {
     }
 
     /// A (legacy) user dictionary: `userRecordName`, `firstName`, `lastName`.
-    static func userJSON(_ profile: UserProfile) -> JSON {
+    static func userDictionary(_ profile: UserProfile) -> JSON {
         ["userRecordName": .string(profile.userRecordName), "firstName": profile.givenName.map { .string($0) } ?? .null,
          "lastName": profile.familyName.map { .string($0) } ?? .null]
     }
@@ -223,7 +227,7 @@ extension StratusApp {
     /// `POST /auth/1/{container}/{environment}/signout`: ends the session of the `ckWebAuthToken`
     /// at once, on every server process. Signing out an ended session is not an error.
     func signOut(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
-        let (container, environment) = try await authContainer(request, context)
+        let (container, environment, _) = try await authContainer(request, context)
         let claims = try authenticator.claims(of: try webAuthToken(request))
         guard claims.containerID == container.id, claims.environment == environment.code else {
             throw StratusError(.authenticationFailed, "the ckWebAuthToken was issued for another container or environment")
@@ -238,7 +242,7 @@ extension StratusApp {
     /// session's `ckWebAuthToken`: changes the password, ends every session of the user (on every
     /// server process) and answers with a new session for the caller.
     func changePassword(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
-        let (container, environment) = try await authContainer(request, context)
+        let (container, environment, _) = try await authContainer(request, context)
         let claims = try await authenticator.session(fromWebAuthToken: try webAuthToken(request), containerID: container.id, environment: environment)
         let body = try await readObject(request)
         guard let current = try Wire.string(body["password"], key: "password") else {
@@ -266,18 +270,18 @@ extension StratusApp {
         guard password.utf8.count <= 72 else { throw .badRequest("the password must be at most 72 bytes long") }
     }
 
-    /// Checks the container and environment in the path, and the API token when one is given.
-    func authContainer(_ request: Request, _ context: BasicRequestContext) async throws -> (ContainerInfo, ContainerEnvironment) {
+    /// Checks the container and environment in the path, and the API token when one is given
+    /// (returned with them).
+    func authContainer(_ request: Request, _ context: BasicRequestContext) async throws -> (ContainerInfo, ContainerEnvironment, APITokenInfo?) {
         let environment = try ContainerEnvironment(segment: context.parameters.get("environment") ?? "")
         let container = try await authenticator.container(named: context.parameters.get("container") ?? "")
-        if let token = request.uri.queryParameters.get("ckAPIToken") {
-            guard let info = try await authenticator.apiToken(String(token)), info.revokedAt == nil,
-                  info.containerID == container.id, info.environment == environment else {
-                throw StratusError(.authenticationFailed, "the ckAPIToken is not valid for this container and environment")
-            }
-            try Authenticator.checkOrigin(request, token: info)
+        guard let token = request.uri.queryParameters.get("ckAPIToken") else { return (container, environment, nil) }
+        guard let info = try await authenticator.apiToken(String(token)), info.revokedAt == nil,
+              info.containerID == container.id, info.environment == environment else {
+            throw StratusError(.authenticationFailed, "the ckAPIToken is not valid for this container and environment")
         }
-        return (container, environment)
+        try Authenticator.checkOrigin(request, token: info)
+        return (container, environment, info)
     }
 
     func credentials(_ request: Request) async throws -> (email: String, password: String) {
@@ -293,7 +297,7 @@ extension StratusApp {
         }
         // bcrypt reads C strings: a NUL would silently cut the password short.
         guard !password.utf8.contains(0) else { throw StratusError.badRequest("the password must not contain NUL characters") }
-        let email = rawEmail.trimmingCharacters(in: .whitespaces).lowercased()
+        let email = normalizedEmail(rawEmail)
         let parts = email.split(separator: "@", omittingEmptySubsequences: false)
         guard email.utf8.count <= 254, parts.count == 2, !parts[0].isEmpty, parts[1].contains("."),
               email.unicodeScalars.allSatisfy({ Names.isPrintable($0) && $0 != " " }) else {
@@ -306,7 +310,7 @@ extension StratusApp {
     /// optionally, `"discoverable": true` (others may find the user by email address or record
     /// name), `"givenName"` and `"familyName"`.
     func signUp(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
-        let (container, environment) = try await authContainer(request, context)
+        let (container, environment, _) = try await authContainer(request, context)
         let body = try await readObject(request)
         let (email, password) = try Self.credentials(body)
         try Self.validateNewPassword(password)
@@ -314,11 +318,8 @@ extension StratusApp {
         let cost = configuration.bcryptCost
         let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: cost) }
         let userRecordName = UserRecordName.random()
-        try await admin.createUser(UserAccount(containerID: container.id, userRecordName: userRecordName, email: email, passwordHash: hash))
-        if change.discoverable != nil || change.givenName != nil || change.familyName != nil {
-            _ = try await admin.updateProfile(containerID: container.id, user: userRecordName, discoverable: change.discoverable,
-                                              givenName: change.givenName, familyName: change.familyName)
-        }
+        try await admin.createUser(UserAccount(containerID: container.id, userRecordName: userRecordName, email: email, passwordHash: hash),
+                                   discoverable: change.discoverable ?? false, givenName: change.givenName ?? nil, familyName: change.familyName ?? nil)
         return try await sessionResponse(user: userRecordName, container: container, environment: environment)
     }
 
@@ -342,7 +343,7 @@ extension StratusApp {
     /// `GET`/`POST /auth/1/{container}/{environment}/profile` with the session's `ckWebAuthToken`:
     /// the signed-in user's profile; a POST changes `discoverable`, `givenName`, `familyName`.
     func profile(_ request: Request, _ context: BasicRequestContext, change: Bool) async throws -> Response {
-        let (container, environment) = try await authContainer(request, context)
+        let (container, environment, _) = try await authContainer(request, context)
         let claims = try await authenticator.session(fromWebAuthToken: try webAuthToken(request), containerID: container.id, environment: environment)
         var profile: UserProfile?
         if change {
@@ -360,7 +361,7 @@ extension StratusApp {
 
     /// `POST /auth/1/{container}/{environment}/signin`.
     func signIn(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
-        let (container, environment) = try await authContainer(request, context)
+        let (container, environment, _) = try await authContainer(request, context)
         let (email, password) = try await credentials(request)
         let account = try await verifyPassword(containerID: container.id, email: email, password: password)
         return try await sessionResponse(user: account.userRecordName, container: container, environment: environment)
@@ -369,9 +370,7 @@ extension StratusApp {
     /// The page `redirectURL` points at (see `SignInPage`). With the `ckAPIToken` CloudKit JS's
     /// redirect URL carries, it knows the token's sign-in callback and allowed origins.
     func signInPage(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
-        let (container, environment) = try await authContainer(request, context)
-        var token: APITokenInfo?
-        if let text = request.uri.queryParameters.get("ckAPIToken") { token = try await authenticator.apiToken(String(text)) }
+        let (container, environment, token) = try await authContainer(request, context)
         let page = SignInPage(container: container.name, environment: environment, apiToken: request.uri.queryParameters.get("ckAPIToken").map { String($0) },
                               callback: token?.signInCallback, origins: token?.allowedOrigins ?? [])
         return page.response()

@@ -19,16 +19,7 @@ struct RoleCommand: AsyncParsableCommand {
             """,
         subcommands: [List.self, Members.self, Assign.self, Unassign.self])
 
-    struct Target: ParsableArguments {
-        @Option(help: "Container identifier.") var container: String
-        @Option(help: "development or production (default development).") var environment = "development"
-
-        func validate() throws {
-            guard ContainerEnvironment(rawValue: environment) != nil else { throw ValidationError("--environment must be 'development' or 'production'") }
-        }
-
-        var rolesPath: String { "management/1/containers/\(pathComponent(container))/roles" }
-    }
+    typealias Target = ContainerTarget
 
     static let header = "USER RECORD NAME\tEMAIL\tADDED"
 

@@ -7,6 +7,18 @@ func pathComponent(_ text: String) -> String {
     text.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "._-~"))) ?? text
 }
 
+/// The container and environment a user or role verb works on.
+struct ContainerTarget: ParsableArguments {
+    @Option(help: "Container identifier.") var container: String
+    @Option(help: "development or production (default development).") var environment = "development"
+
+    func validate() throws {
+        guard ContainerEnvironment(rawValue: environment) != nil else { throw ValidationError("--environment must be 'development' or 'production'") }
+    }
+
+    var rolesPath: String { "management/1/containers/\(pathComponent(container))/roles" }
+}
+
 struct UserCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "user", abstract: "List, show, disable and enable a container's users.",
@@ -20,15 +32,7 @@ struct UserCommand: AsyncParsableCommand {
             """,
         subcommands: [List.self, Show.self, Disable.self, Enable.self])
 
-    /// The container, environment and output options of every user verb.
-    struct Target: ParsableArguments {
-        @Option(help: "Container identifier.") var container: String
-        @Option(help: "development or production: whose live sessions to count (default development).") var environment = "development"
-
-        func validate() throws {
-            guard ContainerEnvironment(rawValue: environment) != nil else { throw ValidationError("--environment must be 'development' or 'production'") }
-        }
-    }
+    typealias Target = ContainerTarget
 
     static func row(_ user: JSON) -> String {
         let state = user["disabledAt"] == .null ? "active" : "disabled"
