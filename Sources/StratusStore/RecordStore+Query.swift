@@ -131,6 +131,20 @@ enum QuerySQL {
             binds.bind(value)
         }
 
+        /// The haversine distance in metres from `point` to the location entry `alias` (its `v_lat`, `v_lon`),
+        /// computed as `Geo.distance` computes it.
+        mutating func distance(_ alias: String, from point: GeoPoint) -> String {
+            let latitude = bind(point.latitude), longitude = bind(point.longitude)
+            return "(\(2 * Geo.earthRadius)::float8 * asin(least(1::float8, sqrt(power(sin(radians(\(alias).v_lat - \(latitude)) / 2), 2)"
+                + " + cos(radians(\(alias).v_lat)) * cos(radians(\(latitude))) * power(sin(radians(\(alias).v_lon - \(longitude)) / 2), 2)))))"
+        }
+
+        /// The radius a NEAR compares distances with: a hair wider than asked, for the last bits of
+        /// rounding (a point the haversine puts exactly on the circle is never missed).
+        mutating func radius(_ near: QueryFilter.Near) -> String {
+            bind(near.distance * (1 + 1e-12) + 1e-9)
+        }
+
         mutating func bind(_ value: IndexValue) -> String {
             switch value {
             case .int(let number): return bind(number) + "::bigint"
@@ -201,6 +215,14 @@ enum QuerySQL {
         case .system(let field):
             let condition = valueCondition(systemColumn(field), filter, values: filter.values, builder: &builder)
             return filter.comparator.isNegated ? "NOT (\(condition))" : condition
+        case .field(let name) where filter.comparator == .near:
+            // One record's points, through the per-record index (the geo key holds only points; a
+            // `v_cell IS NOT NULL` here let the planner, without statistics, scan the zone's whole
+            // partial geo index for each record instead).
+            guard let near = filter.near else { return "false" }
+            let distance = builder.distance("e", from: near.center)
+            return "EXISTS (SELECT 1 FROM index_entries e WHERE \(builder.keyed("e")) AND e.field = \(builder.bind(Geo.key(of: name)))"
+                + " AND e.record_name = r.record_name AND \(distance) <= \(builder.radius(near)))"
         case .field(let name) where filter.comparator == .containsAllTokens || filter.comparator == .containsAnyTokens:
             // Token entries of a SEARCHABLE field: one per distinct word of the record's value.
             let key = TextTokens.key(of: name)
@@ -245,6 +267,10 @@ enum QuerySQL {
         switch sort.target {
         case .system(let field):
             return systemColumn(field) + collate(sort.scalar)
+        case .field(let name) where sort.relativeTo != nil:
+            let distance = builder.distance("e", from: sort.relativeTo!)
+            return "(SELECT \(distance) FROM index_entries e WHERE \(builder.keyed("e")) AND e.field = \(builder.bind(Geo.key(of: name)))"
+                + " AND e.record_name = r.record_name LIMIT 1)"
         case .field(let name):
             let column = column(for: sort.scalar)
             return "(SELECT e.\(column)\(collate(sort.scalar)) FROM index_entries e WHERE \(builder.keyed("e")) AND e.field = \(builder.bind(name)) AND e.record_name = r.record_name AND e.\(column) IS NOT NULL LIMIT 1)"
@@ -269,16 +295,19 @@ enum QuerySQL {
             guard case .field = filter.target, !filter.comparator.isNegated else { continue }
             switch filter.comparator {
             case .equals, .lessThan, .lessThanOrEquals, .greaterThan, .greaterThanOrEquals, .beginsWith, .listContains, .in, .containsAllTokens,
-                 .containsAnyTokens:
+                 .containsAnyTokens, .near:
                 // Each of these matches at most one index entry per record, so the join has no duplicates
                 // (a word is stored once per record: ALL takes the first word's entries; ANY, whose
-                // words can match several entries of one record, takes their distinct records).
+                // words can match several entries of one record, takes their distinct records, and
+                // so does NEAR, whose circle can hold several points of one LOCATION list).
                 driver = index
             default: continue
             }
             break
         }
         var driverIsTokens = false
+        // A NEAR that drives: its field and centre (a sort by distance from the same point reuses its distances).
+        var nearDriver: (String, GeoPoint)?
         if let driver, case .field(var name) = query.filters[driver].target {
             var filter = query.filters[driver]
             if filter.comparator == .containsAllTokens {
@@ -301,7 +330,30 @@ enum QuerySQL {
                 CROSS JOIN LATERAL (SELECT * FROM records r WHERE r.container_id = d.container_id
                     AND r.zone_id = d.zone_id AND r.record_name = d.record_name OFFSET 0) r
                 """
-            if filter.comparator == .containsAnyTokens {
+            if filter.comparator == .near, let near = filter.near {
+                // The entries in the cells covering the circle, at their exact distance: each range
+                // of cells is one index-only scan (a LATERAL subquery kept apart by OFFSET 0: as a
+                // plain join the planner scanned all the field's entries of the zone, 100,000 for 23
+                // matches, and tested the ranges on each). Unused range slots (-1, -1) match nothing,
+                // so the text is the same for every circle.
+                driverIsTokens = true
+                var ranges = Geo.cover(near.center, distance: near.distance).map { ($0.lowerBound, $0.upperBound) }
+                ranges += Array(repeating: (-1, -1), count: Geo.maximumCells - ranges.count)
+                let values = ranges.map { "(\(builder.bind($0.0))::bigint, \(builder.bind($0.1))::bigint)" }.joined(separator: ", ")
+                let distance = builder.distance("e", from: near.center)
+                from = """
+                    (SELECT e.container_id, e.zone_id, e.record_name, min(e.distance) AS distance FROM (
+                       SELECT e.container_id, e.zone_id, e.record_name, \(distance) AS distance
+                         FROM (VALUES \(values)) c(low, high)
+                         CROSS JOIN LATERAL (SELECT e.container_id, e.zone_id, e.record_name, e.v_lat, e.v_lon FROM index_entries e
+                            WHERE \(builder.keyed("e")) AND e.field = \(builder.bind(Geo.key(of: name)))
+                              AND e.v_cell >= c.low AND e.v_cell <= c.high OFFSET 0) e) e
+                      WHERE e.distance <= \(builder.radius(near))
+                      GROUP BY e.container_id, e.zone_id, e.record_name) d
+                    \(probe)
+                    """
+                nearDriver = (name, near.center)
+            } else if filter.comparator == .containsAnyTokens {
                 driverIsTokens = true
                 filter.comparator = .in
                 let condition = valueCondition("e.v_text", filter, values: filter.values, builder: &builder)
@@ -322,7 +374,10 @@ enum QuerySQL {
             conditions.append(matchCondition(filter, builder: &builder))
         }
         if let tokenRest { conditions.append(matchCondition(tokenRest, builder: &builder)) }
-        var sortExpressions = query.sorts.map { sortExpression($0, builder: &builder) }
+        var sortExpressions = query.sorts.map { sort -> String in
+            if let nearDriver, sort.target == .field(nearDriver.0), sort.relativeTo == nearDriver.1 { return "d.distance" }
+            return sortExpression(sort, builder: &builder)
+        }
         // Sorting by the driving field: its index entry is already joined, no per-row lookup needed.
         if let driver, !driverIsTokens, let first = query.sorts.first, first.target == query.filters[driver].target, first.scalar == query.filters[driver].scalar {
             sortExpressions[0] = "d.\(column(for: first.scalar))\(collate(first.scalar))"

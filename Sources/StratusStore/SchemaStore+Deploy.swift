@@ -121,7 +121,7 @@ extension SchemaStore {
                     try await connection.statement("""
                         DELETE FROM index_entries WHERE container_id = \(containerID) AND zone_id = \(zoneID)
                           AND record_name >= \(first) AND record_name <= \(last) AND record_type = \(type)
-                          AND field IN (\(field), \(TextTokens.key(of: field)))
+                          AND field IN (\(field), \(TextTokens.key(of: field)), \(Geo.key(of: field)))
                         """, logger: logger)
                     let db = DatabaseRef(containerID: containerID, environment: .production, scope: .public, owner: "")
                     try await store.writeIndexEntries(db, zoneID: zoneID, records: records, schema: only, on: connection)

@@ -19,9 +19,13 @@ import Testing
     static func statements() throws -> [String: String] {
         let db = DatabaseRef(containerID: 1, environment: .development, scope: .private, owner: "_bench")
         let schema = try SchemaLanguage.parse(BenchRecord.schema)
-        func query(_ text: String, limit: Int) throws -> String {
+        func query(_ text: String, limit: Int, zone: String = "z0") throws -> String {
             let parsed = try Query.parse(try JSONParser.parse(text), schema: schema)
-            return QuerySQL.build(db: db, zone: "z0", query: parsed, limit: limit, after: nil).sql
+            return QuerySQL.build(db: db, zone: zone, query: parsed, limit: limit, after: nil).sql
+        }
+        func placesQuery(_ body: String) throws -> String {
+            let parsed = try Query.parse(try #require(try JSONParser.parse(body)["query"]), schema: schema)
+            return QuerySQL.build(db: db, zone: BenchPlaces.zone, query: parsed, limit: 200, after: nil).sql
         }
         let (source, binds, zoneRow) = RecordStore.zoneFeedSource(db, zone: "z0", defaultZoneID: nil, recordTypes: nil)
         return [
@@ -34,6 +38,8 @@ import Testing
                                   limit: 200),
             "query-range": try query(#"{"recordType":"Item","filterBy":[{"fieldName":"rank","comparator":"GREATER_THAN_OR_EQUALS","fieldValue":{"value":5}}],"sortBy":[{"fieldName":"rank"}]}"#,
                                      limit: 100),
+            "query-near": try placesQuery(BenchPlaces.nearQuery(GeoPoint(latitude: 45, longitude: 5), radius: BenchPlaces.radius(places: 100_000))),
+            "query-text": try placesQuery(BenchPlaces.textQuery(group: 7, places: 100_000)),
             "changes": RecordStore.feedStatement(source: source, columns: RecordStore.recordColumns, binds: binds, zoneRow: zoneRow,
                                                  after: FeedCursor(), limit: 100).sql,
         ]
@@ -44,6 +50,7 @@ import Testing
 
     @Test func baselineScriptsCopyTheServicesCurrentSQL() throws {
         let statements = try Self.statements()
+        if let dump = ProcessInfo.processInfo.environment["STRATUS_DUMP_SQL"], let sql = statements[dump] { print("SQL<<\(sql)>>SQL") }
         let scripts = try FileManager.default.contentsOfDirectory(atPath: Self.folder.path).filter { $0.hasSuffix(".sql") }.sorted()
         #expect(scripts.count >= 8, "the pgbench scripts were not found in \(Self.folder.path)")
         let expected = statements.keys.sorted().map { "-- service-sql: \($0) \(Self.digest(statements[$0]!))" }.joined(separator: "\n")

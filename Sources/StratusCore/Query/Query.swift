@@ -109,12 +109,21 @@ public struct QueryFilter: Sendable, Equatable {
     public var values: [IndexValue]
     /// The scalar type of the field.
     public var scalar: ScalarType
+    /// `NEAR`: the centre of the circle (`fieldValue`) and its radius in metres (`distance`).
+    public var near: Near?
 
-    public init(target: QueryTarget, comparator: FilterComparator, values: [IndexValue], scalar: ScalarType) {
+    /// The circle a `NEAR` filter matches.
+    public struct Near: Sendable, Equatable {
+        public var center: GeoPoint
+        public var distance: Double
+    }
+
+    public init(target: QueryTarget, comparator: FilterComparator, values: [IndexValue], scalar: ScalarType, near: Near? = nil) {
         self.target = target
         self.comparator = comparator
         self.values = values
         self.scalar = scalar
+        self.near = near
     }
 }
 
@@ -122,7 +131,17 @@ public struct QueryFilter: Sendable, Equatable {
 public struct QuerySort: Sendable, Equatable {
     public var target: QueryTarget
     public var ascending: Bool
+    /// The type of the sort values (DOUBLE, metres, when sorting by distance).
     public var scalar: ScalarType
+    /// `relativeLocation`: sort a LOCATION field by its distance from this point.
+    public var relativeTo: GeoPoint?
+
+    public init(target: QueryTarget, ascending: Bool, scalar: ScalarType, relativeTo: GeoPoint? = nil) {
+        self.target = target
+        self.ascending = ascending
+        self.scalar = scalar
+        self.relativeTo = relativeTo
+    }
 }
 
 /// A validated `records/query` query.
@@ -167,15 +186,27 @@ public struct Query: Sendable, Equatable {
             for (index, item) in list.enumerated() {
                 guard let sort = item.objectValue else { throw .badRequest("query.sortBy[\(index)] must be an object") }
                 let (target, scalar, schemaField) = try resolveTarget(sort, key: "query.sortBy[\(index)]", recordType: recordType, fields: fields, building: schema.buildingIndexes)
+                let ascending = try Wire.bool(sort["ascending"], key: "query.sortBy[\(index)].ascending") ?? true
+                if let relative = sort["relativeLocation"], relative != .null {
+                    guard let schemaField, scalar == .location, !schemaField.type.isList else {
+                        throw .badRequest("query.sortBy[\(index)]: relativeLocation sorts a LOCATION field by distance, and '\(target.displayName)' of '\(recordType)' is not a LOCATION field")
+                    }
+                    guard schemaField.sortable || schemaField.queryable else {
+                        throw .badRequest("query.sortBy[\(index)]: sorting '\(target.displayName)' by distance needs a SORTABLE (or QUERYABLE) index on it in the schema of '\(recordType)'"
+                            + " (in production: add it in development, then deploy the schema)")
+                    }
+                    let point = try location(relative, key: "query.sortBy[\(index)].relativeLocation")
+                    sorts.append(QuerySort(target: target, ascending: ascending, scalar: .double, relativeTo: point))
+                    continue
+                }
                 if let schemaField {
-                    guard schemaField.sortable, !schemaField.type.isList else {
+                    guard schemaField.sortable, !schemaField.type.isList, scalar != .location else {
+                        if scalar == .location {
+                            throw .badRequest("cannot sort by '\(target.displayName)': a LOCATION field sorts by its distance from a point; add 'relativeLocation' to the sort descriptor")
+                        }
                         throw .badRequest("cannot sort by '\(target.displayName)': the field is not SORTABLE in the schema of '\(recordType)'; add a SORTABLE index")
                     }
                 }
-                if sort["relativeLocation"] != nil, sort["relativeLocation"] != .null {
-                    throw .badRequest("sorting by distance (relativeLocation) is not supported yet")
-                }
-                let ascending = try Wire.bool(sort["ascending"], key: "query.sortBy[\(index)].ascending") ?? true
                 sorts.append(QuerySort(target: target, ascending: ascending, scalar: scalar))
             }
         }
@@ -218,7 +249,25 @@ public struct Query: Sendable, Equatable {
         let isList = schemaField?.type.isList ?? false
         switch comparator {
         case .near:
-            throw .badRequest("\(key): NEAR (location queries) is not supported yet")
+            guard let schemaField, scalar == .location, schemaField.queryable else {
+                throw .badRequest("\(key): NEAR needs a QUERYABLE LOCATION field, and '\(target.displayName)' of '\(recordType)' is not one; "
+                    + (scalar == .location ? "mark it QUERYABLE in the schema (in production: in development, then deploy the schema)" : "use a LOCATION field"))
+            }
+            guard let value = members["fieldValue"], value != .null else {
+                throw .badRequest("\(key): NEAR needs a 'fieldValue' whose value is the centre, a location dictionary with 'latitude' and 'longitude'")
+            }
+            let center = try location(value, key: "\(key).fieldValue")
+            let distance: Double
+            switch members["distance"] {
+            case .int(let number)?: distance = Double(number)
+            case .double(let number)?: distance = number
+            case nil, .null?: throw .badRequest("\(key): NEAR needs 'distance', the radius in metres")
+            default: throw .badRequest("\(key): 'distance' must be a number of metres")
+            }
+            guard distance.isFinite, distance >= 0, distance <= Geo.maximumDistance.rounded(.up) else {
+                throw .badRequest("\(key): 'distance' must be between 0 and \(Int(Geo.maximumDistance.rounded(.up))) metres (half the Earth's circumference), not \(distance)")
+            }
+            return QueryFilter(target: target, comparator: .near, values: [], scalar: .location, near: .init(center: center, distance: distance))
         case .containsAllTokens, .containsAnyTokens:
             guard let schemaField, schemaField.searchable, scalar == .string else {
                 throw .badRequest("\(key): \(comparator.rawValue) needs a SEARCHABLE STRING field, and '\(target.displayName)' of '\(recordType)' is not one; "
@@ -249,7 +298,9 @@ public struct Query: Sendable, Equatable {
             }
         }
         switch scalar {
-        case .bytes, .location, .asset:
+        case .location:
+            throw .badRequest("\(key): LOCATION fields can only be filtered with NEAR (a 'fieldValue' location and a 'distance' in metres)")
+        case .bytes, .asset:
             throw .badRequest("\(key): fields of type \(scalar.rawValue) cannot be filtered")
         default: break
         }
@@ -275,6 +326,19 @@ public struct Query: Sendable, Equatable {
             values.append(try filterValue(raw, scalar: scalar, key: key))
         }
         return QueryFilter(target: target, comparator: comparator, values: values, scalar: scalar)
+    }
+
+    /// A point given as a field-value dictionary of a LOCATION (`{"value": {"latitude": …}}`) or as the location dictionary itself.
+    static func location(_ json: JSON, key: String) throws(StratusError) -> GeoPoint {
+        let dictionary = json["value"] ?? json
+        if let type = json["type"]?.stringValue, type != ScalarType.location.rawValue {
+            throw .badRequest("\(key) must be a LOCATION, not \(Names.printable(type))")
+        }
+        guard case .location(let members) = try FieldValue.decodeScalar(dictionary, as: .location, field: key),
+              let latitude = members["latitude"], let longitude = members["longitude"] else {
+            throw .badRequest("\(key) must be a location dictionary with 'latitude' and 'longitude'")
+        }
+        return GeoPoint(latitude: latitude, longitude: longitude)
     }
 
     static func filterValue(_ raw: JSON, scalar: ScalarType, key: String) throws(StratusError) -> IndexValue {

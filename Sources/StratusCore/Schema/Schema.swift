@@ -34,16 +34,16 @@ public struct FieldSchema: Sendable, Equatable {
     public var isIndexed: Bool { queryable || sortable || searchable }
 
     /// The indexes a field gets when development creates it just-in-time: QUERYABLE and SORTABLE
-    /// for every type that can be compared (not BYTES, LOCATION or ASSET), and SEARCHABLE for
+    /// for every type that can be compared or located (not BYTES or ASSET), and SEARCHABLE for
     /// strings, so that a new app can query what it saves at once. A deploy carries them to
     /// production like any other index.
     public static func justInTime(_ type: FieldType) -> FieldSchema {
         switch type.scalar {
-        case .bytes, .location, .asset:
+        case .bytes, .asset:
             return FieldSchema(type: type)
         case .string:
             return FieldSchema(type: type, queryable: true, sortable: true, searchable: true)
-        case .int64, .double, .timestamp, .reference:
+        case .int64, .double, .timestamp, .reference, .location:
             return FieldSchema(type: type, queryable: true, sortable: true)
         }
     }

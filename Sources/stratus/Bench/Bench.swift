@@ -22,7 +22,7 @@ struct Bench: AsyncParsableCommand {
             --peer pocketbase points the same generator at a PocketBase server (getOne, create,
             update, list with filter) for the side-by-side table of Deploy/bench.sh.
             """,
-        subcommands: [Run.self, Seed.self],
+        subcommands: [Run.self, Seed.self, NearSample.self],
         defaultSubcommand: Run.self)
 
     /// Options shared by the bench verbs.
@@ -64,17 +64,20 @@ struct BenchState {
     var recordsPerZone: Int
     /// Records each container has in its public database, `pub-0` …
     var publicRecords: Int
+    /// `Place` records in the first container's zone `places` (`BenchPlaces`).
+    var places: Int
 
     func json() -> JSON {
-        ["recordsPerZone": .int(Int64(recordsPerZone)), "publicRecords": .int(Int64(publicRecords)), "tenants": .array(tenants.map {
+        ["recordsPerZone": .int(Int64(recordsPerZone)), "publicRecords": .int(Int64(publicRecords)), "places": .int(Int64(places)), "tenants": .array(tenants.map {
             ["container": .string($0.container), "query": .string($0.query), "zones": .array($0.zones.map { .string($0) })]
         })]
     }
 
-    init(tenants: [Tenant], recordsPerZone: Int, publicRecords: Int = 0) {
+    init(tenants: [Tenant], recordsPerZone: Int, publicRecords: Int = 0, places: Int = 0) {
         self.tenants = tenants
         self.recordsPerZone = recordsPerZone
         self.publicRecords = publicRecords
+        self.places = places
     }
 
     init(json: JSON) throws {
@@ -83,6 +86,7 @@ struct BenchState {
         }
         self.recordsPerZone = Int(perZone)
         if case .int(let count)? = json["publicRecords"] { publicRecords = Int(count) } else { publicRecords = 0 }
+        if case .int(let count)? = json["places"] { places = Int(count) } else { places = 0 }
         self.tenants = tenants.map {
             Tenant(container: $0["container"]?.stringValue ?? "", query: $0["query"]?.stringValue ?? "",
                    zones: ($0["zones"]?.arrayValue ?? []).compactMap(\.stringValue))
@@ -110,7 +114,7 @@ enum BenchRecord {
                 GRANT CREATE TO "_icloud",
                 GRANT READ TO "_world"
             );
-        """
+        """ + "\n" + BenchPlaces.schema
 
     /// Distinct titles in a zone of `perZone` records: an equality query on title finds ~10.
     static func titles(perZone: Int) -> Int { max(1, perZone / 10) }
@@ -149,6 +153,7 @@ extension Bench {
         @Option(help: "Records per container.") var records = 1000
         @Option(help: "Custom zones per container (records are spread evenly).") var zones = 4
         @Option(name: .customLong("public-records"), help: "Records per container in its public database, for the lookup-public and lookup-world workloads (default 0).") var publicRecords = 0
+        @Option(help: "Place records (a LOCATION and a SEARCHABLE text each) in the first container's zone 'places', for the query-near and query-text workloads (default 0).") var places = 0
         @Option(help: "Parallel seeding connections.") var concurrency = 8
         @Option(help: "Prefix of the container names.") var prefix = "bench"
         @Option(help: "stratus, or pocketbase to fill a PocketBase 'items' collection with the same records (see Deploy/bench.sh).") var peer: Peer = .stratus
@@ -213,9 +218,12 @@ extension Bench {
                 }
                 return BenchState.Tenant(container: name, query: query, zones: zoneNames)
             }
-            try save(BenchState(tenants: tenants, recordsPerZone: perZone, publicRecords: publicRecords))
+            if places > 0, let first = tenants.first {
+                try BenchPlaces.seed(first, places: places, host: host, port: port, concurrency: concurrency)
+            }
+            try save(BenchState(tenants: tenants, recordsPerZone: perZone, publicRecords: publicRecords, places: places))
             let seconds = Date().timeIntervalSince(started)
-            print("seeded \(containers) containers × \(zones) zones × \(perZone) records = \(counter.value) records in \(String(format: "%.1f", seconds)) s (\(Int(Double(counter.value) / max(seconds, 0.001))) records/s); state in \(options.stateFile)")
+            print("seeded \(containers) containers × \(zones) zones × \(perZone) records = \(counter.value) records\(places > 0 ? " and \(places) places" : "") in \(String(format: "%.1f", seconds)) s (\(Int(Double(counter.value) / max(seconds, 0.001))) records/s); state in \(options.stateFile)")
         }
     }
 }

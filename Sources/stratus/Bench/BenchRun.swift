@@ -10,10 +10,12 @@ extension Bench {
             case lookup, create, modify, batch, queryEq = "query-eq", queryRange = "query-range", changes, mixed
             /// A public-database record looked up by its creator (signed in) or by anyone (`_world`: the API token alone).
             case lookupPublic = "lookup-public", lookupWorld = "lookup-world"
+            /// Places near a point, nearest first, and places whose text has two words (`BenchPlaces`).
+            case queryNear = "query-near", queryText = "query-text"
         }
 
         @OptionGroup var options: Bench.Options
-        @Option(help: "lookup, create, modify, batch, query-eq, query-range, changes, mixed, lookup-public (a public-database record, signed in) or lookup-world (the same with the API token alone; both need 'bench seed --public-records').") var workload: Workload = .lookup
+        @Option(help: "lookup, create, modify, batch, query-eq, query-range, changes, mixed, lookup-public (a public-database record, signed in) lookup-world (the same with the API token alone; both need 'bench seed --public-records'), query-near or query-text (both need 'bench seed --places').") var workload: Workload = .lookup
         @Option(help: "What --server is: stratus, or pocketbase for the peer comparison (lookup, create, modify and query-eq only; seed it with 'bench seed --peer pocketbase').") var peer: Peer = .stratus
         @Option(help: "Concurrent connections.") var concurrency = 16
         @Option(help: "Load-generator threads the connections are spread over (like pgbench -j).") var threads = 2
@@ -67,6 +69,16 @@ extension Bench {
                 let publicRecord = Int.random(in: 0..<max(1, state.publicRecords), using: &random)
                 let path = "/database/1/\(tenant.container)/development/public/records/lookup?" + (workload == .lookupWorld ? tenant.worldQuery : tenant.query)
                 return Request(path: path, body: Array(#"{"records":[{"recordName":"pub-\#(publicRecord)"}]}"#.utf8), records: 1)
+            case .queryNear:
+                let places = state.tenants[0]
+                let center = BenchPlaces.center(using: &random)
+                return Request(path: "/database/1/\(places.container)/development/private/records/query?" + places.query,
+                               body: Array(BenchPlaces.nearQuery(center, radius: BenchPlaces.radius(places: state.places)).utf8), records: Int(BenchPlaces.wanted))
+            case .queryText:
+                let places = state.tenants[0]
+                let group = Int.random(in: 0..<BenchPlaces.groups(state.places), using: &random)
+                return Request(path: "/database/1/\(places.container)/development/private/records/query?" + places.query,
+                               body: Array(BenchPlaces.textQuery(group: group, places: state.places).utf8), records: 10)
             case .mixed:
                 let roll = Int.random(in: 0..<100, using: &random)
                 let pick: Workload = roll < 50 ? .lookup : roll < 65 ? .queryEq : roll < 85 ? .changes : .modify
@@ -85,6 +97,9 @@ extension Bench {
             let workload = self.workload
             if [.lookupPublic, .lookupWorld].contains(workload), state.publicRecords == 0 {
                 throw ValidationError("the seeded data has no public records: run 'stratus bench seed --public-records N' first")
+            }
+            if [.queryNear, .queryText].contains(workload), state.places == 0 {
+                throw ValidationError("the seeded data has no places: run 'stratus bench seed --places N' first")
             }
             let warmup = self.warmup
             let deadline = Date().addingTimeInterval(warmup + duration)
