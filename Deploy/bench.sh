@@ -278,7 +278,7 @@ pgbench_run() {
   local out
   out=$(PGOPTIONS="-c plan_cache_mode=force_generic_plan" \
     pgbench -h 127.0.0.1 -p $PGPORT -U postgres -n -M prepared -c "$clients" -j 2 -T "$DURATION" \
-      -D zones="$ZONES" -D per_zone="$PER_ZONE" -D titles="$TITLES" \
+      -D zones="${ZONES:-1}" -D per_zone="${PER_ZONE:-1}" -D titles="${TITLES:-1}" \
       -D near_samples=2000 -D place_groups="${PLACE_GROUPS:-1}" -D place_vocab="${PLACE_VOCAB:-1}" "$@" postgres 2>&1)
   local steal
   steal=$(steal_since "$s0" "$t0")
