@@ -343,8 +343,8 @@ enum QuerySQL {
                 // The entries in the cells covering the circle, at their exact distance: each range
                 // of cells is one index-only scan (a LATERAL subquery kept apart by OFFSET 0: as a
                 // plain join the planner scanned all the field's entries of the zone, 100,000 for 23
-                // matches, and tested the ranges on each). Unused range slots (-1, -1) match nothing,
-                // so the text is the same for every circle.
+                // matches, and tested the ranges on each). Unused range slots (-1, -1) are dropped
+                // before their scans, so the text is the same for every circle.
                 driverIsTokens = true
                 var ranges = Geo.cover(near.center, distance: near.distance).map { ($0.lowerBound, $0.upperBound) }
                 ranges += Array(repeating: (-1, -1), count: Geo.maximumCells - ranges.count)
@@ -353,7 +353,7 @@ enum QuerySQL {
                 from = """
                     (SELECT e.container_id, e.zone_id, e.record_name, min(e.distance) AS distance FROM (
                        SELECT e.container_id, e.zone_id, e.record_name, \(distance) AS distance
-                         FROM (VALUES \(values)) c(low, high)
+                         FROM (SELECT * FROM (VALUES \(values)) c(low, high) WHERE c.low >= 0) c
                          CROSS JOIN LATERAL (SELECT e.container_id, e.zone_id, e.record_name, e.v_lat, e.v_lon FROM index_entries e
                             WHERE \(builder.keyed("e")) AND e.field = \(builder.bind(Geo.key(of: name)))
                               AND e.v_cell >= c.low AND e.v_cell <= c.high OFFSET 0) e) e
