@@ -220,14 +220,9 @@ import Testing
     /// A deploy that adds QUERYABLE to a LOCATION builds its index over production's existing records.
     @Test func deployBuildsTheLocationIndexForExistingRecords() async throws {
         try await Harness.run { harness in
-            let name = "iCloud.com.example.Places\(UInt32.random(in: 0...UInt32.max))"
-            _ = try await harness.container(name)
             let plain = "DEFINE SCHEMA\n  RECORD TYPE Shop (place LOCATION, GRANT READ, CREATE, WRITE TO \"_icloud\");\n"
-            #expect(try await harness.admin(.post, "containers/\(name)/schema/import", json: ["schema": .string(plain)]).status == 200)
-            #expect(try await harness.admin(.post, "containers/\(name)/schema/deploy", json: [:]).json["applied"] == true)
-            let token = try await harness.admin(.post, "containers/\(name)/tokens", json: ["environment": "production"])
-            let production = try await Session(harness: harness, container: name, environment: .production,
-                                               apiToken: token.json["apiToken"]?.stringValue ?? "").signedUp()
+            let production = try await harness.production(plain, prefix: "Places")
+            let name = production.container
             let saved = try await production.modify("public", [op("create", "old", type: "Shop", fields: ["place": ["value": ["latitude": -33.8688, "longitude": 151.2093]]])])
             #expect(saved.json.record(0)?.errorCode == nil, "\(saved.json)")
             let query: JSON = ["query": ["recordType": "Shop", "filterBy": [["fieldName": "place", "comparator": "NEAR",
@@ -235,12 +230,8 @@ import Testing
             let before = try await production.post("public", "records/query", query)
             #expect(before.status == 400 && before.json["reason"]?.stringValue?.contains("then deploy the schema") == true, "\(before.json)")
             let queryable = plain.replacingOccurrences(of: "place LOCATION,", with: "place LOCATION QUERYABLE,")
-            #expect(try await harness.admin(.post, "containers/\(name)/schema/import", json: ["schema": .string(queryable)]).status == 200)
-            #expect(try await harness.admin(.post, "containers/\(name)/schema/deploy", json: [:]).json["applied"] == true)
-            var done = false
-            for _ in 0..<20 where !done {
-                done = try await harness.admin(.post, "containers/\(name)/schema/indexes/build", json: ["batch": 100]).json["done"] == true
-            }
+            try await harness.deploy(queryable, to: name)
+            try await harness.buildIndexes(name)
             let after = try await production.post("public", "records/query", query)
             #expect(after.json["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } == ["old"], "\(after.json)")
         }

@@ -127,26 +127,16 @@ import Testing
     /// A deploy that adds SEARCHABLE builds the token index over production's existing records.
     @Test func deployBuildsTheTokenIndexForExistingRecords() async throws {
         try await Harness.run { harness in
-            let name = "iCloud.com.example.Search\(UInt32.random(in: 0...UInt32.max))"
-            _ = try await harness.container(name)
             let plain = "DEFINE SCHEMA\n  RECORD TYPE Doc (body STRING QUERYABLE, GRANT READ, CREATE, WRITE TO \"_icloud\");\n"
-            #expect(try await harness.admin(.post, "containers/\(name)/schema/import", json: ["schema": .string(plain)]).status == 200)
-            #expect(try await harness.admin(.post, "containers/\(name)/schema/deploy", json: [:]).json["applied"] == true)
-            let token = try await harness.admin(.post, "containers/\(name)/tokens", json: ["environment": "production"])
-            let production = try await Session(harness: harness, container: name, environment: .production,
-                                               apiToken: token.json["apiToken"]?.stringValue ?? "").signedUp()
+            let production = try await harness.production(plain, prefix: "Search")
+            let name = production.container
             #expect(try await production.modify("public", [op("create", "old", type: "Doc", fields: ["body": ["value": "Déjà vu, again"]])]).json.record(0)?.errorCode == nil)
             let query: JSON = ["query": ["recordType": "Doc", "filterBy": [["fieldName": "body", "comparator": "CONTAINS_ALL_TOKENS", "fieldValue": ["value": "deja VU"]]]]]
             let before = try await production.post("public", "records/query", query)
             #expect(before.status == 400 && before.json["reason"]?.stringValue?.contains("then deploy the schema") == true, "\(before.json)")
             let searchable = plain.replacingOccurrences(of: "body STRING QUERYABLE", with: "body STRING QUERYABLE SEARCHABLE")
-            #expect(try await harness.admin(.post, "containers/\(name)/schema/import", json: ["schema": .string(searchable)]).status == 200)
-            let deployed = try await harness.admin(.post, "containers/\(name)/schema/deploy", json: [:])
-            #expect(deployed.json["applied"] == true, "\(deployed.json)")
-            var done = false
-            for _ in 0..<20 where !done {
-                done = try await harness.admin(.post, "containers/\(name)/schema/indexes/build", json: ["batch": 100]).json["done"] == true
-            }
+            try await harness.deploy(searchable, to: name)
+            try await harness.buildIndexes(name)
             let after = try await production.post("public", "records/query", query)
             #expect(after.json["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } == ["old"], "\(after.json)")
         }

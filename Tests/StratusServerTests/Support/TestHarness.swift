@@ -186,6 +186,33 @@ struct Harness: Sendable {
         #expect(token.status == 201)
         return Session(harness: self, container: name, environment: environment, apiToken: token.json["apiToken"]?.stringValue ?? "")
     }
+
+    /// Imports `schema` into `container`'s development environment and deploys it to production.
+    func deploy(_ schema: String, to container: String) async throws {
+        let imported = try await admin(.post, "containers/\(container)/schema/import", json: ["schema": .string(schema)])
+        #expect(imported.status == 200, "import: \(imported.json)")
+        let deployed = try await admin(.post, "containers/\(container)/schema/deploy", json: [:])
+        #expect(deployed.json["applied"] == true, "deploy: \(deployed.json)")
+    }
+
+    /// A new container whose production runs `schema`, and a user signed up there.
+    func production(_ schema: String, prefix: String = "Production") async throws -> Session {
+        let name = "iCloud.com.example.\(prefix)\(UInt32.random(in: 0...UInt32.max))"
+        _ = try await container(name)
+        try await deploy(schema, to: name)
+        let token = try await admin(.post, "containers/\(name)/tokens", json: ["environment": "production"])
+        return try await Session(harness: self, container: name, environment: .production,
+                                 apiToken: token.json["apiToken"]?.stringValue ?? "").signedUp()
+    }
+
+    /// Runs the index builds a deploy started until they are done (at most 20 batches of 100).
+    func buildIndexes(_ container: String) async throws {
+        var done = false
+        for _ in 0..<20 where !done {
+            done = try await admin(.post, "containers/\(container)/schema/indexes/build", json: ["batch": 100]).json["done"] == true
+        }
+        #expect(done, "the index builds of \(container) did not finish")
+    }
 }
 
 /// A client of one container-environment, optionally signed in.
