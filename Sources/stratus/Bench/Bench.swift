@@ -223,7 +223,7 @@ extension Bench {
             }
             try save(BenchState(tenants: tenants, recordsPerZone: perZone, publicRecords: publicRecords, places: places))
             let seconds = Date().timeIntervalSince(started)
-            print("seeded \(containers) containers × \(zones) zones × \(perZone) records = \(counter.value) records\(places > 0 ? " and \(places) places" : "") in \(String(format: "%.1f", seconds)) s (\(Int(Double(counter.value) / max(seconds, 0.001))) records/s); state in \(options.stateFile)")
+            print("seeded \(containers) containers × \(zones) zones × \(perZone) records = \(counter.value) records\(places > 0 ? " and \(places) places" : "") in \(String(format: "%.1f", seconds)) s (\(Int(Double(counter.value + places) / max(seconds, 0.001))) records/s); state in \(options.stateFile)")
         }
     }
 }
