@@ -1,7 +1,7 @@
 -- service-sql: query-text 89536accfc2f4ad0
 -- The SQL `stratus serve` runs for the query-text workload (RecordStore+Query.swift, QuerySQL.build): CONTAINS_ALL_TOKENS
 -- with two words on the SEARCHABLE field 'note' of the seeded Place records (zone 'places', `bench seed --places`),
--- driven by the first word's token entries, the second tested on each of them before its record is fetched. Place i is in group i / 10, whose words are
+-- driven by the longest word's token entries (the first of equally long words: here nearly always 'a…'), the second tested on each of them before its record is fetched. Place i is in group i / 10, whose words are
 -- a(g mod V) and b(g mod (V + 1)), V = places / 100 (BenchPlaces.swift): ~10 places hold both.
 \set g random(0, :place_groups - 1)
 \set x :g % :place_vocab

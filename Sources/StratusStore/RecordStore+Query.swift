@@ -320,16 +320,22 @@ enum QuerySQL {
         if let driver, case .field(var name) = query.filters[driver].target {
             var filter = query.filters[driver]
             if filter.comparator == .containsAllTokens {
-                // Driven by the first word's entries; the other words are tested as a filter.
+                // Driven by one word's entries, the longest (short words such as "the" or "in" are
+                // the common ones, and the cost follows the driving word's records); the other words
+                // are tested as a filter.
                 driverIsTokens = true
+                let longest = filter.values.indices.max { a, b in
+                    guard case .text(let x) = filter.values[a], case .text(let y) = filter.values[b] else { return false }
+                    return x.unicodeScalars.count < y.unicodeScalars.count
+                } ?? 0
                 if filter.values.count > 1 {
                     var rest = filter
-                    rest.values.removeFirst()
+                    rest.values.remove(at: longest)
                     tokenRest = rest
                 }
                 name = TextTokens.key(of: name)
                 filter.comparator = .equals
-                filter.values = [filter.values[0]]
+                filter.values = [filter.values[longest]]
             }
             // Each matching entry fetches its record with one primary-key probe. As a plain join the
             // planner may merge-join the entries with all the zone's records in name order instead,
