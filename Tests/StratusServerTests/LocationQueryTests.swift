@@ -184,7 +184,8 @@ import Testing
             let session = try await harness.container().signedUp()
             let schema = """
                 DEFINE SCHEMA
-                  RECORD TYPE Shop (name STRING QUERYABLE, place LOCATION QUERYABLE, plain LOCATION, GRANT READ, CREATE, WRITE TO "_icloud");
+                  RECORD TYPE Shop (name STRING QUERYABLE, place LOCATION QUERYABLE, plain LOCATION, stops LIST<LOCATION> QUERYABLE,
+                                    GRANT READ, CREATE, WRITE TO "_icloud");
                 """
             #expect(try await harness.admin(.post, "containers/\(session.container)/schema/import", json: ["schema": .string(schema)]).status == 200)
             let here: JSON = ["value": ["latitude": 10, "longitude": 20]]
@@ -208,6 +209,7 @@ import Testing
                 (["fieldName": "name", "relativeLocation": here], "is not a LOCATION field"),
                 (["fieldName": "plain", "relativeLocation": here], "needs a SORTABLE (or QUERYABLE) index"),
                 (["fieldName": "place"], "add 'relativeLocation'"),
+                (["fieldName": "stops", "relativeLocation": here], "is a LIST<LOCATION>"),
                 (["fieldName": "place", "relativeLocation": ["value": "here"]], "LOCATION"),
             ]
             for (sort, words) in sorts {

@@ -189,6 +189,9 @@ public struct Query: Sendable, Equatable {
                 let ascending = try Wire.bool(sort["ascending"], key: "query.sortBy[\(index)].ascending") ?? true
                 if let relative = sort["relativeLocation"], relative != .null {
                     guard let schemaField, scalar == .location, !schemaField.type.isList else {
+                        if schemaField?.type.isList == true, scalar == .location {
+                            throw .badRequest("query.sortBy[\(index)]: '\(target.displayName)' of '\(recordType)' is a LIST<LOCATION>, which has no one distance to sort by; filter it with NEAR, or sort by a LOCATION field")
+                        }
                         throw .badRequest("query.sortBy[\(index)]: relativeLocation sorts a LOCATION field by distance, and '\(target.displayName)' of '\(recordType)' is not a LOCATION field")
                     }
                     guard schemaField.sortable || schemaField.queryable else {
