@@ -131,18 +131,17 @@ enum QuerySQL {
             binds.bind(value)
         }
 
-        /// The haversine distance in metres from `point` to the location entry `alias` (its `v_lat`, `v_lon`),
-        /// computed as `Geo.distance` computes it.
+        /// The haversine distance in metres from `point` to the location entry `alias` (its `v_lat`,
+        /// `v_lon`), on a sphere of `Geo.earthRadius`.
         mutating func distance(_ alias: String, from point: GeoPoint) -> String {
             let latitude = bind(point.latitude), longitude = bind(point.longitude)
             return "(\(2 * Geo.earthRadius)::float8 * asin(least(1::float8, sqrt(power(sin(radians(\(alias).v_lat - \(latitude)) / 2), 2)"
                 + " + cos(radians(\(alias).v_lat)) * cos(radians(\(latitude))) * power(sin(radians(\(alias).v_lon - \(longitude)) / 2), 2)))))"
         }
 
-        /// The radius a NEAR compares distances with: a hair wider than asked, for the last bits of
-        /// rounding (a point the haversine puts exactly on the circle is never missed).
+        /// The radius a NEAR compares distances with (`Geo.comparedRadius`).
         mutating func radius(_ near: QueryFilter.Near) -> String {
-            bind(near.distance * (1 + 1e-12) + 1e-9)
+            bind(Geo.comparedRadius(near.distance))
         }
 
         mutating func bind(_ value: IndexValue) -> String {
@@ -314,7 +313,8 @@ enum QuerySQL {
             }
             break
         }
-        var driverIsTokens = false
+        // Whether `d` is the driving filter's own index entry, so a sort by that field can read its value.
+        var driverIsPlainEntry = false
         // A NEAR that drives: its field and centre (a sort by distance from the same point reuses its distances).
         var nearDriver: (String, GeoPoint)?
         if let driver, case .field(var name) = query.filters[driver].target {
@@ -323,7 +323,6 @@ enum QuerySQL {
                 // Driven by one word's entries, the longest (short words such as "the" or "in" are
                 // the common ones, and the cost follows the driving word's records); the other words
                 // are tested as a filter.
-                driverIsTokens = true
                 let longest = filter.values.indices.max { a, b in
                     guard case .text(let x) = filter.values[a], case .text(let y) = filter.values[b] else { return false }
                     return x.unicodeScalars.count < y.unicodeScalars.count
@@ -351,10 +350,8 @@ enum QuerySQL {
                 // plain join the planner scanned all the field's entries of the zone, 100,000 for 23
                 // matches, and tested the ranges on each). Unused range slots (-1, -1) are dropped
                 // before their scans, so the text is the same for every circle.
-                driverIsTokens = true
-                var ranges = Geo.cover(near.center, distance: near.distance).map { ($0.lowerBound, $0.upperBound) }
-                ranges += Array(repeating: (-1, -1), count: Geo.maximumCells - ranges.count)
-                let values = ranges.map { "(\(builder.bind($0.0))::bigint, \(builder.bind($0.1))::bigint)" }.joined(separator: ", ")
+                let values = Geo.slots(near.center, distance: near.distance)
+                    .map { "(\(builder.bind($0.low))::bigint, \(builder.bind($0.high))::bigint)" }.joined(separator: ", ")
                 let distance = builder.distance("e", from: near.center)
                 from = """
                     (SELECT e.container_id, e.zone_id, e.record_name, min(e.distance) AS distance FROM (
@@ -369,7 +366,6 @@ enum QuerySQL {
                     """
                 nearDriver = (name, near.center)
             } else if filter.comparator == .containsAnyTokens {
-                driverIsTokens = true
                 filter.comparator = .in
                 let condition = valueCondition("e.v_text", filter, values: filter.values, builder: &builder)
                 from = """
@@ -378,6 +374,7 @@ enum QuerySQL {
                     \(probe)
                     """
             } else {
+                driverIsPlainEntry = query.filters[driver].comparator != .containsAllTokens
                 let column = column(for: filter.scalar)
                 let condition = valueCondition("d.\(column)", filter, values: filter.values, builder: &builder)
                 from = "index_entries d " + probe
@@ -394,7 +391,7 @@ enum QuerySQL {
             return sortExpression(sort, builder: &builder)
         }
         // Sorting by the driving field: its index entry is already joined, no per-row lookup needed.
-        if let driver, !driverIsTokens, let first = query.sorts.first, first.target == query.filters[driver].target, first.scalar == query.filters[driver].scalar {
+        if let driver, driverIsPlainEntry, let first = query.sorts.first, first.target == query.filters[driver].target, first.scalar == query.filters[driver].scalar {
             sortExpressions[0] = "d.\(column(for: first.scalar))\(collate(first.scalar))"
         }
         var inner = "SELECT r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted"

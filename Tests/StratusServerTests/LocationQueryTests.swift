@@ -179,6 +179,25 @@ import Testing
         }
     }
 
+    /// Records without the LOCATION come after the others nearest first, before them farthest first.
+    @Test func sortByDistancePlacesRecordsWithoutTheField() async throws {
+        try await Harness.run { harness in
+            let session = try await harness.container().signedUp()
+            func place(_ latitude: Double, _ longitude: Double) -> [String: JSON] {
+                ["place": ["value": ["latitude": .double(latitude), "longitude": .double(longitude)], "type": "LOCATION"]]
+            }
+            let saved = try await session.modify("private", [op("create", "far", type: "Shop", fields: place(0, 1)),
+                                                             op("create", "near", type: "Shop", fields: place(0, 0.001)),
+                                                             op("create", "nowhere", type: "Shop", fields: ["name": ["value": "x"]])])
+            try #require(saved.json["records"]?.arrayValue?.allSatisfy { $0.errorCode == nil } == true, "\(saved.json)")
+            for (ascending, expected) in [(true, ["near", "far", "nowhere"]), (false, ["nowhere", "far", "near"])] {
+                let answer = try await session.post("private", "records/query", ["query": ["recordType": "Shop", "sortBy": [[
+                    "fieldName": "place", "relativeLocation": ["value": ["latitude": 0, "longitude": 0]], "ascending": .bool(ascending)]]]])
+                #expect(answer.json["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } == expected, "ascending \(ascending): \(answer.json)")
+            }
+        }
+    }
+
     @Test func badLocationQueriesSayWhatToChange() async throws {
         try await Harness.run { harness in
             let session = try await harness.container().signedUp()

@@ -33,14 +33,6 @@ public enum Geo {
     /// starts with a letter, so no field can have this name.
     public static func key(of field: String) -> String { "~geo:" + field }
 
-    /// The haversine distance between two points, in metres.
-    public static func distance(_ a: GeoPoint, _ b: GeoPoint) -> Double {
-        let φ1 = a.latitude * .pi / 180, φ2 = b.latitude * .pi / 180
-        let dφ = (b.latitude - a.latitude) * .pi / 180, dλ = (b.longitude - a.longitude) * .pi / 180
-        let h = pow(sin(dφ / 2), 2) + cos(φ1) * cos(φ2) * pow(sin(dλ / 2), 2)
-        return 2 * earthRadius * asin(min(1, h.squareRoot()))
-    }
-
     static func quantizedLatitude(_ latitude: Double) -> Int64 {
         let scaled = ((latitude + 90) / 180 * Double(1 << bits)).rounded(.down)
         return Int64(max(0, min(Double((1 << bits) - 1), scaled)))
@@ -67,8 +59,8 @@ public enum Geo {
         spread(quantizedLongitude(point.longitude)) | (spread(quantizedLatitude(point.latitude)) << 1)
     }
 
-    /// Half-open ranges of cell codes that together hold every point within `distance` metres of
-    /// `center` (and others near it), at most `maximumCells` of them, ascending and disjoint.
+    /// Ranges of cell codes (both ends included) that together hold every point within `distance`
+    /// metres of `center` (and others near it), at most `maximumCells` of them, ascending and disjoint.
     public static func cover(_ center: GeoPoint, distance: Double) -> [ClosedRange<Int64>] {
         // Angular radius, with a margin for rounding: the exact distance test decides anyway.
         let δ = (distance / earthRadius) * (1 + 1e-9) + 1e-12
@@ -118,5 +110,18 @@ public enum Geo {
             }
         }
         return ranges
+    }
+
+    /// `cover` as exactly `maximumCells` (low, high) slots, the unused ones (-1, -1): the query's
+    /// text, and so its prepared statement, is the same for every circle.
+    public static func slots(_ center: GeoPoint, distance: Double) -> [(low: Int64, high: Int64)] {
+        let ranges = cover(center, distance: distance).map { (low: $0.lowerBound, high: $0.upperBound) }
+        return ranges + Array(repeating: (low: -1, high: -1), count: maximumCells - ranges.count)
+    }
+
+    /// The radius a `NEAR` compares haversine distances with: a hair wider than asked, for the last
+    /// bits of rounding (a point the formula puts exactly on the circle is never missed).
+    public static func comparedRadius(_ distance: Double) -> Double {
+        distance * (1 + 1e-12) + 1e-9
     }
 }

@@ -130,10 +130,8 @@ extension Bench {
             var random = BenchRandom()
             for index in 1...max(1, count) {
                 let center = BenchPlaces.center(using: &random)
-                var ranges = Geo.cover(center, distance: radius).map { ($0.lowerBound, $0.upperBound) }
-                ranges += Array(repeating: (-1, -1), count: Geo.maximumCells - ranges.count)
-                let cells = ranges.map { "\($0.0)\t\($0.1)" }.joined(separator: "\t")
-                print("\(index)\t\(center.latitude)\t\(center.longitude)\t\(radius * (1 + 1e-12) + 1e-9)\t\(cells)")
+                let cells = Geo.slots(center, distance: radius).map { "\($0.low)\t\($0.high)" }.joined(separator: "\t")
+                print("\(index)\t\(center.latitude)\t\(center.longitude)\t\(Geo.comparedRadius(radius))\t\(cells)")
             }
         }
     }
