@@ -1,5 +1,5 @@
--- service-sql: lock 9b48a99009e76413
--- service-sql: write 7a8cad82ddfd2855
+-- service-sql: lock ece5083d33fb3115
+-- service-sql: write b7ea910f19bee0fa
 -- The SQL `stratus serve` runs for this records/modify, statement for statement (RecordStore+Modify.swift):
 -- zone and record locks in one statement, then one statement that writes records, index entries (title, rank: the bench
 -- schema) and the zone's change position. Regenerate when the service's SQL changes.
@@ -7,20 +7,22 @@
 \set b random(1, 1000000000)
 BEGIN;
 SELECT container_id AS c, zone_id AS z FROM bench_zones WHERE i = :i \gset
-WITH z AS (SELECT zone_id FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted FOR NO KEY UPDATE)
-SELECT z.zone_id, r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted
-  FROM z LEFT JOIN LATERAL (SELECT record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted
+WITH z AS (SELECT zone_id, EXISTS (SELECT 1 FROM shares s WHERE s.container_id = :c AND s.zone_id = zones.zone_id AND NOT s.deleted) AS shared
+    FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted FOR NO KEY UPDATE)
+SELECT z.zone_id, z.shared, r.*
+  FROM z LEFT JOIN LATERAL (SELECT record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted, parent, share_name, short_guid, share_root
     FROM records WHERE container_id = :c AND zone_id = z.zone_id AND record_name = ANY(ARRAY(SELECT 'pb-' || :b || '-' || g FROM generate_series(1, 100) g)) ORDER BY record_name FOR UPDATE) r ON true;
 WITH live AS (
     SELECT zone_id FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted AND false FOR NO KEY UPDATE
 ), ins AS (
     INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
-                         created_at, created_by, modified_at, modified_by, deleted, size)
+                         created_at, created_by, modified_at, modified_by, deleted, size, parent)
     SELECT :c, :z, u.n, u.t, pg_current_xact_id()::text::bigint, nextval('change_seq'), u.f,
-           u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f)
+           u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f), NULLIF(u.p, '')
     FROM unnest(ARRAY(SELECT 'pb-' || :b || '-' || g FROM generate_series(1, 100) g)::text[], ARRAY(SELECT 'Item' FROM generate_series(1, 100) g)::text[], ARRAY(SELECT '{"createdBy":{"type":"STRING","value":"user-1"},"done":{"type":"INT64","value":1},"notes":{"type":"STRING","value":"' || repeat('0123456789abcdef', 52) || '"},"rank":{"type":"INT64","value":' || (g * 7919 % 1048576) || '},"tags":{"type":"STRING_LIST","value":["a1","b1","c1"]},"title":{"type":"STRING","value":"new-title-' || (g % 25) || '"}}' FROM generate_series(1, 100) g)::text[],
                 ARRAY(SELECT 1735689600000 FROM generate_series(1, 100) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 100) g)::text[],
-                ARRAY(SELECT 1735689600000 FROM generate_series(1, 100) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 100) g)::text[]) AS u(n, t, f, ca, cb, ma, mb)
+                ARRAY(SELECT 1735689600000 FROM generate_series(1, 100) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 100) g)::text[],
+                ARRAY(SELECT '' FROM generate_series(1, 100) g)::text[]) AS u(n, t, f, ca, cb, ma, mb, p)
     WHERE NOT false OR EXISTS (SELECT 1 FROM live)
     ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
     RETURNING record_name, change_seq
@@ -30,11 +32,15 @@ WITH live AS (
            modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
            modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
            deleted = u.d, size = octet_length(u.f),
-           change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
+           change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq'),
+           parent = CASE WHEN u.d THEN r.parent ELSE NULLIF(u.p, '') END,
+           share_name = CASE WHEN r.deleted THEN NULL ELSE r.share_name END,
+           short_guid = CASE WHEN r.deleted THEN NULL ELSE r.short_guid END,
+           share_root = CASE WHEN r.deleted THEN NULL ELSE r.share_root END
     FROM unnest('{}'::text[], '{}'::text[], '{}'::text[],
                 '{}'::bigint[], '{}'::text[],
                 '{}'::bigint[], '{}'::text[],
-                '{}'::bool[], '{}'::bigint[]) AS u(n, t, f, ca, cb, ma, mb, d, s)
+                '{}'::bool[], '{}'::bigint[], '{}'::text[]) AS u(n, t, f, ca, cb, ma, mb, d, s, p)
     WHERE r.container_id = :c AND r.zone_id = :z AND r.record_name = u.n AND r.change_seq = u.s
       AND (NOT false OR EXISTS (SELECT 1 FROM live))
     RETURNING r.record_name, r.change_seq

@@ -1,4 +1,4 @@
--- service-sql: lookup-many 94d25078117d13d
+-- service-sql: lookup-many ac1df283c73e257e
 -- The statement the service runs when concurrent lookups share one execution (StatementSharing),
 -- here with 8 keys: 8 zones picked at random, one record name in each. For reference: bench.sh
 -- reports 8 × its tps as the lookups/s PostgreSQL gives the service's shared statements.
@@ -31,7 +31,7 @@ CROSS JOIN LATERAL (
     OFFSET 0
 ) z
 LEFT JOIN LATERAL (
-    SELECT record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted FROM records
+    SELECT record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted, parent, share_name, short_guid FROM records
     WHERE container_id = k.c AND zone_id = z.zone_id AND record_name = k.n
     OFFSET 0
 ) r ON true;

@@ -1,4 +1,4 @@
--- service-sql: query-near c1e5ae8e7c6ec30b
+-- service-sql: query-near 90107a0b0b3ff1c8
 -- The SQL `stratus serve` runs for the query-near workload (RecordStore+Query.swift, QuerySQL.build): NEAR on the
 -- LOCATION field 'place' of the seeded Place records (zone 'places', `bench seed --places`), sorted by distance from
 -- the same point. The circle and the index cell ranges covering it (Geo.cover, which pgbench cannot compute) come from
@@ -7,7 +7,7 @@
 -- The field keys are written E'~geo\x3aplace' (a colon): pgbench takes any ":name" for a variable, even in quotes.
 \set q random(1, :near_samples)
 SELECT n.lat, n.lon, n.radius, l1, h1, l2, h2, l3, h3, l4, h4, l5, h5, l6, h6, l7, h7, l8, h8, l9, h9, l10, h10, l11, h11, l12, h12, l13, h13, l14, h14, l15, h15, l16, h16, p.container_id AS c, p.owner FROM bench_near n, bench_place_zone p WHERE n.i = :q \gset
-SELECT page.* FROM zones z LEFT JOIN LATERAL (SELECT * FROM (SELECT r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted, d.distance AS s0 FROM (SELECT e.container_id, e.zone_id, e.record_name, min(e.distance) AS distance FROM (
+SELECT page.* FROM zones z LEFT JOIN LATERAL (SELECT * FROM (SELECT r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted, r.parent, r.share_name, r.short_guid, d.distance AS s0 FROM (SELECT e.container_id, e.zone_id, e.record_name, min(e.distance) AS distance FROM (
    SELECT e.container_id, e.zone_id, e.record_name, (12742017.6::float8 * asin(least(1::float8, sqrt(power(sin(radians(e.v_lat - :lat::float8) / 2), 2) + cos(radians(e.v_lat)) * cos(radians(:lat::float8)) * power(sin(radians(e.v_lon - :lon::float8) / 2), 2))))) AS distance
      FROM (SELECT * FROM (VALUES (:l1::bigint, :h1::bigint), (:l2::bigint, :h2::bigint), (:l3::bigint, :h3::bigint), (:l4::bigint, :h4::bigint), (:l5::bigint, :h5::bigint), (:l6::bigint, :h6::bigint), (:l7::bigint, :h7::bigint), (:l8::bigint, :h8::bigint), (:l9::bigint, :h9::bigint), (:l10::bigint, :h10::bigint), (:l11::bigint, :h11::bigint), (:l12::bigint, :h12::bigint), (:l13::bigint, :h13::bigint), (:l14::bigint, :h14::bigint), (:l15::bigint, :h15::bigint), (:l16::bigint, :h16::bigint)) c(low, high) WHERE c.low >= 0) c
      CROSS JOIN LATERAL (SELECT e.container_id, e.zone_id, e.record_name, e.v_lat, e.v_lon FROM index_entries e

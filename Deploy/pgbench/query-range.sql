@@ -1,9 +1,9 @@
--- service-sql: query-range f77a643dcbbb352e
+-- service-sql: query-range cfeb4d429ebc5941
 \set i random(1, :zones)
 \set lo random(0, 524287)
 SELECT page.* FROM zones z LEFT JOIN LATERAL (
   SELECT * FROM (
-    SELECT r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted,
+    SELECT r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted, r.parent, r.share_name, r.short_guid,
            d.v_int AS s0
       FROM index_entries d CROSS JOIN LATERAL (SELECT * FROM records r WHERE r.container_id = d.container_id
             AND r.zone_id = d.zone_id AND r.record_name = d.record_name OFFSET 0) r

@@ -342,6 +342,12 @@ struct RowReader {
         try nextCell().decode(Value.self)
     }
 
+    /// Whether the next cell is NULL, without moving past it.
+    func peekIsNull() throws -> Bool {
+        var probe = self
+        return try probe.nextCell().bytes == nil
+    }
+
     /// Passes over a cell without decoding it.
     mutating func skip() throws {
         _ = try nextCell()
@@ -357,6 +363,14 @@ struct RowReader {
         if cell.format == .binary, cell.dataType == .text || cell.dataType == .varchar, let bytes = cell.bytes {
             return String(buffer: bytes)
         }
+        return try cell.decode(String.self)
+    }
+
+    /// A nullable text cell (the record columns most rows leave NULL).
+    mutating func next(_: String?.Type) throws -> String? {
+        let cell = try nextCell()
+        guard let bytes = cell.bytes else { return nil }
+        if cell.format == .binary, cell.dataType == .text || cell.dataType == .varchar { return String(buffer: bytes) }
         return try cell.decode(String.self)
     }
 

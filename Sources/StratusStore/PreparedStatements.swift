@@ -162,12 +162,13 @@ enum Prepared {
         static func zoneAndRecords(locking: Bool) -> String {
             """
             WITH z AS (
-                SELECT zone_id FROM zones WHERE container_id = $1 AND environment = $2 AND database_scope = $3 AND owner = $4
+                SELECT zone_id, EXISTS (SELECT 1 FROM shares s WHERE s.container_id = $1 AND s.zone_id = zones.zone_id AND NOT s.deleted) AS shared
+                FROM zones WHERE container_id = $1 AND environment = $2 AND database_scope = $3 AND owner = $4
                   AND zone_name = $5 AND NOT deleted\(locking ? " FOR NO KEY UPDATE" : "")
             )
-            SELECT z.zone_id, r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted
+            SELECT z.zone_id, z.shared, r.*
             FROM z LEFT JOIN LATERAL (
-                SELECT \(RecordStore.recordColumns) FROM records
+                SELECT \(RecordStore.recordColumns), share_root FROM records
                 WHERE container_id = $1 AND zone_id = z.zone_id AND record_name = ANY((SELECT $6::text[])::text[])
                 ORDER BY record_name\(locking ? "\n    FOR UPDATE" : "")
             ) r ON true
@@ -204,10 +205,10 @@ enum Prepared {
                 SELECT zone_id FROM zones WHERE container_id = $1 AND zone_id = $2 AND NOT deleted AND $32::bool FOR NO KEY UPDATE
             ), ins AS (
                 INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
-                                     created_at, created_by, modified_at, modified_by, deleted, size)
+                                     created_at, created_by, modified_at, modified_by, deleted, size, parent)
                 SELECT $1, $2, u.n, u.t, pg_current_xact_id()::text::bigint, nextval('change_seq'), u.f,
-                       u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f)
-                FROM unnest($3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bigint[], $9::text[]) AS u(n, t, f, ca, cb, ma, mb)
+                       u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f), NULLIF(u.p, '')
+                FROM unnest($3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bigint[], $9::text[], $39::text[]) AS u(n, t, f, ca, cb, ma, mb, p)
                 WHERE NOT $32::bool OR EXISTS (SELECT 1 FROM live)
                 ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
                 RETURNING record_name, change_seq
@@ -217,9 +218,13 @@ enum Prepared {
                        modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
                        modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
                        deleted = u.d, size = octet_length(u.f),
-                       change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
-                FROM unnest($10::text[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::bool[], $31::bigint[])
-                     AS u(n, t, f, ca, cb, ma, mb, d, s)
+                       change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq'),
+                       parent = CASE WHEN u.d THEN r.parent ELSE NULLIF(u.p, '') END,
+                       share_name = CASE WHEN r.deleted THEN NULL ELSE r.share_name END,
+                       short_guid = CASE WHEN r.deleted THEN NULL ELSE r.short_guid END,
+                       share_root = CASE WHEN r.deleted THEN NULL ELSE r.share_root END
+                FROM unnest($10::text[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::bool[], $31::bigint[], $40::text[])
+                     AS u(n, t, f, ca, cb, ma, mb, d, s, p)
                 WHERE r.container_id = $1 AND r.zone_id = $2 AND r.record_name = u.n AND r.change_seq = u.s
                   AND (NOT $32::bool OR EXISTS (SELECT 1 FROM live))
                 RETURNING r.record_name, r.change_seq
@@ -266,7 +271,7 @@ enum Prepared {
         var lockZone: Bool
 
         func makeBindings() throws -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 38)
+            var bindings = PostgresBindings(capacity: 40)
             bindings.append(containerID)
             bindings.append(zoneID)
             for (records, fields) in [(inserts, insertFields), (updates, updateFields)] {
@@ -295,6 +300,9 @@ enum Prepared {
             bindings.append(locations.latitudes)
             bindings.append(locations.longitudes)
             bindings.append(locations.column.names)
+            // No parent: '' (arrays of optionals do not bind; no record is named '').
+            bindings.append(inserts.map { $0.parent ?? "" })
+            bindings.append(updates.map { $0.parent ?? "" })
             return bindings
         }
 

@@ -37,19 +37,23 @@ extension RecordStore {
         do {
             return try await database.transaction { connection in
                 let names = request.recordNames.compactMap { $0 }
+                // Share roots are locked with the records: a share checks and changes its root.
+                let lockNames = Array(Set(names + Self.shareRoots(of: request)))
                 let zoneID: Int64
+                let zoneShared: Bool
                 let current: [String: Record]
                 if zone == Names.defaultZone {
                     guard let id = try await self.zoneID(db, name: zone, createDefault: true, on: connection) else {
                         throw Self.zoneNotFound(zone)
                     }
                     zoneID = id
-                    current = try await lockRecords(db, zoneID: zoneID, names: names, on: connection)
+                    zoneShared = false
+                    current = try await lockRecords(db, zoneID: zoneID, names: lockNames, on: connection)
                 } else {
-                    guard let locked = try await lockZoneAndRecords(db, zone: zone, names: names, on: connection) else {
+                    guard let locked = try await lockZoneAndRecords(db, zone: zone, names: lockNames, on: connection) else {
                         throw Self.zoneNotFound(zone)
                     }
-                    (zoneID, current) = locked
+                    (zoneID, zoneShared, current) = locked
                 }
                 var schema = try await schemas.schema(containerID: db.containerID, environment: db.environment)
                 var plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
@@ -67,10 +71,12 @@ extension RecordStore {
                 }
                 var outcomes = plan.outcomes
                 try await checkReferences(db, zoneID: zoneID, zone: zone, outcomes: &outcomes, on: connection)
+                let sharing = try await planSharing(db, zoneID: zoneID, zone: zone, zoneShared: zoneShared, plan: plan, current: current,
+                                                    outcomes: &outcomes, on: connection)
                 if atomic, outcomes.contains(where: { if case .failure = $0 { return true } else { return false } }) {
                     throw AtomicAbort(results: Self.atomicFailure(outcomes, names: request.recordNames))
                 }
-                var cascade: [Record] = []
+                var cascade: [Record] = sharing.cascade
                 try await collectCascade(db, zoneID: zoneID, outcomes: outcomes, into: &cascade, on: connection)
 
                 let finalSchema = try await schemas.add(plan.schemaAdditions, to: plan.schema, containerID: db.containerID,
@@ -84,6 +90,10 @@ extension RecordStore {
                         if case .failed(_, let error) = result { return .failure(error) }
                         return .success(.alreadyAbsent(recordName: ""))
                     }, names: request.recordNames))
+                }
+                if !sharing.isEmpty {
+                    let touched = try await applySharing(db, zoneID: zoneID, sharing: sharing, on: connection)
+                    try await refreshSaved(&results, names: touched, db: db, zoneID: zoneID, on: connection)
                 }
                 if !plan.schemaAdditions.isEmpty {
                     schemas.remember(finalSchema, containerID: db.containerID, environment: db.environment)
@@ -113,13 +123,14 @@ extension RecordStore {
         let names = request.recordNames.compactMap { $0 }
         return try await database.withConnection { connection in
             do {
-                guard let (zoneID, current) = try await zoneAndRecords(Prepared.ReadZoneAndRecords(db: db, zone: zone, names: names),
-                                                                       on: connection) else { return nil }
+                guard let (zoneID, _, current) = try await zoneAndRecords(Prepared.ReadZoneAndRecords(db: db, zone: zone, names: names),
+                                                                          on: connection) else { return nil }
                 let schema = try await schemas.schema(containerID: db.containerID, environment: db.environment)
                 let plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
                                               caller: caller, now: now, render: render, access: access)
                 guard plan.schemaAdditions.isEmpty, plan.outcomes.count == 1, case .success(.save(let record, _)) = plan.outcomes[0],
-                      !record.fields.values.contains(where: { !Self.references(in: $0).isEmpty }) else { return nil }
+                      !record.fields.values.contains(where: { !Self.references(in: $0).isEmpty }),
+                      record.recordType != Record.shareType, let op = plan.operations[0], op.parent == .keep, !op.createShortGUID else { return nil }
                 if let hook = testHooks.beforeOptimisticWrite { await hook(names) }
                 var results = try await apply(db, zoneID: zoneID, outcomes: plan.outcomes, cascade: [], schema: schema,
                                               names: request.recordNames, expected: current.mapValues(\.changeSeq),
@@ -132,6 +143,29 @@ extension RecordStore {
             } catch is Database.ConnectionLost {
                 return nil  // refused before it was sent
             }
+        }
+    }
+
+    /// Brings the saved records named in `names` up to date after sharing changed them (their
+    /// share, short GUID or change tag).
+    func refreshSaved(_ results: inout [ModifyResult], names: Set<String>, db: DatabaseRef, zoneID: Int64,
+                      on connection: PostgresConnection) async throws {
+        guard !names.isEmpty else { return }
+        let rows = try await connection.rows("""
+            SELECT record_name, change_seq, share_name, short_guid FROM records
+            WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND record_name = ANY(\(Array(names))::text[])
+            """, logger: logger)
+        var fresh: [String: (Int64, String?, String?)] = [:]
+        for row in rows {
+            let (name, seq, share, guid) = try row.decode((String, Int64, String?, String?).self)
+            fresh[name] = (seq, share, guid)
+        }
+        for index in results.indices {
+            guard case .saved(var record) = results[index], let (seq, share, guid) = fresh[record.recordName] else { continue }
+            record.changeSeq = seq
+            record.shareName = share
+            record.shortGUID = guid
+            results[index] = .saved(record)
         }
     }
 
@@ -160,40 +194,50 @@ extension RecordStore {
 
     /// Locks a custom zone's row and then the current rows of `names` in it, in one round trip.
     /// `nil` when the zone does not exist.
-    func lockZoneAndRecords(_ db: DatabaseRef, zone: String, names: [String], on connection: PostgresConnection) async throws -> (Int64, [String: Record])? {
+    func lockZoneAndRecords(_ db: DatabaseRef, zone: String, names: [String], on connection: PostgresConnection) async throws -> (zoneID: Int64, shared: Bool, current: [String: Record])? {
         try await zoneAndRecords(Prepared.LockZoneAndRecords(db: db, zone: zone, names: names), on: connection)
     }
 
-    /// The zone id and the current rows (live or tombstones) of a zone-and-records statement.
-    /// `nil` when the zone does not exist.
-    func zoneAndRecords(_ statement: some ZoneAndNames, on connection: PostgresConnection) async throws -> (Int64, [String: Record])? {
+    /// The zone id, whether the zone has live shares, and the current rows (live or tombstones,
+    /// with their share roots) of a zone-and-records statement. `nil` when the zone does not exist.
+    func zoneAndRecords(_ statement: some ZoneAndNames, on connection: PostgresConnection) async throws -> (zoneID: Int64, shared: Bool, current: [String: Record])? {
         let rows = try await connection.rows(statement, logger: logger)
-        var zoneID: Int64?
+        var zone: (Int64, Bool)?
         var current: [String: Record] = [:]
         for row in rows {
-            let (id, name, type, seq, fields, createdAt, createdBy, modifiedAt, modifiedBy, deleted) =
-                try row.decode((Int64, String?, String?, Int64?, String?, Int64?, String?, Int64?, String?, Bool?).self)
-            zoneID = id
-            guard let name, let type, let seq, let fields, let createdAt, let createdBy, let modifiedAt, let modifiedBy, let deleted else { continue }
-            current[name] = Record(recordName: name, recordType: type, changeSeq: seq, fields: try Record.decodeFields(Array(fields.utf8)),
-                                   createdAt: createdAt, createdBy: createdBy, modifiedAt: modifiedAt, modifiedBy: modifiedBy, deleted: deleted)
+            var reader = RowReader(row)
+            zone = (try reader.next(Int64.self), try reader.next(Bool.self))
+            guard try reader.peekIsNull() == false else { continue }
+            var record = try Self.storedRecord(&reader)
+            record.shareRoot = try reader.next(String?.self)
+            if let encoded = record.encodedFields {
+                record.fields = try Record.decodeFields(encoded)
+                record.encodedFields = nil
+            }
+            current[record.recordName] = record
         }
-        guard let zoneID else { return nil }
-        return (zoneID, current)
+        guard let zone else { return nil }
+        return (zone.0, zone.1, current)
     }
 
     /// Loads and locks the current rows (live or tombstones) of `names`.
     func lockRecords(_ db: DatabaseRef, zoneID: Int64, names: [String], on connection: PostgresConnection) async throws -> [String: Record] {
         guard !names.isEmpty else { return [:] }
         let rows = try await connection.rows("""
-            SELECT \(unescaped: Self.recordColumns) FROM records
+            SELECT \(unescaped: Self.recordColumns), share_root FROM records
             WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND record_name = ANY(\(names)::text[])
             ORDER BY record_name
             FOR UPDATE
             """, logger: logger)
         var current: [String: Record] = [:]
         for row in rows {
-            let record = try Self.record(row)
+            var reader = RowReader(row)
+            var record = try Self.storedRecord(&reader)
+            record.shareRoot = try reader.next(String?.self)
+            if let encoded = record.encodedFields {
+                record.fields = try Record.decodeFields(encoded)
+                record.encodedFields = nil
+            }
             current[record.recordName] = record
         }
         return current

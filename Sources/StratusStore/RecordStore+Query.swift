@@ -394,7 +394,7 @@ enum QuerySQL {
         if let driver, driverIsPlainEntry, let first = query.sorts.first, first.target == query.filters[driver].target, first.scalar == query.filters[driver].scalar {
             sortExpressions[0] = "d.\(column(for: first.scalar))\(collate(first.scalar))"
         }
-        var inner = "SELECT r.record_name, r.record_type, r.change_seq, r.fields, r.created_at, r.created_by, r.modified_at, r.modified_by, r.deleted"
+        var inner = "SELECT \(RecordStore.recordColumns(of: "r"))"
         for (offset, expression) in sortExpressions.enumerated() { inner += ", \(expression) AS s\(offset)" }
         inner += " FROM \(from) WHERE " + conditions.joined(separator: " AND ")
 

@@ -120,7 +120,11 @@ public final class RecordStore: Sendable {
         }
     }
 
-    static let recordColumns = "record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted"
+    static let recordColumnNames = ["record_name", "record_type", "change_seq", "fields", "created_at", "created_by", "modified_at",
+                                    "modified_by", "deleted", "parent", "share_name", "short_guid"]
+    static let recordColumns = recordColumnNames.joined(separator: ", ")
+    /// `recordColumns` of the table aliased `alias`.
+    static func recordColumns(of alias: String) -> String { recordColumnNames.map { "\(alias).\($0)" }.joined(separator: ", ") }
 
     /// A record row with its fields decoded (write paths, which merge fields).
     static func record(_ row: PostgresRow) throws -> Record {
@@ -138,15 +142,17 @@ public final class RecordStore: Sendable {
         return try storedRecord(&reader)
     }
 
-    /// The record in the next nine cells of `reader` (`recordColumns`). The field JSON is taken as
+    /// The record in the next twelve cells of `reader` (`recordColumns`). The field JSON is taken as
     /// raw bytes (a text column's binary form is its UTF-8): one copy, no String.
     static func storedRecord(_ reader: inout RowReader) throws -> Record {
         let name = try reader.next(String.self), type = try reader.next(String.self), seq = try reader.next(Int64.self)
         let fields = try reader.next(ByteBuffer.self)
         let createdAt = try reader.next(Int64.self), createdBy = try reader.next(String.self)
         let modifiedAt = try reader.next(Int64.self), modifiedBy = try reader.next(String.self), deleted = try reader.next(Bool.self)
+        let parent = try reader.next(String?.self), shareName = try reader.next(String?.self), shortGUID = try reader.next(String?.self)
         return Record(recordName: name, recordType: type, changeSeq: seq, createdAt: createdAt, createdBy: createdBy,
-                      modifiedAt: modifiedAt, modifiedBy: modifiedBy, deleted: deleted, encodedFields: Array(fields.readableBytesView))
+                      modifiedAt: modifiedAt, modifiedBy: modifiedBy, deleted: deleted, encodedFields: Array(fields.readableBytesView),
+                      parent: parent, shareName: shareName, shortGUID: shortGUID)
     }
 
     // MARK: Zones

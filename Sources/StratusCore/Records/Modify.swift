@@ -18,10 +18,25 @@ public struct ModifyOperation: Sendable {
     /// New values; `nil` removes the field. Filled by ``ModifyPlanner``.
     public var fields: [String: FieldValue?]
     public var desiredKeys: Set<String>?
+    /// What the operation does to the record's parent.
+    public var parent: ParentChange
+    /// `createShortGUID`: give the record a short GUID if it has none.
+    public var createShortGUID: Bool
+    /// The share keys of a `cloudkit.share` record.
+    public var share: ShareSpec?
+
+    /// A `parent` key: absent (keep the record's parent), `null` (no parent), or a record name.
+    public enum ParentChange: Sendable, Equatable {
+        case keep, clear, set(String)
+    }
 
     public init(type: OperationType, recordName: String, recordType: String? = nil, changeTag: String? = nil,
-                rawFields: [String: JSON] = [:], fields: [String: FieldValue?] = [:], desiredKeys: Set<String>? = nil) {
+                rawFields: [String: JSON] = [:], fields: [String: FieldValue?] = [:], desiredKeys: Set<String>? = nil,
+                parent: ParentChange = .keep, createShortGUID: Bool = false, share: ShareSpec? = nil) {
         self.type = type
+        self.parent = parent
+        self.createShortGUID = createShortGUID
+        self.share = share
         self.recordName = recordName
         self.recordType = recordType
         self.changeTag = changeTag
@@ -113,7 +128,7 @@ public struct ModifyRequest: Sendable {
         var recordType: String?
         if let typeJSON = record["recordType"], typeJSON != .null {
             guard let text = typeJSON.stringValue else { throw .badRequest("recordType must be a string") }
-            try Names.validateRecordType(text)
+            if text != Record.shareType { try Names.validateRecordType(text) }
             recordType = text
         }
         var changeTag: String?
@@ -135,11 +150,27 @@ public struct ModifyRequest: Sendable {
             guard members.count <= FieldLimits.maximumFieldCount else {
                 throw .badRequest("a record may have at most \(FieldLimits.maximumFieldCount) fields")
             }
-            for name in members.keys { try Names.validateFieldName(name) }
+            for name in members.keys where ShareSpec.fields[name] == nil { try Names.validateFieldName(name) }
             rawFields = members
         }
+        var parent = ModifyOperation.ParentChange.keep
+        if let parentJSON = record["parent"], !type.isDelete {
+            if parentJSON == .null {
+                parent = .clear
+            } else {
+                guard let name = parentJSON["recordName"]?.stringValue else {
+                    throw .badRequest("parent of '\(Names.printable(recordName))' must be {\"recordName\": …} or null")
+                }
+                try Names.validateRecordName(name)
+                guard name != recordName else { throw .badRequest("record '\(Names.printable(recordName))' cannot be its own parent") }
+                parent = .set(name)
+            }
+        }
+        let createShortGUID = try Wire.bool(record["createShortGUID"], key: "createShortGUID") ?? false
+        let share = type.isDelete ? nil : try ShareSpec.decode(record, recordName: recordName)
         return ModifyOperation(type: type, recordName: recordName, recordType: recordType, changeTag: changeTag,
-                               rawFields: rawFields, desiredKeys: desiredKeys)
+                               rawFields: rawFields, desiredKeys: desiredKeys, parent: parent, createShortGUID: createShortGUID,
+                               share: share)
     }
 }
 
@@ -252,6 +283,24 @@ public enum ModifyPlanner {
             // No type known: the planner answers NOT_FOUND or asks for a recordType.
             return
         }
+        if recordType == Record.shareType {
+            // A share's fields are the system's, in every environment: nothing joins the schema.
+            var typed: [String: FieldValue?] = [:]
+            for (name, valueJSON) in op.rawFields {
+                guard let known = ShareSpec.fields[name] else {
+                    throw .badRequest("a cloudkit.share record has no field '\(Names.printable(name))'; its fields are \(ShareSpec.fields.keys.sorted().joined(separator: ", "))")
+                }
+                typed[name] = .some(try FieldValue.decode(valueJSON, field: name, knownType: known))
+            }
+            op.fields = typed
+            return
+        }
+        if op.share != nil {
+            throw .badRequest("forRecord, publicPermission and participants belong to cloudkit.share records, not to a '\(recordType)'")
+        }
+        if let name = op.rawFields.keys.first(where: { ShareSpec.fields[$0] != nil }) {
+            throw .badRequest("field '\(name)' belongs to cloudkit.share records; a '\(recordType)' cannot have it")
+        }
         if schema.recordTypes[recordType] == nil {
             guard allowSchemaChanges else {
                 throw .badRequest("unknown record type '\(recordType)' in the production schema; create it in development and deploy the schema")
@@ -334,11 +383,18 @@ public enum ModifyPlanner {
     static func newRecord(_ op: ModifyOperation, caller: String, now: Int64, base: Record?) -> Record {
         var fields: [String: FieldValue] = [:]
         for (name, value) in op.fields { if let value { fields[name] = value } }
-        return Record(recordName: op.recordName, recordType: op.recordType ?? "", changeSeq: 0, fields: fields,
-                      createdAt: now, createdBy: caller, modifiedAt: now, modifiedBy: caller)
+        var record = Record(recordName: op.recordName, recordType: op.recordType ?? "", changeSeq: 0, fields: fields,
+                            createdAt: now, createdBy: caller, modifiedAt: now, modifiedBy: caller)
+        if case .set(let parent) = op.parent { record.parent = parent }
+        return record
     }
 
     static func apply(_ op: ModifyOperation, to record: inout Record, caller: String, now: Int64) {
+        switch op.parent {
+        case .keep: break
+        case .clear: record.parent = nil
+        case .set(let parent): record.parent = parent
+        }
         if op.type.replacesFields { record.fields = [:] }
         for (name, value) in op.fields { record.fields[name] = value }
         record.modifiedAt = now

@@ -15,11 +15,29 @@ public struct Record: Sendable, Equatable {
     /// The stored field JSON, when the record was read without decoding its fields (read paths):
     /// responses splice it in as is unless they must filter or restyle the fields.
     public var encodedFields: [UInt8]?
+    /// The parent record's name (CKWS `parent`): the record belongs to its parent's share hierarchy.
+    public var parent: String?
+    /// On a shared root record, the name of its `cloudkit.share` record (CKWS `share`).
+    public var shareName: String?
+    /// The short GUID the record was given (`createShortGUID`, or sharing it); a share carries its root's.
+    public var shortGUID: String?
+    /// The keys a `cloudkit.share` record's dictionary adds (`participants`, `owner`,
+    /// `publicPermission`, `currentUserParticipant`, `url`), filled in for the caller before rendering.
+    public var shareKeys: [String: JSON]?
+    /// The shared root whose hierarchy holds the record, as stored (never rendered): what a
+    /// participant of a hierarchy share may see and write.
+    public var shareRoot: String?
+
+    /// The record type of shares.
+    public static let shareType = "cloudkit.share"
 
     public init(recordName: String, recordType: String, changeSeq: Int64 = 0, fields: [String: FieldValue] = [:],
                 createdAt: Int64 = 0, createdBy: String = "", modifiedAt: Int64 = 0, modifiedBy: String = "", deleted: Bool = false,
-                encodedFields: [UInt8]? = nil) {
+                encodedFields: [UInt8]? = nil, parent: String? = nil, shareName: String? = nil, shortGUID: String? = nil) {
         self.encodedFields = encodedFields
+        self.parent = parent
+        self.shareName = shareName
+        self.shortGUID = shortGUID
         self.recordName = recordName
         self.recordType = recordType
         self.changeSeq = changeSeq
@@ -99,7 +117,7 @@ extension Record {
             if let zoneID = rendering.zoneID { tombstone["zoneID"] = zoneID }
             return .object(tombstone)
         }
-        if let encodedFields, rendering.desiredKeys == nil, !rendering.numbersAsStrings {
+        if let encodedFields, rendering.desiredKeys == nil, !rendering.numbersAsStrings, shareKeys == nil {
             return .raw(wireBytes(fields: encodedFields, zoneID: rendering.zoneID))
         }
         let typed = encodedFields.flatMap { try? Record.decodeFields($0) } ?? fields
@@ -118,6 +136,10 @@ extension Record {
             "deleted": .bool(false),
         ]
         if let zoneID = rendering.zoneID { members["zoneID"] = zoneID }
+        if let parent { members["parent"] = ["recordName": .string(parent)] }
+        if let shareName { members["share"] = ["recordName": .string(shareName)] }
+        if let shortGUID { members["shortGUID"] = .string(shortGUID) }
+        for (key, value) in shareKeys ?? [:] { members[key] = value }
         return .object(members)
     }
 
@@ -141,6 +163,11 @@ extension Record {
         out.append(contentsOf: fields)
         out.append(contentsOf: WireText.modified)
         stamp(modifiedAt, modifiedBy)
+        if let parent {
+            out.append(contentsOf: WireText.parent)
+            JSONWriter.writeString(parent, into: &out)
+            out.append(UInt8(ascii: "}"))
+        }
         out.append(contentsOf: WireText.changeTag)
         JSONWriter.writeInteger(changeSeq, radix: 36, into: &out)  // the tag needs no escaping
         out.append(UInt8(ascii: "\""))
@@ -148,6 +175,15 @@ extension Record {
         JSONWriter.writeString(recordName, into: &out)
         out.append(contentsOf: WireText.recordType)
         JSONWriter.writeString(recordType, into: &out)
+        if let shareName {
+            out.append(contentsOf: WireText.share)
+            JSONWriter.writeString(shareName, into: &out)
+            out.append(UInt8(ascii: "}"))
+        }
+        if let shortGUID {
+            out.append(contentsOf: WireText.shortGUID)
+            JSONWriter.writeString(shortGUID, into: &out)
+        }
         if let zoneID {
             out.append(contentsOf: WireText.zoneID)
             JSONWriter.write(zoneID, into: &out)
@@ -169,4 +205,7 @@ private enum WireText {
     static let recordName = Array(#","recordName":"#.utf8)
     static let recordType = Array(#","recordType":"#.utf8)
     static let zoneID = Array(#","zoneID":"#.utf8)
+    static let parent = Array(#","parent":{"recordName":"#.utf8)
+    static let share = Array(#","share":{"recordName":"#.utf8)
+    static let shortGUID = Array(#","shortGUID":"#.utf8)
 }

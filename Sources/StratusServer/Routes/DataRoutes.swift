@@ -79,6 +79,8 @@ struct DataRoute: Sendable {
             DataRoute(method: .post, path: "records/lookup", hasBody: true) { try await $0.lookupRecords($1) },
             DataRoute(method: .post, path: "records/query", hasBody: true) { try await $0.queryRecords($1) },
             DataRoute(method: .post, path: "records/changes", hasBody: true) { try await $0.recordChanges($1) },
+            DataRoute(method: .post, path: "records/resolve", hasBody: true) { try await $0.resolveShares($1, accept: false) },
+            DataRoute(method: .post, path: "records/accept", hasBody: true) { try await $0.resolveShares($1, accept: true) },
             DataRoute(method: .get, path: "zones/list", hasBody: false) { try await $0.listZones($1) },
             DataRoute(method: .post, path: "zones/list", hasBody: false) { try await $0.listZones($1) },
             DataRoute(method: .post, path: "zones/lookup", hasBody: true) { try await $0.lookupZones($1) },

@@ -29,9 +29,12 @@ extension StratusApp {
                                                render: { $0.wireJSON(rendering) })
         // One id for the response's per-record errors, made only if there is one (two getrandom calls).
         lazy var uuid = newUUID()
+        var shareRecords = results.compactMap { if case .saved(let record) = $0, record.recordType == Record.shareType { return record } else { return nil } }
+        if !shareRecords.isEmpty { try await decorateShares(&shareRecords, db: db, zone: zone, viewer: request.caller.user) }
         let items: [JSON] = results.enumerated().map { index, result in
             switch result {
-            case .saved(let record):
+            case .saved(var record):
+                if let decorated = shareRecords.first(where: { $0.recordName == record.recordName }) { record.shareKeys = decorated.shareKeys }
                 var itemRendering = rendering
                 itemRendering.desiredKeys = decoded.desiredKeys(ofOperation: index)
                 return record.wireJSON(itemRendering)
@@ -68,7 +71,12 @@ extension StratusApp {
         }
         let db = try request.database(requireUser: false)
         let zone = try request.zoneName(request.body["zoneID"])
-        let found = try await records.lookup(db, zone: zone, names: wanted.map(\.name))
+        var found = try await records.lookup(db, zone: zone, names: wanted.map(\.name))
+        if found.values.contains(where: { $0.recordType == Record.shareType }), db.scope == .private {
+            var list = Array(found.values)
+            try await decorateShares(&list, db: db, zone: zone, viewer: request.caller.user)
+            for record in list { found[record.recordName] = record }
+        }
         let schema = request.access == nil ? nil : try await accessSchema(db, for: Array(found.values))
         return ["records": .array(wanted.map { item in
             guard let record = found[item.name] else {

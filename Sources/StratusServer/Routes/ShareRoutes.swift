@@ -1,0 +1,174 @@
+import Foundation
+import Hummingbird
+import StratusCore
+import StratusStore
+
+extension StratusApp {
+    /// Most short GUIDs in one `records/resolve` or `records/accept`.
+    static let maximumShortGUIDs = 50
+
+    /// The URL a share is known by: the service's address and the share's short GUID.
+    func shareURL(_ shortGUID: String) -> String { "\(configuration.publicURL)/share/\(shortGUID)" }
+
+    /// A participant dictionary (CKWS ref §3.9). Email addresses are shown only to the owner
+    /// (who typed them) and to the participant themselves.
+    static func participantJSON(_ participant: ParticipantInfo, viewerIsOwner: Bool, viewer: String?) -> JSON {
+        var lookup: [String: JSON] = [:]
+        var identity: [String: JSON] = [:]
+        if let user = participant.userRecordName {
+            identity["userRecordName"] = .string(user)
+            lookup["userRecordName"] = .string(user)
+        }
+        if let email = participant.email, viewerIsOwner || (viewer != nil && participant.userRecordName == viewer) {
+            lookup["emailAddress"] = .string(email)
+        }
+        identity["lookupInfo"] = .object(lookup)
+        return [
+            "participantId": .string(participant.participantID),
+            "userIdentity": .object(identity),
+            "type": .string(participant.type.wireName),
+            "permission": .string(participant.permission.wireName),
+            "acceptanceStatus": .string(participant.status.wireName),
+        ]
+    }
+
+    static func ownerParticipantJSON(_ owner: String) -> JSON {
+        [
+            "participantId": .string(owner),
+            "userIdentity": ["userRecordName": .string(owner), "lookupInfo": ["userRecordName": .string(owner)]],
+            "type": .string(ParticipantType.owner.wireName),
+            "permission": .string(SharePermission.readWrite.wireName),
+            "acceptanceStatus": .string(ParticipantStatus.accepted.wireName),
+        ]
+    }
+
+    /// The keys a share record's dictionary carries for `viewer` (CKWS ref §8.1): `owner`,
+    /// `participants` (the owner first; removed participants left out), `publicPermission`,
+    /// `currentUserParticipant`, `url`.
+    func shareKeys(_ share: ShareInfo, viewer: String?) -> [String: JSON] {
+        let isOwner = viewer == share.owner
+        var participants: [JSON] = [Self.ownerParticipantJSON(share.owner)]
+        for participant in share.participants where participant.status != .removed {
+            participants.append(Self.participantJSON(participant, viewerIsOwner: isOwner, viewer: viewer))
+        }
+        var keys: [String: JSON] = [
+            "owner": Self.ownerParticipantJSON(share.owner),
+            "participants": .array(participants),
+            "publicPermission": .string(share.publicPermission.wireName),
+            "url": .string(shareURL(share.shortGUID)),
+        ]
+        if isOwner {
+            keys["currentUserParticipant"] = Self.ownerParticipantJSON(share.owner)
+        } else if let viewer, let own = share.participants.first(where: { $0.userRecordName == viewer }) {
+            keys["currentUserParticipant"] = Self.participantJSON(own, viewerIsOwner: false, viewer: viewer)
+        }
+        return keys
+    }
+
+    /// Fills in the share keys of the `cloudkit.share` records among `records`, read from zone
+    /// `zone` of the owner's private database `db`.
+    func decorateShares(_ records: inout [Record], db: DatabaseRef, zone: String, viewer: String?) async throws {
+        let names = records.filter { $0.recordType == Record.shareType && !$0.deleted }.map(\.recordName)
+        guard !names.isEmpty else { return }
+        let shares = try await self.records.shares(db, zone: zone, names: names)
+        for index in records.indices {
+            guard records[index].recordType == Record.shareType, let share = shares[records[index].recordName] else { continue }
+            records[index].shareKeys = shareKeys(share, viewer: viewer)
+        }
+    }
+
+    /// `records/resolve` (`accept` false) and `records/accept`: what the shares behind short GUIDs
+    /// are, and (accept) joining them. Answered per short GUID.
+    func resolveShares(_ request: DataRequest, accept: Bool) async throws -> JSON {
+        let user = try request.caller.requireUser(signInURL: request.signInURL)
+        guard let list = request.body["shortGUIDs"]?.arrayValue else {
+            throw StratusError.badRequest("'shortGUIDs' must be an array of {\"value\": \"<short GUID>\"}")
+        }
+        guard !list.isEmpty, list.count <= Self.maximumShortGUIDs else {
+            throw StratusError.badRequest("'shortGUIDs' needs 1 to \(Self.maximumShortGUIDs) entries")
+        }
+        struct Wanted { var guid: String; var fetchRoot: Bool; var desired: Set<String>? }
+        var wanted: [Wanted] = []
+        for (index, item) in list.enumerated() {
+            guard let guid = item["value"]?.stringValue ?? item.stringValue else {
+                throw StratusError.badRequest("shortGUIDs[\(index)] needs a string 'value'")
+            }
+            wanted.append(Wanted(guid: guid, fetchRoot: try Wire.bool(item["shouldFetchRootRecord"], key: "shortGUIDs[\(index)].shouldFetchRootRecord") ?? false,
+                                 desired: try Wire.stringSet(item["rootRecordDesiredKeys"], key: "shortGUIDs[\(index)].rootRecordDesiredKeys")))
+        }
+        let email = try await admin.user(containerID: request.caller.container.id, userRecordName: user)?.email
+        let uuid = newUUID()
+        var results: [JSON] = []
+        for item in wanted {
+            do {
+                guard ShortGUID.isWellFormed(item.guid) else { throw RecordStore.unknownShare(item.guid) }
+                let share: ShareInfo
+                if accept {
+                    share = try await records.accept(containerID: request.caller.container.id, environment: request.caller.environment,
+                                                     shortGUID: item.guid, user: user, email: email)
+                } else {
+                    guard let found = try await records.share(containerID: request.caller.container.id, environment: request.caller.environment,
+                                                              shortGUID: item.guid) else { throw RecordStore.unknownShare(item.guid) }
+                    share = found
+                }
+                results.append(try await shareMetadata(share, request: request, user: user, email: email, fetchRoot: item.fetchRoot,
+                                                       desired: item.desired))
+            } catch let error as StratusError {
+                var dictionary = error.dictionary(uuid: uuid)
+                if case .object(var members) = dictionary {
+                    members["shortGUID"] = .string(item.guid)
+                    dictionary = .object(members)
+                }
+                results.append(dictionary)
+            }
+        }
+        return ["results": .array(results)]
+    }
+
+    /// A share's metadata for `user` (CKWS ref §8.3). ACCESS_DENIED for someone the share is not
+    /// open to: neither its owner, nor invited, nor allowed by its link.
+    func shareMetadata(_ share: ShareInfo, request: DataRequest, user: String, email: String?, fetchRoot: Bool,
+                       desired: Set<String>?) async throws -> JSON {
+        let isOwner = share.owner == user
+        let participant = RecordStore.participant(of: share, user: user, email: email)
+        if !isOwner {
+            if participant?.status == .removed {
+                throw StratusError(.accessDenied, "you were removed from this share; ask its owner to invite you again")
+            }
+            if participant == nil, share.publicPermission == .none { throw RecordStore.notInvited }
+        }
+        let ownerDB = DatabaseRef(containerID: request.caller.container.id, environment: request.caller.environment, scope: .private,
+                                  owner: share.owner)
+        let names = [share.shareName] + (fetchRoot ? share.rootName.map { [$0] } ?? [] : [])
+        var found = Array(try await records.lookup(ownerDB, zone: share.zoneName, names: names).values)
+        try await decorateShares(&found, db: ownerDB, zone: share.zoneName, viewer: user)
+        let zoneID: JSON = ["zoneName": .string(share.zoneName), "ownerRecordName": .string(share.owner)]
+        var result: [String: JSON] = [
+            "containerIdentifier": .string(request.caller.container.name),
+            "environment": .string(request.caller.environment.rawValue),
+            "databaseScope": .string(isOwner ? "PRIVATE" : "SHARED"),
+            "zoneID": zoneID,
+            "shortGUID": .string(share.shortGUID),
+            "ownerIdentity": ["userRecordName": .string(share.owner), "lookupInfo": ["userRecordName": .string(share.owner)]],
+        ]
+        if let root = share.rootName { result["rootRecordName"] = .string(root) }
+        if let record = found.first(where: { $0.recordName == share.shareName }) { result["share"] = record.wireJSON() }
+        if fetchRoot, let root = share.rootName, let record = found.first(where: { $0.recordName == root }) {
+            result["rootRecord"] = record.wireJSON(RecordRendering(desiredKeys: desired))
+        }
+        if isOwner {
+            result["participantType"] = .string(ParticipantType.owner.wireName)
+            result["participantStatus"] = .string(ParticipantStatus.accepted.wireName)
+            result["participantPermission"] = .string(SharePermission.readWrite.wireName)
+        } else if let participant {
+            result["participantType"] = .string(participant.type.wireName)
+            result["participantStatus"] = .string(participant.status.wireName)
+            result["participantPermission"] = .string(participant.permission.wireName)
+        } else {
+            result["participantType"] = .string(ParticipantType.publicUser.wireName)
+            result["participantStatus"] = "UNKNOWN"
+            result["participantPermission"] = .string(share.publicPermission.wireName)
+        }
+        return .object(result)
+    }
+}
