@@ -25,10 +25,12 @@ extension RecordStore {
     /// operations report `ATOMIC_ERROR`; otherwise each operation succeeds or fails on its own.
     /// A request that saves one record is first tried without the transaction (`modifyOne`).
     /// `access` is the caller's security roles in the public database (`nil` elsewhere).
+    /// `participant`: the request comes through the shared database from a participant of a share
+    /// in this zone (`db` is the owner's private database): they see and write only what their shares allow.
     public func modify(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: String, now: Int64,
-                       allowSchemaChanges: Bool, access: RecordAccess? = nil,
+                       allowSchemaChanges: Bool, access: RecordAccess? = nil, participant: ShareAccess? = nil,
                        render: @escaping @Sendable (Record) -> JSON) async throws -> [ModifyResult] {
-        if request.operations.count == 1, testHooks.beforeCommit == nil,
+        if request.operations.count == 1, testHooks.beforeCommit == nil, participant == nil,
            let results = try await modifyOne(db, zone: zone, request: request, caller: caller, now: now,
                                              allowSchemaChanges: allowSchemaChanges, access: access, render: render) {
             return results
@@ -41,7 +43,7 @@ extension RecordStore {
                 let lockNames = Array(Set(names + Self.shareRoots(of: request)))
                 let zoneID: Int64
                 let zoneShared: Bool
-                let current: [String: Record]
+                var current: [String: Record]
                 if zone == Names.defaultZone {
                     guard let id = try await self.zoneID(db, name: zone, createDefault: true, on: connection) else {
                         throw Self.zoneNotFound(zone)
@@ -54,6 +56,10 @@ extension RecordStore {
                         throw Self.zoneNotFound(zone)
                     }
                     (zoneID, zoneShared, current) = locked
+                }
+                if let participant {
+                    // What the participant may not see does not exist for them.
+                    current = current.filter { participant.canSee($0.value.shareRoot) }
                 }
                 var schema = try await schemas.schema(containerID: db.containerID, environment: db.environment)
                 var plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
@@ -72,7 +78,7 @@ extension RecordStore {
                 var outcomes = plan.outcomes
                 try await checkReferences(db, zoneID: zoneID, zone: zone, outcomes: &outcomes, on: connection)
                 let sharing = try await planSharing(db, zoneID: zoneID, zone: zone, zoneShared: zoneShared, plan: plan, current: current,
-                                                    outcomes: &outcomes, on: connection)
+                                                    outcomes: &outcomes, participant: participant, on: connection)
                 if atomic, outcomes.contains(where: { if case .failure = $0 { return true } else { return false } }) {
                     throw AtomicAbort(results: Self.atomicFailure(outcomes, names: request.recordNames))
                 }

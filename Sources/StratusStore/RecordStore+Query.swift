@@ -43,8 +43,10 @@ extension RecordStore {
     /// cost follows the rows that match in this zone, never other zones or containers. Pages are
     /// keyset-paged on the sort values plus the record name (no OFFSET). Concurrent queries of the
     /// same shape (the same SQL, other values) share statements (`StatementSharing`).
-    public func query(_ db: DatabaseRef, zone: String, query: Query, limit: Int, after cursor: QueryCursor?) async throws -> QueryPage {
-        let built = QuerySQL.build(db: db, zone: zone, query: query, limit: limit, after: cursor)
+    /// `visibleRoots`: only records in these shared hierarchies (a participant's query in the shared database).
+    public func query(_ db: DatabaseRef, zone: String, query: Query, limit: Int, after cursor: QueryCursor?,
+                      visibleRoots: [String]? = nil) async throws -> QueryPage {
+        let built = QuerySQL.build(db: db, zone: zone, query: query, limit: limit, after: cursor, visibleRoots: visibleRoots)
         let request = QueryRequest(sorts: query.sorts, limit: limit, sql: built.sql, binds: built.binds,
                                    shareable: Prepared.Shared.canShare(built.binds))
         let page: QueryPage?
@@ -291,7 +293,7 @@ enum QuerySQL {
     /// The zone is found by name in the same statement: the page is a LATERAL subquery of the
     /// zone row, so a missing zone returns no row and an empty page one row of NULLs (one round
     /// trip instead of two).
-    static func build(db: DatabaseRef, zone: String, query: Query, limit: Int, after cursor: QueryCursor?)
+    static func build(db: DatabaseRef, zone: String, query: Query, limit: Int, after cursor: QueryCursor?, visibleRoots: [String]? = nil)
         -> (sql: String, binds: Prepared.Binds) {
         var builder = Builder(db: db, zone: zone, recordType: query.recordType)
         var conditions: [String] = []
@@ -382,6 +384,7 @@ enum QuerySQL {
             }
         }
         conditions.append("\(builder.keyed("r")) AND NOT r.deleted")
+        if let visibleRoots { conditions.append("r.share_root = ANY(\(builder.bind(visibleRoots))::text[])") }
         for (index, filter) in query.filters.enumerated() where index != driver {
             conditions.append(matchCondition(filter, builder: &builder, record: driver == nil ? "r.record_name" : "d.record_name"))
         }

@@ -60,9 +60,14 @@ struct SharePlan {
     var shortGUIDs: [String] = []
     /// The zone has live shares, before or after the request.
     var zoneShared = false
+    /// The participant writing through the shared database, if it is one.
+    var participant: ShareAccess?
+    /// Shares the participant leaves (they deleted the share record).
+    var leaves: [String] = []
 
     var isEmpty: Bool {
         upserts.isEmpty && deletedShares.isEmpty && parentsSet.isEmpty && shortGUIDs.isEmpty && !(zoneShared && !deleted.isEmpty)
+            && leaves.isEmpty
     }
 }
 
@@ -95,10 +100,12 @@ extension RecordStore {
     /// Checks the share operations of a planned request and collects what it does to shares and
     /// hierarchies. Refused operations become failures in `outcomes`.
     func planSharing(_ db: DatabaseRef, zoneID: Int64, zone: String, zoneShared: Bool, plan: ModifyPlanner.BatchPlan,
-                     current: [String: Record], outcomes: inout [Result<PlannedWrite, StratusError>],
+                     current: [String: Record], outcomes: inout [Result<PlannedWrite, StratusError>], participant: ShareAccess? = nil,
                      on connection: PostgresConnection) async throws -> SharePlan {
         var sharing = SharePlan()
         sharing.zoneShared = zoneShared
+        sharing.participant = participant
+        if let participant { Self.checkParticipantWrites(participant, current: current, outcomes: &outcomes, sharing: &sharing) }
         let touchesShares = outcomes.indices.contains { index in
             if case .success(.save(let record, _)) = outcomes[index], record.recordType == Record.shareType { return true }
             if case .success(.delete(let name, _)) = outcomes[index], let live = current[name], live.recordType == Record.shareType || live.shareName != nil { return true }
@@ -178,6 +185,42 @@ extension RecordStore {
         }
         sharing.zoneShared = zoneShared || !sharing.upserts.isEmpty
         return sharing
+    }
+
+    /// Refuses what a participant may not do: change a share (deleting it is leaving it, which
+    /// `sharing.leaves` records), write with READ_ONLY permission or outside their hierarchies,
+    /// delete a shared root, create a record in a hierarchy share without a parent.
+    static func checkParticipantWrites(_ participant: ShareAccess, current: [String: Record],
+                                       outcomes: inout [Result<PlannedWrite, StratusError>], sharing: inout SharePlan) {
+        let readOnly = StratusError(.accessDenied, "your permission on this share is READ_ONLY; ask its owner for READ_WRITE")
+        for index in outcomes.indices {
+            guard case .success(let write) = outcomes[index] else { continue }
+            switch write {
+            case .save(let record, _):
+                let live = current[record.recordName].flatMap { $0.deleted ? nil : $0 }
+                if record.recordType == Record.shareType {
+                    outcomes[index] = .failure(StratusError(.accessDenied, "only the share's owner can change it; to leave the share, delete its record"))
+                } else if let live, !participant.canWrite(live.shareRoot) {
+                    outcomes[index] = .failure(readOnly)
+                } else if live == nil, !participant.mayWrite {
+                    outcomes[index] = .failure(readOnly)
+                } else if live == nil, participant.roots != nil, record.parent == nil {
+                    outcomes[index] = .failure(StratusError(.accessDenied, "record '\(Names.printable(record.recordName))' needs a parent inside the shared hierarchy: only what is below the shared record is shared"))
+                }
+            case .delete(let name, let type):
+                guard let live = current[name] else { continue }
+                if type == Record.shareType {
+                    sharing.leaves.append(name)
+                    outcomes[index] = .success(.alreadyAbsent(recordName: name))
+                } else if !participant.canWrite(live.shareRoot) {
+                    outcomes[index] = .failure(readOnly)
+                } else if live.shareName != nil {
+                    outcomes[index] = .failure(StratusError(.accessDenied, "only the owner can delete the shared record '\(Names.printable(name))'"))
+                }
+            case .alreadyAbsent:
+                continue
+            }
+        }
     }
 
     /// Refuses a record that cannot become the root of a new share.
@@ -316,8 +359,9 @@ extension RecordStore {
                         SET root_name = EXCLUDED.root_name, short_guid = EXCLUDED.short_guid,
                             public_permission = EXCLUDED.public_permission, deleted = false, created_at = now()
                     """, logger: logger)
+                // The share record belongs to its root's hierarchy: its participants may read it.
                 try await connection.statement("""
-                    UPDATE records SET short_guid = \(guid)
+                    UPDATE records SET short_guid = \(guid), share_root = \(upsert.root)
                     WHERE container_id = \(container) AND zone_id = \(zoneID) AND record_name = \(upsert.shareName)
                     """, logger: logger)
                 touched.insert(upsert.shareName)
@@ -331,9 +375,30 @@ extension RecordStore {
                 try await replaceParticipants(db, zoneID: zoneID, share: upsert.shareName, with: participants, on: connection)
             }
         }
+        for share in sharing.leaves {
+            try await connection.statement("""
+                UPDATE share_participants SET status = \(ParticipantStatus.removed.rawValue),
+                       change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
+                WHERE container_id = \(container) AND zone_id = \(zoneID) AND share_name = \(share)
+                  AND user_record_name = \(sharing.participant?.user ?? "")
+                """, logger: logger)
+        }
         if sharing.zoneShared {
             starts += sharing.parentsSet + sharing.deleted
             if !starts.isEmpty { try await refreshHierarchy(db, zoneID: zoneID, starts: starts, on: connection) }
+        }
+        if let participant = sharing.participant, let roots = participant.roots, !sharing.parentsSet.isEmpty {
+            // What a participant wrote must have landed in a hierarchy they may write.
+            let writable = roots.filter { $0.value == .readWrite }.map(\.key)
+            let outside = try await connection.rows("""
+                SELECT record_name FROM records
+                WHERE container_id = \(container) AND zone_id = \(zoneID) AND record_name = ANY(\(sharing.parentsSet)::text[]) AND NOT deleted
+                  AND (share_root IS NULL OR NOT share_root = ANY(\(writable)::text[]))
+                LIMIT 1
+                """, logger: logger)
+            if let row = outside.first {
+                throw StratusError(.accessDenied, "record '\(Names.printable(try row.decode(String.self)))' would be outside the hierarchies shared with you for writing: give it a parent inside one")
+            }
         }
         return touched
     }
@@ -575,4 +640,206 @@ extension RecordStore {
     }
 
     public static let notInvited = StratusError(.accessDenied, "this share is open only to the people its owner invited; ask the owner to invite you")
+}
+
+// MARK: The shared database
+
+/// What a participant may reach in one zone another user shared with them.
+public struct ShareAccess: Sendable {
+    /// The owner's private database and the zone in it.
+    public var ownerDB: DatabaseRef
+    public var zone: String
+    public var zoneID: Int64
+    /// The participant.
+    public var user: String
+    /// The roots of the hierarchy shares the participant accepted in this zone, with their
+    /// permission; `nil` for a zone-wide share (`zonePermission`).
+    public var roots: [String: SharePermission]?
+    public var zonePermission: SharePermission
+
+    /// Whether the participant sees a record with this share root.
+    public func canSee(_ shareRoot: String?) -> Bool {
+        guard let roots else { return true }
+        guard let shareRoot else { return false }
+        return roots[shareRoot] != nil
+    }
+
+    /// Whether the participant may change a record with this share root.
+    public func canWrite(_ shareRoot: String?) -> Bool {
+        guard let roots else { return zonePermission == .readWrite }
+        guard let shareRoot else { return false }
+        return roots[shareRoot] == .readWrite
+    }
+
+    /// The roots the participant may see, sorted; `nil`: the whole zone.
+    public var visibleRoots: [String]? { roots.map { $0.keys.sorted() } }
+    /// Whether any of the participant's shares here lets them write.
+    public var mayWrite: Bool { roots.map { $0.values.contains(.readWrite) } ?? (zonePermission == .readWrite) }
+}
+
+extension RecordStore {
+    /// The access `user` has to zone `zone` of `owner`'s private database through the shares
+    /// they accepted; `nil` when they have none (or the zone does not exist).
+    public func shareAccess(containerID: Int64, environment: ContainerEnvironment, user: String, owner: String,
+                            zone: String) async throws -> ShareAccess? {
+        try await database.withConnection { connection in
+            let rows = try await connection.rows("""
+                SELECT z.zone_id, s.root_name, p.permission FROM zones z
+                JOIN shares s ON s.container_id = z.container_id AND s.zone_id = z.zone_id AND NOT s.deleted
+                JOIN share_participants p ON p.container_id = s.container_id AND p.zone_id = s.zone_id AND p.share_name = s.share_name
+                WHERE z.container_id = \(containerID) AND z.environment = \(environment.code) AND z.database_scope = \(DatabaseScope.private.code)
+                  AND z.owner = \(owner) AND z.zone_name = \(zone) AND NOT z.deleted
+                  AND p.user_record_name = \(user) AND p.status = \(ParticipantStatus.accepted.rawValue)
+                """, logger: logger)
+            return try Self.access(rows, containerID: containerID, environment: environment, user: user, owner: owner, zone: zone)
+        }
+    }
+
+    static func access(_ rows: [PostgresRow], containerID: Int64, environment: ContainerEnvironment, user: String, owner: String,
+                       zone: String) throws -> ShareAccess? {
+        guard !rows.isEmpty else { return nil }
+        var zoneID: Int64 = 0
+        var roots: [String: SharePermission]? = [:]
+        var zonePermission = SharePermission.none
+        for row in rows {
+            let (id, root, code) = try row.decode((Int64, String?, Int16).self)
+            zoneID = id
+            let permission = SharePermission(rawValue: code) ?? .readOnly
+            if let root {
+                if roots != nil, roots![root] != .readWrite { roots![root] = permission }
+            } else {
+                roots = nil
+                if zonePermission != .readWrite { zonePermission = permission }
+            }
+        }
+        return ShareAccess(ownerDB: DatabaseRef(containerID: containerID, environment: environment, scope: .private, owner: owner),
+                           zone: zone, zoneID: zoneID, user: user, roots: roots, zonePermission: zonePermission)
+    }
+
+    /// The zones shared with `user` that they accepted, as (owner, zone name), sorted.
+    public func sharedZones(containerID: Int64, environment: ContainerEnvironment, user: String) async throws -> [(owner: String, zone: String)] {
+        try await database.withConnection { connection in
+            let rows = try await connection.rows("""
+                SELECT DISTINCT z.owner, z.zone_name FROM share_participants p
+                JOIN shares s ON s.container_id = p.container_id AND s.zone_id = p.zone_id AND s.share_name = p.share_name AND NOT s.deleted
+                JOIN zones z ON z.container_id = s.container_id AND z.zone_id = s.zone_id AND NOT z.deleted
+                WHERE p.container_id = \(containerID) AND p.user_record_name = \(user) AND p.status = \(ParticipantStatus.accepted.rawValue)
+                  AND z.environment = \(environment.code)
+                ORDER BY z.owner, z.zone_name
+                """, logger: logger)
+            return try rows.map { try $0.decode((String, String).self) }.map { (owner: $0.0, zone: $0.1) }
+        }
+    }
+
+    /// `records/lookup` in the shared database: the live records among `names` the participant
+    /// may see. Those they may not are absent, exactly like records that do not exist.
+    public func sharedLookup(_ access: ShareAccess, names: [String]) async throws -> [String: Record] {
+        try await database.withConnection { connection in
+            let rows = try await connection.rows("""
+                SELECT \(unescaped: Self.recordColumns), share_root FROM records
+                WHERE container_id = \(access.ownerDB.containerID) AND zone_id = \(access.zoneID) AND record_name = ANY(\(names)::text[]) AND NOT deleted
+                """, logger: logger)
+            var found: [String: Record] = [:]
+            for row in rows {
+                var reader = RowReader(row)
+                var record = try Self.storedRecord(&reader)
+                record.shareRoot = try reader.next(String?.self)
+                if access.canSee(record.shareRoot) { found[record.recordName] = record }
+            }
+            return found
+        }
+    }
+
+    /// Changes to a shared zone after `cursor`, as its participant may see them: the records of
+    /// their hierarchies that changed (tombstones included), those that entered one of them, and
+    /// a tombstone for each that left (`share_moves`). A zone-wide share sees the zone's feed.
+    public func sharedZoneChanges(_ access: ShareAccess, after cursor: FeedCursor, limit: Int,
+                                  recordTypes: Set<String>?) async throws -> ChangePage<Record> {
+        guard let roots = access.visibleRoots else {
+            guard let (_, page) = try await zoneChanges(access.ownerDB, zoneID: access.zoneID, zone: access.zone, after: cursor, limit: limit,
+                                                        recordTypes: recordTypes) else { throw Self.zoneNotFound(access.zone) }
+            return page
+        }
+        return try await database.withConnection { connection in
+            var binds = Prepared.Binds()
+            let container = binds.bind(access.ownerDB.containerID)
+            let zone = binds.bind(access.zoneID)
+            let visible = binds.bind(roots)
+            var typeCondition = ""
+            if let recordTypes { typeCondition = " AND record_type = ANY(\(binds.bind(Array(recordTypes).sorted()))::text[])" }
+            let columns = "record_name, record_type, tag_seq, fields, created_at, created_by, modified_at, modified_by, deleted, parent, share_name, short_guid"
+            let source = """
+                FROM (
+                    SELECT change_xid, change_seq, record_name, record_type, change_seq AS tag_seq, fields, created_at, created_by, modified_at,
+                           modified_by, deleted, parent, share_name, short_guid
+                    FROM records WHERE container_id = \(container) AND zone_id = \(zone) AND share_root = ANY(\(visible)::text[])
+                    UNION ALL
+                    SELECT m.change_xid, m.change_seq, m.record_name, COALESCE(r.record_type, ''), COALESCE(r.change_seq, 0), COALESCE(r.fields, '{}'),
+                           COALESCE(r.created_at, 0), COALESCE(r.created_by, ''), COALESCE(r.modified_at, 0), COALESCE(r.modified_by, ''),
+                           r.record_name IS NULL, r.parent, r.share_name, r.short_guid
+                    FROM share_moves m
+                    LEFT JOIN records r ON r.container_id = m.container_id AND r.zone_id = m.zone_id AND r.record_name = m.record_name
+                         AND NOT r.deleted AND r.share_root = ANY(\(visible)::text[])
+                    WHERE m.container_id = \(container) AND m.zone_id = \(zone) AND m.share_root = ANY(\(visible)::text[])
+                      AND m.entered = (r.record_name IS NOT NULL)
+                ) f WHERE true\(typeCondition)
+                """
+            guard let (_, page) = try await readFeed(source: source, columns: columns, binds: binds, after: cursor, limit: limit,
+                                                     on: connection, decode: Self.storedRecord) else { throw Self.zoneNotFound(access.zone) }
+            return page
+        }
+    }
+
+    /// A zone in a participant's shared database feed.
+    public struct SharedZoneChange: Sendable {
+        public var owner: String
+        public var zone: String
+        /// No longer shared with them (removed, share or zone deleted).
+        public var deleted: Bool
+    }
+
+    /// `changes/database` of `user`'s shared database: the zones shared with them whose records
+    /// or shares changed after `cursor`, and those no longer shared with them (deleted).
+    public func sharedDatabaseChanges(containerID: Int64, environment: ContainerEnvironment, user: String, after cursor: FeedCursor,
+                                      limit: Int) async throws -> ChangePage<SharedZoneChange> {
+        try await database.withConnection { connection in
+            var binds = Prepared.Binds()
+            let container = binds.bind(containerID)
+            let person = binds.bind(user)
+            let accepted = ParticipantStatus.accepted.rawValue
+            let source = """
+                FROM (
+                    SELECT CASE WHEN (p.change_xid, p.change_seq) > (z.change_xid, z.change_seq) THEN p.change_xid ELSE z.change_xid END AS change_xid,
+                           CASE WHEN (p.change_xid, p.change_seq) > (z.change_xid, z.change_seq) THEN p.change_seq ELSE z.change_seq END AS change_seq,
+                           z.owner, z.zone_name,
+                           NOT z.deleted AND EXISTS (
+                               SELECT 1 FROM share_participants p2 JOIN shares s2 ON s2.container_id = p2.container_id AND s2.zone_id = p2.zone_id
+                                    AND s2.share_name = p2.share_name AND NOT s2.deleted
+                               WHERE p2.container_id = p.container_id AND p2.zone_id = p.zone_id AND p2.user_record_name = p.user_record_name
+                                 AND p2.status = \(binds.bind(accepted))) AS live
+                    FROM share_participants p
+                    JOIN zones z ON z.container_id = p.container_id AND z.zone_id = p.zone_id
+                    WHERE p.container_id = \(container) AND p.user_record_name = \(person) AND p.status <> \(binds.bind(ParticipantStatus.invited.rawValue))
+                      AND z.environment = \(binds.bind(environment.code))
+                ) f WHERE true
+                """
+            let page = try await readFeed(source: source, columns: "owner, zone_name, live", binds: binds, after: cursor, limit: limit,
+                                          on: connection) { reader in
+                SharedZoneChange(owner: try reader.next(String.self), zone: try reader.next(String.self), deleted: !(try reader.next(Bool.self)))
+            }!.page
+            // One entry per zone, the last word on it (a zone shared twice, one share gone, is still shared).
+            var seen: [String: Int] = [:]
+            var items: [SharedZoneChange] = []
+            for item in page.items {
+                let key = item.owner + "\u{0}" + item.zone
+                if let index = seen[key] {
+                    items[index].deleted = items[index].deleted && item.deleted
+                } else {
+                    seen[key] = items.count
+                    items.append(item)
+                }
+            }
+            return ChangePage(items: items, cursor: page.cursor, moreComing: page.moreComing)
+        }
+    }
 }

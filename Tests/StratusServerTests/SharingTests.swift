@@ -96,6 +96,29 @@ import Testing
             }
             let unknown = try await bob.post("public", "records/resolve", ["shortGUIDs": [["value": "0000000000000000000000000"]]])
             #expect(unknown.json["results"]?.arrayValue?.first?.errorCode == "NOT_FOUND", "\(unknown.json)")
+
+            // Bob's shared database now has Alice's zone, and the hierarchy in it.
+            let zoneID: JSON = ["zoneName": "Lists", "ownerRecordName": .string(alice.userRecordName!)]
+            let zones = try await bob.get("shared", "zones/list")
+            #expect(zones.json["zones"] == [["zoneID": zoneID, "atomic": true]], "\(zones.json)")
+            let lookup = try await bob.post("shared", "records/lookup", ["zoneID": zoneID, "records": [["recordName": "item-2"], ["recordName": "share-1"]]])
+            #expect(lookup.json.record(0)?["fields"]?["title"]?["value"] == "Eggs", "\(lookup.json)")
+            #expect(lookup.json.record(1)?["participants"] != nil, "participants read the share: \(lookup.json)")
+            let query = try await bob.post("shared", "records/query", ["zoneID": zoneID, "query": ["recordType": "Note"]])
+            #expect(Set(query.json["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []) == ["list-1", "item-1", "item-2"], "\(query.json)")
+            // READ_ONLY: no writes. Carol (READ_WRITE, once she accepts) writes under the root, as herself, into Alice's zone.
+            let denied = try await bob.post("shared", "records/modify", ["zoneID": zoneID, "operations": [Self.op("create", "item-3", Self.parent("list-1"))]])
+            #expect(denied.json.record(0)?.errorCode == "ACCESS_DENIED", "\(denied.json)")
+            #expect(try await carol.post("public", "records/accept", ["shortGUIDs": [["value": .string(rootGUID)]]]).json["results"]?.arrayValue?.first?["participantStatus"] == "ACCEPTED")
+            let written = try await carol.post("shared", "records/modify", ["zoneID": zoneID, "operations": [Self.op("create", "item-3", fields: ["title": ["value": "Bread"]], Self.parent("list-1"))]])
+            #expect(written.json.record(0)?["created"]?["userRecordName"]?.stringValue == carol.userRecordName, "\(written.json)")
+            let ownerView = try await alice.post("private", "records/lookup", ["zoneID": ["zoneName": "Lists"], "records": [["recordName": "item-3"]]])
+            #expect(ownerView.json.record(0)?["fields"]?["title"]?["value"] == "Bread", "\(ownerView.json)")
+            let orphan = try await carol.post("shared", "records/modify", ["zoneID": zoneID, "operations": [Self.op("create", "loose")]])
+            #expect(orphan.json.record(0)?.errorCode == "ACCESS_DENIED", "a record outside the hierarchy: \(orphan.json)")
+            let feed = try await bob.post("shared", "changes/zone", ["zones": [["zoneID": zoneID]]])
+            let fed = feed.json["zones"]?.arrayValue?.first?["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []
+            #expect(Set(fed) == ["list-1", "item-1", "item-2", "item-3", "share-1"], "\(feed.json)")
         }
     }
 }

@@ -70,6 +70,7 @@ extension StratusApp {
     func zoneChangePage(_ request: DataRequest, options: [String: JSON], key: String) async throws -> JSON {
         let zoneIDJSON = options["zoneID"] ?? .null
         let uuid = newUUID()
+        if request.scope == .shared { return try await sharedZoneChangePage(request, options: options, key: key, uuid: uuid) }
         let name: String
         do throws(StratusError) {
             name = try request.zoneName(zoneIDJSON, key: key.isEmpty ? "zoneID" : "\(key).zoneID")
@@ -77,18 +78,8 @@ extension StratusApp {
             if error.code == .zoneNotFound { return error.dictionary(uuid: uuid, zoneID: zoneIDJSON) }
             throw error
         }
-        if request.scope == .shared {
-            _ = try request.caller.requireUser(signInURL: request.signInURL)
-            return StratusError(.zoneNotFound, "zone does not exist in the shared database").dictionary(uuid: uuid, zoneID: zoneIDJSON)
-        }
         let db = try request.database(requireUser: false)
-        let limit = try Wire.resultsLimit(options["resultsLimit"], maximum: Self.maximumPage)
-        let desired = try Wire.stringSet(options["desiredKeys"], key: "desiredKeys")
-        let types = try Wire.stringSet(options["desiredRecordTypes"], key: "desiredRecordTypes")
-        let numbersAsStrings = try Wire.bool(options["numbersAsStrings"] ?? options["numberAsStrings"], key: "numbersAsStrings") ?? false
-        if try Wire.bool(options["reverse"], key: "reverse") == true {
-            throw StratusError.badRequest("reverse change feeds are not supported; omit 'reverse'")
-        }
+        let (limit, desired, types, numbersAsStrings) = try Self.feedOptions(options)
         var cursor = FeedCursor()
         var expectedZone: Int64?
         if let tokenText = try Wire.string(options["syncToken"], key: "syncToken") {
@@ -113,19 +104,72 @@ extension StratusApp {
         ]
     }
 
+    /// The options of a zone's change feed: page size, desired keys and record types, numbers as strings.
+    static func feedOptions(_ options: [String: JSON]) throws(StratusError) -> (Int, Set<String>?, Set<String>?, Bool) {
+        let limit = try Wire.resultsLimit(options["resultsLimit"], maximum: Self.maximumPage)
+        let desired = try Wire.stringSet(options["desiredKeys"], key: "desiredKeys")
+        let types = try Wire.stringSet(options["desiredRecordTypes"], key: "desiredRecordTypes")
+        let numbersAsStrings = try Wire.bool(options["numbersAsStrings"] ?? options["numberAsStrings"], key: "numbersAsStrings") ?? false
+        if try Wire.bool(options["reverse"], key: "reverse") == true {
+            throw StratusError.badRequest("reverse change feeds are not supported; omit 'reverse'")
+        }
+        return (limit, desired, types, numbersAsStrings)
+    }
+
+    /// One zone's change feed in the shared database: what the participant may see of it. A zone
+    /// no longer shared with them is ZONE_NOT_FOUND, whatever token they hold.
+    func sharedZoneChangePage(_ request: DataRequest, options: [String: JSON], key: String, uuid: String) async throws -> JSON {
+        let zoneIDJSON = options["zoneID"] ?? .null
+        let access: ShareAccess
+        do {
+            access = try await shareAccess(request, zoneIDJSON, key: key.isEmpty ? "zoneID" : "\(key).zoneID")
+        } catch let error as StratusError where error.code == .zoneNotFound {
+            return error.dictionary(uuid: uuid, zoneID: zoneIDJSON)
+        }
+        let db = request.sharedDatabase(user: access.user)
+        let (limit, desired, types, numbersAsStrings) = try Self.feedOptions(options)
+        var cursor = FeedCursor()
+        if let tokenText = try Wire.string(options["syncToken"], key: "syncToken") {
+            do throws(StratusError) {
+                let (opened, zoneID) = try openSyncToken(tokenText, db: db, zoneScoped: true)
+                guard zoneID == access.zoneID else {
+                    throw StratusError.badRequest("the syncToken is from another zone, or from this zone before it was deleted and made again; fetch its changes again without a token")
+                }
+                cursor = opened
+            } catch {
+                return error.dictionary(uuid: uuid, zoneID: zoneIDJSON)
+            }
+        }
+        let page = try await records.sharedZoneChanges(access, after: cursor, limit: limit, recordTypes: types)
+        var items = page.items
+        try await decorateShares(&items, db: access.ownerDB, zone: access.zone, viewer: access.user)
+        let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings)
+        return [
+            "zoneID": DataRequest.sharedZoneIDJSON(owner: access.ownerDB.owner, zone: access.zone),
+            "records": .array(items.map { $0.wireJSON(rendering) }),
+            "syncToken": .string(syncToken(db, zoneID: access.zoneID, cursor: page.cursor)),
+            "moreComing": .bool(page.moreComing),
+        ]
+    }
+
     /// `changes/database` (`syncToken`) and the older `zones/changes` (`metaSyncToken`).
     func zoneListChanges(_ request: DataRequest, legacy: Bool) async throws -> JSON {
         let tokenKey = legacy ? "metaSyncToken" : "syncToken"
-        if request.scope == .shared {
-            let user = try request.caller.requireUser(signInURL: request.signInURL)
-            let db = DatabaseRef(containerID: request.caller.container.id, environment: request.caller.environment, scope: .shared, owner: user)
-            return ["zones": [], tokenKey: .string(syncToken(db, zoneID: nil, cursor: FeedCursor())), "moreComing": false]
-        }
-        let db = try request.database(requireUser: false)
+        let db = request.scope == .shared ? request.sharedDatabase(user: try request.caller.requireUser(signInURL: request.signInURL))
+            : try request.database(requireUser: false)
         let limit = try Wire.resultsLimit(request.body["resultsLimit"], maximum: Self.maximumPage)
         var cursor = FeedCursor()
         if let tokenText = try Wire.string(request.body[tokenKey] ?? request.body["syncToken"], key: tokenKey) {
             (cursor, _) = try openSyncToken(tokenText, db: db, zoneScoped: false)
+        }
+        if request.scope == .shared {
+            let page = try await records.sharedDatabaseChanges(containerID: db.containerID, environment: db.environment, user: db.owner,
+                                                               after: cursor, limit: limit)
+            return [
+                "zones": .array(page.items.map { sharedZoneJSON(owner: $0.owner, zone: $0.zone, deleted: $0.deleted) }),
+                tokenKey: .string(syncToken(db, zoneID: nil, cursor: page.cursor)),
+                "moreComing": .bool(page.moreComing),
+            ]
         }
         let page = try await records.databaseChanges(db, after: cursor, limit: limit)
         return [

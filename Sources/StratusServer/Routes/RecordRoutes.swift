@@ -15,9 +15,7 @@ extension StratusApp {
 
     /// `records/modify`.
     func modifyRecords(_ request: DataRequest) async throws -> JSON {
-        if request.scope == .shared {
-            throw StratusError(.zoneNotFound, "the shared database has no zones yet: nothing has been shared with this user")
-        }
+        if request.scope == .shared { return try await modifySharedRecords(request) }
         let db = try request.database(requireUser: true)
         let zone = try request.zoneName(request.body["zoneID"])
         let body = JSON.object(request.body)
@@ -27,10 +25,17 @@ extension StratusApp {
         let results = try await records.modify(db, zone: zone, request: decoded, caller: caller, now: now(),
                                                allowSchemaChanges: db.environment == .development, access: request.access,
                                                render: { $0.wireJSON(rendering) })
+        return try await modifyResponse(results, decoded: decoded, rendering: rendering, db: db, zone: zone, viewer: request.caller.user)
+    }
+
+    /// The `records/modify` response: one record, deletion or error per operation; share records
+    /// with their share keys for `viewer`.
+    func modifyResponse(_ results: [ModifyResult], decoded: ModifyRequest, rendering: RecordRendering, db: DatabaseRef, zone: String,
+                        viewer: String?) async throws -> JSON {
         // One id for the response's per-record errors, made only if there is one (two getrandom calls).
         lazy var uuid = newUUID()
         var shareRecords = results.compactMap { if case .saved(let record) = $0, record.recordType == Record.shareType { return record } else { return nil } }
-        if !shareRecords.isEmpty { try await decorateShares(&shareRecords, db: db, zone: zone, viewer: request.caller.user) }
+        if !shareRecords.isEmpty { try await decorateShares(&shareRecords, db: db, zone: zone, viewer: viewer) }
         let items: [JSON] = results.enumerated().map { index, result in
             switch result {
             case .saved(var record):
@@ -65,10 +70,7 @@ extension StratusApp {
             wanted.append((name, try Wire.stringSet(item["desiredKeys"], key: "records[\(index)].desiredKeys") ?? desired))
         }
         lazy var uuid = newUUID()
-        if request.scope == .shared {
-            _ = try request.caller.requireUser(signInURL: request.signInURL)
-            return ["records": .array(wanted.map { StratusError(.notFound, "record '\(Names.printable($0.name))' does not exist").dictionary(uuid: uuid, recordName: $0.name) })]
-        }
+        if request.scope == .shared { return try await lookupSharedRecords(request, wanted: wanted, numbersAsStrings: numbersAsStrings) }
         let db = try request.database(requireUser: false)
         let zone = try request.zoneName(request.body["zoneID"])
         var found = try await records.lookup(db, zone: zone, names: wanted.map(\.name))
@@ -97,23 +99,29 @@ extension StratusApp {
         let numbersAsStrings = try Wire.bool(request.body["numbersAsStrings"], key: "numbersAsStrings") ?? false
         _ = try Wire.bool(request.body["zoneWide"], key: "zoneWide")
         let markerText = try Wire.string(request.body["continuationMarker"], key: "continuationMarker")
+        let db: DatabaseRef
+        let zone: String
+        var visibleRoots: [String]?
+        var viewer = ""
         if request.scope == .shared {
-            _ = try request.caller.requireUser(signInURL: request.signInURL)
-            return ["records": []]
+            let access = try await shareAccess(request, request.body["zoneID"])
+            (db, zone, visibleRoots, viewer) = (access.ownerDB, access.zone, access.visibleRoots, access.user)
+        } else {
+            db = try request.database(requireUser: false)
+            zone = try request.zoneName(request.body["zoneID"])
         }
-        let db = try request.database(requireUser: false)
-        let zone = try request.zoneName(request.body["zoneID"])
         var query = try await parseQuery(queryJSON, db: db)
         // A query narrowed to the caller's own records pages through them alone: its marker is theirs.
         let narrowedTo = try await restrict(&query, for: request, in: db)
         noteQueryShape(query, db: db)
         let fingerprint = Self.fingerprint(["c": .int(db.containerID), "e": .string(db.environment.rawValue),
-                                            "d": .string(db.scope.rawValue), "o": .string(narrowedTo ?? db.owner), "z": .string(zone), "q": queryJSON])
+                                            "d": .string(request.scope.rawValue), "o": .string(narrowedTo ?? db.owner), "z": .string(zone),
+                                            "v": .string(viewer), "q": queryJSON])
         var cursor: QueryCursor?
         if let markerText {
             cursor = try openMarker(markerText, fingerprint: fingerprint, sorts: query.sorts.count)
         }
-        let page = try await records.query(db, zone: zone, query: query, limit: limit, after: cursor)
+        let page = try await records.query(db, zone: zone, query: query, limit: limit, after: cursor, visibleRoots: visibleRoots)
         let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings)
         var response: [String: JSON] = ["records": .array(page.records.map { $0.wireJSON(rendering) })]
         if let next = page.next {

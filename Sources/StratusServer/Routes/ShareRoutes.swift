@@ -172,3 +172,100 @@ extension StratusApp {
         return .object(result)
     }
 }
+
+// MARK: The shared database
+
+extension DataRequest {
+    /// The owner and zone a shared-database `zoneID` names. Every zone there belongs to another
+    /// user, so the owner must be named; anything else is answered like a zone that is not there.
+    func sharedZoneName(_ json: JSON?, key: String = "zoneID") throws(StratusError) -> (owner: String, zone: String) {
+        guard let json, json != .null else {
+            throw StratusError(.zoneNotFound, "the shared database has no default zone: name a zone shared with you, with its zoneName and ownerRecordName")
+        }
+        guard let members = json.objectValue else { throw .badRequest("'\(key)' must be an object like {\"zoneName\": …, \"ownerRecordName\": …}") }
+        guard let zone = members["zoneName"]?.stringValue else { throw .badRequest("'\(key)' needs a string 'zoneName'") }
+        try Names.validateZone(zone)
+        guard let owner = try Wire.string(members["ownerRecordName"], key: "\(key).ownerRecordName"),
+              owner != "__defaultOwner__", owner != "_defaultOwner", owner != caller.user else {
+            throw StratusError(.zoneNotFound, "zone '\(Names.printable(zone))' is not in your shared database: zones there belong to the users who shared them, so name its owner with ownerRecordName")
+        }
+        return (owner, zone)
+    }
+
+    /// The caller's own shared database (for its change feed's tokens).
+    func sharedDatabase(user: String) -> DatabaseRef {
+        DatabaseRef(containerID: caller.container.id, environment: caller.environment, scope: .shared, owner: user)
+    }
+
+    static func sharedZoneIDJSON(owner: String, zone: String) -> JSON {
+        ["zoneName": .string(zone), "ownerRecordName": .string(owner)]
+    }
+}
+
+extension StratusApp {
+    /// What the caller may reach in a zone of their shared database; ZONE_NOT_FOUND when the
+    /// zone is not shared with them (any more), exactly as for a zone that does not exist.
+    func shareAccess(_ request: DataRequest, _ json: JSON?, key: String = "zoneID") async throws -> ShareAccess {
+        let user = try request.caller.requireUser(signInURL: request.signInURL)
+        let (owner, zone) = try request.sharedZoneName(json, key: key)
+        guard let access = try await records.shareAccess(containerID: request.caller.container.id, environment: request.caller.environment,
+                                                         user: user, owner: owner, zone: zone) else {
+            throw StratusError(.zoneNotFound, "zone '\(Names.printable(zone))' of '\(Names.printable(owner))' is not shared with you")
+        }
+        return access
+    }
+
+    func sharedZoneJSON(owner: String, zone: String, deleted: Bool = false) -> JSON {
+        let zoneID = DataRequest.sharedZoneIDJSON(owner: owner, zone: zone)
+        return deleted ? ["zoneID": zoneID, "deleted": true] : ["zoneID": zoneID, "atomic": true]
+    }
+
+    /// `zones/list` of the shared database: the zones shared with the caller that they accepted.
+    func listSharedZones(_ request: DataRequest) async throws -> JSON {
+        let user = try request.caller.requireUser(signInURL: request.signInURL)
+        let zones = try await records.sharedZones(containerID: request.caller.container.id, environment: request.caller.environment, user: user)
+        return ["zones": .array(zones.map { sharedZoneJSON(owner: $0.owner, zone: $0.zone) })]
+    }
+
+    /// `zones/lookup` of the shared database.
+    func lookupSharedZones(_ request: DataRequest, _ list: [JSON]) async throws -> JSON {
+        let uuid = newUUID()
+        var results: [JSON] = []
+        for item in list {
+            do {
+                let access = try await shareAccess(request, item, key: "zones[]")
+                results.append(sharedZoneJSON(owner: access.ownerDB.owner, zone: access.zone))
+            } catch let error as StratusError where error.code == .zoneNotFound {
+                results.append(error.dictionary(uuid: uuid, zoneID: item))
+            }
+        }
+        return ["zones": .array(results)]
+    }
+
+    /// `records/modify` in the shared database: written to the owner's zone as the participant.
+    func modifySharedRecords(_ request: DataRequest) async throws -> JSON {
+        let access = try await shareAccess(request, request.body["zoneID"])
+        let decoded = try ModifyRequest.decode(.object(request.body), newRecordName: { RandomUUID.string(uppercase: true) })
+        let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings)
+        let results = try await records.modify(access.ownerDB, zone: access.zone, request: decoded, caller: access.user, now: now(),
+                                               allowSchemaChanges: access.ownerDB.environment == .development, participant: access,
+                                               render: { $0.wireJSON(rendering) })
+        return try await modifyResponse(results, decoded: decoded, rendering: rendering, db: access.ownerDB, zone: access.zone, viewer: access.user)
+    }
+
+    /// `records/lookup` in the shared database.
+    func lookupSharedRecords(_ request: DataRequest, wanted: [(name: String, desired: Set<String>?)], numbersAsStrings: Bool) async throws -> JSON {
+        let access = try await shareAccess(request, request.body["zoneID"])
+        let found = try await records.sharedLookup(access, names: wanted.map(\.name))
+        var list = Array(found.values)
+        try await decorateShares(&list, db: access.ownerDB, zone: access.zone, viewer: access.user)
+        let byName = Dictionary(list.map { ($0.recordName, $0) }, uniquingKeysWith: { a, _ in a })
+        lazy var uuid = newUUID()
+        return ["records": .array(wanted.map { item in
+            guard let record = byName[item.name] else {
+                return StratusError(.notFound, "record '\(Names.printable(item.name))' does not exist").dictionary(uuid: uuid, recordName: item.name)
+            }
+            return record.wireJSON(RecordRendering(desiredKeys: item.desired, numbersAsStrings: numbersAsStrings))
+        })]
+    }
+}

@@ -15,10 +15,7 @@ extension StratusApp {
 
     /// `zones/list`.
     func listZones(_ request: DataRequest) async throws -> JSON {
-        if request.scope == .shared {
-            _ = try request.caller.requireUser(signInURL: request.signInURL)
-            return ["zones": []]
-        }
+        if request.scope == .shared { return try await listSharedZones(request) }
         let db = try request.database(requireUser: false)
         let zones = try await records.listZones(db)
         return ["zones": .array(zones.map { zoneJSON(request, $0) })]
@@ -32,6 +29,7 @@ extension StratusApp {
         guard list.count <= ModifyRequest.maximumOperations else {
             throw StratusError.badRequest("at most \(ModifyRequest.maximumOperations) zones per request")
         }
+        if request.scope == .shared { return try await lookupSharedZones(request, list) }
         let uuid = newUUID()
         var names: [Result<String, StratusError>] = []
         for item in list {
@@ -40,10 +38,6 @@ extension StratusApp {
             } catch {
                 if error.code == .zoneNotFound { names.append(.failure(error)) } else { throw error }
             }
-        }
-        if request.scope == .shared {
-            _ = try request.caller.requireUser(signInURL: request.signInURL)
-            return ["zones": .array(list.map { StratusError(.zoneNotFound, "zone does not exist in the shared database").dictionary(uuid: uuid, zoneID: $0) })]
         }
         let db = try request.database(requireUser: false)
         let found = try await records.lookupZones(db, names: names.compactMap { try? $0.get() })
