@@ -122,3 +122,249 @@ import Testing
         }
     }
 }
+
+extension SharingTests {
+    /// A sync client's copy of its shared database: zone → record name → record.
+    struct Replica {
+        var databaseToken: String?
+        var zoneTokens: [String: String] = [:]
+        var zones: [String: [String: JSON]] = [:]
+
+        /// Syncs as CloudKit clients do: `changes/database`, then `changes/zone` for each zone it
+        /// names, every page; a deleted zone is dropped with its records.
+        mutating func sync(_ session: Session, database: String = "shared") async throws {
+            var more = true
+            while more {
+                var body: [String: JSON] = [:]
+                if let databaseToken { body["syncToken"] = .string(databaseToken) }
+                let changes = try await session.post(database, "changes/database", .object(body))
+                #expect(changes.status == 200, "\(changes.json)")
+                databaseToken = changes.json["syncToken"]?.stringValue
+                more = changes.json["moreComing"] == true
+                for zone in changes.json["zones"]?.arrayValue ?? [] {
+                    let zoneID = zone["zoneID"] ?? .null
+                    let key = "\(zoneID["ownerRecordName"]?.stringValue ?? "")/\(zoneID["zoneName"]?.stringValue ?? "")"
+                    if zone["deleted"] == true {
+                        zones[key] = nil
+                        zoneTokens[key] = nil
+                        continue
+                    }
+                    var zoneMore = true
+                    while zoneMore {
+                        var request: [String: JSON] = ["zoneID": zoneID]
+                        if let token = zoneTokens[key] { request["syncToken"] = .string(token) }
+                        let page = try await session.post(database, "changes/zone", ["zones": [.object(request)], "resultsLimit": 3])
+                        let result = page.json["zones"]?.arrayValue?.first ?? .null
+                        #expect(result.errorCode == nil, "\(result)")
+                        zoneTokens[key] = result["syncToken"]?.stringValue
+                        zoneMore = result["moreComing"] == true
+                        for record in result["records"]?.arrayValue ?? [] {
+                            guard let name = record["recordName"]?.stringValue else { continue }
+                            if record["deleted"] == true { zones[key, default: [:]][name] = nil } else { zones[key, default: [:]][name] = record }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// The records below `root` (itself included) in the owner's copy, following live parents.
+    static func hierarchy(of root: String, in records: [String: JSON]) -> Set<String> {
+        records.keys.filter { name in
+            var current: String? = name
+            var steps = 0
+            while let step = current, steps < 100 {
+                if step == root { return true }
+                current = records[step]?["parent"]?["recordName"]?.stringValue
+                steps += 1
+            }
+            return false
+        }.reduce(into: Set<String>()) { $0.insert($1) }
+    }
+
+    @Test func aParticipantSyncingThroughTheChangeFeedsEndsWithExactlyWhatIsShared() async throws {
+        try await Harness.run { harness in
+            let anonymous = try await harness.container()
+            let alice = try await anonymous.signedUp()
+            let bob = try await anonymous.signedUp()
+            #expect(try await alice.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Trip"]]]]]).status == 200)
+            func save(_ operations: [JSON]) async throws {
+                let saved = try await alice.modify("private", zone: "Trip", atomic: true, operations)
+                #expect(saved.json["records"]?.arrayValue?.allSatisfy { $0.errorCode == nil } == true, "\(saved.json)")
+            }
+            func title(_ text: String) -> [String: JSON] { ["title": ["value": .string(text)]] }
+            try await save([
+                Self.op("create", "root", fields: title("Trip")),
+                Self.op("create", "a", fields: title("A"), Self.parent("root")),
+                Self.op("create", "b", fields: title("B"), Self.parent("a")),
+                Self.op("create", "b1", fields: title("B1"), Self.parent("b")),
+                Self.op("create", "c", fields: title("C"), Self.parent("root")),
+                Self.op("create", "x", fields: title("X")),
+                Self.op("create", "y", fields: title("Y"), Self.parent("x")),
+                Self.op("create", "y1", fields: title("Y1"), Self.parent("y")),
+                Self.shareOp("share", forRecord: "root", participants: [Self.participant(bob, "READ_WRITE")]),
+            ])
+            let guid = try #require(try await alice.post("private", "records/lookup", ["zoneID": ["zoneName": "Trip"], "records": [["recordName": "share"]]]).json.record(0)?["shortGUID"]?.stringValue)
+            #expect(try await bob.post("public", "records/accept", ["shortGUIDs": [["value": .string(guid)]]]).json["results"]?.arrayValue?.first?["participantStatus"] == "ACCEPTED")
+
+            var owner = Replica()
+            var replica = Replica()
+            let key = "\(alice.userRecordName!)/Trip"
+            func check(_ step: String) async throws {
+                try await owner.sync(alice, database: "private")
+                try await replica.sync(bob)
+                let all = owner.zones["\(alice.userRecordName!)/Trip"] ?? [:]
+                var expected = Self.hierarchy(of: "root", in: all)
+                if all["root"] != nil, all["share"] != nil { expected.insert("share") }
+                let got = replica.zones[key] ?? [:]
+                #expect(Set(got.keys) == expected, "\(step): the participant has \(got.keys.sorted()), the owner shares \(expected.sorted())")
+                for name in expected where got[name]?["recordChangeTag"] != all[name]?["recordChangeTag"] || got[name]?["fields"] != all[name]?["fields"] {
+                    Issue.record("\(step): '\(name)' differs: \(got[name] ?? .null) against \(all[name] ?? .null)")
+                }
+            }
+            try await check("shared")
+            try await save([Self.op("create", "c1", fields: title("C1"), Self.parent("c")), Self.op("create", "x2", fields: title("X2"), Self.parent("x"))])
+            try await check("added inside and outside")
+            try await save([Self.op("forceUpdate", "a", fields: title("A, edited")), Self.op("forceUpdate", "y", fields: title("Y, edited"))])
+            try await check("edited")
+            try await save([Self.op("forceUpdate", "b", Self.parent("x"))])
+            try await check("b and its child moved out")
+            try await save([Self.op("forceUpdate", "y", Self.parent("c"))])
+            try await check("y and its child moved in")
+            try await save([Self.op("create", "d", fields: title("D"), Self.parent("a")), Self.op("forceUpdate", "y1", fields: title("Y1 again"))])
+            try await check("more")
+            try await save([Self.op("forceDelete", "a", recordType: nil)])
+            try await check("a deleted: d below it leaves")
+            // Bob's writes are synced back to him too.
+            let written = try await bob.post("shared", "records/modify", ["zoneID": ["zoneName": "Trip", "ownerRecordName": .string(alice.userRecordName!)],
+                                                                          "operations": [Self.op("create", "bobs", fields: title("Bob's"), Self.parent("y"))]])
+            #expect(written.json.record(0)?.errorCode == nil, "\(written.json)")
+            try await check("participant wrote")
+            #expect((replica.zones[key]?.count ?? 0) >= 6, "the check saw records: \(replica.zones)")
+
+            // Removed: the zone goes from his shared database, and his tokens read nothing more.
+            let staleToken = try #require(replica.zoneTokens[key])
+            let shareTag = try #require(try await alice.post("private", "records/lookup", ["zoneID": ["zoneName": "Trip"], "records": [["recordName": "share"]]]).json.record(0)?["recordChangeTag"]?.stringValue)
+            try await save([Self.shareOp("share", forRecord: nil, participants: [], type: "update", tag: shareTag)])
+            try await replica.sync(bob)
+            #expect(replica.zones[key] == nil, "removed: \(replica.zones)")
+            let stale = try await bob.post("shared", "changes/zone", ["zones": [["zoneID": ["zoneName": "Trip", "ownerRecordName": .string(alice.userRecordName!)],
+                                                                                 "syncToken": .string(staleToken)]]])
+            #expect(stale.json["zones"]?.arrayValue?.first?.errorCode == "ZONE_NOT_FOUND", "\(stale.json)")
+            let lookup = try await bob.post("shared", "records/lookup", ["zoneID": ["zoneName": "Trip", "ownerRecordName": .string(alice.userRecordName!)],
+                                                                         "records": [["recordName": "root"]]])
+            #expect(lookup.json.errorCode == "ZONE_NOT_FOUND", "\(lookup.json)")
+        }
+    }
+}
+
+extension SharingTests {
+    enum Principal: String, CaseIterable {
+        case owner, readOnly, readWrite, invited, removed, publicLink, stranger, otherContainer
+    }
+
+    enum Operation: String, CaseIterable {
+        case lookup, query, create, update, delete, feed
+        var writes: Bool { self == .create || self == .update || self == .delete }
+    }
+
+    /// The oracle: what each principal may do to a record inside or outside what is shared.
+    static func allowed(_ principal: Principal, _ operation: Operation, inside: Bool) -> Bool {
+        switch principal {
+        case .owner: return true
+        case .readWrite: return inside
+        case .readOnly, .publicLink: return inside && !operation.writes
+        case .invited, .removed, .stranger, .otherContainer: return false
+        }
+    }
+
+    @Test(arguments: [true, false]) func everyPrincipalGetsExactlyWhatTheShareAllows(zoneWide: Bool) async throws {
+        try await Harness.run { harness in
+            let anonymous = try await harness.container()
+            let elsewhere = try await harness.container()
+            let alice = try await anonymous.signedUp()
+            var sessions: [Principal: Session] = [.owner: alice]
+            for principal in Principal.allCases where principal != .owner {
+                sessions[principal] = try await (principal == .otherContainer ? elsewhere : anonymous).signedUp()
+            }
+            for zone in ["Shared", "Other"] {
+                #expect(try await alice.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": .string(zone)]]]]]).status == 200)
+            }
+            // Inside: under the shared root (or anywhere in the shared zone). Outside: beside the
+            // root in the same zone (or in a zone not shared).
+            let outsideZone = zoneWide ? "Other" : "Shared"
+            #expect(try await alice.modify("private", zone: "Shared", [Self.op("create", "root"), Self.op("create", "inside", Self.parent("root"))]).status == 200)
+            #expect(try await alice.modify("private", zone: outsideZone, [Self.op("create", "outside")]).status == 200)
+            let invitees: [Principal: String] = [.readOnly: "READ_ONLY", .readWrite: "READ_WRITE", .invited: "READ_WRITE", .removed: "READ_WRITE"]
+            let share = try await alice.modify("private", zone: "Shared", [Self.shareOp(zoneWide ? "cloudkit.zoneshare" : "share", forRecord: zoneWide ? nil : "root",
+                participants: invitees.map { Self.participant(sessions[$0.key]!, $0.value) }, publicPermission: "READ_ONLY")])
+            let guid = try #require(share.json.record(0)?["shortGUID"]?.stringValue, "\(share.json)")
+            for principal in [Principal.readOnly, .readWrite, .removed, .publicLink] {
+                let accepted = try await sessions[principal]!.post("public", "records/accept", ["shortGUIDs": [["value": .string(guid)]]])
+                #expect(accepted.json["results"]?.arrayValue?.first?["participantStatus"] == "ACCEPTED", "\(principal): \(accepted.json)")
+            }
+            let stillIn = invitees.filter { $0.key != .removed }.map { Self.participant(sessions[$0.key]!, $0.value) }
+            let shareName = zoneWide ? "cloudkit.zoneshare" : "share"
+            let shareTag = share.json.record(0)?["recordChangeTag"]?.stringValue
+            let removal = try await alice.modify("private", zone: "Shared", [Self.shareOp(shareName, forRecord: nil, participants: stillIn + [
+                ["permission": "READ_ONLY", "userIdentity": ["userRecordName": .string(sessions[.publicLink]!.userRecordName!)]]], publicPermission: "READ_ONLY",
+                type: "update", tag: shareTag)])
+            #expect(removal.json.record(0)?.errorCode == nil, "\(removal.json)")
+
+            var cases = 0, unauthorized = 0, wrongDenials = 0
+            var serial = 0
+            for principal in Principal.allCases {
+                let session = sessions[principal]!
+                let database = principal == .owner ? "private" : "shared"
+                for inside in [true, false] {
+                    let zone = inside ? "Shared" : outsideZone
+                    let target = inside ? "inside" : "outside"
+                    var zoneID: JSON = ["zoneName": .string(zone)]
+                    if principal != .owner { zoneID = ["zoneName": .string(zone), "ownerRecordName": .string(alice.userRecordName!)] }
+                    for operation in Operation.allCases {
+                        serial += 1
+                        let succeeded: Bool
+                        switch operation {
+                        case .lookup:
+                            let response = try await session.post(database, "records/lookup", ["zoneID": zoneID, "records": [["recordName": .string(target)]]])
+                            succeeded = response.json.record(0)?["recordName"]?.stringValue == target && response.json.record(0)?.errorCode == nil
+                        case .query:
+                            let response = try await session.post(database, "records/query", ["zoneID": zoneID, "query": ["recordType": "Note"]])
+                            succeeded = response.json["records"]?.arrayValue?.contains { $0["recordName"]?.stringValue == target } == true
+                        case .create:
+                            let extra = zoneWide ? [:] : Self.parent(target)
+                            let response = try await session.post(database, "records/modify", ["zoneID": zoneID, "operations": [Self.op("create", "new-\(serial)", extra)]])
+                            succeeded = response.json.record(0)?["recordName"]?.stringValue == "new-\(serial)" && response.json.record(0)?.errorCode == nil
+                        case .update:
+                            let response = try await session.post(database, "records/modify", ["zoneID": zoneID, "operations": [
+                                Self.op("forceUpdate", target, fields: ["title": ["value": .string("by \(principal) \(serial)")]])]])
+                            succeeded = response.json.record(0)?["fields"]?["title"]?["value"]?.stringValue == "by \(principal) \(serial)"
+                        case .delete:
+                            let extra = zoneWide ? [:] : Self.parent(target)
+                            let made = try await alice.modify("private", zone: zone, [Self.op("create", "doomed-\(serial)", extra)])
+                            let tag = made.json.record(0)?["recordChangeTag"]?.stringValue
+                            let response = try await session.post(database, "records/modify", ["zoneID": zoneID, "operations": [
+                                Self.op("delete", "doomed-\(serial)", recordType: nil, tag: tag)]])
+                            let after = try await alice.post("private", "records/lookup", ["zoneID": ["zoneName": .string(zone)], "records": [["recordName": .string("doomed-\(serial)")]]])
+                            succeeded = response.json.record(0)?["deleted"] == true && after.json.record(0)?.errorCode == "NOT_FOUND"
+                        case .feed:
+                            let response = try await session.post(database, "changes/zone", ["zones": [["zoneID": zoneID]]])
+                            succeeded = response.json["zones"]?.arrayValue?.first?["records"]?.arrayValue?.contains { $0["recordName"]?.stringValue == target } == true
+                        }
+                        cases += 1
+                        let expected = Self.allowed(principal, operation, inside: inside)
+                        if succeeded, !expected {
+                            unauthorized += 1
+                            Issue.record("unauthorized success: \(principal) \(operation) \(target) (zone-wide \(zoneWide))")
+                        } else if !succeeded, expected {
+                            wrongDenials += 1
+                            Issue.record("wrong denial: \(principal) \(operation) \(target) (zone-wide \(zoneWide))")
+                        }
+                    }
+                }
+            }
+            print("share matrix (\(zoneWide ? "zone-wide" : "hierarchy") share): \(cases) cases, \(unauthorized) unauthorized successes, \(wrongDenials) wrong denials")
+            #expect(cases == Principal.allCases.count * 2 * Operation.allCases.count)
+        }
+    }
+}
