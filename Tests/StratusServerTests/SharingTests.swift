@@ -368,3 +368,91 @@ extension SharingTests {
         }
     }
 }
+
+extension SharingTests {
+    @Test func badSharingRequestsAreRefusedClearlyAndWriteNothing() async throws {
+        try await Harness.run { harness in
+            let anonymous = try await harness.container()
+            let elsewhere = try await harness.container()
+            let alice = try await anonymous.signedUp()
+            let bob = try await anonymous.signedUp()
+            let stranger = try await elsewhere.signedUp()
+            #expect(try await alice.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Z"]]]]]).status == 200)
+            let root = try await alice.modify("private", zone: "Z", [Self.op("create", "root")])
+            let rootTag = try #require(root.json.record(0)?["recordChangeTag"]?.stringValue)
+            #expect(try await alice.modify("private", [Self.op("create", "plain")]).status == 200)
+            #expect(try await alice.modify("private", zone: "Z", [Self.op("forceUpdate", "root", fields: ["title": ["value": "changed"]])]).status == 200)
+
+            func refused(_ response: (status: Int, json: JSON), _ code: String, mentioning word: String, _ label: String) {
+                let item = response.json.record(0) ?? response.json
+                #expect(item.errorCode == code, "\(label): \(response.json)")
+                #expect(item["reason"]?.stringValue?.contains(word) == true, "\(label): the reason should say '\(word)': \(response.json)")
+            }
+            let bobRW = Self.participant(bob, "READ_WRITE")
+            refused(try await alice.modify("private", [Self.shareOp("s1", forRecord: "plain", participants: [bobRW])]), "BAD_REQUEST", mentioning: "default zone", "default zone")
+            refused(try await alice.modify("public", [Self.shareOp("s1", forRecord: "plain", participants: [bobRW])]), "BAD_REQUEST", mentioning: "private database", "public database")
+            refused(try await alice.modify("private", zone: "Z", [Self.shareOp("s1", forRecord: "missing", participants: [bobRW])]), "BAD_REQUEST", mentioning: "does not exist", "missing root")
+            refused(try await alice.modify("private", zone: "Z", [Self.shareOp("s1", forRecord: "root", rootTag: rootTag, participants: [bobRW])]), "CONFLICT", mentioning: "changed", "stale tag")
+            refused(try await alice.modify("private", zone: "Z", [Self.shareOp("s1", forRecord: "root", participants: [Self.participant(stranger, "READ_ONLY")])]),
+                    "BAD_REQUEST", mentioning: "not a user of this container", "another container's user")
+            refused(try await alice.modify("private", zone: "Z", [Self.shareOp("s1", forRecord: "root", participants: [bobRW, bobRW])]), "BAD_REQUEST", mentioning: "twice", "listed twice")
+            refused(try await alice.modify("private", zone: "Z", [Self.shareOp("s1", forRecord: "root", participants: [Self.participant(alice, "READ_ONLY")])]),
+                    "BAD_REQUEST", mentioning: "owner", "the owner as participant")
+            let badPermission = Self.op("create", "s1", recordType: "cloudkit.share", ["forRecord": ["recordName": "root"], "publicPermission": "EVERYONE"])
+            refused(try await alice.modify("private", zone: "Z", [badPermission]), "BAD_REQUEST", mentioning: "publicPermission", "bad permission")
+            let phone: JSON = ["userIdentity": ["lookupInfo": ["phoneNumber": "+15555550100"]]]
+            refused(try await alice.modify("private", zone: "Z", [Self.shareOp("s1", forRecord: "root", participants: [phone])]), "BAD_REQUEST", mentioning: "phone", "phone number")
+            refused(try await alice.modify("private", zone: "Z", [Self.op("create", "loop-a", Self.parent("loop-b")), Self.op("create", "loop-b", Self.parent("loop-a"))]),
+                    "BAD_REQUEST", mentioning: "ancestor", "a parent loop")
+            refused(try await alice.modify("private", zone: "Z", [Self.op("create", "odd", fields: ["cloudkit.title": ["value": "x"]])]), "BAD_REQUEST", mentioning: "cloudkit.share", "share field on a Note")
+            // Nothing of the refused requests was written: no share, no root change, no loop.
+            let after = try await alice.post("private", "records/lookup", ["zoneID": ["zoneName": "Z"], "records": [["recordName": "root"], ["recordName": "s1"], ["recordName": "loop-a"]]])
+            #expect(after.json.record(0)?["share"] == nil, "\(after.json)")
+            #expect(after.json.record(1)?.errorCode == "NOT_FOUND" && after.json.record(2)?.errorCode == "NOT_FOUND", "\(after.json)")
+            #expect(try await bob.get("shared", "zones/list").json["zones"] == [], "no share reached bob")
+
+            // A participant cannot change the share, nor re-share.
+            let made = try await alice.modify("private", zone: "Z", [Self.shareOp("s1", forRecord: "root", participants: [bobRW])])
+            let guid = try #require(made.json.record(0)?["shortGUID"]?.stringValue, "\(made.json)")
+            let tag = made.json.record(0)?["recordChangeTag"]?.stringValue
+            #expect(try await bob.post("public", "records/accept", ["shortGUIDs": [["value": .string(guid)]]]).json["results"]?.arrayValue?.first?["participantStatus"] == "ACCEPTED")
+            let zoneID: JSON = ["zoneName": "Z", "ownerRecordName": .string(alice.userRecordName!)]
+            let change = try await bob.post("shared", "records/modify", ["zoneID": zoneID, "operations": [
+                Self.shareOp("s1", forRecord: nil, participants: [bobRW, Self.participant(stranger, "READ_WRITE")], type: "update", tag: tag)]])
+            refused(change, "ACCESS_DENIED", mentioning: "owner", "participant changing participants")
+            let reshare = try await bob.post("shared", "records/modify", ["zoneID": zoneID, "operations": [Self.shareOp("s2", forRecord: "root", participants: [])]])
+            refused(reshare, "ACCESS_DENIED", mentioning: "owner", "participant re-sharing")
+            let unknownOwner = try await bob.post("shared", "records/lookup", ["zoneID": ["zoneName": "Z"], "records": [["recordName": "root"]]])
+            #expect(unknownOwner.json.errorCode == "ZONE_NOT_FOUND" && unknownOwner.json["reason"]?.stringValue?.contains("ownerRecordName") == true, "\(unknownOwner.json)")
+            // He leaves by deleting the share; the zone goes from his shared database.
+            let left = try await bob.post("shared", "records/modify", ["zoneID": zoneID, "operations": [Self.op("forceDelete", "s1", recordType: nil)]])
+            #expect(left.json.record(0)?["deleted"] == true, "\(left.json)")
+            #expect(try await bob.get("shared", "zones/list").json["zones"] == [])
+            let stillThere = try await alice.post("private", "records/lookup", ["zoneID": ["zoneName": "Z"], "records": [["recordName": "s1"]]])
+            let me = stillThere.json.record(0)?["participants"]?.arrayValue?.count
+            #expect(me == 1, "only the owner is left listed: \(stillThere.json)")
+            let rejoin = try await bob.post("public", "records/accept", ["shortGUIDs": [["value": .string(guid)]]])
+            #expect(rejoin.json["results"]?.arrayValue?.first?.errorCode == "ACCESS_DENIED", "\(rejoin.json)")
+        }
+    }
+
+    @Test func anInvitationByEmailWaitsForTheAddressToSignUp() async throws {
+        try await Harness.run { harness in
+            let anonymous = try await harness.container()
+            let alice = try await anonymous.signedUp()
+            let email = "later\(UInt32.random(in: 0...UInt32.max))@example.com"
+            #expect(try await alice.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Z"]]]]]).status == 200)
+            let invite: JSON = ["permission": "READ_WRITE", "userIdentity": ["lookupInfo": ["emailAddress": .string(email)]]]
+            let made = try await alice.modify("private", zone: "Z", [Self.op("create", "root"), Self.shareOp("s", forRecord: "root", participants: [invite])])
+            let guid = try #require(made.json.record(1)?["shortGUID"]?.stringValue, "\(made.json)")
+            let pending = made.json.record(1)?["participants"]?.arrayValue?.last
+            #expect(pending?["acceptanceStatus"] == "INVITED" && pending?["userIdentity"]?["userRecordName"] == nil, "\(made.json)")
+            let newcomer = try await anonymous.signedUp(email.uppercased())
+            let accepted = try await newcomer.post("public", "records/accept", ["shortGUIDs": [["value": .string(guid)]]])
+            #expect(accepted.json["results"]?.arrayValue?.first?["participantPermission"] == "READ_WRITE", "\(accepted.json)")
+            let read = try await newcomer.post("shared", "records/lookup", ["zoneID": ["zoneName": "Z", "ownerRecordName": .string(alice.userRecordName!)],
+                                                                            "records": [["recordName": "root"]]])
+            #expect(read.json.record(0)?["recordName"] == "root", "\(read.json)")
+        }
+    }
+}

@@ -234,6 +234,9 @@ public enum ModifyPlanner {
                     try typeFields(&op, recordType: recordType, schema: &trial, additions: &trialAdditions,
                                    allowSchemaChanges: allowSchemaChanges)
                 }
+                if access != nil, (op.recordType ?? live?.recordType) == Record.shareType {
+                    throw .badRequest("shares live in a custom zone of the owner's private database, not in the public database")
+                }
                 if let access, let denial = denial(of: op, live: live, access: access, schema: trial) {
                     throw denial
                 }
