@@ -96,9 +96,11 @@ extension StratusApp {
             return StratusError(.zoneNotFound, "zone '\(name)' does not exist").dictionary(uuid: uuid, zoneID: zoneIDJSON)
         }
         let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings)
+        var items = try await readable(page.items, by: request, in: db)
+        if db.scope == .private { try await decorateShares(&items, db: db, zone: name, viewer: db.owner) }
         return [
             "zoneID": request.zoneIDJSON(name),
-            "records": .array(try await readable(page.items, by: request, in: db).map { $0.wireJSON(rendering) }),
+            "records": .array(items.map { $0.wireJSON(rendering) }),
             "syncToken": .string(syncToken(db, zoneID: zoneID, cursor: page.cursor)),
             "moreComing": .bool(page.moreComing),
         ]
