@@ -1,5 +1,6 @@
 import Foundation
 import StratusCore
+import StratusStore
 @testable import StratusServer
 import Testing
 
@@ -453,6 +454,36 @@ extension SharingTests {
             let read = try await newcomer.post("shared", "records/lookup", ["zoneID": ["zoneName": "Z", "ownerRecordName": .string(alice.userRecordName!)],
                                                                             "records": [["recordName": "root"]]])
             #expect(read.json.record(0)?["recordName"] == "root", "\(read.json)")
+        }
+    }
+}
+
+extension SharingTests {
+    @Test func theOperatorListsSharesWithTheCLI() async throws {
+        try await Harness.run(live: true) { harness in
+            let anonymous = try await harness.container()
+            let alice = try await anonymous.signedUp()
+            let email = "ben\(UInt32.random(in: 0...UInt32.max))@example.com"
+            let ben = try await anonymous.signedUp(email)
+            let carl = try await anonymous.signedUp()
+            #expect(try await alice.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Album"]]]]]).status == 200)
+            let made = try await alice.modify("private", zone: "Album", [Self.op("create", "photos"), Self.shareOp("s", forRecord: "photos", participants: [Self.participant(ben, "READ_WRITE")])])
+            let guid = try #require(made.json.record(1)?["shortGUID"]?.stringValue, "\(made.json)")
+            #expect(try await ben.post("public", "records/accept", ["shortGUIDs": [["value": .string(guid)]]]).status == 200)
+            func cli(_ arguments: [String]) async throws -> Subprocess.Output {
+                try await EndToEndTests.cli(arguments, server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
+            }
+            let table = try await cli(["share", "list", "--container", anonymous.container, "--environment", "development"])
+            #expect(table.status == 0, "\(table.text)")
+            #expect(table.text.contains("OWNER") && table.text.contains(alice.userRecordName!) && table.text.contains("Album") && table.text.contains(guid), "\(table.text)")
+            #expect(table.text.contains("\(ben.userRecordName!) (RW, ACCEPTED)"), "\(table.text)")
+            let json = try await cli(["share", "list", "--container", anonymous.container, "--user", email, "--json"])
+            let parsed = try JSONParser.parse(Array(json.text.utf8))
+            #expect(parsed["shares"]?.arrayValue?.first?["rootRecordName"] == "photos", "\(json.text)")
+            let none = try await cli(["share", "list", "--container", anonymous.container, "--user", carl.userRecordName!])
+            #expect(none.status == 0 && none.text.contains("no shares"), "\(none.text)")
+            let unknown = try await cli(["share", "list", "--container", anonymous.container, "--user", "nobody@example.com"])
+            #expect(unknown.status != 0 && unknown.text.contains("no user"), "\(unknown.text)")
         }
     }
 }

@@ -81,6 +81,20 @@ extension StratusApp {
                 return .json(["user": Self.userJSON(user)])
             }
         }
+        router.get("\(base)/containers/:container/shares") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let environment = try Self.environmentParameter(request)
+            var user: String?
+            if let given = request.uri.queryParameters.get("user").map({ String($0) }) {
+                guard let found = try await self.admin.users(containerID: container.id, environment: environment, user: given).first else {
+                    throw StratusError(.notFound, "no user '\(Names.printable(given))' in this container; give a user record name or an email address")
+                }
+                user = found.userRecordName
+            }
+            let shares = try await self.records.allShares(containerID: container.id, environment: environment, user: user)
+            return .json(["shares": .array(shares.map(self.shareAdminJSON))])
+        }
         addRoleRoutes(to: router, base: base)
         addKeyRoutes(to: router, base: base)
         router.get("\(base)/stats") { request, _ -> Response in

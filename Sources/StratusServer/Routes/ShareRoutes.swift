@@ -173,6 +173,32 @@ extension StratusApp {
     }
 }
 
+extension StratusApp {
+    /// A share for the operator (`stratus share list`): everything, addresses included.
+    func shareAdminJSON(_ share: ShareInfo) -> JSON {
+        [
+            "owner": .string(share.owner),
+            "zoneName": .string(share.zoneName),
+            "shareName": .string(share.shareName),
+            "rootRecordName": share.rootName.map { .string($0) } ?? .null,
+            "shortGUID": .string(share.shortGUID),
+            "url": .string(shareURL(share.shortGUID)),
+            "publicPermission": .string(share.publicPermission.wireName),
+            "deleted": .bool(share.deleted),
+            "participants": .array(share.participants.map { participant in
+                [
+                    "participantId": .string(participant.participantID),
+                    "userRecordName": participant.userRecordName.map { .string($0) } ?? .null,
+                    "emailAddress": participant.email.map { .string($0) } ?? .null,
+                    "type": .string(participant.type.wireName),
+                    "permission": .string(participant.permission.wireName),
+                    "acceptanceStatus": .string(participant.status.wireName),
+                ]
+            }),
+        ]
+    }
+}
+
 // MARK: The shared database
 
 extension DataRequest {
