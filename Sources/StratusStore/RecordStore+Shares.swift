@@ -702,7 +702,8 @@ extension RecordStore {
         var roots: [String: SharePermission]? = [:]
         var zonePermission = SharePermission.none
         for row in rows {
-            let (id, root, code) = try row.decode((Int64, String?, Int16).self)
+            var reader = RowReader(row)
+            let id = try reader.next(Int64.self), root = try reader.next(String?.self), code = try reader.next(Int16.self)
             zoneID = id
             let permission = SharePermission(rawValue: code) ?? .readOnly
             if let root {
@@ -731,23 +732,55 @@ extension RecordStore {
         }
     }
 
-    /// `records/lookup` in the shared database: the live records among `names` the participant
-    /// may see. Those they may not are absent, exactly like records that do not exist.
-    public func sharedLookup(_ access: ShareAccess, names: [String]) async throws -> [String: Record] {
+    /// `records/lookup` in the shared database, in one statement: the access `user` has to
+    /// `owner`'s zone (`nil`: none) and the live records among `names` they may see. Those they
+    /// may not see are absent, exactly like records that do not exist.
+    public func sharedLookup(containerID: Int64, environment: ContainerEnvironment, user: String, owner: String, zone: String,
+                             names: [String]) async throws -> (ShareAccess, [String: Record])? {
         try await database.withConnection { connection in
-            let rows = try await connection.rows("""
-                SELECT \(unescaped: Self.recordColumns), share_root FROM records
-                WHERE container_id = \(access.ownerDB.containerID) AND zone_id = \(access.zoneID) AND record_name = ANY(\(names)::text[]) AND NOT deleted
-                """, logger: logger)
+            let (sql, binds) = Self.sharedLookupStatement(containerID: containerID, environment: environment, user: user, owner: owner,
+                                                          zone: zone, names: names)
+            let rows = try await Prepared.Dynamic.rows(sql, binds, on: connection, logger: logger, shapes: .feeds)
+            guard let access = try Self.access(rows, containerID: containerID, environment: environment, user: user, owner: owner, zone: zone) else {
+                return nil
+            }
             var found: [String: Record] = [:]
             for row in rows {
                 var reader = RowReader(row)
+                for _ in 0..<3 { try reader.skip() }
+                guard try !reader.peekIsNull() else { continue }
                 var record = try Self.storedRecord(&reader)
                 record.shareRoot = try reader.next(String?.self)
-                if access.canSee(record.shareRoot) { found[record.recordName] = record }
+                if !record.deleted, access.canSee(record.shareRoot) { found[record.recordName] = record }
             }
-            return found
+            return (access, found)
         }
+    }
+
+    /// The statement of `sharedLookup`: the participant's rows of the zone's live shares, each
+    /// joined to the named live records (a LATERAL subquery kept apart by `OFFSET 0`, probing the
+    /// primary key per name; the names read through a sub-select and tombstones left to the
+    /// caller, as `Prepared.Lookup` does).
+    static func sharedLookupStatement(containerID: Int64, environment: ContainerEnvironment, user: String, owner: String, zone: String,
+                                      names: [String]) -> (sql: String, binds: Prepared.Binds) {
+        var binds = Prepared.Binds()
+        let container = binds.bind(containerID)
+        let sql = """
+            SELECT a.zone_id, a.root_name, a.permission, r.* FROM (
+                SELECT z.zone_id, s.root_name, p.permission FROM zones z
+                JOIN shares s ON s.container_id = z.container_id AND s.zone_id = z.zone_id AND NOT s.deleted
+                JOIN share_participants p ON p.container_id = s.container_id AND p.zone_id = s.zone_id AND p.share_name = s.share_name
+                WHERE z.container_id = \(container) AND z.environment = \(binds.bind(environment.code))
+                  AND z.database_scope = \(binds.bind(DatabaseScope.private.code)) AND z.owner = \(binds.bind(owner))
+                  AND z.zone_name = \(binds.bind(zone)) AND NOT z.deleted
+                  AND p.user_record_name = \(binds.bind(user)) AND p.status = \(binds.bind(ParticipantStatus.accepted.rawValue))
+            ) a LEFT JOIN LATERAL (
+                SELECT \(Self.recordColumns), share_root FROM records
+                WHERE container_id = \(container) AND zone_id = a.zone_id AND record_name = ANY((SELECT \(binds.bind(names))::text[])::text[])
+                OFFSET 0
+            ) r ON true
+            """
+        return (sql, binds)
     }
 
     /// Changes to a shared zone after `cursor`, as its participant may see them: the records of

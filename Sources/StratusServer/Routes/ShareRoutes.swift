@@ -236,9 +236,13 @@ extension StratusApp {
         let (owner, zone) = try request.sharedZoneName(json, key: key)
         guard let access = try await records.shareAccess(containerID: request.caller.container.id, environment: request.caller.environment,
                                                          user: user, owner: owner, zone: zone) else {
-            throw StratusError(.zoneNotFound, "zone '\(Names.printable(zone))' of '\(Names.printable(owner))' is not shared with you")
+            throw Self.notShared(owner: owner, zone: zone)
         }
         return access
+    }
+
+    static func notShared(owner: String, zone: String) -> StratusError {
+        StratusError(.zoneNotFound, "zone '\(Names.printable(zone))' of '\(Names.printable(owner))' is not shared with you")
     }
 
     func sharedZoneJSON(owner: String, zone: String, deleted: Bool = false) -> JSON {
@@ -281,8 +285,12 @@ extension StratusApp {
 
     /// `records/lookup` in the shared database.
     func lookupSharedRecords(_ request: DataRequest, wanted: [(name: String, desired: Set<String>?)], numbersAsStrings: Bool) async throws -> JSON {
-        let access = try await shareAccess(request, request.body["zoneID"])
-        let found = try await records.sharedLookup(access, names: wanted.map(\.name))
+        let user = try request.caller.requireUser(signInURL: request.signInURL)
+        let (owner, zone) = try request.sharedZoneName(request.body["zoneID"])
+        guard let (access, found) = try await records.sharedLookup(containerID: request.caller.container.id, environment: request.caller.environment,
+                                                                   user: user, owner: owner, zone: zone, names: wanted.map(\.name)) else {
+            throw Self.notShared(owner: owner, zone: zone)
+        }
         var list = Array(found.values)
         try await decorateShares(&list, db: access.ownerDB, zone: access.zone, viewer: access.user)
         let byName = Dictionary(list.map { ($0.recordName, $0) }, uniquingKeysWith: { a, _ in a })

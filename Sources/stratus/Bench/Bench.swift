@@ -56,6 +56,10 @@ struct BenchState {
         /// The query string of a signed-in client: API token and web auth token.
         var query: String
         var zones: [String]
+        /// The owner's user record name, and the query string of a second user every zone is
+        /// shared with (`bench seed --shared`), for the shared-lookup workload.
+        var owner: String? = nil
+        var sharedQuery: String? = nil
 
         /// The query string of an anonymous client (`_world`): the API token alone.
         var worldQuery: String { String(query.prefix { $0 != "&" }) }
@@ -69,7 +73,12 @@ struct BenchState {
 
     func json() -> JSON {
         ["recordsPerZone": .int(Int64(recordsPerZone)), "publicRecords": .int(Int64(publicRecords)), "places": .int(Int64(places)), "tenants": .array(tenants.map {
-            ["container": .string($0.container), "query": .string($0.query), "zones": .array($0.zones.map { .string($0) })]
+            var tenant: [String: JSON] = ["container": .string($0.container), "query": .string($0.query), "zones": .array($0.zones.map { .string($0) })]
+            if let owner = $0.owner, let shared = $0.sharedQuery {
+                tenant["owner"] = .string(owner)
+                tenant["sharedQuery"] = .string(shared)
+            }
+            return .object(tenant)
         })]
     }
 
@@ -89,7 +98,8 @@ struct BenchState {
         if case .int(let count)? = json["places"] { places = Int(count) } else { places = 0 }
         self.tenants = tenants.map {
             Tenant(container: $0["container"]?.stringValue ?? "", query: $0["query"]?.stringValue ?? "",
-                   zones: ($0["zones"]?.arrayValue ?? []).compactMap(\.stringValue))
+                   zones: ($0["zones"]?.arrayValue ?? []).compactMap(\.stringValue), owner: $0["owner"]?.stringValue,
+                   sharedQuery: $0["sharedQuery"]?.stringValue)
         }
     }
 }
@@ -154,6 +164,7 @@ extension Bench {
         @Option(help: "Custom zones per container (records are spread evenly).") var zones = 4
         @Option(name: .customLong("public-records"), help: "Records per container in its public database, for the lookup-public and lookup-world workloads (default 0).") var publicRecords = 0
         @Option(help: "Place records (a LOCATION and a SEARCHABLE text each) in the first container's zone 'places', for the query-near and query-text workloads (default 0).") var places = 0
+        @Flag(help: "Share every zone (a zone-wide READ_ONLY share) with a second user of each container, for the shared-lookup workload.") var shared = false
         @Option(help: "Parallel seeding connections.") var concurrency = 8
         @Option(help: "Prefix of the container names.") var prefix = "bench"
         @Option(help: "stratus, or pocketbase to fill a PocketBase 'items' collection with the same records (see Deploy/bench.sh).") var peer: Peer = .stratus
@@ -185,6 +196,7 @@ extension Bench {
                 (status, body) = try connection.request("POST", "/auth/1/\(name)/development/signup?ckAPIToken=\(token)",
                                                         body: Array(#"{"emailAddress":"bench-\#(UInt32.random(in: 0...UInt32.max))@example.com","password":"bench-password"}"#.utf8))
                 guard status == 200, let user = (try? JSONParser.parse(body))?["ckWebAuthToken"]?.stringValue else { throw CLIError("sign-up in \(name): \(String(decoding: body, as: UTF8.self))") }
+                let ownerName = (try? JSONParser.parse(body))?["userRecordName"]?.stringValue
                 let query = "ckAPIToken=\(token)&ckWebAuthToken=\(user)"
                 let zoneNames = (0..<zones).map { "z\($0)" }
                 let zoneOps = zoneNames.map { #"{"operationType":"create","zone":{"zoneID":{"zoneName":"\#($0)"}}}"# }.joined(separator: ",")
@@ -212,11 +224,15 @@ extension Bench {
                     counter.add(end - next)
                     next = end
                 }
+                var tenant = BenchState.Tenant(container: name, query: query, zones: zoneNames)
+                if shared {
+                    try Self.share(&tenant, owner: ownerName ?? "", token: token, connection: connection)
+                }
                 let done = counter.value
                 if index % max(1, containers / 20) == 0 {
                     FileHandle.standardError.write(Data("seeded \(done) records in \(Int(Date().timeIntervalSince(started)))s\n".utf8))
                 }
-                return BenchState.Tenant(container: name, query: query, zones: zoneNames)
+                return tenant
             }
             if places > 0, let first = tenants.first {
                 try BenchPlaces.seed(first, places: places, host: host, port: port, concurrency: concurrency)
@@ -229,6 +245,37 @@ extension Bench {
 }
 
 extension Bench.Seed {
+    /// Signs up a second user and shares every zone of `tenant` with them (a zone-wide READ_ONLY
+    /// share each, accepted), for the shared-lookup workload.
+    static func share(_ tenant: inout BenchState.Tenant, owner: String, token: String, connection: BenchConnection) throws {
+        let name = tenant.container
+        var (status, body) = try connection.request("POST", "/auth/1/\(name)/development/signup?ckAPIToken=\(token)",
+                                                    body: Array(#"{"emailAddress":"reader-\#(UInt32.random(in: 0...UInt32.max))@example.com","password":"bench-password"}"#.utf8))
+        guard status == 200, let signedUp = try? JSONParser.parse(body), let reader = signedUp["ckWebAuthToken"]?.stringValue,
+              let readerName = signedUp["userRecordName"]?.stringValue else {
+            throw CLIError("sign-up of the share reader in \(name): \(String(decoding: body, as: UTF8.self))")
+        }
+        var guids: [String] = []
+        for zone in tenant.zones {
+            let share = #"{"operationType":"create","record":{"recordName":"cloudkit.zoneshare","recordType":"cloudkit.share","publicPermission":"NONE","participants":[{"permission":"READ_ONLY","userIdentity":{"userRecordName":"\#(readerName)"}}]}}"#
+            (status, body) = try connection.request("POST", "/database/1/\(name)/development/private/records/modify?\(tenant.query)",
+                                                    body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"operations":[\#(share)]}"#.utf8))
+            guard status == 200, let guid = (try? JSONParser.parse(body))?["records"]?.arrayValue?.first?["shortGUID"]?.stringValue else {
+                throw CLIError("sharing \(name)/\(zone): \(String(decoding: body.prefix(300), as: UTF8.self))")
+            }
+            guids.append(guid)
+        }
+        let readerQuery = "ckAPIToken=\(token)&ckWebAuthToken=\(reader)"
+        let values = guids.map { #"{"value":"\#($0)"}"# }.joined(separator: ",")
+        (status, body) = try connection.request("POST", "/database/1/\(name)/development/public/records/accept?\(readerQuery)",
+                                                body: Array(#"{"shortGUIDs":[\#(values)]}"#.utf8))
+        guard status == 200, !String(decoding: body, as: UTF8.self).contains("serverErrorCode") else {
+            throw CLIError("accepting the shares of \(name): \(String(decoding: body.prefix(300), as: UTF8.self))")
+        }
+        tenant.owner = owner
+        tenant.sharedQuery = readerQuery
+    }
+
     func save(_ state: BenchState) throws {
         let folder = URL(fileURLWithPath: options.stateFile).deletingLastPathComponent().path
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)

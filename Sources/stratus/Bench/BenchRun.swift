@@ -12,10 +12,12 @@ extension Bench {
             case lookupPublic = "lookup-public", lookupWorld = "lookup-world"
             /// Places near a point, nearest first, and places whose text has two words (`BenchPlaces`).
             case queryNear = "query-near", queryText = "query-text"
+            /// A record of a zone another user shared, looked up through the shared database (`bench seed --shared`).
+            case sharedLookup = "shared-lookup"
         }
 
         @OptionGroup var options: Bench.Options
-        @Option(help: "lookup, create, modify, batch, query-eq, query-range, changes, mixed, lookup-public (a public-database record, signed in) lookup-world (the same with the API token alone; both need 'bench seed --public-records'), query-near or query-text (both need 'bench seed --places').") var workload: Workload = .lookup
+        @Option(help: "lookup, create, modify, batch, query-eq, query-range, changes, mixed, lookup-public (a public-database record, signed in) lookup-world (the same with the API token alone; both need 'bench seed --public-records'), query-near or query-text (both need 'bench seed --places'), shared-lookup (a record of a zone shared with the reader; needs 'bench seed --shared').") var workload: Workload = .lookup
         @Option(help: "What --server is: stratus, or pocketbase for the peer comparison (lookup, create, modify and query-eq only; seed it with 'bench seed --peer pocketbase').") var peer: Peer = .stratus
         @Option(help: "Concurrent connections.") var concurrency = 16
         @Option(help: "Load-generator threads the connections are spread over (like pgbench -j).") var threads = 2
@@ -65,6 +67,9 @@ extension Bench {
                 return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"resultsLimit":100,"query":{"recordType":"Item","filterBy":[{"fieldName":"rank","comparator":"GREATER_THAN_OR_EQUALS","fieldValue":{"value":\#(Int.random(in: 0..<524_288, using: &random))}}],"sortBy":[{"fieldName":"rank"}]}}"#.utf8), records: 100)
             case .changes:
                 return Request(path: base + "changes/zone" + query, body: Array(#"{"zones":[{"zoneID":{"zoneName":"\#(zone)"},"resultsLimit":100}]}"#.utf8), records: 100)
+            case .sharedLookup:
+                let path = "/database/1/\(tenant.container)/development/shared/records/lookup?" + (tenant.sharedQuery ?? "")
+                return Request(path: path, body: Array(#"{"zoneID":{"zoneName":"\#(zone)","ownerRecordName":"\#(tenant.owner ?? "")"},"records":[{"recordName":"rec-\#(record)"}]}"#.utf8), records: 1)
             case .lookupPublic, .lookupWorld:
                 let publicRecord = Int.random(in: 0..<max(1, state.publicRecords), using: &random)
                 let path = "/database/1/\(tenant.container)/development/public/records/lookup?" + (workload == .lookupWorld ? tenant.worldQuery : tenant.query)
@@ -97,6 +102,9 @@ extension Bench {
             let workload = self.workload
             if [.lookupPublic, .lookupWorld].contains(workload), state.publicRecords == 0 {
                 throw ValidationError("the seeded data has no public records: run 'stratus bench seed --public-records N' first")
+            }
+            if workload == .sharedLookup, state.tenants.contains(where: { $0.sharedQuery == nil }) {
+                throw ValidationError("the seeded data has no shares: run 'stratus bench seed --shared' first")
             }
             if [.queryNear, .queryText].contains(workload), state.places == 0 {
                 throw ValidationError("the seeded data has no places: run 'stratus bench seed --places N' first")
