@@ -1,4 +1,4 @@
--- service-sql: shared-lookup b328e278cf2b00b0
+-- service-sql: shared-lookup 7e28fdd7363e86da
 -- The SQL `stratus serve` runs for a records/lookup of one record in the shared database (RecordStore+Shares.swift,
 -- `sharedLookup`): the reader's accepted shares of the owner's zone joined to the named record, in one statement.
 -- bench_shared holds each seeded zone with its owner and the reader it is shared with (`bench seed --shared`).
@@ -15,6 +15,6 @@ SELECT a.zone_id, a.root_name, a.permission, r.* FROM (
       AND p.user_record_name = (SELECT reader FROM bench_shared WHERE i = :i) AND p.status = 2
 ) a LEFT JOIN LATERAL (
     SELECT record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted, parent, share_name, short_guid, share_root FROM records
-    WHERE container_id = (SELECT container_id FROM bench_shared WHERE i = :i) AND zone_id = a.zone_id AND record_name = ANY((SELECT ARRAY['rec-' || :n])::text[])
+    WHERE container_id = (SELECT container_id FROM bench_shared WHERE i = :i) AND zone_id = a.zone_id AND record_name = 'rec-' || :n
     OFFSET 0
 ) r ON true;

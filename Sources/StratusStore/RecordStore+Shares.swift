@@ -502,7 +502,7 @@ extension RecordStore {
 // MARK: Reading shares
 
 extension RecordStore {
-    static let shareColumns = "s.zone_id, z.zone_name, z.owner, s.share_name, s.root_name, s.short_guid, s.public_permission, s.deleted"
+    static let shareColumns = "s.zone_id, z.zone_name, z.owner, s.share_name, s.root_name, s.short_guid, s.public_permission, s.deleted OR z.deleted"
 
     /// Shares (with participants) from rows of `shareColumns`.
     func shares(_ rows: [PostgresRow], containerID: Int64, on connection: PostgresConnection) async throws -> [ShareInfo] {
@@ -695,7 +695,7 @@ extension RecordStore {
         }
     }
 
-    static func access(_ rows: [PostgresRow], containerID: Int64, environment: ContainerEnvironment, user: String, owner: String,
+    static func access(_ rows: [PostgresRow], skipping: Int = 0, containerID: Int64, environment: ContainerEnvironment, user: String, owner: String,
                        zone: String) throws -> ShareAccess? {
         guard !rows.isEmpty else { return nil }
         var zoneID: Int64 = 0
@@ -703,6 +703,7 @@ extension RecordStore {
         var zonePermission = SharePermission.none
         for row in rows {
             var reader = RowReader(row)
+            for _ in 0..<skipping { try reader.skip() }
             let id = try reader.next(Int64.self), root = try reader.next(String?.self), code = try reader.next(Int16.self)
             zoneID = id
             let permission = SharePermission(rawValue: code) ?? .readOnly
@@ -737,30 +738,37 @@ extension RecordStore {
     /// may not see are absent, exactly like records that do not exist.
     public func sharedLookup(containerID: Int64, environment: ContainerEnvironment, user: String, owner: String, zone: String,
                              names: [String]) async throws -> (ShareAccess, [String: Record])? {
-        try await database.withConnection { connection in
-            let (sql, binds) = Self.sharedLookupStatement(containerID: containerID, environment: environment, user: user, owner: owner,
-                                                          zone: zone, names: names)
-            let rows = try await Prepared.Dynamic.rows(sql, binds, on: connection, logger: logger, shapes: .feeds)
-            guard let access = try Self.access(rows, containerID: containerID, environment: environment, user: user, owner: owner, zone: zone) else {
-                return nil
-            }
-            var found: [String: Record] = [:]
-            for row in rows {
-                var reader = RowReader(row)
-                for _ in 0..<3 { try reader.skip() }
-                guard try !reader.peekIsNull() else { continue }
-                var record = try Self.storedRecord(&reader)
-                record.shareRoot = try reader.next(String?.self)
-                if !record.deleted, access.canSee(record.shareRoot) { found[record.recordName] = record }
-            }
-            return (access, found)
+        let (sql, binds) = Self.sharedLookupStatement(containerID: containerID, environment: environment, user: user, owner: owner,
+                                                      zone: zone, names: names)
+        let read = DynamicRead(sql: sql, binds: binds)
+        let answer: DynamicRead.Rows
+        if database.held == nil {
+            answer = try await dynamicReads.answer(read)
+        } else {
+            answer = try await database.withConnection { connection in try await DynamicRead.run([read], on: connection, logger: logger)[0] }
         }
+        let rows = answer.rows
+        guard let access = try Self.access(rows, skipping: answer.skipping, containerID: containerID, environment: environment, user: user,
+                                           owner: owner, zone: zone) else {
+            return nil
+        }
+        var found: [String: Record] = [:]
+        for row in rows {
+            var reader = RowReader(row)
+            for _ in 0..<(3 + answer.skipping) { try reader.skip() }
+            guard try !reader.peekIsNull() else { continue }
+            var record = try Self.storedRecord(&reader)
+            record.shareRoot = try reader.next(String?.self)
+            if !record.deleted, access.canSee(record.shareRoot) { found[record.recordName] = record }
+        }
+        return (access, found)
     }
 
     /// The statement of `sharedLookup`: the participant's rows of the zone's live shares, each
     /// joined to the named live records (a LATERAL subquery kept apart by `OFFSET 0`, probing the
-    /// primary key per name; the names read through a sub-select and tombstones left to the
-    /// caller, as `Prepared.Lookup` does).
+    /// primary key per name; tombstones left to the caller, as `Prepared.Lookup` does). One name
+    /// is bound as a scalar, so concurrent lookups of one record share statements
+    /// (`dynamicReads`); several are an array read through a sub-select.
     static func sharedLookupStatement(containerID: Int64, environment: ContainerEnvironment, user: String, owner: String, zone: String,
                                       names: [String]) -> (sql: String, binds: Prepared.Binds) {
         var binds = Prepared.Binds()
@@ -776,7 +784,7 @@ extension RecordStore {
                   AND p.user_record_name = \(binds.bind(user)) AND p.status = \(binds.bind(ParticipantStatus.accepted.rawValue))
             ) a LEFT JOIN LATERAL (
                 SELECT \(Self.recordColumns), share_root FROM records
-                WHERE container_id = \(container) AND zone_id = a.zone_id AND record_name = ANY((SELECT \(binds.bind(names))::text[])::text[])
+                WHERE container_id = \(container) AND zone_id = a.zone_id AND \(names.count == 1 ? "record_name = \(binds.bind(names[0]))" : "record_name = ANY((SELECT \(binds.bind(names))::text[])::text[])")
                 OFFSET 0
             ) r ON true
             """

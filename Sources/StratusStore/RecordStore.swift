@@ -82,6 +82,9 @@ public final class RecordStore: Sendable {
     /// Concurrent lookups share statements, and so do concurrent queries of the same shape.
     let lookups: StatementSharing<LookupRequest, [Record]?>
     let queriesByLoop: PerEventLoop<StatementSharing<QueryRequest, QueryPage?>>
+    /// Concurrent reads built at run time with scalar values (shared-database lookups) share
+    /// statements when their SQL is the same.
+    let dynamicReads: StatementSharing<DynamicRead, DynamicRead.Rows>
     /// The query sharing of the caller's event loop.
     var queries: StatementSharing<QueryRequest, QueryPage?> { queriesByLoop.current }
 
@@ -94,6 +97,12 @@ public final class RecordStore: Sendable {
             try await database.withConnection { connection in
                 sending()
                 return try await Lookups.run(requests, on: connection, logger: logger)
+            }
+        }
+        self.dynamicReads = StatementSharing(keysPerStatement: 16, canShare: DynamicRead.canShare) { requests, sending in
+            try await database.withConnection { connection in
+                sending()
+                return try await DynamicRead.run(requests, on: connection, logger: logger)
             }
         }
         // Queries run one statement per core, lookups one per two cores (the default). A query

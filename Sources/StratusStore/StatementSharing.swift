@@ -1,4 +1,6 @@
 import Foundation
+import Logging
+import PostgresNIO
 import StratusCore
 import Synchronization
 
@@ -193,5 +195,34 @@ final class StatementSharing<Request: Sendable, Answer: Sendable>: Sendable {
             waiter.continuation.resume(returning: .done(result.map { $0[index + 1] }))
         }
         return try result.get()[0]
+    }
+}
+
+/// A read whose statement is built at run time (`Prepared.Dynamic`), shared with others of the
+/// same SQL through `Prepared.Shared` when all its values are scalars.
+struct DynamicRead: Sendable {
+    var sql: String
+    var binds: Prepared.Binds
+
+    /// A request's rows, and how many leading cells of each are the shared statement's own.
+    struct Rows: Sendable {
+        var rows: [PostgresRow]
+        var skipping: Int
+    }
+
+    static func canShare(_ a: DynamicRead, _ b: DynamicRead) -> Bool {
+        Prepared.Shared.canShare(a.binds) && Prepared.Shared.canShare(b.binds) && a.binds.types == b.binds.types && a.sql == b.sql
+    }
+
+    /// One statement for `requests` (all shareable with the first when there are several).
+    static func run(_ requests: [DynamicRead], on connection: PostgresConnection, logger: Logger) async throws -> [Rows] {
+        if requests.count == 1 {
+            return [Rows(rows: try await Prepared.Dynamic.rows(requests[0].sql, requests[0].binds, on: connection, logger: logger, shapes: .feeds),
+                         skipping: 0)]
+        }
+        let sql = Prepared.Shared.sql(requests[0].sql, types: requests[0].binds.types)
+        let rows = try await Prepared.Dynamic.rows(sql, try Prepared.Shared.binds(requests.map(\.binds)), on: connection, logger: logger,
+                                                   shapes: .feeds)
+        return try Prepared.Shared.grouped(rows, count: requests.count).map { Rows(rows: $0, skipping: 1) }
     }
 }

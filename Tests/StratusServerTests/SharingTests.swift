@@ -1,6 +1,6 @@
 import Foundation
 import StratusCore
-import StratusStore
+@testable import StratusStore
 @testable import StratusServer
 import Testing
 
@@ -230,6 +230,12 @@ extension SharingTests {
             try await check("edited")
             try await save([Self.op("forceUpdate", "b", Self.parent("x"))])
             try await check("b and its child moved out")
+            // At once for lookups and queries too.
+            let sharedZone: JSON = ["zoneName": "Trip", "ownerRecordName": .string(alice.userRecordName!)]
+            let gone = try await bob.post("shared", "records/lookup", ["zoneID": sharedZone, "records": [["recordName": "b"], ["recordName": "b1"], ["recordName": "a"]]])
+            #expect(gone.json.record(0)?.errorCode == "NOT_FOUND" && gone.json.record(1)?.errorCode == "NOT_FOUND" && gone.json.record(2)?["recordName"] == "a", "\(gone.json)")
+            let queried = try await bob.post("shared", "records/query", ["zoneID": sharedZone, "query": ["recordType": "Note"]])
+            #expect(queried.json["records"]?.arrayValue?.contains { $0["recordName"] == "b" || $0["recordName"] == "b1" } == false, "\(queried.json)")
             try await save([Self.op("forceUpdate", "y", Self.parent("c"))])
             try await check("y and its child moved in")
             try await save([Self.op("create", "d", fields: title("D"), Self.parent("a")), Self.op("forceUpdate", "y1", fields: title("Y1 again"))])
@@ -484,6 +490,88 @@ extension SharingTests {
             #expect(none.status == 0 && none.text.contains("no shares"), "\(none.text)")
             let unknown = try await cli(["share", "list", "--container", anonymous.container, "--user", "nobody@example.com"])
             #expect(unknown.status != 0 && unknown.text.contains("no user"), "\(unknown.text)")
+        }
+    }
+}
+
+extension SharingTests {
+    @Test func aDeletedShareOrZoneLeavesTheSharedDatabaseAtOnce() async throws {
+        try await Harness.run { harness in
+            let anonymous = try await harness.container()
+            let alice = try await anonymous.signedUp()
+            let bob = try await anonymous.signedUp()
+            var guids: [String: String] = [:]
+            for zone in ["One", "Two"] {
+                #expect(try await alice.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": .string(zone)]]]]]).status == 200)
+                let made = try await alice.modify("private", zone: zone, [Self.op("create", "root"), Self.op("create", "child", Self.parent("root")),
+                                                                          Self.shareOp("share", forRecord: "root", participants: [Self.participant(bob, "READ_ONLY")])])
+                guids[zone] = try #require(made.json.record(2)?["shortGUID"]?.stringValue, "\(made.json)")
+                #expect(try await bob.post("public", "records/accept", ["shortGUIDs": [["value": .string(guids[zone]!)]]]).status == 200)
+            }
+            var replica = Replica()
+            try await replica.sync(bob)
+            #expect(replica.zones.count == 2 && replica.zones.values.allSatisfy { $0.keys.sorted() == ["child", "root", "share"] }, "\(replica.zones)")
+            // The owner deletes the share of One (its root stays hers) and the whole zone Two.
+            #expect(try await alice.modify("private", zone: "One", [Self.op("forceDelete", "share", recordType: nil)]).json.record(0)?["deleted"] == true)
+            #expect(try await alice.post("private", "zones/modify", ["operations": [["operationType": "delete", "zone": ["zoneID": ["zoneName": "Two"]]]]]).status == 200)
+            let root = try await alice.post("private", "records/lookup", ["zoneID": ["zoneName": "One"], "records": [["recordName": "root"]]])
+            #expect(root.json.record(0)?["share"] == nil && root.json.record(0)?["recordName"] == "root", "the root is no longer shared: \(root.json)")
+            try await replica.sync(bob)
+            #expect(replica.zones.isEmpty, "\(replica.zones)")
+            #expect(try await bob.get("shared", "zones/list").json["zones"] == [])
+            for zone in ["One", "Two"] {
+                let read = try await bob.post("shared", "records/lookup", ["zoneID": ["zoneName": .string(zone), "ownerRecordName": .string(alice.userRecordName!)],
+                                                                           "records": [["recordName": "root"]]])
+                #expect(read.json.errorCode == "ZONE_NOT_FOUND", "\(zone): \(read.json)")
+                let resolved = try await bob.post("public", "records/resolve", ["shortGUIDs": [["value": .string(guids[zone]!)]]])
+                #expect(resolved.json["results"]?.arrayValue?.first?.errorCode == "NOT_FOUND", "\(zone): \(resolved.json)")
+            }
+        }
+    }
+}
+
+extension SharingTests {
+    /// Concurrent shared-database lookups share statements (`dynamicReads`); each still gets its
+    /// own answer, and a caller the zone is not shared with gets none.
+    @Test func concurrentSharedLookupsEachGetTheirOwnAnswer() async throws {
+        try await Harness.run { harness in
+            let anonymous = try await harness.container()
+            let alice = try await anonymous.signedUp()
+            let bob = try await anonymous.signedUp()
+            let dave = try await anonymous.signedUp()
+            #expect(try await alice.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Z"]]]]]).status == 200)
+            let records = (0..<40).map { Self.op("create", "r\($0)", fields: ["title": ["value": .string("t\($0)")]], $0 == 0 ? [:] : Self.parent("r0")) }
+            #expect(try await alice.modify("private", zone: "Z", records + [Self.op("create", "outside")]).json.record(0)?.errorCode == nil)
+            let made = try await alice.modify("private", zone: "Z", [Self.shareOp("s", forRecord: "r0", participants: [Self.participant(bob, "READ_ONLY")])])
+            let guid = try #require(made.json.record(0)?["shortGUID"]?.stringValue)
+            #expect(try await bob.post("public", "records/accept", ["shortGUIDs": [["value": .string(guid)]]]).status == 200)
+            let zoneID: JSON = ["zoneName": "Z", "ownerRecordName": .string(alice.userRecordName!)]
+            let before = harness.app.records.dynamicReads.statistics
+            let answers = try await withThrowingTaskGroup(of: (Int, String?, String?).self) { group in
+                for index in 0..<120 {
+                    group.addTask {
+                        let who = index % 4 == 3 ? dave : bob
+                        let name = index % 10 == 9 ? "outside" : "r\(index % 40)"
+                        let response = try await who.post("shared", "records/lookup", ["zoneID": zoneID, "records": [["recordName": .string(name)]]])
+                        return (index, response.json.record(0)?["fields"]?["title"]?["value"]?.stringValue, response.json.errorCode ?? response.json.record(0)?.errorCode)
+                    }
+                }
+                var all: [(Int, String?, String?)] = []
+                for try await answer in group { all.append(answer) }
+                return all
+            }
+            for (index, title, error) in answers {
+                if index % 4 == 3 {
+                    #expect(error == "ZONE_NOT_FOUND" && title == nil, "dave, request \(index): \(title ?? "-") \(error ?? "-")")
+                } else if index % 10 == 9 {
+                    #expect(error == "NOT_FOUND", "bob, outside, request \(index): \(error ?? "-")")
+                } else {
+                    #expect(title == "t\(index % 40)" && error == nil, "bob, request \(index): \(title ?? "-") \(error ?? "-")")
+                }
+            }
+            let after = harness.app.records.dynamicReads.statistics
+            #expect(after.requests - before.requests == 120, "every lookup went through the sharing: \(after)")
+            print("120 concurrent shared lookups in \(after.statements - before.statements) statements")
         }
     }
 }
