@@ -40,7 +40,8 @@ extension RecordStore {
             return try await database.transaction { connection in
                 let names = request.recordNames.compactMap { $0 }
                 // Share roots are locked with the records: a share checks and changes its root.
-                let lockNames = Array(Set(names + Self.shareRoots(of: request)))
+                let roots = Self.shareRoots(of: request).filter { !names.contains($0) }
+                let lockNames = roots.isEmpty ? names : names + Set(roots)
                 let zoneID: Int64
                 let zoneShared: Bool
                 var current: [String: Record]

@@ -105,6 +105,12 @@ extension RecordStore {
         var sharing = SharePlan()
         sharing.zoneShared = zoneShared
         sharing.participant = participant
+        if participant == nil, !zoneShared, !plan.operations.contains(where: { op in
+            guard let op else { return false }
+            return op.parent != .keep || op.createShortGUID || op.share != nil || op.recordType == Record.shareType || op.type.isDelete
+        }) {
+            return sharing  // nothing about shares or hierarchies: the usual case, one pass
+        }
         if let participant { Self.checkParticipantWrites(participant, current: current, outcomes: &outcomes, sharing: &sharing) }
         let touchesShares = outcomes.indices.contains { index in
             if case .success(.save(let record, _)) = outcomes[index], record.recordType == Record.shareType { return true }

@@ -3,7 +3,7 @@ public enum OperationType: String, Sendable, CaseIterable {
     case create, update, forceUpdate, replace, forceReplace, delete, forceDelete
 
     var needsChangeTag: Bool { self == .update || self == .replace || self == .delete }
-    var isDelete: Bool { self == .delete || self == .forceDelete }
+    public var isDelete: Bool { self == .delete || self == .forceDelete }
     var replacesFields: Bool { self == .replace || self == .forceReplace }
 }
 
@@ -150,7 +150,7 @@ public struct ModifyRequest: Sendable {
             guard members.count <= FieldLimits.maximumFieldCount else {
                 throw .badRequest("a record may have at most \(FieldLimits.maximumFieldCount) fields")
             }
-            for name in members.keys where ShareSpec.fields[name] == nil { try Names.validateFieldName(name) }
+            for name in members.keys where !ShareSpec.isShareField(name) { try Names.validateFieldName(name) }
             rawFields = members
         }
         var parent = ModifyOperation.ParentChange.keep
@@ -301,7 +301,7 @@ public enum ModifyPlanner {
         if op.share != nil {
             throw .badRequest("forRecord, publicPermission and participants belong to cloudkit.share records, not to a '\(recordType)'")
         }
-        if let name = op.rawFields.keys.first(where: { ShareSpec.fields[$0] != nil }) {
+        if let name = op.rawFields.keys.first(where: ShareSpec.isShareField) {
             throw .badRequest("field '\(name)' belongs to cloudkit.share records; a '\(recordType)' cannot have it")
         }
         if schema.recordTypes[recordType] == nil {

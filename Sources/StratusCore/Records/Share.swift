@@ -80,6 +80,11 @@ public struct ShareSpec: Sendable, Equatable {
     /// Most participants one share may have (CloudKit allows 100).
     public static let maximumParticipants = 100
 
+    /// Whether `name` is one of a share record's fields (they alone start with `cloudkit.`).
+    @inline(__always) public static func isShareField(_ name: String) -> Bool {
+        name.utf8.first == UInt8(ascii: "c") && name.hasPrefix("cloudkit.") && fields[name] != nil
+    }
+
     /// The fields a share record may carry, with their types (CloudKit JS `ShareRecordType`).
     public static let fields: [String: FieldType] = [
         "cloudkit.title": FieldType(.string),
@@ -89,8 +94,8 @@ public struct ShareSpec: Sendable, Equatable {
 
     /// Decodes the share keys of a record dictionary; `nil` when it has none.
     public static func decode(_ record: [String: JSON], recordName: String) throws(StratusError) -> ShareSpec? {
-        let keys = ["forRecord", "publicPermission", "participants"]
-        guard keys.contains(where: { record[$0] != nil && record[$0] != .null }) else { return nil }
+        func given(_ key: String) -> Bool { if let value = record[key] { return value != .null } else { return false } }
+        guard given("forRecord") || given("publicPermission") || given("participants") else { return nil }
         var spec = ShareSpec()
         if let forJSON = record["forRecord"], forJSON != .null {
             guard let members = forJSON.objectValue, let name = members["recordName"]?.stringValue else {
