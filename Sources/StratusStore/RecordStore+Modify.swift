@@ -215,12 +215,7 @@ extension RecordStore {
             var reader = RowReader(row)
             zone = (try reader.next(Int64.self), try reader.next(Bool.self))
             guard try reader.peekIsNull() == false else { continue }
-            var record = try Self.storedRecord(&reader)
-            record.shareRoot = try reader.next(String?.self)
-            if let encoded = record.encodedFields {
-                record.fields = try Record.decodeFields(encoded)
-                record.encodedFields = nil
-            }
+            let record = try Self.currentRecord(&reader)
             current[record.recordName] = record
         }
         guard let zone else { return nil }
@@ -239,12 +234,7 @@ extension RecordStore {
         var current: [String: Record] = [:]
         for row in rows {
             var reader = RowReader(row)
-            var record = try Self.storedRecord(&reader)
-            record.shareRoot = try reader.next(String?.self)
-            if let encoded = record.encodedFields {
-                record.fields = try Record.decodeFields(encoded)
-                record.encodedFields = nil
-            }
+            let record = try Self.currentRecord(&reader)
             current[record.recordName] = record
         }
         return current

@@ -135,9 +135,11 @@ public final class RecordStore: Sendable {
     /// `recordColumns` of the table aliased `alias`.
     static func recordColumns(of alias: String) -> String { recordColumnNames.map { "\(alias).\($0)" }.joined(separator: ", ") }
 
-    /// A record row with its fields decoded (write paths, which merge fields).
-    static func record(_ row: PostgresRow) throws -> Record {
-        var record = try storedRecord(row)
+    /// The record in the next cells of `reader` (`recordColumns`, then `share_root`) with its
+    /// fields decoded (write paths, which merge fields and check share roots).
+    static func currentRecord(_ reader: inout RowReader) throws -> Record {
+        var record = try storedRecord(&reader)
+        record.shareRoot = try reader.next(String?.self)
         if let encoded = record.encodedFields {
             record.fields = try Record.decodeFields(encoded)
             record.encodedFields = nil

@@ -12,7 +12,8 @@ struct Bench: AsyncParsableCommand {
               stratus bench seed --containers 100 --records 1000
               stratus bench --workload lookup --concurrency 16 --duration 20
 
-            Workloads: lookup (records/lookup of one record), create (records/modify creating one new
+            Workloads: lookup (records/lookup of one record), shared-lookup (the same through the shared
+            database of a user the zone is shared with; seed with --shared), create (records/modify creating one new
             ~1 KB record), modify (records/modify forceUpdate of one
             ~1 KB record), batch (100 new records per records/modify), query-eq (equality filter, ~10
             results), query-range (range filter sorted, 100 results), changes (changes/zone page of
