@@ -95,6 +95,23 @@ extension StratusApp {
             let shares = try await self.records.allShares(containerID: container.id, environment: environment, user: user)
             return .json(["shares": .array(shares.map(self.shareAdminJSON))])
         }
+        router.get("\(base)/containers/:container/quota") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let environment = try Self.environmentParameter(request)
+            let settings = try await self.admin.quotaSettings(containerID: container.id, environment: environment)
+            return .json(Self.quotaJSON(settings, environment: environment))
+        }
+        router.patch("\(base)/containers/:container/quota") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let body = try await self.readObject(request)
+            let environment = try ContainerEnvironment(segment: try Wire.string(body["environment"], key: "environment") ?? "development")
+            let changes = try QuotaLimits.changes(body, ignoring: ["environment", "by"])
+            let settings = try await self.admin.setQuotaLimits(containerID: container.id, environment: environment, changes: changes,
+                                                               by: try self.actor(request, body: body))
+            return .json(Self.quotaJSON(settings, environment: environment))
+        }
         addRoleRoutes(to: router, base: base)
         addKeyRoutes(to: router, base: base)
         router.get("\(base)/stats") { request, _ -> Response in
@@ -203,6 +220,18 @@ extension StratusApp {
     }
 
     /// The `environment` query parameter (development when absent).
+    /// A container-environment's limits: each value, and which were set (the rest are defaults).
+    static func quotaJSON(_ settings: QuotaSettings, environment: ContainerEnvironment) -> JSON {
+        var limits: [String: JSON] = [:]
+        var defaults: [String: JSON] = [:]
+        for key in QuotaLimits.keys {
+            limits[key.name] = .int(settings.limits[keyPath: key.path])
+            defaults[key.name] = .int(QuotaLimits.defaults[keyPath: key.path])
+        }
+        return ["environment": .string(environment.rawValue), "limits": .object(limits), "defaults": .object(defaults),
+                "set": .array(settings.set.sorted().map { .string($0) }), "enforced": false]
+    }
+
     static func environmentParameter(_ request: Request) throws(StratusError) -> ContainerEnvironment {
         try ContainerEnvironment(segment: request.uri.queryParameters.get("environment").map { String($0) } ?? "development")
     }

@@ -1,0 +1,54 @@
+/// The limits of one container-environment (issue 25). Each is set by the operator or takes its
+/// documented default.
+public struct QuotaLimits: Sendable, Equatable {
+    public var maxRecords: Int64
+    public var maxStorageBytes: Int64
+    public var requestsPerSecond: Int64
+    public var userRequestsPerSecond: Int64
+    public var userPrivateStorageBytes: Int64
+
+    public init(maxRecords: Int64, maxStorageBytes: Int64, requestsPerSecond: Int64, userRequestsPerSecond: Int64,
+                userPrivateStorageBytes: Int64) {
+        self.maxRecords = maxRecords
+        self.maxStorageBytes = maxStorageBytes
+        self.requestsPerSecond = requestsPerSecond
+        self.userRequestsPerSecond = userRequestsPerSecond
+        self.userPrivateStorageBytes = userPrivateStorageBytes
+    }
+
+    /// Generous: a new app never meets them by surprise.
+    public static let defaults = QuotaLimits(maxRecords: 10_000_000, maxStorageBytes: 10 << 30, requestsPerSecond: 1_000,
+                                             userRequestsPerSecond: 100, userPrivateStorageBytes: 1 << 30)
+
+    /// The wire names of the limits, in order, with their key paths (immutable; key paths are not Sendable).
+    nonisolated(unsafe) public static let keys: [(name: String, path: WritableKeyPath<QuotaLimits, Int64>)] = [
+        ("maxRecords", \.maxRecords), ("maxStorageBytes", \.maxStorageBytes), ("requestsPerSecond", \.requestsPerSecond),
+        ("userRequestsPerSecond", \.userRequestsPerSecond), ("userPrivateStorageBytes", \.userPrivateStorageBytes),
+    ]
+
+    /// The largest value a limit may take.
+    public static let maximum: Int64 = 1 << 50
+
+    /// Changes to limits from a JSON object: each key a whole number from 1 to `maximum`, or null
+    /// for the default. Unknown keys are refused (a misspelt limit must not pass silently).
+    public static func changes(_ body: [String: JSON], ignoring ignored: Set<String> = []) throws(StratusError) -> [String: Int64?] {
+        var changes: [String: Int64?] = [:]
+        for (key, value) in body where !ignored.contains(key) {
+            guard keys.contains(where: { $0.name == key }) else {
+                throw .badRequest("unknown limit '\(Names.printable(key))'; the limits are \(keys.map(\.name).joined(separator: ", "))")
+            }
+            if value == .null {
+                changes[key] = .some(nil)
+                continue
+            }
+            guard case .int(let number) = value, number >= 1, number <= maximum else {
+                throw .badRequest("'\(key)' must be a whole number from 1 to \(maximum), or null for the default")
+            }
+            changes[key] = .some(number)
+        }
+        guard !changes.isEmpty else {
+            throw .badRequest("nothing to change: give one or more of \(keys.map(\.name).joined(separator: ", "))")
+        }
+        return changes
+    }
+}

@@ -1,0 +1,48 @@
+import Foundation
+import StratusCore
+import StratusStore
+import Testing
+
+/// Quotas (issue 25), first part: limits as data, set per container-environment through the CLI
+/// and the management API, audited.
+@Suite(.timeLimit(.minutes(5))) struct QuotaLimitTests {
+    @Test func theOperatorSetsShowsAndResetsLimitsPerEnvironment() async throws {
+        try await Harness.run(live: true) { harness in
+            let session = try await harness.container()
+            func cli(_ arguments: [String]) async throws -> Subprocess.Output {
+                try await EndToEndTests.cli(arguments, server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
+            }
+            let shown = try await cli(["quota", "show", "--container", session.container, "--json"])
+            let initial = try JSONParser.parse(Array(shown.text.utf8))
+            #expect(initial["limits"]?["maxRecords"] == .int(QuotaLimits.defaults.maxRecords) && initial["set"] == [], "\(shown.text)")
+
+            let set = try await cli(["quota", "set", "--container", session.container, "--environment", "production",
+                                     "--max-records", "1000", "--requests-per-second", "50"])
+            #expect(set.status == 0 && set.text.contains("maxRecords\t1000\tset") && set.text.contains("requestsPerSecond\t50\tset"), "\(set.text)")
+            #expect(set.text.contains("maxStorageBytes\t\(QuotaLimits.defaults.maxStorageBytes)\tdefault"), "\(set.text)")
+            // Per environment: development kept its defaults.
+            let development = try JSONParser.parse(Array(try await cli(["quota", "show", "--container", session.container, "--json"]).text.utf8))
+            #expect(development["limits"]?["maxRecords"] == .int(QuotaLimits.defaults.maxRecords), "\(development)")
+            // Reset one; the other stays.
+            let reset = try await cli(["quota", "set", "--container", session.container, "--environment", "production", "--max-records", "default", "--json"])
+            let after = try JSONParser.parse(Array(reset.text.utf8))
+            #expect(after["limits"]?["maxRecords"] == .int(QuotaLimits.defaults.maxRecords) && after["set"] == ["requestsPerSecond"], "\(reset.text)")
+
+            // Bad values are refused with a reason, and change nothing.
+            for bad in [["--max-records", "0"], ["--max-records=-5"], ["--requests-per-second", "lots"]] {
+                let refused = try await cli(["quota", "set", "--container", session.container, "--environment", "production"] + bad)
+                #expect(refused.status != 0 && (refused.text.contains("whole number")), "\(bad): \(refused.text)")
+            }
+            let misspelt = try await harness.admin(.patch, "containers/\(session.container)/quota", json: ["environment": "production", "maxRecord": 5])
+            #expect(misspelt.status == 400 && misspelt.json["reason"]?.stringValue?.contains("unknown limit 'maxRecord'") == true, "\(misspelt.json)")
+            let unchanged = try await harness.admin(.get, "containers/\(session.container)/quota?environment=production")
+            #expect(unchanged.json["set"] == ["requestsPerSecond"], "\(unchanged.json)")
+
+            // Every change is in the audit log.
+            let audit = try await harness.admin(.get, "containers/\(session.container)/audit")
+            let entries = audit.json["entries"]?.arrayValue?.filter { $0["action"] == "quota.set" } ?? []
+            #expect(entries.count == 2, "\(audit.json)")
+            #expect(entries.contains { $0["detail"]?.stringValue == "maxRecords=1000 requestsPerSecond=50" }, "\(entries)")
+        }
+    }
+}
