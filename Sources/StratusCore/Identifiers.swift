@@ -100,6 +100,11 @@ public enum Names {
         return name.unicodeScalars.allSatisfy { isASCIIAlphanumeric($0) || $0 == "_" }
     }
 
+    /// Whether `name` is 1 to `maximumBytes` bytes of printable characters (safe to store and to print).
+    public static func isPrintableName(_ name: String, maximumBytes: Int) -> Bool {
+        !name.isEmpty && name.utf8.count <= maximumBytes && (name.isPrintableASCII || name.unicodeScalars.allSatisfy(isPrintable))
+    }
+
     /// Whether `scalar` may appear in a client-chosen name.
     public static func isPrintable(_ scalar: Unicode.Scalar) -> Bool {
         switch scalar.properties.generalCategory {

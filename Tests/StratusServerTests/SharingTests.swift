@@ -412,10 +412,18 @@ extension SharingTests {
             refused(try await alice.modify("private", zone: "Z", [Self.op("create", "loop-a", Self.parent("loop-b")), Self.op("create", "loop-b", Self.parent("loop-a"))]),
                     "BAD_REQUEST", mentioning: "ancestor", "a parent loop")
             refused(try await alice.modify("private", zone: "Z", [Self.op("create", "odd", fields: ["cloudkit.title": ["value": "x"]])]), "BAD_REQUEST", mentioning: "cloudkit.share", "share field on a Note")
+            let chain = (0...65).map { Self.op("create", "deep-\($0)", $0 == 0 ? [:] : Self.parent("deep-\($0 - 1)")) }
+            refused(try await alice.modify("private", zone: "Z", chain), "BAD_REQUEST", mentioning: "64 levels", "a chain 66 deep")
+            let nul: JSON = ["permission": "READ_ONLY", "userIdentity": ["userRecordName": "_a\u{0}b"]]
+            refused(try await alice.modify("private", zone: "Z", [Self.shareOp("s1", forRecord: "root", participants: [nul])]), "BAD_REQUEST", mentioning: "user record name", "a NUL in a participant")
+            let nulOwner = try await bob.post("shared", "records/lookup", ["zoneID": ["zoneName": "Z", "ownerRecordName": "_a\u{0}b"], "records": [["recordName": "root"]]])
+            #expect(nulOwner.json.errorCode == "BAD_REQUEST", "\(nulOwner.json)")
             // Nothing of the refused requests was written: no share, no root change, no loop.
             let after = try await alice.post("private", "records/lookup", ["zoneID": ["zoneName": "Z"], "records": [["recordName": "root"], ["recordName": "s1"], ["recordName": "loop-a"]]])
             #expect(after.json.record(0)?["share"] == nil, "\(after.json)")
             #expect(after.json.record(1)?.errorCode == "NOT_FOUND" && after.json.record(2)?.errorCode == "NOT_FOUND", "\(after.json)")
+            let deep = try await alice.post("private", "records/lookup", ["zoneID": ["zoneName": "Z"], "records": [["recordName": "deep-0"]]])
+            #expect(deep.json.record(0)?.errorCode == "NOT_FOUND", "the refused chain wrote nothing: \(deep.json)")
             #expect(try await bob.get("shared", "zones/list").json["zones"] == [], "no share reached bob")
 
             // A participant cannot change the share, nor re-share.

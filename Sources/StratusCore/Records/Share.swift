@@ -146,10 +146,13 @@ public struct ShareSpec: Sendable, Equatable {
         if userRecordName == nil { userRecordName = try Wire.string(lookup["userRecordName"], key: "\(key).lookupInfo.userRecordName") }
         let email = try Wire.string(lookup["emailAddress"], key: "\(key).lookupInfo.emailAddress")
         if let userRecordName {
+            guard Names.isPrintableName(userRecordName, maximumBytes: 255) else {
+                throw .badRequest("\(key): '\(Names.printable(userRecordName))' is not a user record name")
+            }
             return ParticipantSpec(userRecordName: userRecordName, permission: permission)
         }
         if let email {
-            guard email.contains("@"), email.utf8.count <= 320 else {
+            guard email.contains("@"), Names.isPrintableName(email, maximumBytes: 320) else {
                 throw .badRequest("\(key): '\(Names.printable(email))' is not an email address")
             }
             return ParticipantSpec(email: email, permission: permission)

@@ -87,6 +87,9 @@ extension StratusApp {
             let environment = try Self.environmentParameter(request)
             var user: String?
             if let given = request.uri.queryParameters.get("user").map({ String($0) }) {
+                guard Names.isPrintableName(given, maximumBytes: 320) else {
+                    throw StratusError.badRequest("give the user's record name (_ and 32 hex digits) or email address")
+                }
                 guard let found = try await self.admin.users(containerID: container.id, environment: environment, user: given).first else {
                     throw StratusError(.notFound, "no user '\(Names.printable(given))' in this container; give a user record name or an email address")
                 }

@@ -215,6 +215,9 @@ extension DataRequest {
               owner != "__defaultOwner__", owner != "_defaultOwner", owner != caller.user else {
             throw StratusError(.zoneNotFound, "zone '\(Names.printable(zone))' is not in your shared database: zones there belong to the users who shared them, so name its owner with ownerRecordName")
         }
+        guard Names.isPrintableName(owner, maximumBytes: 255) else {
+            throw .badRequest("'\(key).ownerRecordName' '\(Names.printable(owner))' is not a user record name")
+        }
         return (owner, zone)
     }
 
