@@ -43,17 +43,8 @@ extension RecordStore {
     /// they accepted; `nil` when they have none (or the zone does not exist).
     public func shareAccess(containerID: Int64, environment: ContainerEnvironment, user: String, owner: String,
                             zone: String) async throws -> ShareAccess? {
-        try await database.withConnection { connection in
-            let rows = try await connection.rows("""
-                SELECT z.zone_id, s.root_name, p.permission FROM zones z
-                JOIN shares s ON s.container_id = z.container_id AND s.zone_id = z.zone_id AND NOT s.deleted
-                JOIN share_participants p ON p.container_id = s.container_id AND p.zone_id = s.zone_id AND p.share_name = s.share_name
-                WHERE z.container_id = \(containerID) AND z.environment = \(environment.code) AND z.database_scope = \(DatabaseScope.private.code)
-                  AND z.owner = \(owner) AND z.zone_name = \(zone) AND NOT z.deleted
-                  AND p.user_record_name = \(user) AND p.status = \(ParticipantStatus.accepted.rawValue)
-                """, logger: logger)
-            return try Self.access(rows, containerID: containerID, environment: environment, user: user, owner: owner, zone: zone)
-        }
+        // The shared lookup's statement with no names: its access rows alone.
+        try await sharedLookup(containerID: containerID, environment: environment, user: user, owner: owner, zone: zone, names: [])?.0
     }
 
     static func access(_ rows: [PostgresRow], skipping: Int = 0, containerID: Int64, environment: ContainerEnvironment, user: String, owner: String,
