@@ -1,17 +1,18 @@
--- service-sql: lock ece5083d33fb3115
--- service-sql: write b7ea910f19bee0fa
+-- service-sql: lock ca3efae049510650
+-- service-sql: write 6beb525a38db98df
 -- The SQL `stratus serve` runs for this records/modify, statement for statement (RecordStore+Modify.swift):
 -- zone and record locks in one statement, then one statement that writes records, index entries (title, rank: the bench
 -- schema) and the zone's change position. Regenerate when the service's SQL changes.
 \set i random(1, :zones)
 \set b random(1, 1000000000)
 BEGIN;
-SELECT container_id AS c, zone_id AS z FROM bench_zones WHERE i = :i \gset
+SELECT container_id AS c, zone_id AS z, owner AS o FROM bench_zones WHERE i = :i \gset
 WITH z AS (SELECT zone_id, EXISTS (SELECT 1 FROM shares s WHERE s.container_id = :c AND s.zone_id = zones.zone_id AND NOT s.deleted) AS shared
     FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted FOR NO KEY UPDATE)
 SELECT z.zone_id, z.shared, r.*
-  FROM z LEFT JOIN LATERAL (SELECT record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted, parent, share_name, short_guid, share_root
+  FROM z LEFT JOIN LATERAL (SELECT record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted, parent, share_name, short_guid, share_root, size
     FROM records WHERE container_id = :c AND zone_id = z.zone_id AND record_name = ANY(ARRAY(SELECT 'pb-' || :b || '-' || g FROM generate_series(1, 100) g)) ORDER BY record_name FOR UPDATE) r ON true;
+SELECT stratus_usage_reserve(:c, 1::int2, ':o', 100, 100 * 1000, 10000000, 10737418240, 1073741824);
 WITH live AS (
     SELECT zone_id FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted AND false FOR NO KEY UPDATE
 ), ins AS (
@@ -25,7 +26,7 @@ WITH live AS (
                 ARRAY(SELECT '' FROM generate_series(1, 100) g)::text[]) AS u(n, t, f, ca, cb, ma, mb, p)
     WHERE NOT false OR EXISTS (SELECT 1 FROM live)
     ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
-    RETURNING record_name, change_seq
+    RETURNING record_name, change_seq, size
 ), upd AS (
     UPDATE records r SET record_type = u.t, fields = u.f, created_at = CASE WHEN u.d THEN r.created_at ELSE u.ca END,
            created_by = CASE WHEN u.d THEN r.created_by ELSE u.cb END,
@@ -40,10 +41,11 @@ WITH live AS (
     FROM unnest('{}'::text[], '{}'::text[], '{}'::text[],
                 '{}'::bigint[], '{}'::text[],
                 '{}'::bigint[], '{}'::text[],
-                '{}'::bool[], '{}'::bigint[], '{}'::text[]) AS u(n, t, f, ca, cb, ma, mb, d, s, p)
+                '{}'::bool[], '{}'::bigint[], '{}'::text[],
+                '{}'::bigint[]) AS u(n, t, f, ca, cb, ma, mb, d, s, p, o)
     WHERE r.container_id = :c AND r.zone_id = :z AND r.record_name = u.n AND r.change_seq = u.s
       AND (NOT false OR EXISTS (SELECT 1 FROM live))
-    RETURNING r.record_name, r.change_seq
+    RETURNING r.record_name, r.change_seq, r.size, u.d, u.o
 ), written AS (
     SELECT record_name, change_seq FROM ins UNION ALL SELECT record_name, change_seq FROM upd
 ), old_entries AS (
@@ -68,6 +70,30 @@ WITH live AS (
 ), zone AS (
     UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
     WHERE container_id = :c AND zone_id = :z AND true AND EXISTS (SELECT 1 FROM written)
+), delta AS (
+    SELECT coalesce(sum(x.r), 0)::bigint AS r, coalesce(sum(x.b), 0)::bigint AS b FROM (
+        SELECT 1 AS r, size::bigint AS b FROM ins
+        UNION ALL
+        SELECT (NOT d)::int - (o >= 0)::int, CASE WHEN d THEN 0 ELSE size END - greatest(o, 0) FROM upd
+    ) x
+), pick AS (
+    SELECT o, coalesce((
+        SELECT c.stripe FROM usage_counters c
+        WHERE c.container_id = :c AND c.environment = 1 AND c.owner = o
+          AND (d.r <= 0 OR c.records + d.r <= c.records_cap) AND (d.b <= 0 OR c.bytes + d.b <= c.bytes_cap)
+        ORDER BY c.stripe = pg_backend_pid() % 16 DESC LIMIT 1
+        FOR UPDATE SKIP LOCKED), pg_backend_pid() % 16) AS stripe
+    FROM delta d, unnest(CASE WHEN ':o'::text = '' THEN ARRAY['']::text[] ELSE ARRAY['', ':o'::text] END) AS o
+    WHERE d.r <> 0 OR d.b <> 0
+), usage AS (
+    INSERT INTO usage_counters AS c (container_id, environment, owner, stripe, records, bytes)
+    SELECT :c, 1, p.o, p.stripe, d.r, d.b FROM pick p, delta d
+    ORDER BY p.o
+    ON CONFLICT (container_id, environment, owner, stripe)
+    DO UPDATE SET records = c.records + excluded.records, bytes = c.bytes + excluded.bytes
+    RETURNING c.records, c.bytes, c.records_cap, c.bytes_cap
 )
-SELECT record_name, change_seq FROM written;
+SELECT record_name, change_seq FROM written
+WHERE stratus_usage_check((SELECT bool_and((d.r <= 0 OR u.records <= u.records_cap) AND (d.b <= 0 OR u.bytes <= u.bytes_cap))
+                           FROM usage u, delta d));
 COMMIT;

@@ -1,5 +1,5 @@
--- service-sql: read e7c9871fe659c21f
--- service-sql: write b7ea910f19bee0fa
+-- service-sql: read 793eb05f884a9108
+-- service-sql: write 6beb525a38db98df
 -- The SQL `stratus serve` runs for this records/modify of one record, statement for statement (RecordStore+Modify.swift,
 -- `modifyOne`): no transaction; the zone and the record read unlocked in one statement, then one statement that writes
 -- the record if it is unchanged (its change sequence, from the read), its index entries (title, rank: the bench schema) and the zone's change position,
@@ -7,11 +7,11 @@
 \set i random(1, :zones)
 \set n random(0, :per_zone - 1)
 \set rk random(0, 1048575)
-SELECT container_id AS c, zone_id AS z FROM bench_zones WHERE i = :i \gset
+SELECT container_id AS c, zone_id AS z, owner AS o FROM bench_zones WHERE i = :i \gset
 WITH z AS (SELECT zone_id, EXISTS (SELECT 1 FROM shares s WHERE s.container_id = :c AND s.zone_id = zones.zone_id AND NOT s.deleted) AS shared
     FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted)
 SELECT z.zone_id, z.shared, r.*
-  FROM z LEFT JOIN LATERAL (SELECT record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted, parent, share_name, short_guid, share_root
+  FROM z LEFT JOIN LATERAL (SELECT record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted, parent, share_name, short_guid, share_root, size
     FROM records WHERE container_id = :c AND zone_id = z.zone_id AND record_name = ANY(ARRAY['rec-' || :n]) ORDER BY record_name) r ON true \gset r_
 WITH live AS (
     SELECT zone_id FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted AND true FOR NO KEY UPDATE
@@ -25,7 +25,7 @@ WITH live AS (
                 '{}'::bigint[], '{}'::text[], '{}'::text[]) AS u(n, t, f, ca, cb, ma, mb, p)
     WHERE NOT true OR EXISTS (SELECT 1 FROM live)
     ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
-    RETURNING record_name, change_seq
+    RETURNING record_name, change_seq, size
 ), upd AS (
     UPDATE records r SET record_type = u.t, fields = u.f, created_at = CASE WHEN u.d THEN r.created_at ELSE u.ca END,
            created_by = CASE WHEN u.d THEN r.created_by ELSE u.cb END,
@@ -41,10 +41,11 @@ WITH live AS (
                 ARRAY(SELECT 1735689600000 FROM generate_series(1, 1) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 1) g)::text[],
                 ARRAY(SELECT 1735689600000 FROM generate_series(1, 1) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 1) g)::text[],
                 ARRAY(SELECT false FROM generate_series(1, 1) g)::bool[], ARRAY(SELECT :r_change_seq::bigint FROM generate_series(1, 1) g)::bigint[],
-                ARRAY(SELECT '' FROM generate_series(1, 1) g)::text[]) AS u(n, t, f, ca, cb, ma, mb, d, s, p)
+                ARRAY(SELECT '' FROM generate_series(1, 1) g)::text[],
+                ARRAY(SELECT :r_size::bigint FROM generate_series(1, 1) g)::bigint[]) AS u(n, t, f, ca, cb, ma, mb, d, s, p, o)
     WHERE r.container_id = :c AND r.zone_id = :z AND r.record_name = u.n AND r.change_seq = u.s
       AND (NOT true OR EXISTS (SELECT 1 FROM live))
-    RETURNING r.record_name, r.change_seq
+    RETURNING r.record_name, r.change_seq, r.size, u.d, u.o
 ), written AS (
     SELECT record_name, change_seq FROM ins UNION ALL SELECT record_name, change_seq FROM upd
 ), old_entries AS (
@@ -69,5 +70,29 @@ WITH live AS (
 ), zone AS (
     UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
     WHERE container_id = :c AND zone_id = :z AND true AND EXISTS (SELECT 1 FROM written)
+), delta AS (
+    SELECT coalesce(sum(x.r), 0)::bigint AS r, coalesce(sum(x.b), 0)::bigint AS b FROM (
+        SELECT 1 AS r, size::bigint AS b FROM ins
+        UNION ALL
+        SELECT (NOT d)::int - (o >= 0)::int, CASE WHEN d THEN 0 ELSE size END - greatest(o, 0) FROM upd
+    ) x
+), pick AS (
+    SELECT o, coalesce((
+        SELECT c.stripe FROM usage_counters c
+        WHERE c.container_id = :c AND c.environment = 1 AND c.owner = o
+          AND (d.r <= 0 OR c.records + d.r <= c.records_cap) AND (d.b <= 0 OR c.bytes + d.b <= c.bytes_cap)
+        ORDER BY c.stripe = pg_backend_pid() % 16 DESC LIMIT 1
+        FOR UPDATE SKIP LOCKED), pg_backend_pid() % 16) AS stripe
+    FROM delta d, unnest(CASE WHEN ':o'::text = '' THEN ARRAY['']::text[] ELSE ARRAY['', ':o'::text] END) AS o
+    WHERE d.r <> 0 OR d.b <> 0
+), usage AS (
+    INSERT INTO usage_counters AS c (container_id, environment, owner, stripe, records, bytes)
+    SELECT :c, 1, p.o, p.stripe, d.r, d.b FROM pick p, delta d
+    ORDER BY p.o
+    ON CONFLICT (container_id, environment, owner, stripe)
+    DO UPDATE SET records = c.records + excluded.records, bytes = c.bytes + excluded.bytes
+    RETURNING c.records, c.bytes, c.records_cap, c.bytes_cap
 )
-SELECT record_name, change_seq FROM written;
+SELECT record_name, change_seq FROM written
+WHERE stratus_usage_check((SELECT bool_and((d.r <= 0 OR u.records <= u.records_cap) AND (d.b <= 0 OR u.bytes <= u.bytes_cap))
+                           FROM usage u, delta d));

@@ -68,6 +68,11 @@ extension AdminStore {
                 UPDATE quota_limits SET \(assignments.joined(separator: ", ")), updated_at = now()
                 WHERE container_id = $1 AND environment = $2
                 """, binds: bindings), logger: logger)
+            // Every counter stripe's share of the old limits is void: the next growth in each
+            // takes the locked path and divides what the new limits leave free.
+            try await connection.statement("""
+                UPDATE usage_counters SET records_cap = 0, bytes_cap = 0 WHERE container_id = \(containerID) AND environment = \(environment.code)
+                """, logger: logger)
             let detail = changes.keys.sorted().map { "\($0)=\((changes[$0] ?? nil).map(String.init) ?? "default")" }.joined(separator: " ")
             try await AuditEntry(containerID: containerID, actor: actor, action: "quota.set", environment: environment,
                                  detail: detail).write(on: connection, logger: logger)

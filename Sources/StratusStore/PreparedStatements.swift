@@ -168,7 +168,7 @@ enum Prepared {
             )
             SELECT z.zone_id, z.shared, r.*
             FROM z LEFT JOIN LATERAL (
-                SELECT \(RecordStore.recordColumns), share_root FROM records
+                SELECT \(RecordStore.currentColumns) FROM records
                 WHERE container_id = $1 AND zone_id = z.zone_id AND record_name = ANY((SELECT $6::text[])::text[])
                 ORDER BY record_name\(locking ? "\n    FOR UPDATE" : "")
             ) r ON true
@@ -211,7 +211,7 @@ enum Prepared {
                 FROM unnest($3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bigint[], $9::text[], $39::text[]) AS u(n, t, f, ca, cb, ma, mb, p)
                 WHERE NOT $32::bool OR EXISTS (SELECT 1 FROM live)
                 ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
-                RETURNING record_name, change_seq
+                RETURNING record_name, change_seq, size
             ), upd AS (
                 UPDATE records r SET record_type = u.t, fields = u.f, created_at = CASE WHEN u.d THEN r.created_at ELSE u.ca END,
                        created_by = CASE WHEN u.d THEN r.created_by ELSE u.cb END,
@@ -223,11 +223,11 @@ enum Prepared {
                        share_name = CASE WHEN r.deleted THEN NULL ELSE r.share_name END,
                        short_guid = CASE WHEN r.deleted THEN NULL ELSE r.short_guid END,
                        share_root = CASE WHEN r.deleted THEN NULL ELSE r.share_root END
-                FROM unnest($10::text[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::bool[], $31::bigint[], $40::text[])
-                     AS u(n, t, f, ca, cb, ma, mb, d, s, p)
+                FROM unnest($10::text[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::bool[], $31::bigint[], $40::text[], $43::bigint[])
+                     AS u(n, t, f, ca, cb, ma, mb, d, s, p, o)
                 WHERE r.container_id = $1 AND r.zone_id = $2 AND r.record_name = u.n AND r.change_seq = u.s
                   AND (NOT $32::bool OR EXISTS (SELECT 1 FROM live))
-                RETURNING r.record_name, r.change_seq
+                RETURNING r.record_name, r.change_seq, r.size, u.d, u.o
             ), written AS (
                 SELECT record_name, change_seq FROM ins UNION ALL SELECT record_name, change_seq FROM upd
             ), old_entries AS (
@@ -252,8 +252,32 @@ enum Prepared {
             ), zone AS (
                 UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
                 WHERE container_id = $1 AND zone_id = $2 AND $30::bool AND EXISTS (SELECT 1 FROM written)
+            ), delta AS (
+                SELECT coalesce(sum(x.r), 0)::bigint AS r, coalesce(sum(x.b), 0)::bigint AS b FROM (
+                    SELECT 1 AS r, size::bigint AS b FROM ins
+                    UNION ALL
+                    SELECT (NOT d)::int - (o >= 0)::int, CASE WHEN d THEN 0 ELSE size END - greatest(o, 0) FROM upd
+                ) x
+            ), pick AS (
+                SELECT o, coalesce((
+                    SELECT c.stripe FROM usage_counters c
+                    WHERE c.container_id = $1 AND c.environment = $41 AND c.owner = o
+                      AND (d.r <= 0 OR c.records + d.r <= c.records_cap) AND (d.b <= 0 OR c.bytes + d.b <= c.bytes_cap)
+                    ORDER BY c.stripe = pg_backend_pid() % 16 DESC LIMIT 1
+                    FOR UPDATE SKIP LOCKED), pg_backend_pid() % 16) AS stripe
+                FROM delta d, unnest(CASE WHEN $42::text = '' THEN ARRAY['']::text[] ELSE ARRAY['', $42::text] END) AS o
+                WHERE d.r <> 0 OR d.b <> 0
+            ), usage AS (
+                INSERT INTO usage_counters AS c (container_id, environment, owner, stripe, records, bytes)
+                SELECT $1, $41, p.o, p.stripe, d.r, d.b FROM pick p, delta d
+                ORDER BY p.o
+                ON CONFLICT (container_id, environment, owner, stripe)
+                DO UPDATE SET records = c.records + excluded.records, bytes = c.bytes + excluded.bytes
+                RETURNING c.records, c.bytes, c.records_cap, c.bytes_cap
             )
             SELECT record_name, change_seq FROM written
+            WHERE stratus_usage_check((SELECT bool_and((d.r <= 0 OR u.records <= u.records_cap) AND (d.b <= 0 OR u.bytes <= u.bytes_cap))
+                                       FROM usage u, delta d))
             """
         typealias Row = (String, Int64)
 
@@ -269,9 +293,14 @@ enum Prepared {
         var expectedSeqs: [Int64]
         /// Lock the zone row, and write only if the zone is live.
         var lockZone: Bool
+        var environment: Int16
+        /// Whose private storage the records count against ('' in the public database).
+        var meteredOwner: String
+        /// The stored size of each of `updates` if it was live when read, or -1.
+        var oldSizes: [Int64]
 
         func makeBindings() throws -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 40)
+            var bindings = PostgresBindings(capacity: 43)
             bindings.append(containerID)
             bindings.append(zoneID)
             for (records, fields) in [(inserts, insertFields), (updates, updateFields)] {
@@ -303,6 +332,9 @@ enum Prepared {
             // No parent: '' (arrays of optionals do not bind; no record is named '').
             bindings.append(inserts.map { $0.parent ?? "" })
             bindings.append(updates.map { $0.parent ?? "" })
+            bindings.append(environment)
+            bindings.append(meteredOwner)
+            bindings.append(oldSizes)
             return bindings
         }
 

@@ -30,6 +30,7 @@ extension RecordStore {
     public func modify(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: String, now: Int64,
                        allowSchemaChanges: Bool, access: RecordAccess? = nil, participant: ShareAccess? = nil,
                        render: @escaping @Sendable (Record) -> JSON) async throws -> [ModifyResult] {
+        try await ensureUsageScopes(db)
         if request.operations.count == 1, testHooks.beforeCommit == nil, participant == nil,
            let results = try await modifyOne(db, zone: zone, request: request, caller: caller, now: now,
                                              allowSchemaChanges: allowSchemaChanges, access: access, render: render) {
@@ -78,6 +79,13 @@ extension RecordStore {
                 }
                 var outcomes = plan.outcomes
                 try await checkReferences(db, zoneID: zoneID, zone: zone, outcomes: &outcomes, on: connection)
+                // Quotas before sharing is planned: a refused save must not leave a share behind.
+                Self.encodeSaves(&outcomes)
+                let liveSizes = Self.liveSizes(current.values)
+                if try await reserveUsage(db, outcomes: &outcomes, liveSizes: liveSizes, names: request.recordNames, on: connection) {
+                    // A refused save may be the target of another operation's VALIDATE reference.
+                    try await checkReferences(db, zoneID: zoneID, zone: zone, outcomes: &outcomes, on: connection)
+                }
                 let sharing = try await planSharing(db, zoneID: zoneID, zone: zone, zoneShared: zoneShared, plan: plan, current: current,
                                                     outcomes: &outcomes, participant: participant, on: connection)
                 if atomic, outcomes.contains(where: { if case .failure = $0 { return true } else { return false } }) {
@@ -90,8 +98,9 @@ extension RecordStore {
                                                         environment: db.environment, on: connection)
                 var expected = current.mapValues(\.changeSeq)
                 for record in cascade { expected[record.recordName] = record.changeSeq }
+                let sizes = liveSizes.merging(Self.liveSizes(cascade)) { old, _ in old }
                 var results = try await apply(db, zoneID: zoneID, outcomes: outcomes, cascade: cascade, schema: finalSchema,
-                                              names: request.recordNames, expected: expected, lockZone: false, on: connection)
+                                              names: request.recordNames, expected: expected, liveSizes: sizes, lockZone: false, on: connection)
                 if atomic, results.contains(where: { if case .failed = $0 { return true } else { return false } }) {
                     throw AtomicAbort(results: Self.atomicFailure(results.map { result -> Result<PlannedWrite, StratusError> in
                         if case .failed(_, let error) = result { return .failure(error) }
@@ -111,6 +120,9 @@ extension RecordStore {
             }
         } catch let abort as AtomicAbort {
             return abort.results
+        } catch where Self.isPastStripeCap(error) {
+            // Never expected: the reservation above makes room first.
+            throw StratusError(.tryAgainLater, "the quota counters changed during the request; retry", retryAfter: 1, underlying: error)
         }
     }
 
@@ -141,7 +153,7 @@ extension RecordStore {
                 if let hook = testHooks.beforeOptimisticWrite { await hook(names) }
                 var results = try await apply(db, zoneID: zoneID, outcomes: plan.outcomes, cascade: [], schema: schema,
                                               names: request.recordNames, expected: current.mapValues(\.changeSeq),
-                                              lockZone: zone != Names.defaultZone, on: connection)
+                                              liveSizes: Self.liveSizes(current.values), lockZone: zone != Names.defaultZone, on: connection)
                 guard case .saved = results[0] else { return nil }
                 Self.keepDesiredKeys(&results, plan: plan)
                 return results
@@ -149,6 +161,8 @@ extension RecordStore {
                 return nil  // a deadlock: the statement was rolled back
             } catch is Database.ConnectionLost {
                 return nil  // refused before it was sent
+            } catch where Self.isPastStripeCap(error) {
+                return nil  // past this connection's share of a quota: the transaction rebalances or refuses
             }
         }
     }
@@ -226,7 +240,7 @@ extension RecordStore {
     func lockRecords(_ db: DatabaseRef, zoneID: Int64, names: [String], on connection: PostgresConnection) async throws -> [String: Record] {
         guard !names.isEmpty else { return [:] }
         let rows = try await connection.rows("""
-            SELECT \(unescaped: Self.recordColumns), share_root FROM records
+            SELECT \(unescaped: Self.currentColumns) FROM records
             WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND record_name = ANY(\(names)::text[])
             ORDER BY record_name
             FOR UPDATE
@@ -357,10 +371,12 @@ extension RecordStore {
     }
 
     /// Writes the planned changes with set-based statements and returns one result per operation.
-    /// `expected` holds the change sequence of every existing record the plan changes, as read;
-    /// `lockZone` is `WriteRecords`' zone check.
+    /// `expected` holds the change sequence of every existing record the plan changes, as read,
+    /// `liveSizes` the stored size of those that are live (the usage counters change by the
+    /// difference in the same statement); `lockZone` is `WriteRecords`' zone check.
     func apply(_ db: DatabaseRef, zoneID: Int64, outcomes: [Result<PlannedWrite, StratusError>], cascade: [Record], schema: Schema,
-               names: [String?], expected: [String: Int64], lockZone: Bool, on connection: PostgresConnection) async throws -> [ModifyResult] {
+               names: [String?], expected: [String: Int64], liveSizes: [String: Int64], lockZone: Bool,
+               on connection: PostgresConnection) async throws -> [ModifyResult] {
         var inserts: [Record] = []
         var updates: [Record] = []
         for outcome in outcomes {
@@ -389,7 +405,7 @@ extension RecordStore {
         var encoded: [String: [UInt8]] = [:]
         func encode(_ record: Record) -> String {
             guard !record.deleted else { return "{}" }
-            let bytes = Record.encodeFields(record.fields)
+            let bytes = record.encodedFields ?? Record.encodeFields(record.fields)
             encoded[record.recordName] = bytes
             return String(decoding: bytes, as: UTF8.self)
         }
@@ -399,7 +415,8 @@ extension RecordStore {
         let rows = try await connection.rows(Prepared.WriteRecords(
             containerID: db.containerID, zoneID: zoneID, inserts: inserts, insertFields: insertFields,
             updates: updates, updateFields: updateFields, entries: entries, tracksZoneChanges: db.tracksZoneChanges,
-            expectedSeqs: updates.map { expected[$0.recordName] ?? 0 }, lockZone: lockZone), logger: logger)
+            expectedSeqs: updates.map { expected[$0.recordName] ?? 0 }, lockZone: lockZone, environment: db.environment.code,
+            meteredOwner: Self.meteredOwner(db), oldSizes: updates.map { liveSizes[$0.recordName] ?? -1 }), logger: logger)
         var written: [String: Int64] = [:]
         for (name, seq) in rows { written[name] = seq }
         let live = (inserts + updates).filter { !$0.deleted && written[$0.recordName] != nil }

@@ -79,6 +79,8 @@ public final class RecordStore: Sendable {
     public let schemas: SchemaStore
     /// Ids of default zones, which are never deleted, so they can be cached safely.
     private let defaultZones = Mutex<[DatabaseRef: Int64]>([:])
+    /// Usage scopes (container-environment, and owner) whose counter stripes this process has seen made.
+    let usageScopes = Mutex<Set<UsageScope>>([])
     /// Concurrent lookups share statements, and so do concurrent queries of the same shape.
     let lookups: StatementSharing<LookupRequest, [Record]?>
     let queriesByLoop: PerEventLoop<StatementSharing<QueryRequest, QueryPage?>>
@@ -134,12 +136,15 @@ public final class RecordStore: Sendable {
     static let recordColumns = recordColumnNames.joined(separator: ", ")
     /// `recordColumns` of the table aliased `alias`.
     static func recordColumns(of alias: String) -> String { recordColumnNames.map { "\(alias).\($0)" }.joined(separator: ", ") }
+    /// What `currentRecord` reads: `recordColumns`, the share root and the stored size.
+    static let currentColumns = recordColumns + ", share_root, size"
 
-    /// The record in the next cells of `reader` (`recordColumns`, then `share_root`) with its
+    /// The record in the next cells of `reader` (`currentColumns`) with its
     /// fields decoded (write paths, which merge fields and check share roots).
     static func currentRecord(_ reader: inout RowReader) throws -> Record {
         var record = try storedRecord(&reader)
         record.shareRoot = try reader.next(String?.self)
+        record.storedSize = Int64(try reader.next(Int32.self))
         if let encoded = record.encodedFields {
             record.fields = try Record.decodeFields(encoded)
             record.encodedFields = nil
@@ -271,7 +276,11 @@ public final class RecordStore: Sendable {
             guard let row = rows.first else { return nil }
             let zone = try Self.zone(row)
             try await Database.allowLongStatements(on: connection, logger: logger)
-            try await connection.statement("DELETE FROM records WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
+            let removed = try await connection.rows("""
+                WITH d AS (DELETE FROM records WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID) RETURNING deleted, size)
+                SELECT count(*) FILTER (WHERE NOT deleted), coalesce(sum(size) FILTER (WHERE NOT deleted), 0)::bigint FROM d
+                """, logger: logger).first!.decode((Int64, Int64).self)
+            try await Self.releaseUsage(db, records: removed.0, bytes: removed.1, on: connection, logger: logger)
             try await connection.statement("DELETE FROM index_entries WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
             try await connection.statement("DELETE FROM record_references WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
             return zone

@@ -178,6 +178,7 @@ extension SchemaStore {
                 try await connection.statement(PostgresQuery(unsafeSQL: "DELETE FROM \(table) WHERE \(zoneFilter)", binds: RecordStore.binds(containerID)), logger: logger)
             }
             try await connection.statement("DELETE FROM zones WHERE container_id = \(containerID) AND environment = 1", logger: logger)
+            try await connection.statement("DELETE FROM usage_counters WHERE container_id = \(containerID) AND environment = 1", logger: logger)
             try await connection.statement("DELETE FROM schema_query_shapes WHERE container_id = \(containerID) AND environment = 1", logger: logger)
             try await recordHistory(containerID: containerID, environment: .development, version: version, by: actor, kind: "reset",
                                     plan: "development schema reset to production (version \(production.version)); \(deleted) development records deleted", on: connection)

@@ -27,6 +27,8 @@ public struct Record: Sendable, Equatable {
     /// The shared root whose hierarchy holds the record, as stored (never rendered): what a
     /// participant of a hierarchy share may see and write.
     public var shareRoot: String?
+    /// The stored size of the field data in bytes (read on write paths, where quotas count it).
+    public var storedSize: Int64?
 
     /// The record type of shares.
     public static let shareType = "cloudkit.share"

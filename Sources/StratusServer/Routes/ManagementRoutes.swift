@@ -115,6 +115,23 @@ extension StratusApp {
                                                                by: try self.actor(request, body: body))
             return .json(Self.quotaJSON(settings, environment: environment))
         }
+        router.get("\(base)/containers/:container/usage") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let environment = try Self.environmentParameter(request)
+            let report = try await self.admin.usageReport(containerID: container.id, environment: environment)
+            return .json(Self.usageJSON(report, container: container.name, environment: environment))
+        }
+        router.get("\(base)/usage/verify") { request, _ -> Response in
+            try self.authenticator.requireAdmin(request)
+            var containerID: Int64?
+            if let name = request.uri.queryParameters.get("container") {
+                containerID = try await self.authenticator.container(named: String(name)).id
+            }
+            let environment = try request.uri.queryParameters.get("environment").map { try ContainerEnvironment(segment: String($0)) }
+            let differences = try await self.admin.verifyUsage(containerID: containerID, environment: environment)
+            return .json(["differences": .array(differences.map(Self.differenceJSON))])
+        }
         addRoleRoutes(to: router, base: base)
         addKeyRoutes(to: router, base: base)
         router.get("\(base)/stats") { request, _ -> Response in
@@ -232,7 +249,27 @@ extension StratusApp {
             defaults[key.name] = .int(QuotaLimits.defaults[keyPath: key.path])
         }
         return ["environment": .string(environment.rawValue), "limits": .object(limits), "defaults": .object(defaults),
-                "set": .array(settings.set.sorted().map { .string($0) }), "enforced": false]
+                "set": .array(settings.set.sorted().map { .string($0) }), "enforced": true]
+    }
+
+    static func usageJSON(_ report: UsageReport, container: String, environment: ContainerEnvironment) -> JSON {
+        func requests(_ period: UsageReport.Requests) -> JSON {
+            ["requests": .int(period.requests), "throttled": .int(period.throttled), "refused": .int(period.refused)]
+        }
+        var limits: [String: JSON] = [:]
+        for key in QuotaLimits.keys { limits[key.name] = .int(report.limits[keyPath: key.path]) }
+        return ["container": .string(container), "environment": .string(environment.rawValue),
+                "records": .int(report.records), "bytes": .int(report.bytes), "limits": .object(limits),
+                "requests": ["lastMinute": requests(report.lastMinute), "lastHour": requests(report.lastHour), "lastDay": requests(report.lastDay)],
+                "topUsers": .array(report.topUsers.map { ["userRecordName": .string($0.user), "records": .int($0.records), "bytes": .int($0.bytes)] })]
+    }
+
+    static func differenceJSON(_ difference: UsageDifference) -> JSON {
+        ["container": .string(difference.container),
+         "environment": .string(difference.environment == ContainerEnvironment.production.code ? "production" : "development"),
+         "scope": difference.owner.isEmpty ? "container" : .string("user \(difference.owner)"),
+         "countedRecords": .int(difference.countedRecords), "meteredRecords": .int(difference.meteredRecords),
+         "countedBytes": .int(difference.countedBytes), "meteredBytes": .int(difference.meteredBytes)]
     }
 
     static func environmentParameter(_ request: Request) throws(StratusError) -> ContainerEnvironment {

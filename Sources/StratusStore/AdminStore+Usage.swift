@@ -1,0 +1,127 @@
+import Foundation
+import Logging
+import PostgresNIO
+import StratusCore
+
+/// What a container-environment holds and has been asked, as metered (`stratus usage`).
+public struct UsageReport: Sendable {
+    public struct Owner: Sendable {
+        public var user: String
+        public var records: Int64
+        public var bytes: Int64
+    }
+    /// Requests (operations) in a recent period, and how many were refused.
+    public struct Requests: Sendable {
+        public var requests: Int64 = 0
+        public var throttled: Int64 = 0
+        public var refused: Int64 = 0
+    }
+    public var records: Int64
+    public var bytes: Int64
+    public var limits: QuotaLimits
+    /// Users by private storage, largest first (at most 10).
+    public var topUsers: [Owner]
+    public var lastMinute: Requests
+    public var lastHour: Requests
+    public var lastDay: Requests
+}
+
+/// A counter that differs from a recount of the data (`stratus usage --verify`).
+public struct UsageDifference: Sendable {
+    public var containerID: Int64
+    public var container: String
+    public var environment: Int16
+    /// '' for the container-environment's totals, else a user's private storage.
+    public var owner: String
+    public var countedRecords: Int64
+    public var meteredRecords: Int64
+    public var countedBytes: Int64
+    public var meteredBytes: Int64
+}
+
+extension AdminStore {
+    /// The metered usage of a container-environment.
+    public func usageReport(containerID: Int64, environment: ContainerEnvironment, now: Date = Date()) async throws -> UsageReport {
+        try await database.withConnection { connection in
+            let settings = try await self.quotaSettings(containerID: containerID, environment: environment, on: connection)
+            let totals = try await connection.rows("""
+                SELECT coalesce(sum(records), 0)::bigint, coalesce(sum(bytes), 0)::bigint FROM usage_counters
+                WHERE container_id = \(containerID) AND environment = \(environment.code) AND owner = ''
+                """, logger: self.logger).first!.decode((Int64, Int64).self)
+            var owners: [UsageReport.Owner] = []
+            for row in try await connection.rows("""
+                SELECT owner, sum(records)::bigint, sum(bytes)::bigint FROM usage_counters
+                WHERE container_id = \(containerID) AND environment = \(environment.code) AND owner <> ''
+                GROUP BY owner HAVING sum(records) > 0 ORDER BY 3 DESC, 1 LIMIT 10
+                """, logger: self.logger) {
+                let (user, records, bytes) = try row.decode((String, Int64, Int64).self)
+                owners.append(.init(user: user, records: records, bytes: bytes))
+            }
+            let second = Int64(now.timeIntervalSince1970)
+            var periods = [UsageReport.Requests(), UsageReport.Requests(), UsageReport.Requests()]
+            for row in try await connection.rows("""
+                SELECT bucket, requests, throttled, refused FROM request_counts
+                WHERE container_id = \(containerID) AND environment = \(environment.code) AND bucket > \(second - 86_400)
+                """, logger: self.logger) {
+                let (bucket, requests, throttled, refused) = try row.decode((Int64, Int64, Int64, Int64).self)
+                for (index, span) in [Int64(60), 3_600, 86_400].enumerated() where bucket > second - span {
+                    periods[index].requests += requests
+                    periods[index].throttled += throttled
+                    periods[index].refused += refused
+                }
+            }
+            return UsageReport(records: totals.0, bytes: totals.1, limits: settings.limits, topUsers: owners,
+                               lastMinute: periods[0], lastHour: periods[1], lastDay: periods[2])
+        }
+    }
+
+    /// Recounts live records and bytes from the data, per container-environment and per user's
+    /// private database, and returns every counter that differs (none: the meters are exact).
+    /// One statement, so one snapshot: writes in flight change both sides or neither.
+    public func verifyUsage(containerID: Int64?, environment: ContainerEnvironment?) async throws -> [UsageDifference] {
+        var binds = PostgresBindings()
+        var filters: [String] = []
+        if let containerID {
+            binds.append(containerID)
+            filters.append("container_id = $\(binds.count)")
+        }
+        if let environment {
+            binds.append(environment.code)
+            filters.append("environment = $\(binds.count)")
+        }
+        let filter = filters.isEmpty ? "true" : filters.joined(separator: " AND ")
+        let zoneFilter = filters.isEmpty ? "true" : filters.map { "z." + $0 }.joined(separator: " AND ")
+        return try await database.transaction { connection in
+            try await Database.allowLongStatements(on: connection, logger: self.logger)
+            var differences: [UsageDifference] = []
+            for row in try await connection.rows(PostgresQuery(unsafeSQL: """
+                WITH live AS (
+                    SELECT z.container_id, z.environment, z.database_scope, z.owner, r.size
+                    FROM records r JOIN zones z ON z.container_id = r.container_id AND z.zone_id = r.zone_id
+                    WHERE NOT r.deleted AND \(zoneFilter)
+                ), counted AS (
+                    SELECT container_id, environment, '' AS owner, count(*) AS records, sum(size) AS bytes FROM live GROUP BY 1, 2
+                    UNION ALL
+                    SELECT container_id, environment, owner, count(*), sum(size) FROM live WHERE database_scope = 2 GROUP BY 1, 2, 3
+                ), metered AS (
+                    SELECT container_id, environment, owner, sum(records) AS records, sum(bytes) AS bytes
+                    FROM usage_counters WHERE \(filter) GROUP BY 1, 2, 3
+                )
+                SELECT d.*, coalesce(k.name, '?') FROM (
+                    SELECT container_id, environment, owner, coalesce(c.records, 0)::bigint, coalesce(m.records, 0)::bigint,
+                           coalesce(c.bytes, 0)::bigint, coalesce(m.bytes, 0)::bigint
+                    FROM counted c FULL JOIN metered m USING (container_id, environment, owner)
+                    WHERE coalesce(c.records, 0) <> coalesce(m.records, 0) OR coalesce(c.bytes, 0) <> coalesce(m.bytes, 0)
+                ) d LEFT JOIN containers k ON k.container_id = d.container_id
+                ORDER BY 1, 2, 3
+                """, binds: binds), logger: self.logger) {
+                let (container, environment, owner, countedRecords, meteredRecords, countedBytes, meteredBytes, name) =
+                    try row.decode((Int64, Int16, String, Int64, Int64, Int64, Int64, String).self)
+                differences.append(UsageDifference(containerID: container, container: name, environment: environment, owner: owner,
+                                                   countedRecords: countedRecords, meteredRecords: meteredRecords,
+                                                   countedBytes: countedBytes, meteredBytes: meteredBytes))
+            }
+            return differences
+        }
+    }
+}
