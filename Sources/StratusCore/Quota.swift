@@ -17,8 +17,8 @@ public struct QuotaLimits: Sendable, Equatable {
     }
 
     /// Generous: a new app never meets them by surprise.
-    public static let defaults = QuotaLimits(maxRecords: 10_000_000, maxStorageBytes: 10 << 30, requestsPerSecond: 1_000,
-                                             userRequestsPerSecond: 100, userPrivateStorageBytes: 1 << 30)
+    public static let defaults = QuotaLimits(maxRecords: 10_000_000, maxStorageBytes: 10 << 30, requestsPerSecond: 50_000,
+                                             userRequestsPerSecond: 10_000, userPrivateStorageBytes: 1 << 30)
 
     /// The wire names of the limits, in order, with their key paths (immutable; key paths are not Sendable).
     nonisolated(unsafe) public static let keys: [(name: String, path: WritableKeyPath<QuotaLimits, Int64>)] = [

@@ -4,16 +4,18 @@ import StratusStore
 /// The service's work beside the HTTP server, run in the same `ServiceGroup` by `stratus serve`
 /// (and by the tests' harness, as `serve` runs it): it keeps the planner statistics current
 /// (`StatisticsKeeper`) and listens for changes other server processes make to what this one
-/// caches (`Invalidations`). It stops when the group shuts down.
+/// caches (`Invalidations`), and shares rate-limit counts with them (`RateLimiter`). It stops when the group shuts down.
 public struct BackgroundWork: Service {
     let keeper: StatisticsKeeper?
     let invalidations: Invalidations
+    let rateLimiter: RateLimiter
 
     public func run() async throws {
         try await cancelWhenGracefulShutdown {
             await withDiscardingTaskGroup { group in
                 if let keeper { group.addTask { await keeper.run() } }
                 group.addTask { await invalidations.run() }
+                group.addTask { await rateLimiter.run() }
             }
         }
     }
@@ -23,6 +25,6 @@ extension StratusApp {
     /// The background work to run beside this app's HTTP server.
     public var background: BackgroundWork {
         BackgroundWork(keeper: configuration.statisticsInterval.map { StatisticsKeeper(database: database, logger: logger, interval: $0) },
-                       invalidations: invalidations)
+                       invalidations: invalidations, rateLimiter: rateLimiter)
     }
 }

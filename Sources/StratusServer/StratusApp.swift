@@ -30,6 +30,8 @@ public final class StratusApp: Sendable {
         var writing = 0
     }
     let queryShapes = Mutex(QueryShapeState())
+    /// Rate limits and request metering (shared with the other server processes through PostgreSQL).
+    public let rateLimiter: RateLimiter
     /// A bcrypt hash of nothing, verified against when an email is unknown so sign-in takes as long either way.
     let dummyPasswordHash: String
 
@@ -52,10 +54,12 @@ public final class StratusApp: Sendable {
         self.configuration = configuration
         self.logger = logger
         self.invalidations = Invalidations(configuration: database.configuration, logger: logger)
-        let (authenticator, schemas) = (self.authenticator, self.records.schemas)
+        self.rateLimiter = RateLimiter(admin: admin, configuration: database.configuration, logger: logger)
+        let (authenticator, schemas, rateLimiter) = (self.authenticator, self.records.schemas, self.rateLimiter)
         invalidations.subscribe { event in
             authenticator.invalidate(event)
             schemas.invalidate(event)
+            rateLimiter.invalidate(event)
         }
     }
 

@@ -73,6 +73,7 @@ extension AdminStore {
             try await connection.statement("""
                 UPDATE usage_counters SET records_cap = 0, bytes_cap = 0 WHERE container_id = \(containerID) AND environment = \(environment.code)
                 """, logger: logger)
+            try await Invalidations.publish(.quota(containerID: containerID, environment: environment), on: connection, logger: logger)
             let detail = changes.keys.sorted().map { "\($0)=\((changes[$0] ?? nil).map(String.init) ?? "default")" }.joined(separator: " ")
             try await AuditEntry(containerID: containerID, actor: actor, action: "quota.set", environment: environment,
                                  detail: detail).write(on: connection, logger: logger)

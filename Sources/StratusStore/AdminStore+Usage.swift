@@ -125,3 +125,71 @@ extension AdminStore {
         }
     }
 }
+
+/// A container-environment's request counts in one 10-second bucket, to add to `request_counts`.
+public struct RequestCounts: Sendable {
+    public var containerID: Int64
+    public var environment: ContainerEnvironment
+    public var bucket: Int64
+    public var requests: Int64
+    public var throttled: Int64
+    public var refused: Int64
+
+    public init(containerID: Int64, environment: ContainerEnvironment, bucket: Int64, requests: Int64, throttled: Int64, refused: Int64) {
+        self.containerID = containerID
+        self.environment = environment
+        self.bucket = bucket
+        self.requests = requests
+        self.throttled = throttled
+        self.refused = refused
+    }
+}
+
+extension AdminStore {
+    /// Writes this process's counts of the window starting at `second` and returns, per key, what
+    /// the other processes have reported for it and how many of them were active on it (this
+    /// window or the one before).
+    public func exchangeRateCounts(second: Int64, process: String, keys: [String], counts: [Int64]) async throws -> [String: (count: Int64, processes: Int64)] {
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("""
+                WITH mine AS (
+                    INSERT INTO rate_windows (key, window_start, process, count)
+                    SELECT k, \(second), \(process), c FROM unnest(\(keys)::text[], \(counts)::int8[]) AS u(k, c)
+                    ON CONFLICT (key, window_start, process) DO UPDATE SET count = excluded.count
+                )
+                SELECT key, coalesce(sum(count) FILTER (WHERE window_start = \(second)), 0)::int8, count(DISTINCT process)::int8
+                FROM rate_windows WHERE key = ANY(\(keys)::text[]) AND window_start >= \(second - 1) AND process <> \(process)
+                GROUP BY key
+                """, logger: logger)
+        }
+        var others: [String: (Int64, Int64)] = [:]
+        for row in rows {
+            let (key, count, processes) = try row.decode((String, Int64, Int64).self)
+            others[key] = (count, processes)
+        }
+        return others
+    }
+
+    /// Adds request counts to `request_counts`.
+    public func addRequestCounts(_ entries: [RequestCounts]) async throws {
+        guard !entries.isEmpty else { return }
+        try await database.withConnection { connection in
+            try await connection.statement("""
+                INSERT INTO request_counts AS r (container_id, environment, bucket, requests, throttled, refused)
+                SELECT * FROM unnest(\(entries.map(\.containerID))::int8[], \(entries.map(\.environment.code))::int2[],
+                                     \(entries.map(\.bucket))::int8[], \(entries.map(\.requests))::int8[],
+                                     \(entries.map(\.throttled))::int8[], \(entries.map(\.refused))::int8[])
+                ON CONFLICT (container_id, environment, bucket) DO UPDATE
+                SET requests = r.requests + excluded.requests, throttled = r.throttled + excluded.throttled, refused = r.refused + excluded.refused
+                """, logger: logger)
+        }
+    }
+
+    /// Drops rate windows older than ten seconds and request counts older than two days.
+    public func sweepRateCounts(now second: Int64) async throws {
+        try await database.withConnection { connection in
+            try await connection.statement("DELETE FROM rate_windows WHERE window_start < \(second - 10)", logger: logger)
+            try await connection.statement("DELETE FROM request_counts WHERE bucket < \(second - 2 * 86_400)", logger: logger)
+        }
+    }
+}

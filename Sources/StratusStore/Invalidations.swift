@@ -29,6 +29,8 @@ public final class Invalidations: Sendable {
         case serverKey(containerID: Int64, keyID: String)
         /// A custom role's members changed.
         case roles(containerID: Int64, environment: ContainerEnvironment)
+        /// A container-environment's quota limits changed.
+        case quota(containerID: Int64, environment: ContainerEnvironment)
         /// Anything may have changed (the listener reconnected).
         case all
 
@@ -41,6 +43,7 @@ public final class Invalidations: Sendable {
             case .apiToken(let c, let t): return "token \(c) \(t)"
             case .serverKey(let c, let k): return "key \(c) \(k)"
             case .roles(let c, let e): return "roles \(c) \(e.code)"
+            case .quota(let c, let e): return "quota \(c) \(e.code)"
             case .all: return "all"
             }
         }
@@ -71,6 +74,9 @@ public final class Invalidations: Sendable {
             case "roles":
                 guard parts.count == 3, let c = int(1), let e = environment(2) else { return nil }
                 self = .roles(containerID: c, environment: e)
+            case "quota":
+                guard parts.count == 3, let c = int(1), let e = environment(2) else { return nil }
+                self = .quota(containerID: c, environment: e)
             case "all":
                 self = .all
             default:

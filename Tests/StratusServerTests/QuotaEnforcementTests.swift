@@ -196,12 +196,12 @@ import Testing
             // The meters are checked against the data: a counter changed behind the service's back is reported.
             let verifiedBefore = try await Self.verify(harness)
             #expect(verifiedBefore.status == 0, "\(verifiedBefore.text)")
-            try await harness.database.withConnection { connection in
+            _ = try await harness.database.withConnection { connection in
                 try await connection.query("UPDATE usage_counters SET records = records + 1 WHERE owner = \(bob.userRecordName ?? "") AND stripe = 3", logger: TestCluster.logger)
             }
             let verified = try await Self.verify(harness)
             #expect(verified.status == 1 && verified.text.contains("user \(bob.userRecordName ?? "")") && verified.text.contains("1/2"), "\(verified.text)")
-            try await harness.database.withConnection { connection in
+            _ = try await harness.database.withConnection { connection in
                 try await connection.query("UPDATE usage_counters SET records = records - 1 WHERE owner = \(bob.userRecordName ?? "") AND stripe = 3", logger: TestCluster.logger)
             }
         }

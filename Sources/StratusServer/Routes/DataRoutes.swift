@@ -221,14 +221,38 @@ extension StratusApp {
         } else if hasBody {
             body = try await readObject(request)
         }
+        try await admitRequest(caller, body: body)
         let data = DataRequest(caller: caller, scope: scope, body: body,
                                authenticator: authenticator)
         let result = try await handler(data)
+        if body["operations"] != nil, let results = result["records"]?.arrayValue {
+            let refused = results.reduce(Int64(0)) { $0 + ($1["serverErrorCode"] == "QUOTA_EXCEEDED" ? 1 : 0) }
+            rateLimiter.noteRefused(refused, containerID: caller.container.id, environment: caller.environment)
+        }
         var headers: HTTPFields = [:]
         if let token = caller.webAuthToken, let name = HTTPField.Name("x-apple-cloudkit-session") {
             headers[name] = token
         }
         return .json(result, headers: headers)
+    }
+
+    /// Charges a request to the container's, and the user's (or, without a user, the API token's
+    /// and client address's) rate limits: `THROTTLED` past them. A request costs its operations
+    /// (or the records it looks up), so batching does not get around a limit.
+    func admitRequest(_ caller: Caller, body: [String: JSON]) async throws {
+        let limits = try await rateLimiter.limits(containerID: caller.container.id, environment: caller.environment)
+        let (containerID, environment) = (caller.container.id, caller.environment)
+        let cost = Int64(max(1, body["operations"]?.arrayValue?.count ?? body["records"]?.arrayValue?.count ?? 1))
+        let personal: RateLimiter.Key
+        if let user = caller.user {
+            personal = RateLimiter.Key(kind: .user, containerID: containerID, environment: environment, name: user)
+        } else {
+            personal = RateLimiter.Key(kind: .client, containerID: containerID, environment: environment,
+                                       name: FNV1a.hex(caller.apiToken ?? "") + "@" + (ClientAddress.current ?? ""))
+        }
+        try rateLimiter.admit([(RateLimiter.Key(kind: .container, containerID: containerID, environment: environment, name: ""), limits.requestsPerSecond),
+                               (personal, limits.userRequestsPerSecond)],
+                              cost: cost, containerID: containerID, environment: environment)
     }
 
     func addDataRoutes(to router: Router<BasicRequestContext>) {
