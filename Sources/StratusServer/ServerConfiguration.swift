@@ -25,6 +25,11 @@ public struct ServerConfiguration: Sendable {
     /// The default idle limit: 7 days without a request.
     public static let defaultSessionIdleTimeout: Duration = .seconds(7 * 86_400)
 
+    /// Most connections one client address may hold open at once; more are answered `THROTTLED`
+    /// and closed.
+    public var maximumConnectionsPerAddress = ServerConfiguration.defaultMaximumConnectionsPerAddress
+    public static let defaultMaximumConnectionsPerAddress = 1024
+
     /// The default body limit: 8 MiB (200 operations of ~40 KB each).
     public static let defaultMaximumBodyBytes = 8 * 1024 * 1024
 

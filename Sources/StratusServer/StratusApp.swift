@@ -80,7 +80,8 @@ public final class StratusApp: Sendable {
     public func httpServer(idleTimeout: Duration?) -> HTTPServerBuilder {
         let responder = router().buildResponder()
         let channel = StratusHTTPChannel(responder: responder, maximumBodyBytes: configuration.maximumBodyBytes,
-                                         idleTimeout: idleTimeout.map { TimeAmount($0) }, serverName: "Stratus")
+                                         idleTimeout: idleTimeout.map { TimeAmount($0) }, serverName: "Stratus",
+                                         connections: ConnectionCounts(limit: configuration.maximumConnectionsPerAddress))
         return HTTPServerBuilder { _ in channel }
     }
 

@@ -49,6 +49,41 @@ import Testing
         }
     }
 
+    /// One client address holds at most `maximumConnectionsPerAddress` connections: the next is
+    /// answered THROTTLED (with a retry hint) and closed, and a slot frees when one closes.
+    @Test func connectionsPerClientAddressAreBounded() async throws {
+        try await Harness.run(live: true, server: { $0.maximumConnectionsPerAddress = 3 }) { harness in
+            let port = harness.client.port ?? 0
+            let health = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n"
+            var held: [RawConnection] = []
+            for _ in 0..<3 {
+                let connection = try await RawConnection(port: port)
+                try await connection.send(health)
+                _ = try await connection.text(until: { RawConnection.parse($0).count == 1 })
+                held.append(connection)
+            }
+            let fourth = try await RawConnection(port: port)
+            try await fourth.send(health)
+            let (refused, closed) = try await fourth.responses(count: 1)
+            #expect(refused.first?.status == 429 && refused.first?.json.errorCode == "THROTTLED" && closed, "\(refused); \(fourth.timeline)")
+            #expect(refused.first?.json["retryAfter"] == 1 && refused.first?.headers["retry-after"] == "1", "\(refused)")
+            #expect(refused.first?.json["reason"]?.stringValue?.contains("too many connections from this address (at most 3") == true, "\(refused)")
+            // The held connections still work; closing one makes room.
+            try await held[0].send(health)
+            #expect(RawConnection.parse(try await held[0].text(until: { RawConnection.parse($0).count == 2 })).map(\.status) == [200, 200])
+            try await held[1].shutdownOutput()
+            _ = try await held[1].responses(count: 1)
+            var admitted: Int?
+            for _ in 0..<50 where admitted != 200 {
+                let again = try await RawConnection(port: port)
+                try await again.send(health)
+                admitted = try await again.responses(count: 1).0.first?.status
+                if admitted != 200 { try await Task.sleep(for: .milliseconds(20)) }
+            }
+            #expect(admitted == 200)
+        }
+    }
+
     /// A program the process starts keeps none of its sockets. NIO opens them without
     /// close-on-exec; a child started while a connection was open inherited it, and when the
     /// server closed that connection its client saw no end until the child exited (this failed

@@ -42,6 +42,8 @@ struct StratusHTTPChannel: ServerChildChannel {
     let maximumBodyBytes: Int
     let idleTimeout: TimeAmount?
     let serverName: String
+    /// Open connections per client address, against `ServerConfiguration.maximumConnectionsPerAddress`.
+    let connections: ConnectionCounts
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Connection> {
         channel.eventLoop.makeCompletedFuture {
@@ -58,6 +60,21 @@ struct StratusHTTPChannel: ServerChildChannel {
     }
 
     func handle(value connection: Connection, logger: Logger) async {
+        let address = connection.channel.remoteAddress?.ipAddress ?? ""
+        guard connections.open(address) else {
+            // Answered before the request is read, then closed: the client reads the answer to what it sent.
+            let error = StratusError(.throttled, "too many connections from this address (at most \(connections.limit) at once); close idle ones or retry later",
+                                     retryAfter: 1)
+            let response = error.response(uuid: newUUID())
+            let sink = BodySink()
+            try? await response.body.write(sink)
+            let bytes = Self.wire(status: response.status.code, headers: response.headers, body: sink.body, length: sink.body.readableBytes,
+                                  http10: false, close: true, serverName: serverName)
+            let handler = connection.handler
+            connection.channel.eventLoop.execute { handler.value.send(bytes, close: true) }
+            return
+        }
+        defer { connections.close(address) }
         await withTaskExecutorPreference(EventLoopTaskExecutor(connection.channel.eventLoop)) {
             await serve(connection, logger: logger)
         }
@@ -176,6 +193,33 @@ struct StratusHTTPChannel: ServerChildChannel {
 }
 
 /// Collects a response body (the service's are single buffers of JSON).
+/// Open connections per client address (one count for the whole server).
+final class ConnectionCounts: Sendable {
+    let limit: Int
+    private let open = Mutex<[String: Int]>([:])
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    /// Counts a new connection from `address`, or `false` when it already has `limit` open.
+    func open(_ address: String) -> Bool {
+        open.withLock { counts in
+            let count = counts[address, default: 0]
+            guard count < limit else { return false }
+            counts[address] = count + 1
+            return true
+        }
+    }
+
+    func close(_ address: String) {
+        open.withLock { counts in
+            let count = counts[address, default: 1] - 1
+            counts[address] = count > 0 ? count : nil
+        }
+    }
+}
+
 private final class BodySink: ResponseBodyWriter, @unchecked Sendable {
     var body = ByteBuffer()
 

@@ -60,6 +60,7 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("statistics-interval"), help: "Seconds between checks of the planner statistics of the service's tables: a table that grew by its own size since PostgreSQL last analyzed it is analyzed at once; 0 leaves it to autovacuum (env STRATUS_STATISTICS_INTERVAL, default 1).") var statisticsInterval: Int?
     @Option(name: .customLong("session-lifetime"), help: "Seconds a sign-in (web auth token) lasts at most, however often it is used (env STRATUS_SESSION_LIFETIME, default 2592000: 30 days).") var sessionLifetime: Int?
     @Option(name: .customLong("session-idle-timeout"), help: "Seconds a sign-in may go unused before it ends (env STRATUS_SESSION_IDLE_TIMEOUT, default 604800: 7 days).") var sessionIdleTimeout: Int?
+    @Option(name: .customLong("max-connections-per-address"), help: "Most connections one client address may hold open at once; more are answered THROTTLED and closed (env STRATUS_MAX_CONNECTIONS_PER_ADDRESS, default 1024).") var maxConnectionsPerAddress: Int?
     @Option(name: .customLong("shutdown-timeout"), help: "Seconds SIGTERM/SIGINT waits for requests in flight before it cancels them (env STRATUS_SHUTDOWN_TIMEOUT, default 30).") var shutdownTimeout: Int?
     @OptionGroup var database: DatabaseOptions
 
@@ -99,6 +100,12 @@ struct Serve: AsyncParsableCommand {
         serverConfiguration.statisticsInterval = statistics == 0 ? nil : .seconds(statistics)
         serverConfiguration.sessionLifetime = .seconds(lifetime)
         serverConfiguration.sessionIdleTimeout = .seconds(idleLimit)
+        let perAddressText = setting(maxConnectionsPerAddress.map(String.init), "STRATUS_MAX_CONNECTIONS_PER_ADDRESS",
+                                     default: String(ServerConfiguration.defaultMaximumConnectionsPerAddress))!
+        guard let perAddress = Int(perAddressText), perAddress >= 1, perAddress <= 1_000_000 else {
+            throw ValidationError("--max-connections-per-address (STRATUS_MAX_CONNECTIONS_PER_ADDRESS) must be a whole number from 1 to 1000000; got '\(perAddressText)'")
+        }
+        serverConfiguration.maximumConnectionsPerAddress = perAddress
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await db.run() }
             defer { group.cancelAll() }
