@@ -7,9 +7,10 @@
 --
 -- A scope's count is spread over 16 stripes, so writers never queue on one hot row: the count is
 -- the sum of the stripes. Each stripe also holds a cap, its share of what the limit leaves free.
--- A write that grows a count takes any stripe that is not locked by another transaction and has
--- room (preferring stripe pg_backend_pid() % 16; FOR UPDATE SKIP LOCKED), and keeps it locked to
--- commit. When none has room, stratus_usage_fit locks every stripe of the scope, sums them against
+-- A single-record save counts in stripe pg_backend_pid() % 16 of its connection, checked against
+-- that stripe's cap in the same statement; a transaction reserves first (stratus_usage_reserve:
+-- any stripe another transaction does not hold that has room, FOR UPDATE SKIP LOCKED, preferring
+-- its own) and counts there. Either keeps the stripe locked to commit. When none has room, stratus_usage_fit locks every stripe of the scope, sums them against
 -- the limit and divides what is left again: exact near the limit, contention-free far from it.
 -- The caps never sum past the limit and a growing write never takes a stripe past its cap, so
 -- the total never passes the limit. Shrinking writes (deletes) never check a cap. A cap of 0
@@ -54,6 +55,7 @@ CREATE FUNCTION stratus_usage_fit(c bigint, e smallint, o text, d_records bigint
 RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
     s smallint := pg_backend_pid() % 16;
+    chosen smallint;
     n bigint;
     total_records bigint;
     total_bytes bigint;
@@ -62,13 +64,13 @@ DECLARE
     free_records bigint;
     free_bytes bigint;
 BEGIN
-    PERFORM 1 FROM usage_counters
+    SELECT stripe INTO chosen FROM usage_counters
     WHERE container_id = c AND environment = e AND owner = o
       AND (d_records <= 0 OR records + d_records <= records_cap) AND (d_bytes <= 0 OR bytes + d_bytes <= bytes_cap)
     ORDER BY stripe = s DESC LIMIT 1
     FOR UPDATE SKIP LOCKED;
     IF FOUND THEN
-        RETURN NULL;
+        RETURN ARRAY[chosen::bigint];
     END IF;
     INSERT INTO usage_counters (container_id, environment, owner, stripe)
     SELECT c, e, o, g FROM generate_series(0, 15) g ON CONFLICT DO NOTHING;
@@ -93,33 +95,37 @@ BEGIN
     SET records_cap = records + free_records / n + CASE WHEN stripe = s THEN greatest(d_records, 0) + free_records % n ELSE 0 END,
         bytes_cap = bytes + free_bytes / n + CASE WHEN stripe = s THEN greatest(d_bytes, 0) + free_bytes % n ELSE 0 END
     WHERE container_id = c AND environment = e AND owner = o;
-    RETURN NULL;
+    RETURN ARRAY[s::bigint];
 END
 $$;
 
--- Both scopes of a write: the container's, then (o <> '') the user's. NULL when the growth fits;
--- otherwise {free records, free bytes, free user bytes} (2^60 where a scope has room).
+-- Both scopes of a write: the container's, then (o <> '') the user's. When the growth fits,
+-- {container stripe, user stripe (-1: none)}, locked for the write to count in; otherwise
+-- {free records, free bytes, free user bytes} (2^60 where a scope has room).
 CREATE FUNCTION stratus_usage_reserve(c bigint, e smallint, o text, d_records bigint, d_bytes bigint,
                                       default_records bigint, default_bytes bigint, default_user_bytes bigint)
 RETURNS bigint[] LANGUAGE plpgsql AS $$
 DECLARE
-    container_free bigint[];
-    user_free bigint[];
+    container_fit bigint[];
+    user_fit bigint[] := ARRAY[-1];
     plenty bigint := 1::bigint << 60;
 BEGIN
-    container_free := stratus_usage_fit(c, e, '', d_records, d_bytes, default_records, default_bytes, default_user_bytes);
+    container_fit := stratus_usage_fit(c, e, '', d_records, d_bytes, default_records, default_bytes, default_user_bytes);
     IF o <> '' THEN
-        user_free := stratus_usage_fit(c, e, o, d_records, d_bytes, default_records, default_bytes, default_user_bytes);
+        user_fit := stratus_usage_fit(c, e, o, d_records, d_bytes, default_records, default_bytes, default_user_bytes);
     END IF;
-    IF container_free IS NULL AND user_free IS NULL THEN
-        RETURN NULL;
+    IF cardinality(container_fit) = 1 AND cardinality(user_fit) = 1 THEN
+        RETURN ARRAY[container_fit[1], user_fit[1]];
     END IF;
-    RETURN ARRAY[coalesce(container_free[1], plenty), coalesce(container_free[2], plenty), coalesce(user_free[2], plenty)];
+    RETURN ARRAY[CASE WHEN cardinality(container_fit) = 2 THEN container_fit[1] ELSE plenty END,
+                 CASE WHEN cardinality(container_fit) = 2 THEN container_fit[2] ELSE plenty END,
+                 CASE WHEN cardinality(user_fit) = 2 THEN user_fit[2] ELSE plenty END];
 END
 $$;
 
--- Refuses (SQLSTATE SR001) a statement whose counter update left a stripe past its cap; the
--- writer then takes the locked path, which rebalances or answers QUOTA_EXCEEDED.
+-- Refuses (SQLSTATE SR001) a statement whose counter update left a stripe past its cap, or found
+-- no stripe to count in; the writer then takes the transaction, which rebalances or answers
+-- QUOTA_EXCEEDED.
 CREATE FUNCTION stratus_usage_check(fits boolean) RETURNS boolean LANGUAGE plpgsql AS $$
 BEGIN
     IF fits IS FALSE THEN

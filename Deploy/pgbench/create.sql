@@ -1,5 +1,5 @@
 -- service-sql: read 793eb05f884a9108
--- service-sql: write 6beb525a38db98df
+-- service-sql: write 210ee93c176fa428
 -- The SQL `stratus serve` runs for this records/modify of one record, statement for statement (RecordStore+Modify.swift,
 -- `modifyOne`): no transaction; the zone and the record read unlocked in one statement, then one statement that writes
 -- the record if it is unchanged (not created meanwhile), its index entries (title, rank: the bench schema) and the zone's change position,
@@ -75,23 +75,15 @@ WITH live AS (
         UNION ALL
         SELECT (NOT d)::int - (o >= 0)::int, CASE WHEN d THEN 0 ELSE size END - greatest(o, 0) FROM upd
     ) x
-), pick AS (
-    SELECT o, coalesce((
-        SELECT c.stripe FROM usage_counters c
-        WHERE c.container_id = :c AND c.environment = 1 AND c.owner = o
-          AND (d.r <= 0 OR c.records + d.r <= c.records_cap) AND (d.b <= 0 OR c.bytes + d.b <= c.bytes_cap)
-        ORDER BY c.stripe = pg_backend_pid() % 16 DESC LIMIT 1
-        FOR UPDATE SKIP LOCKED), pg_backend_pid() % 16) AS stripe
-    FROM delta d, unnest(CASE WHEN ':o'::text = '' THEN ARRAY['']::text[] ELSE ARRAY['', ':o'::text] END) AS o
-    WHERE d.r <> 0 OR d.b <> 0
 ), usage AS (
-    INSERT INTO usage_counters AS c (container_id, environment, owner, stripe, records, bytes)
-    SELECT :c, 1, p.o, p.stripe, d.r, d.b FROM pick p, delta d
-    ORDER BY p.o
-    ON CONFLICT (container_id, environment, owner, stripe)
-    DO UPDATE SET records = c.records + excluded.records, bytes = c.bytes + excluded.bytes
+    UPDATE usage_counters c SET records = c.records + d.r, bytes = c.bytes + d.b
+    FROM delta d, unnest(CASE WHEN (:o)::text = '' THEN ARRAY['']::text[] ELSE ARRAY['', (:o)::text] END,
+                         CASE WHEN (:o)::text = '' THEN ARRAY[-1::int2] ELSE ARRAY[-1::int2, -1::int2] END) AS s(o, stripe)
+    WHERE c.container_id = :c AND c.environment = 1 AND c.owner = s.o
+      AND c.stripe = CASE WHEN s.stripe >= 0 THEN s.stripe ELSE pg_backend_pid() % 16 END AND (d.r <> 0 OR d.b <> 0)
     RETURNING c.records, c.bytes, c.records_cap, c.bytes_cap
 )
 SELECT record_name, change_seq FROM written
-WHERE stratus_usage_check((SELECT bool_and((d.r <= 0 OR u.records <= u.records_cap) AND (d.b <= 0 OR u.bytes <= u.bytes_cap))
-                           FROM usage u, delta d));
+WHERE stratus_usage_check((SELECT count(u.*) = CASE WHEN d.r = 0 AND d.b = 0 THEN 0 WHEN (:o)::text = '' THEN 1 ELSE 2 END
+                                  AND coalesce(bool_and((d.r <= 0 OR u.records <= u.records_cap) AND (d.b <= 0 OR u.bytes <= u.bytes_cap)), true)
+                           FROM delta d LEFT JOIN usage u ON true GROUP BY d.r, d.b));

@@ -258,26 +258,18 @@ enum Prepared {
                     UNION ALL
                     SELECT (NOT d)::int - (o >= 0)::int, CASE WHEN d THEN 0 ELSE size END - greatest(o, 0) FROM upd
                 ) x
-            ), pick AS (
-                SELECT o, coalesce((
-                    SELECT c.stripe FROM usage_counters c
-                    WHERE c.container_id = $1 AND c.environment = $41 AND c.owner = o
-                      AND (d.r <= 0 OR c.records + d.r <= c.records_cap) AND (d.b <= 0 OR c.bytes + d.b <= c.bytes_cap)
-                    ORDER BY c.stripe = pg_backend_pid() % 16 DESC LIMIT 1
-                    FOR UPDATE SKIP LOCKED), pg_backend_pid() % 16) AS stripe
-                FROM delta d, unnest(CASE WHEN $42::text = '' THEN ARRAY['']::text[] ELSE ARRAY['', $42::text] END) AS o
-                WHERE d.r <> 0 OR d.b <> 0
             ), usage AS (
-                INSERT INTO usage_counters AS c (container_id, environment, owner, stripe, records, bytes)
-                SELECT $1, $41, p.o, p.stripe, d.r, d.b FROM pick p, delta d
-                ORDER BY p.o
-                ON CONFLICT (container_id, environment, owner, stripe)
-                DO UPDATE SET records = c.records + excluded.records, bytes = c.bytes + excluded.bytes
+                UPDATE usage_counters c SET records = c.records + d.r, bytes = c.bytes + d.b
+                FROM delta d, unnest(CASE WHEN $42::text = '' THEN ARRAY['']::text[] ELSE ARRAY['', $42::text] END,
+                                     CASE WHEN $42::text = '' THEN ARRAY[$44::int2] ELSE ARRAY[$44::int2, $45::int2] END) AS s(o, stripe)
+                WHERE c.container_id = $1 AND c.environment = $41 AND c.owner = s.o
+                  AND c.stripe = CASE WHEN s.stripe >= 0 THEN s.stripe ELSE pg_backend_pid() % 16 END AND (d.r <> 0 OR d.b <> 0)
                 RETURNING c.records, c.bytes, c.records_cap, c.bytes_cap
             )
             SELECT record_name, change_seq FROM written
-            WHERE stratus_usage_check((SELECT bool_and((d.r <= 0 OR u.records <= u.records_cap) AND (d.b <= 0 OR u.bytes <= u.bytes_cap))
-                                       FROM usage u, delta d))
+            WHERE stratus_usage_check((SELECT count(u.*) = CASE WHEN d.r = 0 AND d.b = 0 THEN 0 WHEN $42::text = '' THEN 1 ELSE 2 END
+                                              AND coalesce(bool_and((d.r <= 0 OR u.records <= u.records_cap) AND (d.b <= 0 OR u.bytes <= u.bytes_cap)), true)
+                                       FROM delta d LEFT JOIN usage u ON true GROUP BY d.r, d.b))
             """
         typealias Row = (String, Int64)
 
@@ -298,9 +290,12 @@ enum Prepared {
         var meteredOwner: String
         /// The stored size of each of `updates` if it was live when read, or -1.
         var oldSizes: [Int64]
+        /// The counter stripes the container's and the owner's usage count in (reserved by the
+        /// transaction), or -1: the connection's own (`pg_backend_pid() % 16`).
+        var stripes: (container: Int16, owner: Int16) = (-1, -1)
 
         func makeBindings() throws -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 43)
+            var bindings = PostgresBindings(capacity: 45)
             bindings.append(containerID)
             bindings.append(zoneID)
             for (records, fields) in [(inserts, insertFields), (updates, updateFields)] {
@@ -335,6 +330,8 @@ enum Prepared {
             bindings.append(environment)
             bindings.append(meteredOwner)
             bindings.append(oldSizes)
+            bindings.append(stripes.container)
+            bindings.append(stripes.owner)
             return bindings
         }
 

@@ -82,7 +82,8 @@ extension RecordStore {
                 // Quotas before sharing is planned: a refused save must not leave a share behind.
                 Self.encodeSaves(&outcomes)
                 let liveSizes = Self.liveSizes(current.values)
-                if try await reserveUsage(db, outcomes: &outcomes, liveSizes: liveSizes, names: request.recordNames, on: connection) {
+                let reservation = try await reserveUsage(db, outcomes: &outcomes, liveSizes: liveSizes, names: request.recordNames, on: connection)
+                if reservation.refused {
                     // A refused save may be the target of another operation's VALIDATE reference.
                     try await checkReferences(db, zoneID: zoneID, zone: zone, outcomes: &outcomes, on: connection)
                 }
@@ -100,7 +101,8 @@ extension RecordStore {
                 for record in cascade { expected[record.recordName] = record.changeSeq }
                 let sizes = liveSizes.merging(Self.liveSizes(cascade)) { old, _ in old }
                 var results = try await apply(db, zoneID: zoneID, outcomes: outcomes, cascade: cascade, schema: finalSchema,
-                                              names: request.recordNames, expected: expected, liveSizes: sizes, lockZone: false, on: connection)
+                                              names: request.recordNames, expected: expected, liveSizes: sizes, stripes: reservation.stripes,
+                                              lockZone: false, on: connection)
                 if atomic, results.contains(where: { if case .failed = $0 { return true } else { return false } }) {
                     throw AtomicAbort(results: Self.atomicFailure(results.map { result -> Result<PlannedWrite, StratusError> in
                         if case .failed(_, let error) = result { return .failure(error) }
@@ -153,7 +155,8 @@ extension RecordStore {
                 if let hook = testHooks.beforeOptimisticWrite { await hook(names) }
                 var results = try await apply(db, zoneID: zoneID, outcomes: plan.outcomes, cascade: [], schema: schema,
                                               names: request.recordNames, expected: current.mapValues(\.changeSeq),
-                                              liveSizes: Self.liveSizes(current.values), lockZone: zone != Names.defaultZone, on: connection)
+                                              liveSizes: Self.liveSizes(current.values), stripes: (-1, -1), lockZone: zone != Names.defaultZone,
+                                              on: connection)
                 guard case .saved = results[0] else { return nil }
                 Self.keepDesiredKeys(&results, plan: plan)
                 return results
@@ -373,9 +376,10 @@ extension RecordStore {
     /// Writes the planned changes with set-based statements and returns one result per operation.
     /// `expected` holds the change sequence of every existing record the plan changes, as read,
     /// `liveSizes` the stored size of those that are live (the usage counters change by the
-    /// difference in the same statement); `lockZone` is `WriteRecords`' zone check.
+    /// difference in the same statement, in `stripes`: see `reserveUsage`); `lockZone` is
+    /// `WriteRecords`' zone check.
     func apply(_ db: DatabaseRef, zoneID: Int64, outcomes: [Result<PlannedWrite, StratusError>], cascade: [Record], schema: Schema,
-               names: [String?], expected: [String: Int64], liveSizes: [String: Int64], lockZone: Bool,
+               names: [String?], expected: [String: Int64], liveSizes: [String: Int64], stripes: (Int16, Int16), lockZone: Bool,
                on connection: PostgresConnection) async throws -> [ModifyResult] {
         var inserts: [Record] = []
         var updates: [Record] = []
@@ -416,7 +420,7 @@ extension RecordStore {
             containerID: db.containerID, zoneID: zoneID, inserts: inserts, insertFields: insertFields,
             updates: updates, updateFields: updateFields, entries: entries, tracksZoneChanges: db.tracksZoneChanges,
             expectedSeqs: updates.map { expected[$0.recordName] ?? 0 }, lockZone: lockZone, environment: db.environment.code,
-            meteredOwner: Self.meteredOwner(db), oldSizes: updates.map { liveSizes[$0.recordName] ?? -1 }), logger: logger)
+            meteredOwner: Self.meteredOwner(db), oldSizes: updates.map { liveSizes[$0.recordName] ?? -1 }, stripes: stripes), logger: logger)
         var written: [String: Int64] = [:]
         for (name, seq) in rows { written[name] = seq }
         let live = (inserts + updates).filter { !$0.deleted && written[$0.recordName] != nil }

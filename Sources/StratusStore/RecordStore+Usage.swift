@@ -119,44 +119,56 @@ extension RecordStore {
     }
 
     /// Makes room for the growth the planned writes bring, in the container's and the owner's
-    /// quotas, before anything is written (the counter rows stay locked until commit, so the
+    /// quotas, before anything is written (the counter stripes stay locked until commit, so the
     /// write that follows fits). Operations that would pass a limit become `QUOTA_EXCEEDED`: in
     /// request order, the first that fit are kept (writes that shrink usage always are). Returns
-    /// whether any operation was refused.
+    /// whether any operation was refused, and the stripes the write is to count in (-1: the
+    /// connection's own, when nothing grows).
     func reserveUsage(_ db: DatabaseRef, outcomes: inout [Result<PlannedWrite, StratusError>], liveSizes: [String: Int64],
-                      names: [String?], on connection: PostgresConnection) async throws -> Bool {
+                      names: [String?], on connection: PostgresConnection) async throws -> (refused: Bool, stripes: (Int16, Int16)) {
         let deltas = outcomes.map { Self.usageDelta(of: $0, liveSizes: liveSizes) }
         let total = deltas.reduce(UsageDelta(), +)
-        guard deltas.contains(where: \.grows) else { return false }
-        guard let headroom = try await reserve(db, total, on: connection) else { return false }
+        guard deltas.contains(where: \.grows) else { return (false, (-1, -1)) }
+        let headroom: UsageHeadroom
+        switch try await reserve(db, total, on: connection) {
+        case .fits(let stripes): return (false, stripes)
+        case .full(let free): headroom = free
+        }
         // Shrinking writes first (they free room at once), then growth in request order.
         var kept = deltas.filter { !$0.grows }.reduce(UsageDelta(), +)
-        var refused = false
         for index in outcomes.indices where deltas[index].grows {
             let next = kept + deltas[index]
             if headroom.admits(UsageDelta(records: max(next.records, 0), bytes: max(next.bytes, 0))) {
                 kept = next
             } else {
                 outcomes[index] = .failure(headroom.refusal(for: deltas[index], recordName: names[index]))
-                refused = true
             }
         }
-        if kept.grows, try await reserve(db, kept, on: connection) != nil {
-            // The counters are locked by this transaction since the first call: what was free still is.
+        guard kept.grows else { return (true, (-1, -1)) }
+        // The counters are locked by this transaction since the first call: what was free still is.
+        guard case .fits(let stripes) = try await reserve(db, kept, on: connection) else {
             throw StratusError(.internalError, "quota reservation changed under its lock")
         }
-        return refused
+        return (true, stripes)
     }
 
-    /// `stratus_usage_reserve`: `nil` when growth by `delta` fits, else what is free.
-    func reserve(_ db: DatabaseRef, _ delta: UsageDelta, on connection: PostgresConnection) async throws -> UsageHeadroom? {
+    enum Reservation {
+        /// The stripes (container, owner; -1 for none) the write counts in, locked.
+        case fits((Int16, Int16))
+        case full(UsageHeadroom)
+    }
+
+    /// `stratus_usage_reserve`: where growth by `delta` counts, or what is free.
+    func reserve(_ db: DatabaseRef, _ delta: UsageDelta, on connection: PostgresConnection) async throws -> Reservation {
         let defaults = QuotaLimits.defaults
         let rows = try await connection.rows("""
             SELECT stratus_usage_reserve(\(db.containerID), \(db.environment.code), \(Self.meteredOwner(db)), \(delta.records), \(delta.bytes),
                                          \(defaults.maxRecords), \(defaults.maxStorageBytes), \(defaults.userPrivateStorageBytes))
             """, logger: logger)
-        guard let free = try rows.first?.decode([Int64]?.self), free.count == 3 else { return nil }
-        return UsageHeadroom(records: free[0], bytes: free[1], userBytes: free[2])
+        let answer = try rows.first?.decode([Int64].self) ?? []
+        if answer.count == 2 { return .fits((Int16(answer[0]), Int16(answer[1]))) }
+        guard answer.count == 3 else { throw StratusError(.internalError, "unexpected quota reservation \(answer)") }
+        return .full(UsageHeadroom(records: answer[0], bytes: answer[1], userBytes: answer[2]))
     }
 
     /// Takes records removed by a statement other than `WriteRecords` (a deleted zone) off the counters.

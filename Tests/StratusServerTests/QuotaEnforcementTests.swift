@@ -193,6 +193,13 @@ import Testing
             // Each user's `Users` record in the public database counts too.
             #expect(usage.json["records"] == 8 && usage.json["topUsers"]?.arrayValue?.first?["userRecordName"] == .string(alice.userRecordName ?? ""), "\(usage.json)")
 
+            let report = try await EndToEndTests.cli(["usage", "--container", alice.container], server: "http://127.0.0.1:\(harness.client.port ?? 0)",
+                                                     token: Harness.adminToken)
+            #expect(report.status == 0 && report.text.contains("records\t8 of \(QuotaLimits.defaults.maxRecords)")
+                    && report.text.contains("TOP USERS BY PRIVATE STORAGE") && report.text.contains(alice.userRecordName ?? "?"), "\(report.text)")
+            let missing = try await EndToEndTests.cli(["usage"], server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
+            #expect(missing.status != 0 && missing.text.contains("give --container"), "\(missing.text)")
+
             // The meters are checked against the data: a counter changed behind the service's back is reported.
             let verifiedBefore = try await Self.verify(harness)
             #expect(verifiedBefore.status == 0, "\(verifiedBefore.text)")

@@ -113,7 +113,8 @@ import Testing
     /// Adding QUERYABLE to a field of a type with 100,000 production records builds its index with
     /// visible progress; before, queries on it are BAD_REQUEST naming the missing index.
     @Test func addingAnIndexBackfillsProductionRecords() async throws {
-        try await Harness.run(live: true) { harness in
+        // Most of its records are written straight into the table, past the usage meters.
+        try await Harness.run(live: true, verifyUsage: false) { harness in
             let name = "iCloud.com.example.Backfill\(UInt32.random(in: 0...UInt32.max))"
             let dev = try await harness.container(name, environment: .development).signedUp()
             let prodToken = try await harness.admin(.post, "containers/\(name)/tokens", json: ["environment": "production"])

@@ -6,12 +6,15 @@ struct QuotaCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "quota", abstract: "Show and set a container's limits per environment.",
         discussion: """
-            Each container-environment has five limits: records, storage bytes, requests per second
-            (for the container, and per user), and each user's private storage. Unset ones take the
-            documented defaults; 'default' resets one. Every change is in the audit log.
+            Each container-environment has five limits: records, storage bytes, operations per
+            second (for the container, and per user: without a user, per API token and client
+            address), and each user's private storage. Unset ones take the documented defaults;
+            'default' resets one. Every change is in the audit log and reaches every server process
+            at once.
 
-            Not yet enforced: this release stores and shows the limits; metering and enforcement
-            come next (see the README, "Quotas").
+            Past a storage limit a write gets QUOTA_EXCEEDED and writes nothing of that record;
+            past a rate limit a request gets THROTTLED with a retry hint. 'stratus usage' shows
+            what is used (see the README, "Quotas, rate limits and usage").
 
             Examples:
               stratus quota show --container iCloud.com.example.Notes --environment production
@@ -27,7 +30,7 @@ struct QuotaCommand: AsyncParsableCommand {
             let value = response["limits"]?[key.name].map { JSONWriter.string($0) } ?? "?"
             lines.append("\(key.name)\t\(value)\t\(set.contains(key.name) ? "set" : "default")")
         }
-        lines.append("(\(response["environment"]?.stringValue ?? "") environment; not yet enforced)")
+        lines.append("(\(response["environment"]?.stringValue ?? "") environment; requests are operations per second)")
         return lines.joined(separator: "\n")
     }
 

@@ -109,7 +109,7 @@ struct Harness: Sendable {
     /// `database` adjusts the pool's settings (timeouts).
     static func run(live: Bool = false, port: Int = 0, poolSize: Int = 4, idleTimeout: Duration? = nil,
                     database adjust: @Sendable (inout DatabaseConfiguration) -> Void = { _ in },
-                    server configure: @Sendable (inout ServerConfiguration) -> Void = { _ in },
+                    server configure: @Sendable (inout ServerConfiguration) -> Void = { _ in }, verifyUsage: Bool = true,
                     _ body: @escaping @Sendable (Harness) async throws -> Void) async throws {
         var configuration = try await TestCluster.shared.newDatabase()
         adjust(&configuration)
@@ -123,6 +123,12 @@ struct Harness: Sendable {
                                   services: [stratus.background], logger: TestCluster.logger)
             try await app.test(live ? .live : .router) { client in
                 try await body(Harness(client: client, database: db, app: stratus))
+            }
+            // Whatever a test did through the service, the usage meters must equal a recount of
+            // its data (`stratus usage --verify`); tests that write rows behind the service's back opt out.
+            if verifyUsage {
+                let differences = try await AdminStore(database: db, logger: TestCluster.logger).verifyUsage(containerID: nil, environment: nil)
+                #expect(differences.isEmpty, "usage counters differ from the data after the test: \(differences)")
             }
         }
     }
