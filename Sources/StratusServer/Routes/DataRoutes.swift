@@ -88,6 +88,10 @@ struct DataRoute: Sendable {
             DataRoute(method: .post, path: "zones/changes", hasBody: true) { try await $0.zoneListChanges($1, legacy: true) },
             DataRoute(method: .post, path: "changes/database", hasBody: true) { try await $0.zoneListChanges($1, legacy: false) },
             DataRoute(method: .post, path: "changes/zone", hasBody: true) { try await $0.zoneChanges($1) },
+            DataRoute(method: .get, path: "subscriptions/list", hasBody: false) { try await $0.listSubscriptions($1) },
+            DataRoute(method: .post, path: "subscriptions/list", hasBody: false) { try await $0.listSubscriptions($1) },
+            DataRoute(method: .post, path: "subscriptions/lookup", hasBody: true) { try await $0.lookupSubscriptions($1) },
+            DataRoute(method: .post, path: "subscriptions/modify", hasBody: true) { try await $0.modifySubscriptions($1) },
         ]
         for method in [HTTPRequest.Method.get, .post] {
             routes.append(DataRoute(method: method, path: "users/caller", hasBody: false) { try await $0.caller($1) })

@@ -85,18 +85,17 @@ extension StratusApp {
             try self.authenticator.requireAdmin(request)
             let container = try await self.managedContainer(context)
             let environment = try Self.environmentParameter(request)
-            var user: String?
-            if let given = request.uri.queryParameters.get("user").map({ String($0) }) {
-                guard Names.isPrintableName(given, maximumBytes: 320) else {
-                    throw StratusError.badRequest("give the user's record name (_ and 32 hex digits) or email address")
-                }
-                guard let found = try await self.admin.users(containerID: container.id, environment: environment, user: given).first else {
-                    throw StratusError(.notFound, "no user '\(Names.printable(given))' in this container; give a user record name or an email address")
-                }
-                user = found.userRecordName
-            }
+            let user = try await self.userFilter(request, containerID: container.id, environment: environment)
             let shares = try await self.records.allShares(containerID: container.id, environment: environment, user: user)
             return .json(["shares": .array(shares.map(self.shareAdminJSON))])
+        }
+        router.get("\(base)/containers/:container/subscriptions") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let environment = try Self.environmentParameter(request)
+            let user = try await self.userFilter(request, containerID: container.id, environment: environment)
+            let found = try await self.records.allSubscriptions(containerID: container.id, environment: environment, owner: user)
+            return .json(["subscriptions": .array(found.map(Self.subscriptionAdminJSON))])
         }
         router.get("\(base)/containers/:container/quota") { request, context -> Response in
             try self.authenticator.requireAdmin(request)
@@ -310,6 +309,32 @@ extension StratusApp {
         members["revokedAt"] = token.revokedAt.map(iso) ?? .null
         members["allowedOrigins"] = .array(token.allowedOrigins.map { .string($0) })
         members["signInCallback"] = token.signInCallback.map { .string($0) } ?? .null
+        return .object(members)
+    }
+
+    /// The `user` query parameter (a user record name or an email address) as a user record name;
+    /// `nil` when absent, `NOT_FOUND` when no such user exists.
+    func userFilter(_ request: Request, containerID: Int64, environment: ContainerEnvironment) async throws -> String? {
+        guard let given = request.uri.queryParameters.get("user").map({ String($0) }) else { return nil }
+        guard Names.isPrintableName(given, maximumBytes: 320) else {
+            throw StratusError.badRequest("give the user's record name (_ and 32 hex digits) or email address")
+        }
+        guard let found = try await admin.users(containerID: containerID, environment: environment, user: given).first else {
+            throw StratusError(.notFound, "no user '\(Names.printable(given))' in this container; give a user record name or an email address")
+        }
+        return found.userRecordName
+    }
+
+    /// A subscription for the operator: its subscriber and database beside the wire dictionary.
+    static func subscriptionAdminJSON(_ listing: SubscriptionListing) -> JSON {
+        var zoneID: JSON?
+        if let zone = listing.subscription.zoneName {
+            zoneID = ["zoneName": .string(zone), "ownerRecordName": .string(listing.subscription.zoneOwner ?? "")]
+        }
+        guard case .object(var members) = listing.subscription.wireJSON(zoneID: zoneID) else { return .null }
+        members["owner"] = .string(listing.owner)
+        members["database"] = .string(listing.scope.rawValue)
+        members["createdAt"] = iso(listing.createdAt)
         return .object(members)
     }
 }

@@ -142,6 +142,9 @@ extension StratusApp {
         let recordType = json["recordType"]?.stringValue
         schema = try await records.schemas.reload(containerID: db.containerID, environment: db.environment)
         if let recordType, Names.isIdentifier(recordType), schema.recordTypes[recordType] == nil {
+            if db.environment == .production {
+                throw StratusError.badRequest("unknown record type '\(recordType)': it is not in the production schema; save it in development, then deploy the schema")
+            }
             throw StratusError.badRequest("unknown record type '\(recordType)': no record of that type was ever saved in this environment")
         }
         return try Query.parse(json, schema: schema)
