@@ -30,3 +30,30 @@ CREATE INDEX subscriptions_by_record_type ON subscriptions (container_id, enviro
 -- ... and the zone and database subscriptions that watch its zone (in the shared database,
 -- every participant's subscriptions on the owner's zone).
 CREATE INDEX subscriptions_by_zone ON subscriptions (container_id, environment, scope, zone_owner, zone_name) WHERE kind <> 1;
+
+-- Web courier tokens (tokens/create): each one user's long-poll URL in a container-environment.
+-- token_hash: SHA-256 of the token in the URL (the token itself is never stored).
+CREATE TABLE courier_tokens (
+    container_id bigint NOT NULL,
+    token_hash text NOT NULL,
+    environment smallint NOT NULL,
+    owner text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    polled_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (container_id, token_hash)
+);
+CREATE INDEX courier_tokens_by_owner ON courier_tokens (container_id, environment, owner);
+
+-- Notifications waiting for one courier token, oldest first (seq). The truth of delivery: a
+-- poll takes (deletes) the oldest and answers it; one whose answer could not be written is put
+-- back. Rows older than the documented lifetime are swept.
+CREATE SEQUENCE notification_seq;
+CREATE TABLE notifications (
+    container_id bigint NOT NULL,
+    token_hash text NOT NULL,
+    seq bigint NOT NULL DEFAULT nextval('notification_seq'),
+    payload text NOT NULL,
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (container_id, token_hash, seq)
+);
+CREATE INDEX notifications_by_age ON notifications (created_at);

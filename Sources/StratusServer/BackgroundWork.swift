@@ -9,6 +9,7 @@ public struct BackgroundWork: Service {
     let keeper: StatisticsKeeper?
     let invalidations: Invalidations
     let rateLimiter: RateLimiter
+    let records: RecordStore
 
     public func run() async throws {
         try await cancelWhenGracefulShutdown {
@@ -16,7 +17,19 @@ public struct BackgroundWork: Service {
                 if let keeper { group.addTask { await keeper.run() } }
                 group.addTask { await invalidations.run() }
                 group.addTask { await rateLimiter.run() }
+                group.addTask { await sweepNotifications() }
             }
+        }
+    }
+}
+
+extension BackgroundWork {
+    /// Every minute, drops undelivered notifications past their lifetime and unpolled courier tokens.
+    func sweepNotifications() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .seconds(60))
+            guard !Task.isCancelled else { return }
+            try? await records.sweepNotifications(lifetime: StratusApp.notificationLifetime, tokenLifetime: StratusApp.courierTokenLifetime)
         }
     }
 }
@@ -25,6 +38,6 @@ extension StratusApp {
     /// The background work to run beside this app's HTTP server.
     public var background: BackgroundWork {
         BackgroundWork(keeper: configuration.statisticsInterval.map { StatisticsKeeper(database: database, logger: logger, interval: $0) },
-                       invalidations: invalidations, rateLimiter: rateLimiter)
+                       invalidations: invalidations, rateLimiter: rateLimiter, records: records)
     }
 }

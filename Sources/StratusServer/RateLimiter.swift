@@ -16,6 +16,8 @@ import Synchronization
 /// what the window has left. One process alone is exact; with several, each can pass the limit
 /// only by what the others admitted since their last report (at most one sync interval of their
 /// share), and a new window starts each process at its share (limit ÷ processes seen last).
+/// A key is reported only once a window has used a tenth of the process's share of its limit,
+/// so keys far from their limits (nearly all of them) cost no database work at all.
 ///
 /// Counts of requests, throttled and refused (`QUOTA_EXCEEDED`) operations per
 /// container-environment go to `request_counts` once a second, for `stratus usage`.
@@ -43,6 +45,12 @@ public final class RateLimiter: Sendable {
         var debt: Int64 = 0
         /// Processes active on the key at the last sync (this one included).
         var processes: Int64 = 1
+
+        /// Whether the window has used a tenth of this process's share of the limit. Keys below
+        /// that are not reported: far from their limit, they need no coordination, and a
+        /// container far below its limits costs PostgreSQL nothing. What other processes then
+        /// cannot see is at most a tenth of the limit per process (the error bound in the README).
+        var isWorthReporting: Bool { admitted > 0 && admitted * 10 * processes >= limit }
     }
 
     struct Meter {
@@ -198,9 +206,9 @@ public final class RateLimiter: Sendable {
     func sync(_ store: AdminStore) async throws {
         let second = nowSecond()
         let (keys, counts): ([Key], [Int64]) = state.withLock { state in
-            // Forget keys idle for a while; report the active ones.
+            // Forget keys idle for a while; report the ones near their share of the limit.
             state.windows = state.windows.filter { second - $0.value.second < 10 }
-            let active = state.windows.filter { $0.value.second == second && $0.value.admitted > 0 }
+            let active = state.windows.filter { $0.value.second == second && $0.value.isWorthReporting }
             return (Array(active.keys), active.map(\.value.admitted))
         }
         guard !keys.isEmpty else { return }

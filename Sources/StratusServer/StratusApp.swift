@@ -32,6 +32,8 @@ public final class StratusApp: Sendable {
     let queryShapes = Mutex(QueryShapeState())
     /// Rate limits and request metering (shared with the other server processes through PostgreSQL).
     public let rateLimiter: RateLimiter
+    /// Notifications for subscriptions, and the web courier polls waiting for them.
+    let notifier: Notifier
     /// A bcrypt hash of nothing, verified against when an email is unknown so sign-in takes as long either way.
     let dummyPasswordHash: String
 
@@ -55,12 +57,15 @@ public final class StratusApp: Sendable {
         self.logger = logger
         self.invalidations = Invalidations(configuration: database.configuration, logger: logger)
         self.rateLimiter = RateLimiter(admin: admin, configuration: database.configuration, logger: logger)
-        let (authenticator, schemas, rateLimiter) = (self.authenticator, self.records.schemas, self.rateLimiter)
+        self.notifier = Notifier(records: records, authenticator: authenticator, logger: logger)
+        let (authenticator, schemas, rateLimiter, notifier) = (self.authenticator, self.records.schemas, self.rateLimiter, self.notifier)
         invalidations.subscribe { event in
             authenticator.invalidate(event)
             schemas.invalidate(event)
             rateLimiter.invalidate(event)
+            notifier.invalidate(event)
         }
+        records.observeChanges { await notifier.recordsChanged($0) }
     }
 
     /// Every endpoint: the router, with the data API answered ahead of it (see `StratusRouter`).
@@ -71,6 +76,7 @@ public final class StratusApp: Sendable {
         addDataRoutes(to: router)
         addAuthRoutes(to: router)
         addManagementRoutes(to: router)
+        addCourierRoutes(to: router)
         addSchemaRoutes(to: router)
         return StratusRouter(app: self, router: router)
     }

@@ -38,7 +38,7 @@ extension RecordStore {
         }
         let atomic = request.atomic && zone != Names.defaultZone
         do {
-            return try await database.transaction { connection in
+            let (results, changes) = try await database.transaction { connection -> ([ModifyResult], [RecordChange]) in
                 let names = request.recordNames.compactMap { $0 }
                 // Share roots are locked with the records: a share checks and changes its root.
                 let roots = Self.shareRoots(of: request).filter { !names.contains($0) }
@@ -117,9 +117,12 @@ extension RecordStore {
                     schemas.remember(finalSchema, containerID: db.containerID, environment: db.environment)
                 }
                 if let hook = testHooks.beforeCommit { await hook(names) }
+                let changes = observed ? Self.changes(of: results, current: current, cascade: cascade) : []
                 Self.keepDesiredKeys(&results, plan: plan)
-                return results
+                return (results, changes)
             }
+            await report(changes, db: db, zone: zone)
+            return results
         } catch let abort as AtomicAbort {
             return abort.results
         } catch where Self.isPastStripeCap(error) {
@@ -142,7 +145,7 @@ extension RecordStore {
     func modifyOne(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: String, now: Int64,
                    allowSchemaChanges: Bool, access: RecordAccess?, render: @escaping @Sendable (Record) -> JSON) async throws -> [ModifyResult]? {
         let names = request.recordNames.compactMap { $0 }
-        return try await database.withConnection { connection in
+        let outcome = try await database.withConnection { connection -> (results: [ModifyResult], changes: [RecordChange])? in
             do {
                 guard let (zoneID, _, current) = try await zoneAndRecords(Prepared.ReadZoneAndRecords(db: db, zone: zone, names: names),
                                                                           on: connection) else { return nil }
@@ -158,8 +161,9 @@ extension RecordStore {
                                               liveSizes: Self.liveSizes(current.values), stripes: (-1, -1), lockZone: zone != Names.defaultZone,
                                               on: connection)
                 guard case .saved = results[0] else { return nil }
+                let changes = observed ? Self.changes(of: results, current: current, cascade: []) : []
                 Self.keepDesiredKeys(&results, plan: plan)
-                return results
+                return (results, changes)
             } catch let error as PSQLError where Database.isRetryable(error) {
                 return nil  // a deadlock: the statement was rolled back
             } catch is Database.ConnectionLost {
@@ -168,6 +172,9 @@ extension RecordStore {
                 return nil  // past this connection's share of a quota: the transaction rebalances or refuses
             }
         }
+        guard let outcome else { return nil }
+        await report(outcome.changes, db: db, zone: zone)
+        return outcome.results
     }
 
     /// Brings the saved records named in `names` up to date after sharing changed them (their

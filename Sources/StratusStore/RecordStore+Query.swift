@@ -205,7 +205,7 @@ enum QuerySQL {
             let high = builder.bind(prefix + "\u{10FFFF}")
             return "(\(expression) COLLATE \"C\" >= \(low) AND \(expression) COLLATE \"C\" < \(high))"
         default:
-            let op = comparison(filter.comparator.isNegated ? filter.comparator.positive : filter.comparator) ?? "="
+            let op = comparison(filter.comparator.isNegatedForm ? filter.comparator.positiveForm : filter.comparator) ?? "="
             return "\(expression)\(collation) \(op) \(builder.bind(values[0]))\(collation)"
         }
     }
@@ -224,7 +224,7 @@ enum QuerySQL {
         switch filter.target {
         case .system(let field):
             let condition = valueCondition(systemColumn(field), filter, values: filter.values, builder: &builder)
-            return filter.comparator.isNegated ? "NOT (\(condition))" : condition
+            return filter.comparator.isNegatedForm ? "NOT (\(condition))" : condition
         case .field(let name) where filter.comparator == .near:
             // One record's points, through the per-record index (the geo key holds only points; a
             // `v_cell IS NOT NULL` here let the planner, without statistics, scan the zone's whole
@@ -267,7 +267,7 @@ enum QuerySQL {
                 return "(\(present) AND NOT \(exists(equals.values)))"
             default:
                 let condition = exists(filter.values)
-                return filter.comparator.isNegated ? "NOT \(condition)" : condition
+                return filter.comparator.isNegatedForm ? "NOT \(condition)" : condition
             }
         }
     }
@@ -302,7 +302,7 @@ enum QuerySQL {
         var driver: Int?
         var tokenRest: QueryFilter?
         for (index, filter) in query.filters.enumerated() {
-            guard case .field = filter.target, !filter.comparator.isNegated else { continue }
+            guard case .field = filter.target, !filter.comparator.isNegatedForm else { continue }
             switch filter.comparator {
             case .equals, .lessThan, .lessThanOrEquals, .greaterThan, .greaterThanOrEquals, .beginsWith, .listContains, .in, .containsAllTokens,
                  .containsAnyTokens, .near:
@@ -444,30 +444,6 @@ enum QuerySQL {
         case .int64, .timestamp: return try cell.decode(Int64?.self).map(IndexValue.int)
         case .double: return try cell.decode(Double?.self).map(IndexValue.double)
         default: return try cell.decode(String?.self).map(IndexValue.text)
-        }
-    }
-}
-
-extension FilterComparator {
-    /// Whether the comparator is the negation of another.
-    var isNegated: Bool {
-        switch self {
-        case .notEquals, .notIn, .notListContains, .notListContainsAny, .notListContainsAll, .notBeginsWith, .notListMemberBeginsWith: return true
-        default: return false
-        }
-    }
-
-    /// The positive form of a negated comparator.
-    var positive: FilterComparator {
-        switch self {
-        case .notEquals: return .equals
-        case .notIn: return .in
-        case .notListContains: return .listContains
-        case .notListContainsAny: return .listContainsAny
-        case .notListContainsAll: return .listContainsAll
-        case .notBeginsWith: return .beginsWith
-        case .notListMemberBeginsWith: return .listMemberBeginsWith
-        default: return self
         }
     }
 }

@@ -53,20 +53,27 @@ extension RecordStore {
                     """, logger: logger)
                 if updated.isEmpty { throw Self.subscriptionNotFound(subscription.id) }
             }
+            try await Invalidations.publish(.subscriptions(containerID: db.containerID, environment: db.environment), on: connection, logger: logger)
         }
     }
 
     /// Deletes a subscription; `NOT_FOUND` when `db` has none with that ID.
     public func deleteSubscription(_ db: DatabaseRef, id: String) async throws {
-        let deleted = try await database.withConnection { connection in
-            try await connection.rows("""
+        try await deleteSubscriptions(db, ids: [id])
+    }
+
+    /// Deletes subscriptions of `db`; `NOT_FOUND` when none of `ids` exists.
+    public func deleteSubscriptions(_ db: DatabaseRef, ids: [String]) async throws {
+        try await database.transaction { connection in
+            let deleted = try await connection.rows("""
                 DELETE FROM subscriptions
                 WHERE container_id = \(db.containerID) AND environment = \(db.environment.code) AND owner = \(db.owner)
-                  AND scope = \(db.scope.code) AND subscription_id = \(id)
+                  AND scope = \(db.scope.code) AND subscription_id = ANY(\(ids))
                 RETURNING 1
                 """, logger: logger)
+            if deleted.isEmpty { throw Self.subscriptionNotFound(ids.first ?? "") }
+            try await Invalidations.publish(.subscriptions(containerID: db.containerID, environment: db.environment), on: connection, logger: logger)
         }
-        if deleted.isEmpty { throw Self.subscriptionNotFound(id) }
     }
 
     /// The subscriber's subscriptions in `db` by ID, oldest first; all of them when `ids` is nil.

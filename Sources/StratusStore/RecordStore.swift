@@ -81,6 +81,16 @@ public final class RecordStore: Sendable {
     private let defaultZones = Mutex<[DatabaseRef: Int64]>([:])
     /// Usage scopes (container-environment, and owner) whose counter stripes this process has seen made.
     let usageScopes = Mutex<Set<UsageScope>>([])
+    /// Told of every write's committed record changes (the notifier), when set.
+    let changeObserver = Mutex<(@Sendable (RecordChanges) async -> Void)?>(nil)
+
+    /// Sets the observer told of every write's committed record changes.
+    public func observeChanges(_ observer: @escaping @Sendable (RecordChanges) async -> Void) {
+        changeObserver.withLock { $0 = observer }
+    }
+
+    /// Whether an observer wants record changes.
+    var observed: Bool { changeObserver.withLock { $0 != nil } }
     /// Concurrent lookups share statements, and so do concurrent queries of the same shape.
     let lookups: StatementSharing<LookupRequest, [Record]?>
     let queriesByLoop: PerEventLoop<StatementSharing<QueryRequest, QueryPage?>>

@@ -262,6 +262,11 @@ final class RawConnection: Sendable {
 
     var isClosed: Bool { received.state.withLock { $0.closed } }
 
+    /// Closes the connection, as a client that gives up does.
+    func close() async throws {
+        try await channel.close()
+    }
+
     /// Shuts the client's side: the server reads the end of input.
     func shutdownOutput() async throws {
         received.note("client shut its output")

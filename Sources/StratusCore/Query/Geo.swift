@@ -124,4 +124,12 @@ public enum Geo {
     public static func comparedRadius(_ distance: Double) -> Double {
         distance * (1 + 1e-12) + 1e-9
     }
+
+    /// The haversine distance in metres between two points, by the formula the store's SQL uses.
+    public static func haversine(_ a: GeoPoint, _ b: GeoPoint) -> Double {
+        func radians(_ degrees: Double) -> Double { degrees * .pi / 180 }
+        let h = pow(sin(radians(a.latitude - b.latitude) / 2), 2)
+            + cos(radians(a.latitude)) * cos(radians(b.latitude)) * pow(sin(radians(a.longitude - b.longitude) / 2), 2)
+        return 2 * earthRadius * asin(min(1, sqrt(h)))
+    }
 }

@@ -113,7 +113,7 @@ final class Authenticator: Sendable {
             liveSessions.withLock { $0.removeAll { _ in true } }
             tokens.withLock { $0.removeAll { _ in true } }
             memberships.withLock { $0.removeAll { _ in true } }
-        case .schema, .quota:
+        case .schema, .quota, .subscriptions, .courier:
             break
         }
     }

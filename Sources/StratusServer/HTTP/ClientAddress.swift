@@ -1,7 +1,68 @@
+import NIOCore
+import Synchronization
+
 /// The address of the client whose request the current task serves, as the connection shows it
 /// (`StratusHTTPChannel` sets it per request). `nil` outside a request, or in the in-process
 /// router tests. Used for sign-in throttling and the audit log; never taken from a header a
 /// client could forge.
 enum ClientAddress {
     @TaskLocal static var current: String?
+}
+
+/// The connection a request arrived on, for the web courier's long polls: whether the client is
+/// still there, and what to do when the answer could not be written to it. One per connection
+/// (its requests are answered one at a time). `nil` for requests that did not come through
+/// `StratusHTTPChannel` (the tests' in-process router).
+final class RequestConnection: Sendable {
+    @TaskLocal static var current: RequestConnection?
+
+    let channel: any Channel
+    private let inputEnded = Atomic<Bool>(false)
+    private let whenGone = Mutex<[@Sendable () -> Void]>([])
+    private let undelivered = Mutex<(@Sendable () -> Void)?>(nil)
+
+    init(channel: any Channel) {
+        self.channel = channel
+        channel.closeFuture.whenComplete { _ in self.gone() }
+    }
+
+    /// Whether the client is still there: connected, and still sending (a client that closed
+    /// its side will not poll again on this connection).
+    var isOpen: Bool { channel.isActive && !inputEnded.load(ordering: .relaxed) }
+
+    /// Runs `action` once the client is gone (at once if it is).
+    func onGone(_ action: @escaping @Sendable () -> Void) {
+        let now = whenGone.withLock { actions -> Bool in
+            if !isOpen { return true }
+            actions.append(action)
+            return false
+        }
+        if now { action() }
+    }
+
+    /// The client closed its side of the connection.
+    func inputClosed() {
+        inputEnded.store(true, ordering: .relaxed)
+        gone()
+    }
+
+    private func gone() {
+        for action in whenGone.withLock({ actions in defer { actions.removeAll() }; return actions }) { action() }
+    }
+
+    /// Runs `action` if the answer to the current request cannot be written (the client went away).
+    func onUndelivered(_ action: (@Sendable () -> Void)?) {
+        undelivered.withLock { $0 = action }
+    }
+
+    /// Whether the current request's answer has an action for when it cannot be written.
+    var awaitsDelivery: Bool { undelivered.withLock { $0 != nil } }
+
+    /// The answer was not written.
+    func answerFailed() {
+        undelivered.withLock { action in
+            defer { action = nil }
+            return action
+        }?()
+    }
 }

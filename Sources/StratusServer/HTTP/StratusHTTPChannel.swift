@@ -36,6 +36,7 @@ struct StratusHTTPChannel: ServerChildChannel {
         let channel: any Channel
         let handler: NIOLoopBound<StratusHTTPHandler>
         let requests: AsyncStream<StratusHTTPHandler.Inbound>
+        let state: RequestConnection
     }
 
     let responder: StratusResponder
@@ -53,9 +54,10 @@ struct StratusHTTPChannel: ServerChildChannel {
             if let idleTimeout {
                 try operations.addHandler(IdleStateHandler(readTimeout: idleTimeout))
             }
-            let handler = StratusHTTPHandler(continuation: continuation, maximumBodyBytes: maximumBodyBytes, serverName: serverName)
+            let state = RequestConnection(channel: channel)
+            let handler = StratusHTTPHandler(continuation: continuation, maximumBodyBytes: maximumBodyBytes, serverName: serverName, state: state)
             try operations.addHandler(handler)
-            return Connection(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop), requests: requests)
+            return Connection(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop), requests: requests, state: state)
         }
     }
 
@@ -87,7 +89,9 @@ struct StratusHTTPChannel: ServerChildChannel {
                 let close: Bool
                 switch inbound {
                 case .request(let head, let body):
-                    response = await answer(head, body: body, on: connection.channel, logger: logger)
+                    response = await RequestConnection.$current.withValue(connection.state) {
+                        await answer(head, body: body, on: connection.channel, logger: logger)
+                    }
                     close = !head.isKeepAlive
                 case .tooLarge:
                     response = StratusError.bodyTooLarge(limit: maximumBodyBytes).response(uuid: newUUID())
@@ -98,10 +102,20 @@ struct StratusHTTPChannel: ServerChildChannel {
                     break
                 }
                 let handler = connection.handler
+                // Told when the answer could not be written (a long poll puts its notification back).
+                let state = connection.state
+                var written: EventLoopPromise<Void>?
+                if state.awaitsDelivery {
+                    let promise = connection.channel.eventLoop.makePromise(of: Void.self)
+                    promise.futureResult.whenComplete { result in
+                        if case .failure = result { state.answerFailed() } else { state.onUndelivered(nil) }
+                    }
+                    written = promise
+                }
                 if connection.channel.eventLoop.inEventLoop {
-                    handler.value.send(bytes, close: close)
+                    handler.value.send(bytes, close: close, written: written)
                 } else {
-                    connection.channel.eventLoop.execute { handler.value.send(bytes, close: close) }
+                    connection.channel.eventLoop.execute { handler.value.send(bytes, close: close, written: written) }
                 }
                 if close { break }
             }
@@ -256,6 +270,8 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     private let continuation: AsyncStream<Inbound>.Continuation
+    /// What long polls on this connection watch (is the client still there).
+    private let state: RequestConnection
     private let maximumBodyBytes: Int
     private let serverName: String
     private var context: ChannelHandlerContext?
@@ -278,7 +294,8 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var lingering = false
     static let lingerTime: TimeAmount = .seconds(2)
 
-    init(continuation: AsyncStream<Inbound>.Continuation, maximumBodyBytes: Int, serverName: String) {
+    init(continuation: AsyncStream<Inbound>.Continuation, maximumBodyBytes: Int, serverName: String, state: RequestConnection) {
+        self.state = state
         self.continuation = continuation
         self.maximumBodyBytes = maximumBodyBytes
         self.serverName = serverName
@@ -346,21 +363,26 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     /// Writes one answer (on the event loop).
-    func send(_ bytes: ByteBuffer, close: Bool) {
-        guard let context else { return }
+    func send(_ bytes: ByteBuffer, close: Bool, written: EventLoopPromise<Void>? = nil) {
+        guard let context else {
+            written?.fail(ChannelError.ioOnClosedChannel)
+            return
+        }
         unanswered -= 1
         if unanswered == 0, head == nil { busy = false }
         if close, stopped {
             // A refused body may still be arriving.
-            context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+            context.writeAndFlush(wrapOutboundOut(bytes), promise: written)
             linger(context)
             return
         }
         if close || (closeWhenAnswered && unanswered == 0) {
-            context.writeAndFlush(wrapOutboundOut(bytes)).whenComplete { _ in context.close(promise: nil) }
+            let future = context.writeAndFlush(wrapOutboundOut(bytes))
+            future.cascade(to: written)
+            future.whenComplete { _ in context.close(promise: nil) }
             return
         }
-        context.writeAndFlush(wrapOutboundOut(bytes), promise: nil)
+        context.writeAndFlush(wrapOutboundOut(bytes), promise: written)
         if heldRead, unanswered < Self.readAhead {
             heldRead = false
             context.read()
@@ -421,7 +443,8 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             if busy { closeWhenAnswered = true } else { context.close(promise: nil) }
         case ChannelEvent.inputClosed:
             // The client has sent all it will (Hummingbird's server allows half-closed
-            // connections): answer what came whole, then close.
+            // connections): answer what came whole, then close. A long poll ends at once.
+            state.inputClosed()
             if unanswered > 0, !lingering { closeWhenAnswered = true } else { context.close(promise: nil) }
         default:
             context.fireUserInboundEventTriggered(event)

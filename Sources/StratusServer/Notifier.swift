@@ -1,0 +1,285 @@
+import Foundation
+import Logging
+import StratusCore
+import StratusStore
+import Synchronization
+
+/// Turns committed record changes into notifications for the subscriptions that match them, and
+/// wakes the web courier polls waiting for them.
+///
+/// A write's changes reach the notifier after its transaction commits (never for one rolled
+/// back), in the process that made the write, before the write is answered. Each matching
+/// subscription gives one notification, queued in `notifications` for every web courier token of
+/// its subscriber, with a wake-up (`pg_notify`) to the polls of every server process. A subscriber
+/// is notified only of records they could read at that moment: the owner in a private database,
+/// the readers the security roles allow in the public one, the participants who see the record
+/// through an accepted share in the shared one.
+///
+/// Each process keeps the subscriptions of the container-environments it writes to in memory,
+/// dropped whenever any process changes them (`Invalidations`), so a write to a container with
+/// no subscriptions costs one dictionary look-up.
+public final class Notifier: Sendable {
+    struct Key: Hashable {
+        var containerID: Int64
+        var environment: ContainerEnvironment
+    }
+
+    /// One container-environment's subscriptions, by what a change looks them up by.
+    struct Entry: Sendable {
+        var containerName: String
+        /// Query subscriptions of the public database, by record type.
+        var publicQueries: [String: [Watcher]] = [:]
+        /// Private-database subscriptions, by subscriber.
+        var privateByOwner: [String: [Watcher]] = [:]
+        /// Shared-database subscriptions, by subscriber.
+        var sharedByOwner: [String: [Watcher]] = [:]
+        var isEmpty: Bool { publicQueries.isEmpty && privateByOwner.isEmpty && sharedByOwner.isEmpty }
+    }
+
+    struct Watcher: Sendable {
+        var owner: String
+        var scope: DatabaseScope
+        var subscription: Subscription
+    }
+
+    /// Most notifications one write may queue; the rest are dropped (and logged).
+    public static let maximumPerWrite = 10_000
+
+    let records: RecordStore
+    let authenticator: Authenticator
+    let logger: Logger
+    private let entries = Mutex<[Key: Entry]>([:])
+    /// Polls waiting in this process, by subscriber.
+    private let waiters = Mutex<[CourierKey: [Int: AsyncStream<Void>.Continuation]]>([:])
+    private let nextWaiter = Atomic<Int>(0)
+
+    struct CourierKey: Hashable {
+        var containerID: Int64
+        var environment: ContainerEnvironment
+        var owner: String
+    }
+
+    init(records: RecordStore, authenticator: Authenticator, logger: Logger) {
+        self.records = records
+        self.authenticator = authenticator
+        self.logger = logger
+    }
+
+    func invalidate(_ event: Invalidations.Event) {
+        switch event {
+        case .subscriptions(let containerID, let environment), .schema(let containerID, let environment, _):
+            _ = entries.withLock { $0.removeValue(forKey: Key(containerID: containerID, environment: environment)) }
+        case .courier(let containerID, let environment, let owner):
+            wake(CourierKey(containerID: containerID, environment: environment, owner: owner))
+        case .all:
+            entries.withLock { $0.removeAll() }
+            wakeAll()
+        default:
+            break
+        }
+    }
+
+    // MARK: Waiting polls
+
+    /// Registers a poll of `key`'s notifications: wake-ups sent from now on reach its stream
+    /// (the latest one is kept until read), so one sent between a poll's look and its wait is not missed.
+    func register(_ key: CourierKey) -> (id: Int, wakeUps: AsyncStream<Void>) {
+        let id = nextWaiter.wrappingAdd(1, ordering: .relaxed).oldValue
+        let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        waiters.withLock { $0[key, default: [:]][id] = continuation }
+        return (id, stream)
+    }
+
+    func unregister(_ key: CourierKey, id: Int) {
+        let continuation = waiters.withLock { waiting -> AsyncStream<Void>.Continuation? in
+            let removed = waiting[key]?.removeValue(forKey: id)
+            if waiting[key]?.isEmpty == true { waiting.removeValue(forKey: key) }
+            return removed
+        }
+        continuation?.finish()
+    }
+
+    /// Wakes one registered poll (its client went away).
+    func wake(_ key: CourierKey, id: Int) {
+        waiters.withLock { $0[key]?[id] }?.yield()
+    }
+
+    /// Waits for the next wake-up on `wakeUps`, or until `deadline`.
+    func wait(_ wakeUps: AsyncStream<Void>, until deadline: ContinuousClock.Instant) async {
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { for await _ in wakeUps { return } }
+            group.addTask { try? await Task.sleep(until: deadline) }
+            await group.next()
+            group.cancelAll()
+        }
+    }
+
+    private func wake(_ key: CourierKey) {
+        for continuation in waiters.withLock({ Array(($0[key] ?? [:]).values) }) { continuation.yield() }
+    }
+
+    /// Wakes every poll of this process (a wake-up may have been missed while the listener was down).
+    private func wakeAll() {
+        for continuation in waiters.withLock({ $0.values.flatMap(\.values) }) { continuation.yield() }
+    }
+
+    // MARK: Matching
+
+    /// The notifications a write's changes produce, queued for delivery.
+    func recordsChanged(_ changes: RecordChanges) async {
+        do {
+            let key = Key(containerID: changes.db.containerID, environment: changes.db.environment)
+            let entry = try await entry(key)
+            guard !entry.isEmpty else { return }
+            var pending: [Made] = []
+            switch changes.db.scope {
+            case .public:
+                let schema = try await records.schemas.schema(containerID: key.containerID, environment: key.environment)
+                for change in changes.changes {
+                    for watcher in entry.publicQueries[change.record.recordType] ?? [] where fires(watcher.subscription, on: change, zone: changes.zone) {
+                        var roles: Set<String> = []
+                        if !schema.roles.isEmpty {
+                            roles = try await authenticator.roles(of: watcher.owner, containerID: key.containerID, environment: key.environment)
+                        }
+                        guard RecordAccess(user: watcher.owner, roles: roles).allows(.read, on: change.record.recordType, creator: change.record.createdBy, in: schema) else { continue }
+                        pending.append(notification(watcher, change, zone: changes.zone, zoneOwner: "_defaultOwner", entry: entry, key: key))
+                    }
+                }
+            case .private, .shared:
+                // The owner's own subscriptions.
+                for watcher in entry.privateByOwner[changes.db.owner] ?? [] {
+                    for change in changes.changes where fires(watcher.subscription, on: change, zone: changes.zone) {
+                        pending.append(notification(watcher, change, zone: changes.zone, zoneOwner: changes.db.owner, entry: entry, key: key))
+                        if watcher.subscription.firesOnce { break }
+                    }
+                }
+                // Participants' subscriptions in their shared databases.
+                for (participant, watchers) in entry.sharedByOwner where participant != changes.db.owner {
+                    let relevant = watchers.filter { $0.subscription.kind == .database
+                        || ($0.subscription.zoneOwner == changes.db.owner && $0.subscription.zoneName == changes.zone) }
+                    guard !relevant.isEmpty else { continue }
+                    let visible = try await visibleChanges(changes, to: participant)
+                    guard !visible.isEmpty else { continue }
+                    for watcher in relevant {
+                        pending.append(notification(watcher, visible[0], zone: changes.zone, zoneOwner: changes.db.owner, entry: entry, key: key))
+                    }
+                }
+            }
+            if pending.count > Self.maximumPerWrite {
+                logger.warning("a write matched more subscriptions than one write may notify; the rest were dropped",
+                               metadata: ["stratus.matched": "\(pending.count)", "stratus.limit": "\(Self.maximumPerWrite)"])
+                pending.removeLast(pending.count - Self.maximumPerWrite)
+            }
+            try await records.queueNotifications(containerID: key.containerID, environment: key.environment, pending.map(\.pending))
+            try await retireFiredOnce(pending, key: key)
+        } catch {
+            logger.error("notifications for a committed write were lost", metadata: ["stratus.error": "\(String(reflecting: error))"])
+        }
+    }
+
+    /// What a zone or database subscription, or a query subscription's filters and firesOn, say of one change.
+    func fires(_ subscription: Subscription, on change: RecordChange, zone: String) -> Bool {
+        switch subscription.kind {
+        case .database:
+            return true
+        case .zone:
+            return subscription.zoneName == zone
+        case .query:
+            guard let query = subscription.query, subscription.firesOn.contains(change.kind.firing) else { return false }
+            if let watched = subscription.zoneName, watched != zone { return false }
+            return query.matches(change.record)
+        }
+    }
+
+    /// The changes a participant sees through the shares they accepted in the changed zone.
+    func visibleChanges(_ changes: RecordChanges, to participant: String) async throws -> [RecordChange] {
+        let db = changes.db
+        guard let access = try await records.shareAccess(containerID: db.containerID, environment: db.environment, user: participant,
+                                                         owner: db.owner, zone: changes.zone) else { return [] }
+        if access.roots == nil { return changes.changes }
+        var visible: [RecordChange] = []
+        let saved = changes.changes.filter { $0.kind != .delete }.map(\.record.recordName)
+        let seen = saved.isEmpty ? [:] : try await records.sharedLookup(containerID: db.containerID, environment: db.environment, user: participant,
+                                                                         owner: db.owner, zone: changes.zone, names: saved)?.1 ?? [:]
+        for change in changes.changes {
+            if change.kind == .delete ? access.canSee(change.record.shareRoot) : seen[change.record.recordName] != nil { visible.append(change) }
+        }
+        return visible
+    }
+
+    struct Made {
+        var pending: PendingNotification
+        var watcher: Watcher
+    }
+
+    func notification(_ watcher: Watcher, _ change: RecordChange, zone: String, zoneOwner: String, entry: Entry, key: Key) -> Made {
+        let payload = Self.payload(watcher.subscription, change: change, zone: zone, zoneOwner: zoneOwner, scope: watcher.scope,
+                                   containerName: entry.containerName, environment: key.environment)
+        return Made(pending: PendingNotification(owner: watcher.owner, payload: JSONWriter.string(payload)), watcher: watcher)
+    }
+
+    /// The APNs-shaped payload CloudKit JS parses: `aps` from the subscription's notificationInfo,
+    /// `ck` with the notification and container IDs and `qry` (query), `fet` (zone) or `met`
+    /// (database) naming the subscription and what changed.
+    static func payload(_ subscription: Subscription, change: RecordChange, zone: String, zoneOwner: String, scope: DatabaseScope,
+                        containerName: String, environment: ContainerEnvironment) -> JSON {
+        var ck: [String: JSON] = ["nid": .string(RandomUUID.string()), "cid": .string(containerName), "ce": .int(environment == .production ? 2 : 1)]
+        switch subscription.kind {
+        case .query:
+            ck["qry"] = ["sid": .string(subscription.id), "rid": .string(change.record.recordName), "zid": .string(zone),
+                         "zoid": .string(zoneOwner), "dbs": .int(Int64(scope.code)), "fo": .int(Int64(change.kind.rawValue))]
+        case .zone:
+            ck["fet"] = ["sid": .string(subscription.id), "zid": .string(zone), "zoid": .string(zoneOwner), "dbs": .int(Int64(scope.code))]
+        case .database:
+            ck["met"] = ["sid": .string(subscription.id), "dbs": .int(Int64(scope.code))]
+        }
+        var aps: [String: JSON] = [:]
+        if let info = subscription.notificationInfo?.objectValue {
+            var alert: [String: JSON] = [:]
+            for (from, to) in [("alertBody", "body"), ("alertLocalizationKey", "loc-key"), ("alertLocalizationArgs", "loc-args"),
+                               ("alertActionLocalizationKey", "action-loc-key"), ("alertLaunchImage", "launch-image")] {
+                if let value = info[from], value != .null { alert[to] = value }
+            }
+            if !alert.isEmpty { aps["alert"] = .object(alert) }
+            if let sound = info["soundName"], sound != .null { aps["sound"] = sound }
+            if info["shouldBadge"] == true { aps["badge"] = 1 }
+            if info["shouldSendContentAvailable"] == true { aps["content-available"] = 1 }
+        }
+        return ["aps": .object(aps), "ck": .object(ck)]
+    }
+
+    /// Deletes the firesOnce subscriptions that just fired.
+    func retireFiredOnce(_ made: [Made], key: Key) async throws {
+        var once: [DatabaseRef: Set<String>] = [:]
+        for item in made where item.watcher.subscription.firesOnce {
+            once[DatabaseRef(containerID: key.containerID, environment: key.environment, scope: item.watcher.scope, owner: item.watcher.owner),
+                 default: []].insert(item.watcher.subscription.id)
+        }
+        for (db, ids) in once { try? await records.deleteSubscriptions(db, ids: Array(ids)) }
+    }
+
+    /// The subscriptions of a container-environment, loaded once and kept until they change.
+    func entry(_ key: Key) async throws -> Entry {
+        if let entry = entries.withLock({ $0[key] }) { return entry }
+        let listings = try await records.allSubscriptions(containerID: key.containerID, environment: key.environment, owner: nil)
+        var entry = Entry(containerName: try await records.containerName(key.containerID))
+        let schema = listings.contains { $0.subscription.kind == .query }
+            ? try await records.schemas.schema(containerID: key.containerID, environment: key.environment) : Schema()
+        for listing in listings {
+            var subscription = listing.subscription
+            if subscription.kind == .query {
+                // A query the schema no longer accepts matches nothing until it is fixed.
+                guard let json = subscription.queryJSON, let query = try? Query.parse(json, schema: schema) else { continue }
+                subscription.query = query
+            }
+            let watcher = Watcher(owner: listing.owner, scope: listing.scope, subscription: subscription)
+            switch listing.scope {
+            case .public: entry.publicQueries[subscription.recordType ?? "", default: []].append(watcher)
+            case .private: entry.privateByOwner[listing.owner, default: []].append(watcher)
+            case .shared: entry.sharedByOwner[listing.owner, default: []].append(watcher)
+            }
+        }
+        entries.withLock { $0[key] = entry }
+        return entry
+    }
+}

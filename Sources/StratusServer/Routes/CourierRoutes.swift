@@ -1,0 +1,118 @@
+import Foundation
+import Hummingbird
+import NIOCore
+import StratusCore
+import StratusStore
+
+/// Notification delivery as CloudKit JS expects it: `tokens/create` returns a `webcourierURL`,
+/// which the client long-polls (a plain GET) for one notification at a time; `tokens/register`
+/// is accepted (there is no APNs to register with).
+extension StratusApp {
+    /// How long a poll of the web courier waits for a notification before answering 204.
+    static let courierPollTimeout: Duration = .seconds(30)
+    /// How long an undelivered notification is kept.
+    public static let notificationLifetime: Duration = .seconds(7 * 24 * 3600)
+    /// How long a web courier token lives without being polled.
+    public static let courierTokenLifetime: Duration = .seconds(30 * 24 * 3600)
+
+    func addCourierRoutes(to router: Router<BasicRequestContext>) {
+        for prefix in ["/device/1", "/database/1"] {
+            router.post("\(prefix)/:container/:environment/tokens/create") { request, context -> Response in
+                let caller = try await self.courierCaller(request, context)
+                let body = try await self.readObject(request)
+                let apnsEnvironment = try Self.apnsEnvironment(body, caller: caller)
+                let user = try caller.requireUser(signInURL: self.authenticator.signInURL(container: caller.container.name, environment: caller.environment,
+                                                                                          apiToken: caller.apiToken))
+                let token = TokenSealer.randomToken(prefix: "wc_")
+                try await self.records.createCourierToken(containerID: caller.container.id, environment: caller.environment, owner: user,
+                                                          tokenHash: Self.courierTokenHash(token))
+                let url = "\(self.configuration.publicURL)/device/1/\(caller.container.name)/\(caller.environment.rawValue)/courier/\(token)"
+                return .json(["apnsEnvironment": .string(apnsEnvironment), "apnsToken": .string(Data(token.utf8).base64EncodedString()),
+                              "webcourierURL": .string(url)])
+            }
+            router.post("\(prefix)/:container/:environment/tokens/register") { request, context -> Response in
+                let caller = try await self.courierCaller(request, context)
+                let body = try await self.readObject(request)
+                let apnsEnvironment = try Self.apnsEnvironment(body, caller: caller)
+                guard let apnsToken = try Wire.string(body["apnsToken"], key: "apnsToken"), !apnsToken.isEmpty, apnsToken.utf8.count <= 1_024 else {
+                    throw StratusError.badRequest("'apnsToken' is required: the token tokens/create returned (at most 1024 bytes)")
+                }
+                _ = try caller.requireUser(signInURL: self.authenticator.signInURL(container: caller.container.name, environment: caller.environment,
+                                                                                   apiToken: caller.apiToken))
+                return .json(["apnsEnvironment": .string(apnsEnvironment), "apnsToken": .string(apnsToken)])
+            }
+        }
+        router.get("/device/1/:container/:environment/courier/:token") { request, context -> Response in
+            try await self.pollCourier(request, context)
+        }
+    }
+
+    /// Authenticates a `tokens/…` call (an API token and the user's web auth token) and charges its rate limits.
+    func courierCaller(_ request: Request, _ context: BasicRequestContext) async throws -> Caller {
+        let caller = try await authenticator.authenticate(request, containerName: context.parameters.get("container") ?? "",
+                                                          environmentSegment: context.parameters.get("environment") ?? "")
+        try await admitRequest(caller, body: [:])
+        return caller
+    }
+
+    /// The `apnsEnvironment` member: "development" or "production" (the container's environment when absent).
+    static func apnsEnvironment(_ body: [String: JSON], caller: Caller) throws(StratusError) -> String {
+        guard let given = try Wire.string(body["apnsEnvironment"], key: "apnsEnvironment") else { return caller.environment.rawValue }
+        guard given == "development" || given == "production" else {
+            throw .badRequest("'apnsEnvironment' must be \"development\" or \"production\"")
+        }
+        return given
+    }
+
+    static func courierTokenHash(_ token: String) -> String {
+        TokenSealer.hash(token).map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+    }
+
+    /// One long poll: the oldest notification waiting for the token (200, its JSON), or 204 after
+    /// `courierPollTimeout` (`?timeout=` seconds, 1–60, may shorten or lengthen it). A poll whose
+    /// client has gone takes nothing, and a notification whose answer could not be written is put
+    /// back for the next poll.
+    func pollCourier(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
+        let environment = try ContainerEnvironment(segment: context.parameters.get("environment") ?? "")
+        let container = try await authenticator.container(named: context.parameters.get("container") ?? "")
+        let text = context.parameters.get("token") ?? ""
+        let unknown = StratusError(.authenticationFailed, "this web courier URL is not valid here: call tokens/create with this container and environment for a new one")
+        guard text.hasPrefix("wc_"), text.utf8.count <= 100,
+              let token = try await records.pollCourierToken(containerID: container.id, tokenHash: Self.courierTokenHash(text)),
+              token.environment == environment else { throw unknown }
+        var timeout = Self.courierPollTimeout
+        if let given = request.uri.queryParameters.get("timeout") {
+            guard let seconds = Int(given), (1...60).contains(seconds) else { throw StratusError.badRequest("'timeout' must be 1–60 seconds") }
+            timeout = .seconds(seconds)
+        }
+        let deadline = ContinuousClock.now + timeout
+        let key = Notifier.CourierKey(containerID: container.id, environment: environment, owner: token.owner)
+        let (id, wakeUps) = notifier.register(key)
+        defer { notifier.unregister(key, id: id) }
+        let connection = RequestConnection.current
+        // A client that goes away wakes its poll, which then ends.
+        let notifier = self.notifier
+        connection?.onGone { notifier.wake(key, id: id) }
+        let empty = Response(status: .noContent, headers: [.cacheControl: "no-store"])
+        while true {
+            // A client that went away takes nothing: what arrives waits for its next poll.
+            if let connection, !connection.isOpen { return empty }
+            if let (seq, payload) = try await records.takeNotification(token) {
+                let records = self.records
+                if let connection {
+                    connection.onUndelivered { Task { try? await records.putBackNotification(token, seq: seq, payload: payload) } }
+                    if !connection.isOpen {
+                        connection.answerFailed()
+                        return empty
+                    }
+                }
+                var headers: HTTPFields = [.contentType: "application/json; charset=utf-8", .cacheControl: "no-store"]
+                let bytes = ByteBuffer(string: payload)
+                headers[.contentLength] = String(bytes.readableBytes)
+                return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: bytes))
+            }
+            guard ContinuousClock.now < deadline else { return empty }
+            await notifier.wait(wakeUps, until: deadline)
+        }
+    }
+}

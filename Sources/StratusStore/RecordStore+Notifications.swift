@@ -1,0 +1,170 @@
+import Foundation
+import Logging
+import PostgresNIO
+import StratusCore
+
+/// How a record changed, for the subscriptions that watch it (CloudKit's `fo` numbering).
+public struct RecordChange: Sendable {
+    public enum Kind: Int, Sendable {
+        case create = 1, update = 2, delete = 3
+
+        /// The `firesOn` bit a change of this kind needs.
+        public var firing: Subscription.Firing {
+            switch self {
+            case .create: return .create
+            case .update: return .update
+            case .delete: return .delete
+            }
+        }
+    }
+
+    public var kind: Kind
+    /// The record as saved; as it was before a delete.
+    public var record: Record
+}
+
+/// The committed changes of one write in one zone.
+public struct RecordChanges: Sendable {
+    public var db: DatabaseRef
+    public var zone: String
+    public var changes: [RecordChange]
+}
+
+/// A notification for one subscriber, to be queued for each of their web courier tokens.
+public struct PendingNotification: Sendable {
+    public var owner: String
+    public var payload: String
+
+    public init(owner: String, payload: String) {
+        self.owner = owner
+        self.payload = payload
+    }
+}
+
+/// A web courier token as stored.
+public struct CourierToken: Sendable {
+    public var containerID: Int64
+    public var environment: ContainerEnvironment
+    public var owner: String
+    public var tokenHash: String
+}
+
+extension RecordStore {
+    /// The changes a write made, from its results and the records as they were before it:
+    /// `create` for a record that was not live, `update` for one that was, `delete` (with the
+    /// record as it was) for deletes and the cascade. Built only when an observer wants them.
+    static func changes(of results: [ModifyResult], current: [String: Record], cascade: [Record]) -> [RecordChange] {
+        var changes: [RecordChange] = []
+        for result in results {
+            switch result {
+            case .saved(let record):
+                let before = current[record.recordName]
+                changes.append(RecordChange(kind: before == nil || before!.deleted ? .create : .update, record: record))
+            case .deleted(let name):
+                if let before = current[name], !before.deleted { changes.append(RecordChange(kind: .delete, record: before)) }
+            case .failed:
+                break
+            }
+        }
+        for record in cascade where !record.deleted { changes.append(RecordChange(kind: .delete, record: record)) }
+        return changes
+    }
+
+    /// Hands committed changes to the observer (the notifier), if one is set and there are any.
+    func report(_ changes: [RecordChange], db: DatabaseRef, zone: String) async {
+        guard !changes.isEmpty, let observer = changeObserver.withLock({ $0 }) else { return }
+        await observer(RecordChanges(db: db, zone: zone, changes: changes))
+    }
+
+    /// A container's name, by id.
+    public func containerName(_ containerID: Int64) async throws -> String {
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("SELECT name FROM containers WHERE container_id = \(containerID)", logger: logger)
+        }
+        return try rows.first?.decode(String.self) ?? ""
+    }
+
+    /// Registers a new web courier token of `owner` (its SHA-256 hex).
+    public func createCourierToken(containerID: Int64, environment: ContainerEnvironment, owner: String, tokenHash: String) async throws {
+        try await database.withConnection { connection in
+            try await connection.statement("""
+                INSERT INTO courier_tokens (container_id, token_hash, environment, owner)
+                VALUES (\(containerID), \(tokenHash), \(environment.code), \(owner))
+                """, logger: logger)
+        }
+    }
+
+    /// The courier token with this hash in the container, noting that it was polled now.
+    public func pollCourierToken(containerID: Int64, tokenHash: String) async throws -> CourierToken? {
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("""
+                UPDATE courier_tokens SET polled_at = now() WHERE container_id = \(containerID) AND token_hash = \(tokenHash)
+                RETURNING environment, owner
+                """, logger: logger)
+        }
+        guard let row = rows.first else { return nil }
+        let (code, owner) = try row.decode((Int16, String).self)
+        return CourierToken(containerID: containerID, environment: code == 2 ? .production : .development, owner: owner, tokenHash: tokenHash)
+    }
+
+    /// Takes the oldest notification waiting for a token (no other poll can take it too).
+    public func takeNotification(_ token: CourierToken) async throws -> (seq: Int64, payload: String)? {
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("""
+                DELETE FROM notifications WHERE container_id = \(token.containerID) AND token_hash = \(token.tokenHash)
+                  AND seq = (SELECT seq FROM notifications WHERE container_id = \(token.containerID) AND token_hash = \(token.tokenHash)
+                             ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
+                RETURNING seq, payload
+                """, logger: logger)
+        }
+        return try rows.first.map { try $0.decode((Int64, String).self) }
+    }
+
+    /// Puts back a notification whose answer could not be written, first in line again.
+    public func putBackNotification(_ token: CourierToken, seq: Int64, payload: String) async throws {
+        try await database.withConnection { connection in
+            try await connection.statement("""
+                INSERT INTO notifications (container_id, token_hash, seq, payload)
+                VALUES (\(token.containerID), \(token.tokenHash), \(seq), \(payload)) ON CONFLICT DO NOTHING
+                """, logger: logger)
+        }
+    }
+
+    /// Queues each notification for every web courier token of its owner and wakes their polls
+    /// in every server process. Returns how many were queued.
+    @discardableResult
+    public func queueNotifications(containerID: Int64, environment: ContainerEnvironment, _ notifications: [PendingNotification]) async throws -> Int {
+        guard !notifications.isEmpty else { return 0 }
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("""
+                WITH n AS (SELECT * FROM unnest(\(notifications.map(\.owner))::text[], \(notifications.map(\.payload))::text[]) WITH ORDINALITY AS n(owner, payload, i)),
+                queued AS (
+                    INSERT INTO notifications (container_id, token_hash, payload)
+                    SELECT \(containerID), t.token_hash, n.payload FROM n
+                    JOIN courier_tokens t ON t.container_id = \(containerID) AND t.environment = \(environment.code) AND t.owner = n.owner
+                    ORDER BY n.i
+                    RETURNING token_hash
+                ), woken AS (
+                    SELECT pg_notify(\(Invalidations.channel), 'courier ' || \(containerID) || ' ' || \(environment.code) || ' ' || o.owner)
+                    FROM (SELECT DISTINCT owner FROM n) o
+                )
+                SELECT (SELECT count(*) FROM queued)::bigint, (SELECT count(*) FROM woken)::bigint
+                """, logger: logger)
+        }
+        guard let row = rows.first else { return 0 }
+        let (queued, _) = try row.decode((Int64, Int64).self)
+        return Int(queued)
+    }
+
+    /// Removes notifications older than `lifetime` and tokens not polled for `tokenLifetime`.
+    public func sweepNotifications(lifetime: Duration, tokenLifetime: Duration) async throws {
+        try await database.withConnection { connection in
+            try await connection.statement("""
+                DELETE FROM notifications WHERE created_at < now() - make_interval(secs => \(Double(lifetime.components.seconds)))
+                """, logger: logger)
+            try await connection.statement("""
+                DELETE FROM courier_tokens WHERE polled_at < now() - make_interval(secs => \(Double(tokenLifetime.components.seconds)))
+                """, logger: logger)
+        }
+    }
+}

@@ -1,0 +1,186 @@
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import StratusCore
+import StratusStore
+import Synchronization
+import Testing
+
+/// Notifications (issue 26): a committed change that matches a subscription queues one
+/// notification per subscription, delivered through the web courier URL `tokens/create` returns.
+@Suite(.timeLimit(.minutes(3))) struct NotificationTests {
+    /// `tokens/create` for `session`; the web courier path (on the test server).
+    static func courierPath(_ session: Session, prefix: String = "/device/1") async throws -> String {
+        let created = try await session.harness.send(.post, "\(prefix)/\(session.container)/\(session.environment.rawValue)/tokens/create?\(session.query)",
+                                                     json: ["apnsEnvironment": "development"])
+        #expect(created.status == 200, "\(created.json)")
+        #expect(created.json["apnsEnvironment"] == "development" && created.json["apnsToken"]?.stringValue?.isEmpty == false, "\(created.json)")
+        let url = try #require(created.json["webcourierURL"]?.stringValue, "\(created.json)")
+        let path = try #require(URL(string: url)?.path, "\(url)")
+        #expect(path.hasPrefix("/device/1/\(session.container)/\(session.environment.rawValue)/courier/wc_"), "\(url)")
+        return path
+    }
+
+    static func poll(_ harness: Harness, _ path: String, timeout: Int = 10) async throws -> (status: Int, json: JSON) {
+        try await harness.send(.get, path + "?timeout=\(timeout)")
+    }
+
+    @Test func aMatchingSaveThroughAnotherProcessReachesTheWebCourier() async throws {
+        try await Harness.run { harness in
+            let alice = try await harness.container().signedUp()
+            #expect(try await alice.modify("private", [op("create", "seed", fields: ["pinned": ["value": 0]])]).json.record(0)?.errorCode == nil)
+            let made = try await alice.post("private", "subscriptions/modify", ["operations": [
+                ["operationType": "create", "subscription": ["subscriptionID": "pinned", "subscriptionType": "query",
+                                                             "query": ["recordType": "Note", "filterBy": [["fieldName": "pinned", "comparator": "EQUALS", "fieldValue": ["value": 1]]]],
+                                                             "firesOn": ["create", "update"],
+                                                             "notificationInfo": ["alertBody": "A note changed", "shouldSendContentAvailable": true, "soundName": "ping"]]],
+                ["operationType": "create", "subscription": ["subscriptionID": "everything", "subscriptionType": "database"]],
+            ]])
+            #expect(made.json["subscriptions"]?.arrayValue?.allSatisfy { $0.errorCode == nil } == true, "\(made.json)")
+            let path = try await Self.courierPath(alice, prefix: "/database/1")
+
+            // Nothing yet: the poll times out empty.
+            #expect(try await Self.poll(harness, path, timeout: 1).status == 204)
+
+            // A poll waits while another server process saves a matching record.
+            async let waiting = Self.poll(harness, path, timeout: 20)
+            try await Task.sleep(for: .milliseconds(300))
+            let started = Mutex(ContinuousClock.now)
+            try await harness.otherProcess { other in
+                started.withLock { $0 = ContinuousClock.now }
+                let saved = try await alice.on(other).modify("private", [op("create", "n1", fields: ["pinned": ["value": 1]])])
+                #expect(saved.json.record(0)?.errorCode == nil, "\(saved.json)")
+            }
+            let first = try await waiting
+            print("NotificationTests: a save sent to another process reached the waiting poll \(ContinuousClock.now - started.withLock { $0 }) later")
+            #expect(first.status == 200, "\(first.json)")
+            var received = [first.json]
+            for _ in 0..<3 {
+                let next = try await Self.poll(harness, path, timeout: 1)
+                if next.status == 200 { received.append(next.json) } else { break }
+            }
+            #expect(received.count == 2, "one notification per matching subscription: \(received)")
+            let query = try #require(received.first { $0["ck"]?["qry"] != nil }, "\(received)")
+            #expect(query["ck"]?["qry"] == ["sid": "pinned", "rid": "n1", "zid": "_defaultZone", "zoid": .string(alice.userRecordName!), "dbs": 2, "fo": 1], "\(query)")
+            #expect(query["ck"]?["cid"]?.stringValue == alice.container && query["ck"]?["nid"]?.stringValue?.count == 36 && query["ck"]?["ce"] == 1, "\(query)")
+            #expect(query["aps"] == ["alert": ["body": "A note changed"], "sound": "ping", "content-available": 1], "\(query)")
+            #expect(received.contains { $0["ck"]?["met"] == ["sid": "everything", "dbs": 2] }, "\(received)")
+
+            // An update that matches fires "update" (fo 2); a record that does not match fires only the database subscription.
+            #expect(try await alice.modify("private", [op("create", "n2", fields: ["pinned": ["value": 0]])]).status == 200)
+            let tag = try #require(try await alice.post("private", "records/lookup", ["records": [["recordName": "n1"]]]).json.record(0)?["recordChangeTag"]?.stringValue)
+            #expect(try await alice.modify("private", [op("update", "n1", tag: tag, fields: ["pinned": ["value": 1]])]).json.record(0)?.errorCode == nil)
+            var later: [JSON] = []
+            for _ in 0..<5 {
+                let next = try await Self.poll(harness, path, timeout: 1)
+                if next.status == 200 { later.append(next.json) } else { break }
+            }
+            #expect(later.filter { $0["ck"]?["met"] != nil }.count == 2 && later.filter { $0["ck"]?["qry"]?["fo"] == 2 }.count == 1 && later.count == 3,
+                    "\(later)")
+
+            // A rolled-back write notifies nobody: an atomic batch in a custom zone with a stale tag.
+            #expect(try await alice.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Work"]]]]]).status == 200)
+            let failed = try await alice.modify("private", zone: "Work", atomic: true, [op("create", "w1", fields: ["pinned": ["value": 1]]),
+                                                                                       op("update", "missing", tag: "zzz", fields: ["pinned": ["value": 1]])])
+            #expect(failed.json.record(0)?.errorCode == "ATOMIC_ERROR", "\(failed.json)")
+            #expect(try await Self.poll(harness, path, timeout: 1).status == 204, "a rolled-back write was notified")
+        }
+    }
+
+    /// A poll whose client went away before its notification arrived loses nothing: the next poll gets it.
+    @Test func aClientThatDisconnectsMidPollLosesNoNotification() async throws {
+        try await Harness.run(live: true) { harness in
+            let alice = try await harness.container().signedUp()
+            #expect(try await alice.post("private", "subscriptions/modify", ["operations": [
+                ["operationType": "create", "subscription": ["subscriptionID": "all", "subscriptionType": "database"]]]]).status == 200)
+            let path = try await Self.courierPath(alice)
+            var lost = 0
+            for round in 0..<3 {
+                // The client gives up after 0.5 s (closing its connection); the server's poll
+                // would wait up to 3 s, and the save comes at 1 s.
+                let impatient = try await RawConnection(port: harness.client.port ?? 0)
+                try await impatient.send("GET \(path)?timeout=3 HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                try await Task.sleep(for: .milliseconds(500))
+                try await impatient.close()
+                try await Task.sleep(for: .milliseconds(500))
+                #expect(try await alice.modify("private", [op("create", "r\(round)")]).status == 200)
+                try await Task.sleep(for: .milliseconds(2_500))
+                let next = try await Self.poll(harness, path, timeout: 2)
+                if next.status != 200 { lost += 1; print("round \(round): \(next.status) \(next.json)") }
+                #expect(next.json["ck"]?["met"]?["sid"] == "all", "round \(round): \(next.json)")
+            }
+            print("NotificationTests: 3 polls cut by their clients, \(lost) notifications lost")
+            #expect(lost == 0)
+        }
+    }
+
+    @Test func courierBadInput() async throws {
+        try await Harness.run { harness in
+            let alice = try await harness.container().signedUp()
+            let other = try await harness.container().signedUp()
+            let path = try await Self.courierPath(alice)
+            let token = String(path.split(separator: "/").last ?? "")
+            let cases: [(String, String, Int, String)] = [
+                ("unknown token", "/device/1/\(alice.container)/development/courier/wc_nope", 401, "AUTHENTICATION_FAILED"),
+                ("another container's URL", "/device/1/\(other.container)/development/courier/\(token)", 401, "AUTHENTICATION_FAILED"),
+                ("another environment", "/device/1/\(alice.container)/production/courier/\(token)", 401, "AUTHENTICATION_FAILED"),
+                ("bad environment", "/device/1/\(alice.container)/staging/courier/\(token)", 400, "BAD_REQUEST"),
+                ("bad timeout", path + "?timeout=0", 400, "BAD_REQUEST"),
+                ("unknown container", "/device/1/iCloud.com.example.Nobody/development/courier/\(token)", 404, "NOT_FOUND"),
+            ]
+            for (name, uri, status, code) in cases {
+                let answer = try await harness.send(.get, uri)
+                #expect(answer.status == status && answer.json.errorCode == code, "\(name): \(answer.status) \(answer.json)")
+            }
+            // tokens/create needs a signed-in user and a known apnsEnvironment; tokens/register a token.
+            let anonymous = Session(harness: harness, container: alice.container, environment: .development, apiToken: alice.apiToken)
+            let signIn = try await harness.send(.post, "/device/1/\(alice.container)/development/tokens/create?\(anonymous.query)", json: [:])
+            #expect(signIn.status == 421 && signIn.json.errorCode == "AUTHENTICATION_REQUIRED", "\(signIn.json)")
+            let badEnvironment = try await harness.send(.post, "/device/1/\(alice.container)/development/tokens/create?\(alice.query)", json: ["apnsEnvironment": "staging"])
+            #expect(badEnvironment.status == 400, "\(badEnvironment.json)")
+            let register = try await harness.send(.post, "/device/1/\(alice.container)/development/tokens/register?\(alice.query)", json: ["apnsEnvironment": "development"])
+            #expect(register.status == 400 && register.json["reason"]?.stringValue?.contains("apnsToken") == true, "\(register.json)")
+            let registered = try await harness.send(.post, "/device/1/\(alice.container)/development/tokens/register?\(alice.query)",
+                                                    json: ["apnsEnvironment": "development", "apnsToken": "d2NfYWJj"])
+            #expect(registered.status == 200, "\(registered.json)")
+        }
+    }
+
+    /// Nobody hears of another user's private records; the public database notifies readers only.
+    @Test func notificationsReachOnlyThoseWhoMayReadTheRecord() async throws {
+        try await Harness.run { harness in
+            let anonymous = try await harness.container()
+            let alice = try await anonymous.signedUp()
+            let bob = try await anonymous.signedUp()
+            #expect(try await alice.modify("private", [op("create", "seed")]).status == 200)
+            #expect(try await alice.modify("public", [op("create", "pseed", type: "Post")]).status == 200)
+            for session in [alice, bob] {
+                let made = try await session.post("private", "subscriptions/modify", ["operations": [
+                    ["operationType": "create", "subscription": ["subscriptionID": "notes", "subscriptionType": "query", "query": ["recordType": "Note"]]],
+                    ["operationType": "create", "subscription": ["subscriptionID": "db", "subscriptionType": "database"]]]])
+                #expect(made.json["subscriptions"]?.arrayValue?.allSatisfy { $0.errorCode == nil } == true, "\(made.json)")
+                let posts = try await session.post("public", "subscriptions/modify", ["operations": [
+                    ["operationType": "create", "subscription": ["subscriptionID": "posts", "subscriptionType": "query", "query": ["recordType": "Post"]]]]])
+                #expect(posts.json["subscriptions"]?.arrayValue?.first?.errorCode == nil, "\(posts.json)")
+            }
+            let alicePath = try await Self.courierPath(alice)
+            let bobPath = try await Self.courierPath(bob)
+            #expect(try await alice.modify("private", [op("create", "secret")]).status == 200)
+            #expect(try await alice.modify("public", [op("create", "hello", type: "Post")]).status == 200)
+            func drain(_ path: String) async throws -> [JSON] {
+                var out: [JSON] = []
+                while true {
+                    let next = try await Self.poll(harness, path, timeout: 1)
+                    guard next.status == 200 else { return out }
+                    out.append(next.json)
+                }
+            }
+            let alices = try await drain(alicePath)
+            let bobs = try await drain(bobPath)
+            #expect(alices.count == 3, "\(alices)")  // notes, db, posts
+            #expect(bobs.count == 1 && bobs.first?["ck"]?["qry"]?["rid"] == "hello" && bobs.first?["ck"]?["qry"]?["dbs"] == 1
+                    && bobs.first?["ck"]?["qry"]?["zoid"] == "_defaultOwner", "Bob heard only of the public post: \(bobs)")
+        }
+    }
+}
