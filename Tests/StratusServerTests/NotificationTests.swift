@@ -183,4 +183,63 @@ import Testing
                     && bobs.first?["ck"]?["qry"]?["zoid"] == "_defaultOwner", "Bob heard only of the public post: \(bobs)")
         }
     }
+
+    /// The shared database: participants hear of what their share shows them, strangers of
+    /// nothing, and a removed participant of nothing more.
+    @Test func sharedDatabaseNotificationsFollowTheShares() async throws {
+        try await Harness.run { harness in
+            let anonymous = try await harness.container()
+            let alice = try await anonymous.signedUp()
+            let bob = try await anonymous.signedUp()
+            let carol = try await anonymous.signedUp()
+            let dave = try await anonymous.signedUp()
+            #expect(try await alice.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Trip"]]]]]).status == 200)
+            let made = try await alice.modify("private", zone: "Trip", [
+                SharingTests.op("create", "root"), SharingTests.op("create", "outside"),
+                SharingTests.shareOp("share", forRecord: "root", participants: [SharingTests.participant(bob, "READ_ONLY"), SharingTests.participant(carol, "READ_ONLY")]),
+            ])
+            let guid = try #require(made.json.record(2)?["shortGUID"]?.stringValue, "\(made.json)")
+            let shareTag = try #require(made.json.record(2)?["recordChangeTag"]?.stringValue, "\(made.json)")
+            for session in [bob, carol] {
+                #expect(try await session.post("public", "records/accept", ["shortGUIDs": [["value": .string(guid)]]]).status == 200)
+            }
+            let zoneID: JSON = ["zoneName": "Trip", "ownerRecordName": .string(alice.userRecordName!)]
+            #expect(try await bob.post("shared", "subscriptions/modify", ["operations": [
+                ["operationType": "create", "subscription": ["subscriptionID": "trip", "subscriptionType": "zone", "zoneID": zoneID]]]]).status == 200)
+            for session in [carol, dave] {
+                #expect(try await session.post("shared", "subscriptions/modify", ["operations": [
+                    ["operationType": "create", "subscription": ["subscriptionID": "shared", "subscriptionType": "database"]]]]).status == 200)
+            }
+            let paths = [try await Self.courierPath(bob), try await Self.courierPath(carol), try await Self.courierPath(dave)]
+            func drain(_ path: String) async throws -> [JSON] {
+                var out: [JSON] = []
+                while true {
+                    let next = try await Self.poll(harness, path, timeout: 1)
+                    guard next.status == 200 else { return out }
+                    out.append(next.json)
+                }
+            }
+
+            // Inside the shared hierarchy: Bob's zone subscription and Carol's database subscription fire; Dave hears nothing.
+            #expect(try await alice.modify("private", zone: "Trip", [SharingTests.op("create", "child", fields: [:], SharingTests.parent("root"))]).json.record(0)?.errorCode == nil)
+            let first = try await (drain(paths[0]), drain(paths[1]), drain(paths[2]))
+            #expect(first.0.count == 1 && first.0.first?["ck"]?["fet"] == ["sid": "trip", "zid": "Trip", "zoid": .string(alice.userRecordName!), "dbs": 3], "\(first.0)")
+            #expect(first.1.count == 1 && first.1.first?["ck"]?["met"] == ["sid": "shared", "dbs": 3], "\(first.1)")
+            #expect(first.2.isEmpty, "a stranger heard of a shared record: \(first.2)")
+
+            // Outside the hierarchy: nobody.
+            #expect(try await alice.modify("private", zone: "Trip", [SharingTests.op("create", "outside-2")]).status == 200)
+            let outside = try await (drain(paths[0]), drain(paths[1]), drain(paths[2]))
+            #expect(outside.0.isEmpty && outside.1.isEmpty && outside.2.isEmpty, "\(outside)")
+
+            // Carol removed: only Bob hears of the next change.
+            let removed = try await alice.modify("private", zone: "Trip", [SharingTests.shareOp("share", forRecord: nil, participants: [SharingTests.participant(bob, "READ_ONLY")],
+                                                                                               type: "update", tag: shareTag)])
+            #expect(removed.json.record(0)?.errorCode == nil, "\(removed.json)")
+            _ = try await (drain(paths[0]), drain(paths[1]))
+            #expect(try await alice.modify("private", zone: "Trip", [SharingTests.op("create", "child-2", fields: [:], SharingTests.parent("root"))]).status == 200)
+            let after = try await (drain(paths[0]), drain(paths[1]), drain(paths[2]))
+            #expect(after.0.count == 1 && after.1.isEmpty && after.2.isEmpty, "a removed participant heard more: \(after)")
+        }
+    }
 }
