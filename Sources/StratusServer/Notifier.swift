@@ -18,7 +18,7 @@ import Synchronization
 /// Each process keeps the subscriptions of the container-environments it writes to in memory,
 /// dropped whenever any process changes them (`Invalidations`), so a write to a container with
 /// no subscriptions costs one dictionary look-up.
-public final class Notifier: Sendable {
+public final class Notifier: RecordChangeObserver {
     struct Key: Hashable {
         var containerID: Int64
         var environment: ContainerEnvironment
@@ -126,7 +126,7 @@ public final class Notifier: Sendable {
     // MARK: Matching
 
     /// The notifications a write's changes produce, queued for delivery.
-    func recordsChanged(_ changes: RecordChanges) async {
+    public func recordsChanged(_ changes: RecordChanges) async {
         do {
             let key = Key(containerID: changes.db.containerID, environment: changes.db.environment)
             let entry = try await entry(key)

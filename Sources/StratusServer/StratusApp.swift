@@ -65,7 +65,7 @@ public final class StratusApp: Sendable {
             rateLimiter.invalidate(event)
             notifier.invalidate(event)
         }
-        records.observeChanges { await notifier.recordsChanged($0) }
+        records.observeChanges(notifier)
     }
 
     /// Every endpoint: the router, with the data API answered ahead of it (see `StratusRouter`).

@@ -30,6 +30,11 @@ public struct RecordChanges: Sendable {
     public var changes: [RecordChange]
 }
 
+/// What is told of every write's committed record changes (the notifier).
+public protocol RecordChangeObserver: Sendable {
+    func recordsChanged(_ changes: RecordChanges) async
+}
+
 /// A notification for one subscriber, to be queued for each of their web courier tokens.
 public struct PendingNotification: Sendable {
     public var owner: String
@@ -73,7 +78,7 @@ extension RecordStore {
     /// Hands committed changes to the observer (the notifier), if one is set and there are any.
     func report(_ changes: [RecordChange], db: DatabaseRef, zone: String) async {
         guard !changes.isEmpty, let observer = changeObserver.withLock({ $0 }) else { return }
-        await observer(RecordChanges(db: db, zone: zone, changes: changes))
+        await observer.recordsChanged(RecordChanges(db: db, zone: zone, changes: changes))
     }
 
     /// A container's name, by id.

@@ -81,11 +81,13 @@ public final class RecordStore: Sendable {
     private let defaultZones = Mutex<[DatabaseRef: Int64]>([:])
     /// Usage scopes (container-environment, and owner) whose counter stripes this process has seen made.
     let usageScopes = Mutex<Set<UsageScope>>([])
-    /// Told of every write's committed record changes (the notifier), when set.
-    let changeObserver = Mutex<(@Sendable (RecordChanges) async -> Void)?>(nil)
+    /// Told of every write's committed record changes (the notifier), when set. An existential,
+    /// not a closure: a closure read back out of a `Mutex` on every write was wrapped in one more
+    /// reabstraction thunk each time, and writes slowed down as the chain grew (perf, `bench.sh`).
+    let changeObserver = Mutex<(any RecordChangeObserver)?>(nil)
 
     /// Sets the observer told of every write's committed record changes.
-    public func observeChanges(_ observer: @escaping @Sendable (RecordChanges) async -> Void) {
+    public func observeChanges(_ observer: any RecordChangeObserver) {
         changeObserver.withLock { $0 = observer }
     }
 

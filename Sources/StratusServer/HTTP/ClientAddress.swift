@@ -18,8 +18,13 @@ final class RequestConnection: Sendable {
 
     let channel: any Channel
     private let inputEnded = Atomic<Bool>(false)
-    private let whenGone = Mutex<[@Sendable () -> Void]>([])
-    private let undelivered = Mutex<(@Sendable () -> Void)?>(nil)
+    private let whenGone = Mutex<[Action]>([])
+    /// Boxed: a closure stored in a `Mutex` is re-wrapped in reabstraction thunks on every access.
+    private final class Action: Sendable {
+        let run: @Sendable () -> Void
+        init(_ run: @escaping @Sendable () -> Void) { self.run = run }
+    }
+    private let undelivered = Mutex<Action?>(nil)
 
     init(channel: any Channel) {
         self.channel = channel
@@ -34,7 +39,7 @@ final class RequestConnection: Sendable {
     func onGone(_ action: @escaping @Sendable () -> Void) {
         let now = whenGone.withLock { actions -> Bool in
             if !isOpen { return true }
-            actions.append(action)
+            actions.append(Action(action))
             return false
         }
         if now { action() }
@@ -47,12 +52,13 @@ final class RequestConnection: Sendable {
     }
 
     private func gone() {
-        for action in whenGone.withLock({ actions in defer { actions.removeAll() }; return actions }) { action() }
+        for action in whenGone.withLock({ actions in defer { actions.removeAll() }; return actions }) { action.run() }
     }
 
     /// Runs `action` if the answer to the current request cannot be written (the client went away).
     func onUndelivered(_ action: (@Sendable () -> Void)?) {
-        undelivered.withLock { $0 = action }
+        let boxed = action.map(Action.init)
+        undelivered.withLock { $0 = boxed }
     }
 
     /// Whether the current request's answer has an action for when it cannot be written.
@@ -63,6 +69,6 @@ final class RequestConnection: Sendable {
         undelivered.withLock { action in
             defer { action = nil }
             return action
-        }?()
+        }?.run()
     }
 }
