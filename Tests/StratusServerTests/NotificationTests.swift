@@ -26,6 +26,16 @@ import Testing
         try await harness.send(.get, path + "?timeout=\(timeout)")
     }
 
+    /// Every notification waiting at `path`, polling until one poll waits a second in vain.
+    static func drain(_ harness: Harness, _ path: String) async throws -> [JSON] {
+        var out: [JSON] = []
+        while true {
+            let next = try await poll(harness, path, timeout: 1)
+            guard next.status == 200 else { return out }
+            out.append(next.json)
+        }
+    }
+
     @Test func aMatchingSaveThroughAnotherProcessReachesTheWebCourier() async throws {
         try await Harness.run { harness in
             let alice = try await harness.container().signedUp()
@@ -168,14 +178,7 @@ import Testing
             let bobPath = try await Self.courierPath(bob)
             #expect(try await alice.modify("private", [op("create", "secret")]).status == 200)
             #expect(try await alice.modify("public", [op("create", "hello", type: "Post")]).status == 200)
-            func drain(_ path: String) async throws -> [JSON] {
-                var out: [JSON] = []
-                while true {
-                    let next = try await Self.poll(harness, path, timeout: 1)
-                    guard next.status == 200 else { return out }
-                    out.append(next.json)
-                }
-            }
+            func drain(_ path: String) async throws -> [JSON] { try await Self.drain(harness, path) }
             let alices = try await drain(alicePath)
             let bobs = try await drain(bobPath)
             #expect(alices.count == 3, "\(alices)")  // notes, db, posts
@@ -211,14 +214,7 @@ import Testing
                     ["operationType": "create", "subscription": ["subscriptionID": "shared", "subscriptionType": "database"]]]]).status == 200)
             }
             let paths = [try await Self.courierPath(bob), try await Self.courierPath(carol), try await Self.courierPath(dave)]
-            func drain(_ path: String) async throws -> [JSON] {
-                var out: [JSON] = []
-                while true {
-                    let next = try await Self.poll(harness, path, timeout: 1)
-                    guard next.status == 200 else { return out }
-                    out.append(next.json)
-                }
-            }
+            func drain(_ path: String) async throws -> [JSON] { try await Self.drain(harness, path) }
 
             // Inside the shared hierarchy: Bob's zone subscription and Carol's database subscription fire; Dave hears nothing.
             #expect(try await alice.modify("private", zone: "Trip", [SharingTests.op("create", "child", fields: [:], SharingTests.parent("root"))]).json.record(0)?.errorCode == nil)

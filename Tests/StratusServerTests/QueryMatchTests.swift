@@ -9,7 +9,7 @@ import Testing
     @Test func inMemoryMatchingAgreesWithTheStoresQueries() async throws {
         try await Harness.run { harness in
             let user = try await harness.container().signedUp()
-            var generator = SeededGenerator(seed: 26)
+            var generator = SplitMix64(seed: 26)
             let words = ["apple", "Apple", "app", "é", "e\u{301}", "Zeta", "zeta", "beta", "", "b"]
             let sentences = ["the quick brown fox", "Déjà vu again", "quick thinking", "brown bread and butter", "nothing here"]
             var records: [Record] = []
@@ -102,18 +102,5 @@ import Testing
             #expect(disagreements.isEmpty, "\(disagreements.joined(separator: "\n"))")
             #expect(matched > 1_000, "the queries should match many records")
         }
-    }
-}
-
-/// A small deterministic generator (SplitMix64), so a failure can be reproduced.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

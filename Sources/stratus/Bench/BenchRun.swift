@@ -228,20 +228,14 @@ extension Bench {
 /// generator. `Int.random(in:)` asks the kernel (`getrandom(2)`) on every call: three system calls
 /// per request, CPU taken from the server on the same cores (pgbench's generator is in-process too).
 struct BenchRandom: RandomNumberGenerator {
-    private var state: UInt64
+    private var generator: SplitMix64
 
     init() {
         var system = SystemRandomNumberGenerator()
-        state = system.next()
+        generator = SplitMix64(seed: system.next())
     }
 
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+    mutating func next() -> UInt64 { generator.next() }
 }
 
 /// Picks a tenant index: uniformly, or with Zipf popularity (index i with probability ∝ 1/(i+1)^s),

@@ -41,15 +41,7 @@ struct ShareCommand: AsyncParsableCommand {
         @OptionGroup var options: ClientOptions
 
         func run() async throws {
-            try await runAdmin {
-                var path = "management/1/containers/\(pathComponent(target.container))/shares?environment=\(target.environment)"
-                if let user { path += "&user=\(pathComponent(user))" }
-                let response = try await options.client.send("GET", path)
-                options.output(response) {
-                    let rows = (response["shares"]?.arrayValue ?? []).map(ShareCommand.row)
-                    return rows.isEmpty ? "no shares\(user.map { " of \($0)" } ?? "") in \(target.environment)" : ([ShareCommand.header] + rows).joined(separator: "\n")
-                }
-            }
+            try await listPerEnvironment("shares", target: target, user: user, options: options, header: ShareCommand.header, row: ShareCommand.row)
         }
     }
 }

@@ -48,15 +48,7 @@ struct SubscriptionCommand: AsyncParsableCommand {
         @OptionGroup var options: ClientOptions
 
         func run() async throws {
-            try await runAdmin {
-                var path = "management/1/containers/\(pathComponent(target.container))/subscriptions?environment=\(target.environment)"
-                if let user { path += "&user=\(pathComponent(user))" }
-                let response = try await options.client.send("GET", path)
-                options.output(response) {
-                    let rows = (response["subscriptions"]?.arrayValue ?? []).map(SubscriptionCommand.row)
-                    return rows.isEmpty ? "no subscriptions\(user.map { " of \($0)" } ?? "") in \(target.environment)" : ([SubscriptionCommand.header] + rows).joined(separator: "\n")
-                }
-            }
+            try await listPerEnvironment("subscriptions", target: target, user: user, options: options, header: SubscriptionCommand.header, row: SubscriptionCommand.row)
         }
     }
 }

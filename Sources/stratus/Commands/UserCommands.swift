@@ -8,6 +8,21 @@ func pathComponent(_ text: String) -> String {
 }
 
 /// The container and environment a user or role verb works on.
+/// Lists what the management API keeps per environment (`shares`, `subscriptions`), or one user's,
+/// as a table with `header` and a row each, or JSON.
+func listPerEnvironment(_ what: String, target: ContainerTarget, user: String?, options: ClientOptions, header: String,
+                        row: (JSON) -> String) async throws {
+    try await runAdmin {
+        var path = "management/1/containers/\(pathComponent(target.container))/\(what)?environment=\(target.environment)"
+        if let user { path += "&user=\(pathComponent(user))" }
+        let response = try await options.client.send("GET", path)
+        options.output(response) {
+            let rows = (response[what]?.arrayValue ?? []).map(row)
+            return rows.isEmpty ? "no \(what)\(user.map { " of \($0)" } ?? "") in \(target.environment)" : ([header] + rows).joined(separator: "\n")
+        }
+    }
+}
+
 struct ContainerTarget: ParsableArguments {
     @Option(help: "Container identifier.") var container: String
     @Option(help: "development or production (default development).") var environment = "development"
