@@ -238,4 +238,51 @@ import Testing
             #expect(after.0.count == 1 && after.1.isEmpty && after.2.isEmpty, "a removed participant heard more: \(after)")
         }
     }
+
+    /// CloudKit JS's registerForNotifications against two real `stratus serve` processes on one
+    /// database: tokens/create and the long poll on the first, the matching save on the second.
+    @Test func twoServeProcessesDeliverEachNotificationOnce() async throws {
+        try await withServeProcesses(2, adminToken: "courier-admin", name: "stratus-courier") { servers in
+            let admin = ["Authorization": "Bearer courier-admin"]
+            let container = "iCloud.com.example.Courier"
+            #expect(try await EndToEndTests.post(servers[0] + "/management/1/containers", #"{"name":"\#(container)"}"#, headers: admin).0 == 201)
+            let token = try await EndToEndTests.post(servers[0] + "/management/1/containers/\(container)/tokens", #"{"environment":"development","name":"t"}"#, headers: admin)
+            let apiToken = try #require(token.1["apiToken"]?.stringValue)
+            let signup = try await EndToEndTests.post(servers[0] + "/auth/1/\(container)/development/signup?ckAPIToken=\(apiToken)",
+                                                      #"{"emailAddress":"ada@example.com","password":"correct horse"}"#)
+            let user = try #require(signup.1["ckWebAuthToken"]?.stringValue)
+            let query = "ckAPIToken=\(apiToken)&ckWebAuthToken=\(user.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? user)"
+            func data(_ server: Int, _ path: String, _ body: String) async throws -> (Int, JSON) {
+                try await EndToEndTests.post(servers[server] + "/database/1/\(container)/development/private/\(path)?\(query)", body)
+            }
+            #expect(try await data(1, "records/modify", #"{"operations":[{"operationType":"create","record":{"recordName":"seed","recordType":"Note","fields":{"pinned":{"value":0}}}}]}"#).0 == 200)
+            let subscribed = try await data(0, "subscriptions/modify", #"{"operations":[{"operationType":"create","subscription":{"subscriptionID":"pinned","subscriptionType":"query","query":{"recordType":"Note","filterBy":[{"fieldName":"pinned","comparator":"EQUALS","fieldValue":{"value":1}}]},"firesOn":["create"]}}]}"#)
+            #expect(subscribed.0 == 200 && subscribed.1["subscriptions"]?.arrayValue?.first?.errorCode == nil, "\(subscribed.1)")
+            let created = try await EndToEndTests.post(servers[0] + "/device/1/\(container)/development/tokens/create?\(query)", #"{"apnsEnvironment":"development"}"#)
+            let courier = try #require(created.1["webcourierURL"]?.stringValue.flatMap { URL(string: $0)?.path }, "\(created.1)")
+            // Both servers poll the same courier URL; each notification reaches exactly one of them.
+            let started = Mutex(ContinuousClock.now)
+            let answers = try await withThrowingTaskGroup(of: (status: Int, body: String, at: ContinuousClock.Instant)?.self) { group in
+                for server in servers {
+                    group.addTask {
+                        guard let answer = await EndToEndTests.get(server + courier + "?timeout=4") else { return nil }
+                        return (answer.0, answer.1, ContinuousClock.now)
+                    }
+                }
+                try await Task.sleep(for: .milliseconds(500))
+                started.withLock { $0 = ContinuousClock.now }
+                let saved = try await data(1, "records/modify", #"{"operations":[{"operationType":"create","record":{"recordName":"n1","recordType":"Note","fields":{"pinned":{"value":1}}}}]}"#)
+                #expect(saved.0 == 200, "\(saved.1)")
+                var all: [(status: Int, body: String, at: ContinuousClock.Instant)] = []
+                for try await answer in group { if let answer { all.append(answer) } }
+                return all
+            }
+            let delivered = answers.filter { $0.status == 200 }
+            let latency = (delivered.first?.at ?? ContinuousClock.now) - started.withLock { $0 }
+            print("NotificationTests: two serve processes, the notification reached a waiting poll \(latency) after the save was sent; \(delivered.count) of 2 polls answered it")
+            #expect(delivered.count == 1 && answers.count == 2, "\(answers.map { ($0.status, $0.body) })")
+            let payload = try JSONParser.parse(Array((delivered.first?.body ?? "").utf8))
+            #expect(payload["ck"]?["qry"]?["sid"] == "pinned" && payload["ck"]?["qry"]?["rid"] == "n1", "\(payload)")
+        }
+    }
 }

@@ -86,71 +86,52 @@ import Testing
     /// about its limit (THROTTLED with a retry hint for the rest), and another container's
     /// requests keep succeeding. The rates and latencies are printed, not asserted on time.
     @Test func twoServerProcessesShareOneLimit() async throws {
-        let configuration = try await TestCluster.shared.newDatabase()
-        let folder = try EndToEndTests.scratchFolder("stratus-rates")
-        defer { try? FileManager.default.removeItem(atPath: folder) }
-        let password = configuration.password.map { ":" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0) } ?? ""
-        let url = "postgres://\(configuration.username)\(password)@\(configuration.host):\(configuration.port)/\(configuration.database)"
-        let environment = EndToEndTests.serveEnvironment(adminToken: "rates-admin")
-        var servers: [String] = []
-        var pids: [pid_t] = []
-        defer {
-            for pid in pids { kill(pid, SIGKILL); var status: Int32 = 0; waitpid(pid, &status, 0) }
-        }
-        for index in 0..<2 {
-            let port = EndToEndTests.freePort()
-            let log = folder + "/serve\(index).log"
-            pids.append(try Subprocess.spawn([EndToEndTests.binary, "serve", "--port", String(port), "--database-url", url, "--bcrypt-cost", "4"],
-                                             outputPath: log, environment: environment))
-            let server = "http://127.0.0.1:\(port)"
-            let health = try await EndToEndTests.waitForHealth(server)
-            try #require(health?.0 == 200, "server log: \(((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").suffix(2000))")
-            servers.append(server)
-        }
-        let admin = ["Authorization": "Bearer rates-admin"]
-        func tenant(_ name: String) async throws -> (token: String, user: String) {
-            #expect(try await EndToEndTests.post(servers[0] + "/management/1/containers", #"{"name":"\#(name)"}"#, headers: admin).0 == 201)
-            let token = try await EndToEndTests.post(servers[0] + "/management/1/containers/\(name)/tokens", #"{"environment":"development","name":"t"}"#, headers: admin)
-            let apiToken = try #require(token.1["apiToken"]?.stringValue)
-            let signup = try await EndToEndTests.post(servers[0] + "/auth/1/\(name)/development/signup?ckAPIToken=\(apiToken)",
-                                                      #"{"emailAddress":"ada@example.com","password":"correct horse"}"#)
-            let user = try #require(signup.1["ckWebAuthToken"]?.stringValue)
-            return (apiToken, user.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? user)
-        }
-        let limited = try await tenant("iCloud.com.example.Limited")
-        let bystander = try await tenant("iCloud.com.example.Bystander")
-        let limit = 40
-        let patched = try await Self.patch(servers[1] + "/management/1/containers/iCloud.com.example.Limited/quota",
-                                           #"{"environment":"development","requestsPerSecond":\#(limit)}"#, headers: admin)
-        #expect(patched == 200)
+        try await withServeProcesses(2, adminToken: "rates-admin", name: "stratus-rates") { servers in
+            let admin = ["Authorization": "Bearer rates-admin"]
+            func tenant(_ name: String) async throws -> (token: String, user: String) {
+                #expect(try await EndToEndTests.post(servers[0] + "/management/1/containers", #"{"name":"\#(name)"}"#, headers: admin).0 == 201)
+                let token = try await EndToEndTests.post(servers[0] + "/management/1/containers/\(name)/tokens", #"{"environment":"development","name":"t"}"#, headers: admin)
+                let apiToken = try #require(token.1["apiToken"]?.stringValue)
+                let signup = try await EndToEndTests.post(servers[0] + "/auth/1/\(name)/development/signup?ckAPIToken=\(apiToken)",
+                                                          #"{"emailAddress":"ada@example.com","password":"correct horse"}"#)
+                let user = try #require(signup.1["ckWebAuthToken"]?.stringValue)
+                return (apiToken, user.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? user)
+            }
+            let limited = try await tenant("iCloud.com.example.Limited")
+            let bystander = try await tenant("iCloud.com.example.Bystander")
+            let limit = 40
+            let patched = try await Self.patch(servers[1] + "/management/1/containers/iCloud.com.example.Limited/quota",
+                                               #"{"environment":"development","requestsPerSecond":\#(limit)}"#, headers: admin)
+            #expect(patched == 200)
 
-        let hosts = servers
-        @Sendable func load(_ container: String, _ credentials: (token: String, user: String), workers: Int, every: Duration, seconds: Int) async throws -> [Outcome] {
-            try await Self.load(hosts, container, credentials, workers: workers, every: every, seconds: seconds)
-        }
-        func p99(_ outcomes: [Outcome]) -> Duration {
-            let sorted = outcomes.map(\.latency).sorted()
-            return sorted.isEmpty ? .zero : sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
-        }
+            let hosts = servers
+            @Sendable func load(_ container: String, _ credentials: (token: String, user: String), workers: Int, every: Duration, seconds: Int) async throws -> [Outcome] {
+                try await Self.load(hosts, container, credentials, workers: workers, every: every, seconds: seconds)
+            }
+            func p99(_ outcomes: [Outcome]) -> Duration {
+                let sorted = outcomes.map(\.latency).sorted()
+                return sorted.isEmpty ? .zero : sorted[min(sorted.count - 1, sorted.count * 99 / 100)]
+            }
 
-        // The bystander alone, then beside the limited container offered 5× its limit (200/s).
-        let alone = try await load("iCloud.com.example.Bystander", bystander, workers: 4, every: .milliseconds(100), seconds: 3)
-        async let limitedOutcomes = load("iCloud.com.example.Limited", limited, workers: 10, every: .milliseconds(50), seconds: 6)
-        async let besideOutcomes = load("iCloud.com.example.Bystander", bystander, workers: 4, every: .milliseconds(100), seconds: 6)
-        let (flood, beside) = try await (limitedOutcomes, besideOutcomes)
+            // The bystander alone, then beside the limited container offered 5× its limit (200/s).
+            let alone = try await load("iCloud.com.example.Bystander", bystander, workers: 4, every: .milliseconds(100), seconds: 3)
+            async let limitedOutcomes = load("iCloud.com.example.Limited", limited, workers: 10, every: .milliseconds(50), seconds: 6)
+            async let besideOutcomes = load("iCloud.com.example.Bystander", bystander, workers: 4, every: .milliseconds(100), seconds: 6)
+            let (flood, beside) = try await (limitedOutcomes, besideOutcomes)
 
-        // Whole seconds only: the first and last are partial.
-        let seconds = Set(flood.map(\.second)).sorted().dropFirst().dropLast()
-        let accepted = flood.filter { seconds.contains($0.second) && $0.status == 200 }.count
-        let offered = flood.filter { seconds.contains($0.second) }.count
-        let rate = Double(accepted) / Double(max(1, seconds.count))
-        let throttled = flood.filter { $0.status == 429 }
-        let wrong = flood.filter { $0.status != 200 && $0.status != 429 }
-        print("RATE two processes: limit \(limit)/s, offered \(Double(offered) / Double(max(1, seconds.count)))/s, accepted \(rate)/s over \(seconds.count) s; bystander p99 alone \(p99(alone)), beside the flood \(p99(beside)); bystander errors \(beside.filter { $0.status != 200 }.count)/\(beside.count)")
-        #expect(wrong.isEmpty, "\(wrong.prefix(3))")
-        #expect(throttled.allSatisfy { $0.code == "THROTTLED" && $0.retryAfter == "1" })
-        #expect(rate >= Double(limit) * 0.8 && rate <= Double(limit) * 1.2, "accepted \(rate)/s against a limit of \(limit)/s")
-        #expect(beside.allSatisfy { $0.status == 200 } && alone.allSatisfy { $0.status == 200 }, "the bystander was refused")
+            // Whole seconds only: the first and last are partial.
+            let seconds = Set(flood.map(\.second)).sorted().dropFirst().dropLast()
+            let accepted = flood.filter { seconds.contains($0.second) && $0.status == 200 }.count
+            let offered = flood.filter { seconds.contains($0.second) }.count
+            let rate = Double(accepted) / Double(max(1, seconds.count))
+            let throttled = flood.filter { $0.status == 429 }
+            let wrong = flood.filter { $0.status != 200 && $0.status != 429 }
+            print("RATE two processes: limit \(limit)/s, offered \(Double(offered) / Double(max(1, seconds.count)))/s, accepted \(rate)/s over \(seconds.count) s; bystander p99 alone \(p99(alone)), beside the flood \(p99(beside)); bystander errors \(beside.filter { $0.status != 200 }.count)/\(beside.count)")
+            #expect(wrong.isEmpty, "\(wrong.prefix(3))")
+            #expect(throttled.allSatisfy { $0.code == "THROTTLED" && $0.retryAfter == "1" })
+            #expect(rate >= Double(limit) * 0.8 && rate <= Double(limit) * 1.2, "accepted \(rate)/s against a limit of \(limit)/s")
+            #expect(beside.allSatisfy { $0.status == 200 } && alone.allSatisfy { $0.status == 200 }, "the bystander was refused")
+        }
     }
 
     struct Outcome: Sendable {

@@ -1,0 +1,31 @@
+import Foundation
+import StratusStore
+import Testing
+
+/// `count` real `stratus serve` processes on one new test database, each on a port of its own,
+/// killed when `body` returns (the tests of what several server processes share).
+func withServeProcesses(_ count: Int, adminToken: String, name: String,
+                        _ body: ([String]) async throws -> Void) async throws {
+    let configuration = try await TestCluster.shared.newDatabase()
+    let folder = try EndToEndTests.scratchFolder(name)
+    defer { try? FileManager.default.removeItem(atPath: folder) }
+    let password = configuration.password.map { ":" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0) } ?? ""
+    let url = "postgres://\(configuration.username)\(password)@\(configuration.host):\(configuration.port)/\(configuration.database)"
+    let environment = EndToEndTests.serveEnvironment(adminToken: adminToken)
+    var servers: [String] = []
+    var pids: [pid_t] = []
+    defer {
+        for pid in pids { kill(pid, SIGKILL); var status: Int32 = 0; waitpid(pid, &status, 0) }
+    }
+    for index in 0..<count {
+        let port = EndToEndTests.freePort()
+        let log = folder + "/serve\(index).log"
+        pids.append(try Subprocess.spawn([EndToEndTests.binary, "serve", "--port", String(port), "--database-url", url, "--bcrypt-cost", "4"],
+                                         outputPath: log, environment: environment))
+        let server = "http://127.0.0.1:\(port)"
+        let health = try await EndToEndTests.waitForHealth(server)
+        try #require(health?.0 == 200, "server log: \(((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").suffix(2000))")
+        servers.append(server)
+    }
+    try await body(servers)
+}
