@@ -285,4 +285,70 @@ import Testing
             #expect(payload["ck"]?["qry"]?["sid"] == "pinned" && payload["ck"]?["qry"]?["rid"] == "n1", "\(payload)")
         }
     }
+
+    /// No notification crosses users, containers or environments: every courier token against
+    /// every write, each pair checked against who may read the record (revoked shares:
+    /// `sharedDatabaseNotificationsFollowTheShares`).
+    @Test func noNotificationCrossesUsersContainersOrEnvironments() async throws {
+        try await Harness.run { harness in
+            let schema = "DEFINE SCHEMA\n  RECORD TYPE Note (title STRING QUERYABLE, GRANT READ TO \"_world\", GRANT CREATE, WRITE TO \"_icloud\");\n"
+            let production = try await harness.production(schema, prefix: "Matrix")
+            let first = try await harness.container()
+            let second = try await harness.container()
+            var contexts: [(name: String, users: [Session])] = []
+            for (name, signedIn) in [("A/development", try await first.signedUp()), ("B/development", try await second.signedUp()), ("C/production", production)] {
+                let other = try await Session(harness: harness, container: signedIn.container, environment: signedIn.environment, apiToken: signedIn.apiToken).signedUp()
+                contexts.append((name, [signedIn, other]))
+            }
+            // Development learns the type from a first save; then every user subscribes and registers.
+            for context in contexts where context.users[0].environment == .development {
+                #expect(try await context.users[0].modify("public", [op("create", "seed", fields: ["title": ["value": "seed"]])]).status == 200)
+            }
+            var paths: [String: String] = [:]
+            for context in contexts {
+                for (index, user) in context.users.enumerated() {
+                    let mine = try await user.post("private", "subscriptions/modify", ["operations": [
+                        ["operationType": "create", "subscription": ["subscriptionID": "mine", "subscriptionType": "database"]]]])
+                    let notes = try await user.post("public", "subscriptions/modify", ["operations": [
+                        ["operationType": "create", "subscription": ["subscriptionID": "notes", "subscriptionType": "query", "query": ["recordType": "Note"]]]]])
+                    #expect(mine.json["subscriptions"]?.arrayValue?.first?.errorCode == nil && notes.json["subscriptions"]?.arrayValue?.first?.errorCode == nil,
+                            "\(context.name): \(mine.json) \(notes.json)")
+                    paths["\(context.name)#\(index)"] = try await Self.courierPath(user)
+                }
+            }
+            // Every user writes one private and one public record.
+            var writes: [(record: String, context: String, writer: Int, isPublic: Bool)] = []
+            for context in contexts {
+                for (index, user) in context.users.enumerated() {
+                    let name = "\(context.name.prefix(1))\(index)"
+                    #expect(try await user.modify("private", [op("create", "private-\(name)", fields: ["title": ["value": "p"]])]).json.record(0)?.errorCode == nil)
+                    #expect(try await user.modify("public", [op("create", "public-\(name)", fields: ["title": ["value": "q"]])]).json.record(0)?.errorCode == nil)
+                    writes.append(("private-\(name)", context.name, index, false))
+                    writes.append(("public-\(name)", context.name, index, true))
+                }
+            }
+            var cases = 0, leaks: [String] = [], misses: [String] = []
+            for context in contexts {
+                for index in context.users.indices {
+                    let key = "\(context.name)#\(index)"
+                    let received = try await Self.drain(harness, paths[key]!)
+                    // What each notification names: a public record by name, a private write by its database subscription.
+                    let publicNames = Set(received.compactMap { $0["ck"]?["qry"]?["rid"]?.stringValue })
+                    let privateCount = received.filter { $0["ck"]?["met"] != nil }.count
+                    for write in writes {
+                        cases += 1
+                        let expected = write.context == context.name && (write.isPublic || write.writer == index)
+                        let got = write.isPublic ? publicNames.contains(write.record) : (write.context == context.name && write.writer == index ? privateCount == 1 : false)
+                        if got && !expected { leaks.append("\(key) heard of \(write.record) in \(write.context)") }
+                        if expected && !got { misses.append("\(key) missed \(write.record)") }
+                    }
+                    // Nothing else arrived: one per own private write and one per public write of the context.
+                    if received.count != 1 + 2 { leaks.append("\(key) got \(received.count) notifications: \(received)") }
+                }
+            }
+            print("NotificationTests matrix: \(cases) cases (6 courier tokens × 12 writes in 3 container-environments), \(leaks.count) leaks, \(misses.count) misses")
+            #expect(leaks.isEmpty, "\(leaks)")
+            #expect(misses.isEmpty, "\(misses)")
+        }
+    }
 }
