@@ -52,21 +52,28 @@ public struct ChangePosition: Sendable, Equatable, Comparable {
 
 /// Fault-injection points for tests (reliability-plan §5). Nothing sets them outside the test suite.
 public final class TestHooks: Sendable {
-    private let beforeCommitHook = Mutex<(@Sendable ([String]) async -> Void)?>(nil)
+    /// A hook, boxed: a closure kept in a `Mutex` is re-wrapped in reabstraction thunks on every
+    /// access, so each call would go through a longer chain.
+    private final class Hook: Sendable {
+        let run: @Sendable ([String]) async -> Void
+        init(_ run: @escaping @Sendable ([String]) async -> Void) { self.run = run }
+    }
 
-    private let beforeOptimisticWriteHook = Mutex<(@Sendable ([String]) async -> Void)?>(nil)
+    private let beforeCommitHook = Mutex<Hook?>(nil)
+
+    private let beforeOptimisticWriteHook = Mutex<Hook?>(nil)
 
     /// Called inside a `records/modify` transaction after its writes, just before COMMIT, with the
     /// record names. While it is set, no request takes the shortcut of `modifyOne`: all run in the transaction.
     public var beforeCommit: (@Sendable ([String]) async -> Void)? {
-        get { beforeCommitHook.withLock { $0 } }
-        set { beforeCommitHook.withLock { $0 = newValue } }
+        get { beforeCommitHook.withLock { $0 }?.run }
+        set { let hook = newValue.map(Hook.init); beforeCommitHook.withLock { $0 = hook } }
     }
 
     /// Called in `modifyOne` between its unlocked read and its write, with the record names.
     public var beforeOptimisticWrite: (@Sendable ([String]) async -> Void)? {
-        get { beforeOptimisticWriteHook.withLock { $0 } }
-        set { beforeOptimisticWriteHook.withLock { $0 = newValue } }
+        get { beforeOptimisticWriteHook.withLock { $0 }?.run }
+        set { let hook = newValue.map(Hook.init); beforeOptimisticWriteHook.withLock { $0 = hook } }
     }
 }
 
