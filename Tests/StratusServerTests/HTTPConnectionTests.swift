@@ -278,6 +278,24 @@ final class RawConnection: Sendable {
         try await channel.writeAndFlush(ByteBuffer(string: text))
     }
 
+    /// Sends raw bytes (WebSocket frames).
+    func send(bytes: [UInt8]) async throws {
+        try await channel.writeAndFlush(ByteBuffer(bytes: bytes))
+    }
+
+    /// The bytes that have arrived once `done` holds for them, or the connection closed, or 10 s passed.
+    func bytes(until done: ([UInt8]) -> Bool) async throws -> [UInt8] {
+        let start = ContinuousClock.now
+        while true {
+            let (bytes, closed) = received.state.withLock { ($0.bytes, $0.closed) }
+            if done(bytes) || closed || ContinuousClock.now - start > .seconds(10) { return bytes }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+    }
+
+    /// Whether the server has closed the connection.
+    var closed: Bool { received.state.withLock { $0.closed } }
+
     /// What has arrived once `done` holds for it, or the connection closed, or 10 s passed.
     func text(until done: (String) -> Bool) async throws -> String {
         let start = ContinuousClock.now

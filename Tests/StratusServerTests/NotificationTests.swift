@@ -351,4 +351,60 @@ import Testing
             #expect(misses.isEmpty, "\(misses)")
         }
     }
+
+    /// The web courier URL opened as a WebSocket streams the same notifications, one text frame
+    /// each; a client's close ends it, and what comes after waits for the next poll.
+    @Test func theWebCourierStreamsOverAWebSocket() async throws {
+        try await Harness.run(live: true) { harness in
+            let alice = try await harness.container().signedUp()
+            #expect(try await alice.post("private", "subscriptions/modify", ["operations": [
+                ["operationType": "create", "subscription": ["subscriptionID": "all", "subscriptionType": "database"]]]]).status == 200)
+            let path = try await Self.courierPath(alice)
+            let socket = try await RawConnection(port: harness.client.port ?? 0)
+            // RFC 6455's example key, whose accept value the RFC gives.
+            try await socket.send("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                                  + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+            let handshake = String(decoding: try await socket.bytes { String(decoding: $0, as: UTF8.self).contains("\r\n\r\n") }, as: UTF8.self)
+            #expect(handshake.hasPrefix("HTTP/1.1 101") && handshake.lowercased().contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="), "\(handshake)")
+            let headerLength = handshake.utf8.count - (handshake.range(of: "\r\n\r\n").map { handshake[$0.upperBound...].utf8.count } ?? 0)
+
+            /// The text frames after the handshake (the server's frames are not masked).
+            func frames(_ bytes: [UInt8]) -> [(opcode: UInt8, payload: [UInt8])] {
+                var out: [(UInt8, [UInt8])] = []
+                var index = headerLength
+                while index + 2 <= bytes.count {
+                    var length = Int(bytes[index + 1] & 0x7F), start = index + 2
+                    if length == 126 {
+                        guard start + 2 <= bytes.count else { break }
+                        length = Int(bytes[start]) << 8 | Int(bytes[start + 1])
+                        start += 2
+                    }
+                    guard start + length <= bytes.count else { break }
+                    out.append((bytes[index] & 0x0F, Array(bytes[start..<start + length])))
+                    index = start + length
+                }
+                return out
+            }
+            for name in ["w1", "w2"] { #expect(try await alice.modify("private", [op("create", name)]).status == 200) }
+            let received = frames(try await socket.bytes { frames($0).count >= 2 })
+            #expect(received.count == 2 && received.allSatisfy { $0.opcode == 1 }, "\(received)")
+            for frame in received {
+                let json = try JSONParser.parse(frame.payload)
+                #expect(json["ck"]?["met"] == ["sid": "all", "dbs": 2], "\(json)")
+            }
+            // A masked ping gets a pong; a masked close gets a close, and the server hangs up.
+            try await socket.send(bytes: [0x89, 0x80, 1, 2, 3, 4])
+            #expect(frames(try await socket.bytes { frames($0).count >= 3 }).last?.opcode == 0xA)
+            try await socket.send(bytes: [0x88, 0x80, 1, 2, 3, 4])
+            #expect(frames(try await socket.bytes { frames($0).count >= 4 }).last?.opcode == 0x8)
+            _ = try await socket.bytes { _ in socket.closed }
+            #expect(socket.closed, "the server kept the closed WebSocket open")
+            // Nothing is lost after it: the next poll gets what came later.
+            #expect(try await alice.modify("private", [op("create", "w3")]).status == 200)
+            #expect(try await Self.poll(harness, path, timeout: 2).json["ck"]?["met"]?["sid"] == "all")
+            // A handshake without a key is refused.
+            let bad = try await harness.send(.get, path, headers: [.upgrade: "websocket", .connection: "Upgrade", .secWebSocketVersion: "13"])
+            #expect(bad.status == 400 && bad.json["reason"]?.stringValue?.contains("Sec-WebSocket-Key") == true, "\(bad)")
+        }
+    }
 }

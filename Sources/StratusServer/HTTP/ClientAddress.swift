@@ -61,6 +61,28 @@ final class RequestConnection: Sendable {
         undelivered.withLock { $0 = boxed }
     }
 
+    /// What runs on the connection once a 101 answer switched it to WebSocket.
+    typealias Upgrade = @Sendable (any Channel) async -> Void
+    private final class UpgradeBox: Sendable {
+        let run: Upgrade
+        init(_ run: @escaping Upgrade) { self.run = run }
+    }
+    private let upgrade = Mutex<UpgradeBox?>(nil)
+
+    /// Switches the connection to WebSocket after the current answer (a 101), and runs `stream` on it.
+    func upgrade(_ stream: @escaping Upgrade) {
+        let box = UpgradeBox(stream)
+        upgrade.withLock { $0 = box }
+    }
+
+    /// The upgrade the current answer asked for, taken.
+    func takeUpgrade() -> Upgrade? {
+        upgrade.withLock { box in
+            defer { box = nil }
+            return box
+        }?.run
+    }
+
     /// Whether the current request's answer has an action for when it cannot be written.
     var awaitsDelivery: Bool { undelivered.withLock { $0 != nil } }
 

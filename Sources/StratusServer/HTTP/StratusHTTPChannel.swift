@@ -5,6 +5,7 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import NIOHTTP1
+import NIOWebSocket
 import StratusCore
 import Synchronization
 
@@ -46,17 +47,20 @@ struct StratusHTTPChannel: ServerChildChannel {
     /// Open connections per client address, against `ServerConfiguration.maximumConnectionsPerAddress`.
     let connections: ConnectionCounts
 
+    static let decoderName = "stratus.http-decoder"
+    static let handlerName = "stratus.http"
+
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Connection> {
         channel.eventLoop.makeCompletedFuture {
             let (requests, continuation) = AsyncStream.makeStream(of: StratusHTTPHandler.Inbound.self, bufferingPolicy: .unbounded)
             let operations = channel.pipeline.syncOperations
-            try operations.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)))
+            try operations.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)), name: Self.decoderName)
             if let idleTimeout {
                 try operations.addHandler(IdleStateHandler(readTimeout: idleTimeout))
             }
             let state = RequestConnection(channel: channel)
             let handler = StratusHTTPHandler(continuation: continuation, maximumBodyBytes: maximumBodyBytes, serverName: serverName, state: state)
-            try operations.addHandler(handler)
+            try operations.addHandler(handler, name: Self.handlerName)
             return Connection(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop), requests: requests, state: state)
         }
     }
@@ -117,6 +121,25 @@ struct StratusHTTPChannel: ServerChildChannel {
                 } else {
                     connection.channel.eventLoop.execute { handler.value.send(bytes, close: close, written: written) }
                 }
+                if response.status.code == 101, let stream = state.takeUpgrade() {
+                    // The connection now speaks WebSocket: HTTP's handlers leave, the stream runs until it closes.
+                    do {
+                        try await connection.channel.eventLoop.flatSubmit {
+                            let operations = connection.channel.pipeline.syncOperations
+                            return operations.removeHandler(name: Self.handlerName).flatMap {
+                                operations.removeHandler(name: Self.decoderName)
+                            }.flatMapThrowing {
+                                try operations.addHandlers([WebSocketFrameEncoder(), ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 16)),
+                                                            WebSocketControlHandler()])
+                            }
+                        }.get()
+                        await stream(connection.channel)
+                    } catch {
+                        logger.debug("a WebSocket upgrade failed", metadata: ["stratus.error": "\(String(reflecting: error))"])
+                    }
+                    connection.channel.close(promise: nil)
+                    break
+                }
                 if close { break }
             }
         } onCancel: {
@@ -171,6 +194,12 @@ struct StratusHTTPChannel: ServerChildChannel {
         let status = HTTPResponseStatus(statusCode: code)
         out.writeString(http10 ? "HTTP/1.0 " : "HTTP/1.1 ")
         out.writeString("\(status.code) \(status.reasonPhrase)\r\n")
+        if code == 101 {
+            // Switching to WebSocket: the handshake's own headers, no framing.
+            for field in headers { header(field.name.rawName, field.value) }
+            out.writeStaticString("\r\n")
+            return out
+        }
         for field in headers where field.name != .transferEncoding && field.name != .connection && field.name != .contentLength {
             header(field.name.rawName, field.value)
         }
@@ -496,5 +525,37 @@ final class EventLoopTaskExecutor: TaskExecutor {
     func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         eventLoop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    }
+}
+
+/// Answers a WebSocket client's control frames (ping with pong, close with close) and pings a
+/// client that has sent nothing for the idle time; the server only sends on these connections.
+final class WebSocketControlHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let frame = unwrapInboundIn(data)
+        switch frame.opcode {
+        case .ping:
+            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
+        case .connectionClose:
+            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: context.channel.allocator.buffer(capacity: 0))))
+                .whenComplete { _ in context.close(promise: nil) }
+        default:
+            break
+        }
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if case IdleStateHandler.IdleStateEvent.read = event {
+            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .ping, data: context.channel.allocator.buffer(capacity: 0))), promise: nil)
+        } else {
+            context.fireUserInboundEventTriggered(event)
+        }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        context.close(promise: nil)
     }
 }

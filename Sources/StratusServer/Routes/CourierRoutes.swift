@@ -1,6 +1,8 @@
+import Crypto
 import Foundation
 import Hummingbird
 import NIOCore
+import NIOWebSocket
 import StratusCore
 import StratusStore
 
@@ -80,6 +82,7 @@ extension StratusApp {
         guard text.hasPrefix("wc_"), text.utf8.count <= 100,
               let token = try await records.pollCourierToken(containerID: container.id, tokenHash: Self.courierTokenHash(text)),
               token.environment == environment else { throw unknown }
+        if request.headers[.upgrade]?.lowercased() == "websocket" { return try webSocketCourier(request, token: token) }
         var timeout = Self.courierPollTimeout
         if let given = request.uri.queryParameters.get("timeout") {
             guard let seconds = Int(given), (1...60).contains(seconds) else { throw StratusError.badRequest("'timeout' must be 1–60 seconds") }
@@ -113,6 +116,54 @@ extension StratusApp {
             }
             guard ContinuousClock.now < deadline else { return empty }
             await notifier.wait(wakeUps, until: deadline)
+        }
+    }
+
+    /// The same URL opened as a WebSocket (`Upgrade: websocket`): the handshake's answer, and
+    /// once the connection has switched, every notification for the token as one text frame,
+    /// as it arrives, until the client closes.
+    func webSocketCourier(_ request: Request, token: CourierToken) throws -> Response {
+        guard let connection = RequestConnection.current else {
+            throw StratusError.badRequest("a WebSocket needs a connection of its own to this server")
+        }
+        guard let key = request.headers[.secWebSocketKey], Data(base64Encoded: key)?.count == 16 else {
+            throw StratusError.badRequest("a WebSocket handshake needs a Sec-WebSocket-Key header (16 random bytes in base64)")
+        }
+        guard request.headers[.secWebSocketVersion] == "13" else {
+            throw StratusError.badRequest("only WebSocket version 13 is spoken (Sec-WebSocket-Version: 13)")
+        }
+        let accept = Data(Insecure.SHA1.hash(data: Data((key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").utf8))).base64EncodedString()
+        connection.upgrade { channel in await self.streamCourier(token, on: channel) }
+        return Response(status: .switchingProtocols, headers: [.upgrade: "websocket", .connection: "Upgrade", .secWebSocketAccept: accept])
+    }
+
+    /// Sends each notification waiting for `token` as a text frame, and waits for more, until the
+    /// connection closes. One whose frame could not be written is put back.
+    func streamCourier(_ token: CourierToken, on channel: any Channel) async {
+        let key = Notifier.CourierKey(containerID: token.containerID, environment: token.environment, owner: token.owner)
+        let (id, wakeUps) = notifier.register(key)
+        defer { notifier.unregister(key, id: id) }
+        let notifier = self.notifier
+        channel.closeFuture.whenComplete { _ in notifier.wake(key, id: id) }
+        while channel.isActive {
+            let taken: (seq: Int64, payload: String)?
+            do {
+                taken = try await records.takeNotification(token)
+            } catch {
+                // The database is out of reach: try again shortly.
+                try? await Task.sleep(for: .seconds(1))
+                continue
+            }
+            guard let (seq, payload) = taken else {
+                await notifier.wait(wakeUps, until: .now + Self.courierPollTimeout)
+                continue
+            }
+            do {
+                try await channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: payload))).get()
+            } catch {
+                try? await records.putBackNotification(token, seq: seq, payload: payload)
+                return
+            }
         }
     }
 }
