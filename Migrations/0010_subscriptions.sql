@@ -57,3 +57,7 @@ CREATE TABLE notifications (
     PRIMARY KEY (container_id, token_hash, seq)
 );
 CREATE INDEX notifications_by_age ON notifications (created_at);
+
+-- Notifications queued, per container-environment and ten seconds, beside the request counts
+-- (`stratus usage`).
+ALTER TABLE request_counts ADD COLUMN notifications bigint NOT NULL DEFAULT 0;

@@ -47,6 +47,8 @@ public final class Notifier: RecordChangeObserver {
 
     let records: RecordStore
     let authenticator: Authenticator
+    /// Where queued notifications are counted, for `stratus usage`.
+    let rateLimiter: RateLimiter
     let logger: Logger
     private let entries = Mutex<[Key: Entry]>([:])
     /// Polls waiting in this process, by subscriber.
@@ -59,9 +61,10 @@ public final class Notifier: RecordChangeObserver {
         var owner: String
     }
 
-    init(records: RecordStore, authenticator: Authenticator, logger: Logger) {
+    init(records: RecordStore, authenticator: Authenticator, rateLimiter: RateLimiter, logger: Logger) {
         self.records = records
         self.authenticator = authenticator
+        self.rateLimiter = rateLimiter
         self.logger = logger
     }
 
@@ -170,7 +173,8 @@ public final class Notifier: RecordChangeObserver {
                                metadata: ["stratus.matched": "\(pending.count)", "stratus.limit": "\(Self.maximumPerWrite)"])
                 pending.removeLast(pending.count - Self.maximumPerWrite)
             }
-            try await records.queueNotifications(containerID: key.containerID, environment: key.environment, pending.map(\.pending))
+            let queued = try await records.queueNotifications(containerID: key.containerID, environment: key.environment, pending.map(\.pending))
+            rateLimiter.noteNotifications(Int64(queued), containerID: key.containerID, environment: key.environment)
             try await retireFiredOnce(pending, key: key)
         } catch {
             logger.error("notifications for a committed write were lost", metadata: ["stratus.error": "\(String(reflecting: error))"])

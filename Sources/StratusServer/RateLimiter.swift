@@ -57,6 +57,7 @@ public final class RateLimiter: Sendable {
         var requests: Int64 = 0
         var throttled: Int64 = 0
         var refused: Int64 = 0
+        var notifications: Int64 = 0
     }
 
     struct MeterKey: Hashable {
@@ -169,6 +170,13 @@ public final class RateLimiter: Sendable {
                            retryAfter: 1)
     }
 
+    /// Counts notifications queued for subscribers.
+    func noteNotifications(_ count: Int64, containerID: Int64, environment: ContainerEnvironment) {
+        guard count > 0 else { return }
+        let key = MeterKey(containerID: containerID, environment: environment, bucket: nowSecond() / 10 * 10)
+        state.withLock { $0.meters[key, default: Meter()].notifications += count }
+    }
+
     /// Counts operations refused with `QUOTA_EXCEEDED`.
     func noteRefused(_ count: Int64, containerID: Int64, environment: ContainerEnvironment) {
         guard count > 0 else { return }
@@ -238,7 +246,8 @@ public final class RateLimiter: Sendable {
         do {
             try await store.addRequestCounts(entries.map {
                 RequestCounts(containerID: $0.key.containerID, environment: $0.key.environment, bucket: $0.key.bucket,
-                              requests: $0.value.requests, throttled: $0.value.throttled, refused: $0.value.refused)
+                              requests: $0.value.requests, throttled: $0.value.throttled, refused: $0.value.refused,
+                              notifications: $0.value.notifications)
             })
         } catch {
             // Not lost: added back for the next flush.
@@ -247,6 +256,7 @@ public final class RateLimiter: Sendable {
                     state.meters[key, default: Meter()].requests += meter.requests
                     state.meters[key, default: Meter()].throttled += meter.throttled
                     state.meters[key, default: Meter()].refused += meter.refused
+                    state.meters[key, default: Meter()].notifications += meter.notifications
                 }
             }
             throw error

@@ -184,6 +184,13 @@ import Testing
             #expect(alices.count == 3, "\(alices)")  // notes, db, posts
             #expect(bobs.count == 1 && bobs.first?["ck"]?["qry"]?["rid"] == "hello" && bobs.first?["ck"]?["qry"]?["dbs"] == 1
                     && bobs.first?["ck"]?["qry"]?["zoid"] == "_defaultOwner", "Bob heard only of the public post: \(bobs)")
+            // The usage report counts what was queued (each process adds its counts about once a second).
+            var usage = try await harness.admin(.get, "containers/\(anonymous.container)/usage?environment=development")
+            for _ in 0..<40 where usage.json["requests"]?["lastMinute"]?["notifications"] != 4 {
+                try await Task.sleep(for: .milliseconds(250))
+                usage = try await harness.admin(.get, "containers/\(anonymous.container)/usage?environment=development")
+            }
+            #expect(usage.json["requests"]?["lastMinute"]?["notifications"] == 4, "\(usage.json)")
         }
     }
 
