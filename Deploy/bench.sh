@@ -8,6 +8,11 @@
 #   Deploy/bench.sh [--containers N] [--records N] [--duration S] [--concurrency N]
 #                   [--workloads "lookup create modify …"] [--no-peer] [--rounds N] [--places N] [--scale | --cold]
 #
+#   create-subscribed (a workload name): after the table, creates just before and just after
+#             'stratus bench subscribe' (10,000 subscriptions across 1,000 users), the second with
+#             100 web courier polls held open; prints the rate against the first and the
+#             notification latency (issue 26: at most 20 % fewer creates).
+#
 #   --rounds  runs each workload's pgbench + service pair (and PocketBase) N times in a row
 #             (default 1) and reports the round with the median ratio, and PocketBase's median
 #             round: one pair can fall in a slow phase of the machine (see the steal column),
@@ -38,7 +43,7 @@ CONTAINERS=100
 RECORDS=1000
 DURATION=15
 CONCURRENCY=16
-WORKLOADS="lookup shared-lookup create modify batch query-eq query-range query-near query-text changes mixed"
+WORKLOADS="lookup shared-lookup create modify batch query-eq query-range query-near query-text changes mixed create-subscribed"
 WORKLOADS_GIVEN=0
 PLACES=100000
 PEER=1
@@ -57,7 +62,7 @@ while [ $# -gt 0 ]; do
     --rounds) ROUNDS=$2; shift 2;;
     --scale) SCALE=1; shift;;
     --cold) COLD=1; shift;;
-    -h|--help) sed -n 2,32p "$0"; exit 0;;
+    -h|--help) sed -n 2,37p "$0"; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 64;;
   esac
 done
@@ -516,6 +521,7 @@ RESULTS="$WORK/results.tsv"
 row() { printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$@" >> "$RESULTS"; }
 WRITTEN=0
 for workload in $WORKLOADS; do
+  [ "$workload" = create-subscribed ] && continue  # after the table's workloads, below
   : > "$WORK/rounds.txt"
   # The write workloads leave ~1e5 new rows and dead tuples behind, which autovacuum could get
   # to in the middle of one side's measurement of a later workload. Vacuumed and analyzed here,
@@ -613,6 +619,23 @@ while IFS=$'\t' read -r w b r recs p50 p99 e rss peer lat steal cpu; do
     printf "%-11s %14s %11s %8s %-34s %9s %8s %8s %6s %6s %13s %8s  %s\n", w, base, r, shown, verdict, recs, p50, p99, e, rss, vs, steal, cost
   }'
 done < "$RESULTS"
+if [[ " $WORKLOADS " == *" create-subscribed "* ]]; then
+  # Issue 26: creates while 10,000 subscriptions across 1,000 users exist (10 users with 10 each
+  # per container) and 100 web courier polls wait, against creates just before the subscriptions
+  # were made, back to back. Goal: at most 20 % fewer; the notification latency is reported.
+  echo "== create-subscribed: create, then 'stratus bench subscribe', then create with 100 polls" >&2
+  read -r plain _ < <(service_run create "$CONCURRENCY" "$WORK/state.json")
+  "$BIN" bench subscribe --users 10 --per-user 10 --state-file "$WORK/state.json" >&2
+  subscribed_json=$("$BIN" bench --workload create --concurrency "$CONCURRENCY" --duration "$DURATION" --pollers 100 \
+    --state-file "$WORK/state.json" --json 2>/dev/null)
+  subscribed=$(echo "$subscribed_json" | sed -nE 's/.*"requestsPerSecond":([0-9.]+).*/\1/p')
+  received=$(echo "$subscribed_json" | sed -nE 's/.*"notificationsReceived":([0-9]+).*/\1/p')
+  np50=$(echo "$subscribed_json" | sed -nE 's/.*"notificationLatencyP50Ms":([0-9.]+).*/\1/p')
+  np99=$(echo "$subscribed_json" | sed -nE 's/.*"notificationLatencyP99Ms":([0-9.]+).*/\1/p')
+  awk -v a="${plain:-0}" -v b="${subscribed:-0}" -v n="${received:-0}" -v p50="${np50:-?}" -v p99="${np99:-?}" 'BEGIN {
+    printf "create-subscribed (10,000 subscriptions, 100 long polls): %.0f req/s, %.0f%% of create without them (%.0f req/s; goal >= 80%%: %s); %d notifications received, latency p50 %s ms, p99 %s ms\n",
+      b, (a > 0 ? 100 * b / a : 0), a, (a > 0 && b / a >= 0.8 ? "met" : "MISSED"), n, p50, p99 }'
+fi
 awk -F'\t' '$1 == "lookup" { l = $3 } $1 == "shared-lookup" { s = $3 }
   END { if (l > 0 && s > 0) printf "shared-lookup (a participant reading through the shared database): %.0f req/s, %.0f%% of the private lookup'"'"'s %.0f req/s (goal >= 70%%: %s)\n", s, 100 * s / l, l, (s / l >= 0.7 ? "met" : "MISSED") }' "$RESULTS"
 echo "steal %: the share of the machine's CPU time its hypervisor gave to other guests while the row's pgbench run /"

@@ -23,7 +23,7 @@ struct Bench: AsyncParsableCommand {
             --peer pocketbase points the same generator at a PocketBase server (getOne, create,
             update, list with filter) for the side-by-side table of Deploy/bench.sh.
             """,
-        subcommands: [Run.self, Seed.self, NearSample.self],
+        subcommands: [Run.self, Seed.self, Subscribe.self, NearSample.self],
         defaultSubcommand: Run.self)
 
     /// Options shared by the bench verbs.

@@ -27,6 +27,7 @@ extension Bench {
         @Option(help: ArgumentHelp("Pick containers with Zipf popularity of this exponent (e.g. 1.1: a few busy tenants, a long tail) instead of uniformly.",
                                    discussion: "The i-th seeded container is picked with probability proportional to 1/i^s, like pgbench's random_zipfian.",
                                    valueName: "s")) var zipf: Double?
+        @Option(help: "Web courier polls to hold open during the run, one per container's user (first N containers): the create workload then reports how long its query notifications took to arrive (seed them with 'stratus bench subscribe').") var pollers = 0
         @Flag(help: "Print one JSON document instead of text.") var json = false
 
         func validate() throws {
@@ -37,6 +38,7 @@ extension Bench {
             guard duration > 0, duration <= 3600 else { throw ValidationError("--duration must be 0–3600 seconds") }
             guard warmup >= 0, warmup <= 600 else { throw ValidationError("--warmup must be 0–600 seconds") }
             if let zipf, !(zipf > 0 && zipf <= 10) { throw ValidationError("--zipf must be an exponent above 0 and at most 10, e.g. 1.1") }
+            guard pollers >= 0, pollers <= 1000 else { throw ValidationError("--pollers must be 0–1000") }
         }
 
         typealias Request = BenchLoop.Outgoing
@@ -51,7 +53,8 @@ extension Bench {
             case .lookup:
                 return Request(path: base + "records/lookup" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"records":[{"recordName":"rec-\#(record)"}]}"#.utf8), records: 1)
             case .create:
-                let op = BenchRecord.create("n-\(worker)-\(sequence)-\(UInt32.random(in: 0...UInt32.max, using: &random))", index: record, rank: Int.random(in: 0..<1_048_576, using: &random),
+                // The name ends with when it was sent: a poll times its notification by it (--pollers).
+                let op = BenchRecord.create("n-\(worker)-\(sequence)-\(UInt32.random(in: 0...UInt32.max, using: &random))-t\(BenchPollers.now())", index: record, rank: Int.random(in: 0..<1_048_576, using: &random),
                                             titlePrefix: BenchRecord.writtenTitlePrefix)
                 return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"operations":[\#(op)]}"#.utf8), records: 1)
             case .modify:
@@ -132,6 +135,11 @@ extension Bench {
             }
             reporter.start()
             let state_ = state
+            let polls = BenchPollers()
+            if pollers > 0 {
+                let paths = try BenchPollers.open(Array(state.tenants.prefix(pollers)), host: host, port: port)
+                polls.start(paths, host: host, port: port, deadline: deadline, measureFrom: measureFrom)
+            }
             let pick = TenantPicker(count: state.tenants.count, zipf: zipf)
             let threads = max(1, min(self.threads, concurrency))
             latencies = Array(repeating: [], count: threads)
@@ -187,7 +195,8 @@ extension Bench {
                 return Double(all[min(all.count - 1, Int(Double(all.count) * p))]) / 1000
             }
             let rss = serverRSS(host: host, port: port)
-            let result: JSON = [
+            let notified = pollers > 0 ? polls.finish() : nil
+            var result: JSON = [
                 "workload": .string(workload.rawValue), "concurrency": .int(Int64(concurrency)), "durationSeconds": .double(duration),
                 "containers": .int(Int64(state.tenants.count)), "zipf": zipf.map { .double($0) } ?? .null,
                 "requests": .int(Int64(all.count)), "requestsPerSecond": .double((Double(all.count) / duration).rounded()),
@@ -199,6 +208,15 @@ extension Bench {
                 "perSecond": .array(perSecond.withLock { $0 }.map { .int(Int64($0)) }),
                 "firstError": firstError.map { .string($0) } ?? .null,
             ]
+            if let notified, case .object(var members) = result {
+                members["pollers"] = .int(Int64(pollers))
+                members["notificationsReceived"] = .int(Int64(notified.received))
+                members["notificationLatencyP50Ms"] = .double(notified.p50)
+                members["notificationLatencyP99Ms"] = .double(notified.p99)
+                members["notificationLatencyMaxMs"] = .double(notified.max)
+                members["failedPolls"] = .int(Int64(notified.failures))
+                result = .object(members)
+            }
             if json {
                 print(JSONWriter.string(result))
             } else {
@@ -208,6 +226,9 @@ extension Bench {
                       latency ms  p50 \(String(format: "%.3f", percentile(0.5)))  p90 \(String(format: "%.3f", percentile(0.9)))  p99 \(String(format: "%.3f", percentile(0.99)))  max \(String(format: "%.3f", Double(all.last ?? 0) / 1000))
                       server RSS  \(rss.map { "\($0 / 1_048_576) MB" } ?? "unknown (needs the admin token)")
                     """)
+                if let notified {
+                    print("  notifications  \(notified.received) received by \(pollers) polls, query notification latency ms p50 \(String(format: "%.3f", notified.p50))  p99 \(String(format: "%.3f", notified.p99))  max \(String(format: "%.3f", notified.max))\(notified.failures > 0 ? ", \(notified.failures) polls failed" : "")")
+                }
                 if let firstError { print("  first error: \(firstError)") }
             }
         }

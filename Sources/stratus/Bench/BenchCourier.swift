@@ -1,0 +1,142 @@
+import ArgumentParser
+import Foundation
+import StratusCore
+
+/// Subscriptions and long-polling clients for measuring writes under notifications (issue 26):
+/// `stratus bench subscribe` gives every container users with subscriptions, and
+/// `stratus bench --workload create --pollers N` keeps N web courier polls waiting while it saves,
+/// reporting how long each query notification took from its save being sent (its record name
+/// carries the time) to a poll receiving it.
+extension Bench {
+    struct Subscribe: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Give every seeded container users with subscriptions, for 'stratus bench --workload create --pollers N'.",
+            discussion: """
+                The container's seeded user (the one the workloads write as) gets a database subscription,
+                a zone subscription per zone and query subscriptions on Item (rank below 10,000, 50,000,
+                100,000, 200,000, 500,000, …), --per-user in all; --users - 1 more users sign up, each with
+                --per-user query subscriptions on Item in the public database. 100 containers with the
+                defaults: 10,000 subscriptions across 1,000 users.
+                """)
+
+        @OptionGroup var options: Bench.Options
+        @Option(help: "Users with subscriptions per container, the seeded one included.") var users = 10
+        @Option(name: .customLong("per-user"), help: "Subscriptions per user.") var perUser = 10
+        @Option(help: "Parallel seeding connections.") var concurrency = 8
+
+        static let ranks = [10_000, 50_000, 100_000, 200_000, 500_000, 750_000, 900_000, 1_000_000]
+
+        static func query(_ id: String, below rank: Int) -> String {
+            #"{"operationType":"create","subscription":{"subscriptionID":"\#(id)","subscriptionType":"query","query":{"recordType":"Item","filterBy":[{"fieldName":"rank","comparator":"LESS_THAN","fieldValue":{"value":\#(rank)}}]},"firesOn":["create","update"],"notificationInfo":{"shouldSendContentAvailable":true}}}"#
+        }
+
+        func run() async throws {
+            guard users >= 1, perUser >= 1, perUser <= 200 else { throw ValidationError("--users must be at least 1 and --per-user 1-200") }
+            let (host, port) = try options.hostAndPort()
+            let state = try BenchState(json: try JSONParser.parse(try String(contentsOfFile: options.stateFile, encoding: .utf8)))
+            let started = Date()
+            let counts = try parallelMap(state.tenants, concurrency: concurrency) { tenant -> Int in
+                let connection = BenchConnection(host: host, port: port)
+                func subscribe(_ database: String, _ query: String, _ operations: [String]) throws {
+                    let (status, body) = try connection.request("POST", "/database/1/\(tenant.container)/development/\(database)/subscriptions/modify?\(query)",
+                                                                body: Array(#"{"operations":[\#(operations.joined(separator: ","))]}"#.utf8))
+                    guard status == 200, BenchLoop.find(Bench.Run.errorNeedle, in: body, from: 0) == nil else {
+                        throw CLIError("subscribing in \(tenant.container): \(String(decoding: body.prefix(300), as: UTF8.self))")
+                    }
+                }
+                var own = [#"{"operationType":"create","subscription":{"subscriptionID":"all","subscriptionType":"database"}}"#]
+                own += tenant.zones.map { #"{"operationType":"create","subscription":{"subscriptionID":"zone-\#($0)","subscriptionType":"zone","zoneID":{"zoneName":"\#($0)"}}}"# }
+                var index = 0
+                while own.count < perUser {
+                    own.append(Self.query("rank-\(index)", below: Self.ranks[index % Self.ranks.count]))
+                    index += 1
+                }
+                try subscribe("private", tenant.query, Array(own.prefix(perUser)))
+                let token = tenant.query.split(separator: "&").first { $0.hasPrefix("ckAPIToken=") }.map { String($0.dropFirst("ckAPIToken=".count)) } ?? ""
+                for user in 1..<users {
+                    let (status, body) = try connection.request("POST", "/auth/1/\(tenant.container)/development/signup?ckAPIToken=\(token)",
+                                                                body: Array(#"{"emailAddress":"subscriber-\#(user)-\#(UInt32.random(in: 0...UInt32.max))@example.com","password":"bench-password"}"#.utf8))
+                    guard status == 200, let webAuth = (try? JSONParser.parse(body))?["ckWebAuthToken"]?.stringValue else {
+                        throw CLIError("sign-up in \(tenant.container): \(String(decoding: body.prefix(300), as: UTF8.self))")
+                    }
+                    let ops = (0..<perUser).map { Self.query("public-\($0)", below: Self.ranks[$0 % Self.ranks.count]) }
+                    try subscribe("public", "ckAPIToken=\(token)&ckWebAuthToken=\(webAuth)", ops)
+                }
+                return perUser * users
+            }
+            let total = counts.reduce(0, +)
+            print("made \(total) subscriptions across \(state.tenants.count * users) users in \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
+        }
+    }
+}
+
+/// Web courier polls held open while a workload runs.
+final class BenchPollers: @unchecked Sendable {
+    private let group = DispatchGroup()
+    private let lock = NSLock()
+    private var latencies: [UInt64] = []
+    private var received = 0
+    private var failures = 0
+
+    /// The microseconds since the epoch, as a create's record name carries them.
+    static func now() -> UInt64 { UInt64(Date().timeIntervalSince1970 * 1_000_000) }
+
+    /// Opens a web courier (tokens/create) for the user of each tenant; returns their paths.
+    static func open(_ tenants: [BenchState.Tenant], host: String, port: Int) throws -> [String] {
+        let connection = BenchConnection(host: host, port: port)
+        return try tenants.map { tenant in
+            let (status, body) = try connection.request("POST", "/device/1/\(tenant.container)/development/tokens/create?\(tenant.query)",
+                                                        body: Array(#"{"apnsEnvironment":"development"}"#.utf8))
+            guard status == 200, let url = (try? JSONParser.parse(body))?["webcourierURL"]?.stringValue, let path = URL(string: url)?.path else {
+                throw CLIError("tokens/create in \(tenant.container): \(String(decoding: body.prefix(300), as: UTF8.self))")
+            }
+            return path
+        }
+    }
+
+    /// Polls each path on a thread of its own until `deadline`, timing the query notifications
+    /// that arrive after `measureFrom`.
+    func start(_ paths: [String], host: String, port: Int, deadline: Date, measureFrom: Date) {
+        for path in paths {
+            group.enter()
+            Thread {
+                let connection = BenchConnection(host: host, port: port)
+                while Date() < deadline {
+                    guard let (status, body) = try? connection.request("GET", path + "?timeout=2") else {
+                        self.lock.lock(); self.failures += 1; self.lock.unlock()
+                        Thread.sleep(forTimeInterval: 0.1)
+                        continue
+                    }
+                    guard status == 200 else { continue }
+                    let arrived = Self.now()
+                    var latency: UInt64?
+                    if let name = (try? JSONParser.parse(body))?["ck"]?["qry"]?["rid"]?.stringValue,
+                       let mark = name.range(of: "-t", options: .backwards), let sent = UInt64(name[mark.upperBound...]), arrived >= sent {
+                        latency = arrived - sent
+                    }
+                    self.lock.lock()
+                    if Date() >= measureFrom {
+                        self.received += 1
+                        if let latency { self.latencies.append(latency) }
+                    }
+                    self.lock.unlock()
+                }
+                self.group.leave()
+            }.start()
+        }
+    }
+
+    /// Waits for the polls to end; the notifications received and the query notifications'
+    /// latency in milliseconds (p50, p99, max), and the polls that failed.
+    func finish() -> (received: Int, p50: Double, p99: Double, max: Double, failures: Int) {
+        group.wait()
+        lock.lock()
+        defer { lock.unlock() }
+        let sorted = latencies.sorted()
+        func percentile(_ p: Double) -> Double {
+            guard !sorted.isEmpty else { return 0 }
+            return Double(sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]) / 1000
+        }
+        return (received, percentile(0.5), percentile(0.99), Double(sorted.last ?? 0) / 1000, failures)
+    }
+}
