@@ -46,17 +46,21 @@ CREATE INDEX courier_tokens_by_owner ON courier_tokens (container_id, environmen
 
 -- Notifications waiting for one courier token, oldest first (seq). The truth of delivery: a
 -- poll takes (deletes) the oldest and answers it; one whose answer could not be written is put
--- back. Rows older than the documented lifetime are swept.
+-- back. Rows older than the documented lifetime are swept. coalesce_key: a zone or database
+-- notification's subscription; while one waits, another for the same subscription is not queued
+-- (the client syncs the change feed when it gets the first, which then has both changes).
 CREATE SEQUENCE notification_seq;
 CREATE TABLE notifications (
     container_id bigint NOT NULL,
     token_hash text NOT NULL,
     seq bigint NOT NULL DEFAULT nextval('notification_seq'),
     payload text NOT NULL,
+    coalesce_key text,
     created_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (container_id, token_hash, seq)
 );
 CREATE INDEX notifications_by_age ON notifications (created_at);
+CREATE UNIQUE INDEX notifications_coalesced ON notifications (container_id, token_hash, coalesce_key) WHERE coalesce_key IS NOT NULL;
 
 -- Notifications queued, per container-environment and ten seconds, beside the request counts
 -- (`stratus usage`).

@@ -219,7 +219,9 @@ public final class Notifier: RecordChangeObserver {
     func notification(_ watcher: Watcher, _ change: RecordChange, zone: String, zoneOwner: String, entry: Entry, key: Key) -> Made {
         let payload = Self.payload(watcher.subscription, change: change, zone: zone, zoneOwner: zoneOwner, scope: watcher.scope,
                                    containerName: entry.containerName, environment: key.environment)
-        return Made(pending: PendingNotification(owner: watcher.owner, payload: JSONWriter.string(payload)), watcher: watcher)
+        // Zone and database notifications of one subscription coalesce while one waits.
+        let coalesceKey = watcher.subscription.kind == .query ? nil : "\(watcher.scope.code):\(watcher.subscription.id)"
+        return Made(pending: PendingNotification(owner: watcher.owner, payload: JSONWriter.string(payload), coalesceKey: coalesceKey), watcher: watcher)
     }
 
     /// The APNs-shaped payload CloudKit JS parses: `aps` from the subscription's notificationInfo,

@@ -39,10 +39,13 @@ public protocol RecordChangeObserver: Sendable {
 public struct PendingNotification: Sendable {
     public var owner: String
     public var payload: String
+    /// For zone and database notifications, their subscription: not queued again while one waits.
+    public var coalesceKey: String?
 
-    public init(owner: String, payload: String) {
+    public init(owner: String, payload: String, coalesceKey: String? = nil) {
         self.owner = owner
         self.payload = payload
+        self.coalesceKey = coalesceKey
     }
 }
 
@@ -99,12 +102,19 @@ extension RecordStore {
         }
     }
 
-    /// The courier token with this hash in the container, noting that it was polled now.
+    /// The courier token with this hash in the container, noting that it was polled (to the hour:
+    /// a poll writes nothing while the token's mark is less than an hour old).
     public func pollCourierToken(containerID: Int64, tokenHash: String) async throws -> CourierToken? {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
-                UPDATE courier_tokens SET polled_at = now() WHERE container_id = \(containerID) AND token_hash = \(tokenHash)
-                RETURNING environment, owner
+                WITH t AS (
+                    SELECT environment, owner, polled_at < now() - interval '1 hour' AS stale FROM courier_tokens
+                    WHERE container_id = \(containerID) AND token_hash = \(tokenHash)
+                ), marked AS (
+                    UPDATE courier_tokens SET polled_at = now()
+                    WHERE container_id = \(containerID) AND token_hash = \(tokenHash) AND (SELECT stale FROM t)
+                )
+                SELECT environment, owner FROM t
                 """, logger: logger)
         }
         guard let row = rows.first else { return nil }
@@ -142,12 +152,14 @@ extension RecordStore {
         guard !notifications.isEmpty else { return 0 }
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
-                WITH n AS (SELECT * FROM unnest(\(notifications.map(\.owner))::text[], \(notifications.map(\.payload))::text[]) WITH ORDINALITY AS n(owner, payload, i)),
+                WITH n AS (SELECT * FROM unnest(\(notifications.map(\.owner))::text[], \(notifications.map(\.payload))::text[],
+                                                \(notifications.map { $0.coalesceKey ?? "" })::text[]) WITH ORDINALITY AS n(owner, payload, k, i)),
                 queued AS (
-                    INSERT INTO notifications (container_id, token_hash, payload)
-                    SELECT \(containerID), t.token_hash, n.payload FROM n
+                    INSERT INTO notifications (container_id, token_hash, payload, coalesce_key)
+                    SELECT \(containerID), t.token_hash, n.payload, NULLIF(n.k, '') FROM n
                     JOIN courier_tokens t ON t.container_id = \(containerID) AND t.environment = \(environment.code) AND t.owner = n.owner
                     ORDER BY n.i
+                    ON CONFLICT DO NOTHING
                     RETURNING token_hash
                 ), woken AS (
                     SELECT pg_notify(\(Invalidations.channel), 'courier ' || \(containerID) || ' ' || \(environment.code) || ' ' || o.owner)
