@@ -34,6 +34,8 @@ public final class StratusApp: Sendable {
     public let rateLimiter: RateLimiter
     /// Notifications for subscriptions, and the web courier polls waiting for them.
     let notifier: Notifier
+    /// Web courier tokens recently polled, by container and hash, with when they were read.
+    let courierTokens = Mutex<[String: (CourierToken, ContinuousClock.Instant)]>([:])
     /// A bcrypt hash of nothing, verified against when an email is unknown so sign-in takes as long either way.
     let dummyPasswordHash: String
 

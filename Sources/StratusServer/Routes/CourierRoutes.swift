@@ -66,6 +66,20 @@ extension StratusApp {
         return given
     }
 
+    /// A courier token by hash, remembered for a minute: a client polls again at once after each
+    /// notification, and tokens are never revoked (only swept after 30 days without a poll).
+    func courierToken(containerID: Int64, hash: String) async throws -> CourierToken? {
+        let key = "\(containerID)/\(hash)"
+        let now = ContinuousClock.now
+        if let (token, read) = courierTokens.withLock({ $0[key] }), now - read < .seconds(60) { return token }
+        guard let token = try await records.pollCourierToken(containerID: containerID, tokenHash: hash) else { return nil }
+        courierTokens.withLock { tokens in
+            if tokens.count >= 100_000 { tokens.removeAll() }
+            tokens[key] = (token, now)
+        }
+        return token
+    }
+
     static func courierTokenHash(_ token: String) -> String {
         TokenSealer.hash(token).map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
     }
@@ -80,7 +94,7 @@ extension StratusApp {
         let text = context.parameters.get("token") ?? ""
         let unknown = StratusError(.authenticationFailed, "this web courier URL is not valid here: call tokens/create with this container and environment for a new one")
         guard text.hasPrefix("wc_"), text.utf8.count <= 100,
-              let token = try await records.pollCourierToken(containerID: container.id, tokenHash: Self.courierTokenHash(text)),
+              let token = try await courierToken(containerID: container.id, hash: Self.courierTokenHash(text)),
               token.environment == environment else { throw unknown }
         if request.headers[.upgrade]?.lowercased() == "websocket" { return try webSocketCourier(request, token: token) }
         var timeout = Self.courierPollTimeout
