@@ -145,8 +145,8 @@ extension RecordStore {
         }
     }
 
-    /// Queues each notification for every web courier token of its owner and wakes their polls
-    /// in every server process. Returns how many were queued.
+    /// Queues each notification for every web courier token of its owner. Returns how many were
+    /// queued. (The caller wakes the polls: `Notifier`.)
     @discardableResult
     public func queueNotifications(containerID: Int64, environment: ContainerEnvironment, _ notifications: [PendingNotification]) async throws -> Int {
         guard !notifications.isEmpty else { return 0 }
@@ -161,16 +161,23 @@ extension RecordStore {
                     ORDER BY n.i
                     ON CONFLICT DO NOTHING
                     RETURNING token_hash
-                ), woken AS (
-                    SELECT pg_notify(\(Invalidations.channel), 'courier ' || \(containerID) || ' ' || \(environment.code) || ' ' || o.owner)
-                    FROM (SELECT DISTINCT owner FROM n) o
                 )
-                SELECT (SELECT count(*) FROM queued)::bigint, (SELECT count(*) FROM woken)::bigint
+                SELECT (SELECT count(*) FROM queued)::bigint, 0::bigint
                 """, logger: logger)
         }
         guard let row = rows.first else { return 0 }
         let (queued, _) = try row.decode((Int64, Int64).self)
         return Int(queued)
+    }
+
+    /// Sends wake-ups to every server process's polls (one notification per event).
+    public func wakeCouriers(_ events: [Invalidations.Event]) async throws {
+        guard !events.isEmpty else { return }
+        try await database.withConnection { connection in
+            try await connection.statement("""
+                SELECT pg_notify(\(Invalidations.channel), p) FROM unnest(\(events.map(\.payload))::text[]) AS u(p)
+                """, logger: logger)
+        }
     }
 
     /// Removes notifications older than `lifetime` and tokens not polled for `tokenLifetime`.
