@@ -49,8 +49,11 @@ CREATE INDEX courier_tokens_by_owner ON courier_tokens (container_id, environmen
 -- back. Rows older than the documented lifetime are swept. coalesce_key: a zone or database
 -- notification's subscription; while one waits, another for the same subscription is not queued
 -- (the client syncs the change feed when it gets the first, which then has both changes).
+-- Unlogged: a notification says only that something changed (the change feed is the truth), so
+-- after a crash PostgreSQL empties the table instead of replaying it, and queueing one writes no
+-- WAL.
 CREATE SEQUENCE notification_seq;
-CREATE TABLE notifications (
+CREATE UNLOGGED TABLE notifications (
     container_id bigint NOT NULL,
     token_hash text NOT NULL,
     seq bigint NOT NULL DEFAULT nextval('notification_seq'),
