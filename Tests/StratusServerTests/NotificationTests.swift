@@ -254,15 +254,9 @@ import Testing
     /// database: tokens/create and the long poll on the first, the matching save on the second.
     @Test func twoServeProcessesDeliverEachNotificationOnce() async throws {
         try await withServeProcesses(2, adminToken: "courier-admin", name: "stratus-courier") { servers in
-            let admin = ["Authorization": "Bearer courier-admin"]
             let container = "iCloud.com.example.Courier"
-            #expect(try await EndToEndTests.post(servers[0] + "/management/1/containers", #"{"name":"\#(container)"}"#, headers: admin).0 == 201)
-            let token = try await EndToEndTests.post(servers[0] + "/management/1/containers/\(container)/tokens", #"{"environment":"development","name":"t"}"#, headers: admin)
-            let apiToken = try #require(token.1["apiToken"]?.stringValue)
-            let signup = try await EndToEndTests.post(servers[0] + "/auth/1/\(container)/development/signup?ckAPIToken=\(apiToken)",
-                                                      #"{"emailAddress":"ada@example.com","password":"correct horse"}"#)
-            let user = try #require(signup.1["ckWebAuthToken"]?.stringValue)
-            let query = "ckAPIToken=\(apiToken)&ckWebAuthToken=\(user.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? user)"
+            let (apiToken, user) = try await serveTenant(servers[0], adminToken: "courier-admin", container: container)
+            let query = "ckAPIToken=\(apiToken)&ckWebAuthToken=\(user)"
             func data(_ server: Int, _ path: String, _ body: String) async throws -> (Int, JSON) {
                 try await EndToEndTests.post(servers[server] + "/database/1/\(container)/development/private/\(path)?\(query)", body)
             }

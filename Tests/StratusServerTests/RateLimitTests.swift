@@ -89,13 +89,7 @@ import Testing
         try await withServeProcesses(2, adminToken: "rates-admin", name: "stratus-rates") { servers in
             let admin = ["Authorization": "Bearer rates-admin"]
             func tenant(_ name: String) async throws -> (token: String, user: String) {
-                #expect(try await EndToEndTests.post(servers[0] + "/management/1/containers", #"{"name":"\#(name)"}"#, headers: admin).0 == 201)
-                let token = try await EndToEndTests.post(servers[0] + "/management/1/containers/\(name)/tokens", #"{"environment":"development","name":"t"}"#, headers: admin)
-                let apiToken = try #require(token.1["apiToken"]?.stringValue)
-                let signup = try await EndToEndTests.post(servers[0] + "/auth/1/\(name)/development/signup?ckAPIToken=\(apiToken)",
-                                                          #"{"emailAddress":"ada@example.com","password":"correct horse"}"#)
-                let user = try #require(signup.1["ckWebAuthToken"]?.stringValue)
-                return (apiToken, user.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? user)
+                try await serveTenant(servers[0], adminToken: "rates-admin", container: name)
             }
             let limited = try await tenant("iCloud.com.example.Limited")
             let bystander = try await tenant("iCloud.com.example.Bystander")

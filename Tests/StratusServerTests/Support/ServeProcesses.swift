@@ -29,3 +29,16 @@ func withServeProcesses(_ count: Int, adminToken: String, name: String,
     }
     try await body(servers)
 }
+
+/// A new container on `server` with a development API token and a signed-up user: the API token
+/// and the user's web auth token, percent-encoded for a query string.
+func serveTenant(_ server: String, adminToken: String, container: String) async throws -> (token: String, user: String) {
+    let admin = ["Authorization": "Bearer \(adminToken)"]
+    #expect(try await EndToEndTests.post(server + "/management/1/containers", #"{"name":"\#(container)"}"#, headers: admin).0 == 201)
+    let token = try await EndToEndTests.post(server + "/management/1/containers/\(container)/tokens", #"{"environment":"development","name":"t"}"#, headers: admin)
+    let apiToken = try #require(token.1["apiToken"]?.stringValue)
+    let signup = try await EndToEndTests.post(server + "/auth/1/\(container)/development/signup?ckAPIToken=\(apiToken)",
+                                              #"{"emailAddress":"ada@example.com","password":"correct horse"}"#)
+    let user = try #require(signup.1["ckWebAuthToken"]?.stringValue)
+    return (apiToken, user.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? user)
+}
