@@ -208,23 +208,47 @@ public final class Notifier: RecordChangeObserver {
                     }
                 }
             }
-            if pending.count > Self.maximumPerWrite {
-                logger.warning("a write matched more subscriptions than one write may notify; the rest were dropped",
-                               metadata: ["stratus.matched": "\(pending.count)", "stratus.limit": "\(Self.maximumPerWrite)"])
-                pending.removeLast(pending.count - Self.maximumPerWrite)
-            }
-            let queued = try await records.queueNotifications(containerID: key.containerID, environment: key.environment, pending.map(\.pending))
-            if queued > 0 {
-                // This process's polls at once; the other processes' with the next batch of wake-ups.
-                let owners = Set(pending.map(\.pending.owner))
-                for owner in owners { wake(CourierKey(containerID: key.containerID, environment: key.environment, owner: owner)) }
-                scheduleWakeUps(owners, key: key)
-            }
-            rateLimiter.noteNotifications(Int64(queued), containerID: key.containerID, environment: key.environment)
-            try await retireFiredOnce(pending, key: key)
+            try await deliver(pending, key: key)
         } catch {
             logger.error("notifications for a committed write were lost", metadata: ["stratus.error": "\(String(reflecting: error))"])
         }
+    }
+
+    /// A zone of a private database was deleted: its owner's subscriptions on that zone and on
+    /// the database hear of it (participants lose the zone with its shares).
+    public func zoneDeleted(_ db: DatabaseRef, zone: String) async {
+        guard db.scope == .private else { return }
+        do {
+            let key = Key(containerID: db.containerID, environment: db.environment)
+            let entry = try await entry(key)
+            let watchers = (entry.privateByOwner[db.owner] ?? []).filter {
+                $0.subscription.kind == .database || ($0.subscription.kind == .zone && $0.subscription.zoneName == zone)
+            }
+            try await deliver(watchers.map { notification($0, nil, zone: zone, zoneOwner: db.owner, entry: entry, key: key) }, key: key)
+        } catch {
+            logger.error("notifications for a deleted zone were lost", metadata: ["stratus.error": "\(String(reflecting: error))"])
+        }
+    }
+
+    /// Queues notifications (at most `maximumPerWrite`), wakes the polls waiting for them, counts
+    /// them, and deletes the firesOnce subscriptions that fired.
+    func deliver(_ made: [Made], key: Key) async throws {
+        guard !made.isEmpty else { return }
+        var pending = made
+        if pending.count > Self.maximumPerWrite {
+            logger.warning("a write matched more subscriptions than one write may notify; the rest were dropped",
+                           metadata: ["stratus.matched": "\(pending.count)", "stratus.limit": "\(Self.maximumPerWrite)"])
+            pending.removeLast(pending.count - Self.maximumPerWrite)
+        }
+        let queued = try await records.queueNotifications(containerID: key.containerID, environment: key.environment, pending.map(\.pending))
+        if queued > 0 {
+            // This process's polls at once; the other processes' with the next batch of wake-ups.
+            let owners = Set(pending.map(\.pending.owner))
+            for owner in owners { wake(CourierKey(containerID: key.containerID, environment: key.environment, owner: owner)) }
+            scheduleWakeUps(owners, key: key)
+        }
+        rateLimiter.noteNotifications(Int64(queued), containerID: key.containerID, environment: key.environment)
+        try await retireFiredOnce(pending, key: key)
     }
 
     /// What a zone or database subscription, or a query subscription's filters and firesOn, say of one change.
@@ -262,7 +286,7 @@ public final class Notifier: RecordChangeObserver {
         var watcher: Watcher
     }
 
-    func notification(_ watcher: Watcher, _ change: RecordChange, zone: String, zoneOwner: String, entry: Entry, key: Key) -> Made {
+    func notification(_ watcher: Watcher, _ change: RecordChange?, zone: String, zoneOwner: String, entry: Entry, key: Key) -> Made {
         let payload = Self.payload(watcher.subscription, change: change, zone: zone, zoneOwner: zoneOwner, scope: watcher.scope,
                                    containerName: entry.containerName, environment: key.environment)
         // Zone and database notifications of one subscription coalesce while one waits.
@@ -273,13 +297,13 @@ public final class Notifier: RecordChangeObserver {
     /// The APNs-shaped payload CloudKit JS parses: `aps` from the subscription's notificationInfo,
     /// `ck` with the notification and container IDs and `qry` (query), `fet` (zone) or `met`
     /// (database) naming the subscription and what changed.
-    static func payload(_ subscription: Subscription, change: RecordChange, zone: String, zoneOwner: String, scope: DatabaseScope,
+    static func payload(_ subscription: Subscription, change: RecordChange?, zone: String, zoneOwner: String, scope: DatabaseScope,
                         containerName: String, environment: ContainerEnvironment) -> JSON {
         var ck: [String: JSON] = ["nid": .string(RandomUUID.string()), "cid": .string(containerName), "ce": .int(environment == .production ? 2 : 1)]
         switch subscription.kind {
         case .query:
-            ck["qry"] = ["sid": .string(subscription.id), "rid": .string(change.record.recordName), "zid": .string(zone),
-                         "zoid": .string(zoneOwner), "dbs": .int(Int64(scope.code)), "fo": .int(Int64(change.kind.rawValue))]
+            ck["qry"] = ["sid": .string(subscription.id), "rid": .string(change?.record.recordName ?? ""), "zid": .string(zone),
+                         "zoid": .string(zoneOwner), "dbs": .int(Int64(scope.code)), "fo": .int(Int64(change?.kind.rawValue ?? 0))]
         case .zone:
             ck["fet"] = ["sid": .string(subscription.id), "zid": .string(zone), "zoid": .string(zoneOwner), "dbs": .int(Int64(scope.code))]
         case .database:

@@ -99,6 +99,14 @@ import Testing
                                                                                        op("update", "missing", tag: "zzz", fields: ["pinned": ["value": 1]])])
             #expect(failed.json.record(0)?.errorCode == "ATOMIC_ERROR", "\(failed.json)")
             #expect(try await Self.poll(harness, path, timeout: 1).status == 204, "a rolled-back write was notified")
+
+            // Deleting a zone notifies the zone's and the database's subscriptions (once each: they coalesce).
+            #expect(try await alice.post("private", "subscriptions/modify", ["operations": [
+                ["operationType": "create", "subscription": ["subscriptionID": "work", "subscriptionType": "zone", "zoneID": ["zoneName": "Work"]]]]]).status == 200)
+            #expect(try await alice.post("private", "zones/modify", ["operations": [["operationType": "delete", "zone": ["zoneID": ["zoneName": "Work"]]]]]).status == 200)
+            let gone = try await Self.drain(harness, path)
+            #expect(gone.count == 2 && gone.contains { $0["ck"]?["fet"] == ["sid": "work", "zid": "Work", "zoid": .string(alice.userRecordName!), "dbs": 2] }
+                    && gone.contains { $0["ck"]?["met"]?["sid"] == "everything" }, "\(gone)")
         }
     }
 

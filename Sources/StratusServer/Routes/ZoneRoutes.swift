@@ -77,6 +77,7 @@ extension StratusApp {
                     let zone = try await wrap { try await self.records.createZone(db, name: name) }
                     results.append(zoneJSON(request, zone))
                 } else if let zone = try await wrap({ try await self.records.deleteZone(db, name: name) }) {
+                    await notifier.zoneDeleted(db, zone: name)
                     results.append(zoneJSON(request, zone))
                 } else {
                     throw StratusError(.zoneNotFound, "zone '\(name)' does not exist")
