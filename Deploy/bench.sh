@@ -625,7 +625,8 @@ if [[ " $WORKLOADS " == *" create-subscribed "* ]]; then
   # were made, back to back. Goal: at most 20 % fewer; the notification latency is reported.
   echo "== create-subscribed: create, then 'stratus bench subscribe', then create with 100 polls" >&2
   read -r plain _ < <(service_run create "$CONCURRENCY" "$WORK/state.json")
-  "$BIN" bench subscribe --users 10 --per-user 10 --state-file "$WORK/state.json" >&2
+  # STRATUS_BENCH_SUBSCRIBE adds options (e.g. "--writer-subscriptions 1": the writer keeps a database subscription alone).
+  "$BIN" bench subscribe --users 10 --per-user 10 ${STRATUS_BENCH_SUBSCRIBE:-} --state-file "$WORK/state.json" >&2
   subscribed_json=$("$BIN" bench --workload create --concurrency "$CONCURRENCY" --duration "$DURATION" --pollers 100 \
     --state-file "$WORK/state.json" --json 2>/dev/null)
   subscribed=$(echo "$subscribed_json" | sed -nE 's/.*"requestsPerSecond":([0-9.]+).*/\1/p')

@@ -22,6 +22,7 @@ extension Bench {
         @OptionGroup var options: Bench.Options
         @Option(help: "Users with subscriptions per container, the seeded one included.") var users = 10
         @Option(name: .customLong("per-user"), help: "Subscriptions per user.") var perUser = 10
+        @Option(name: .customLong("writer-subscriptions"), help: "Subscriptions of the user the workloads write as (default --per-user; 1: a database subscription alone, CloudKit's sync pattern).") var writerSubscriptions: Int?
         @Option(help: "Parallel seeding connections.") var concurrency = 8
 
         static let ranks = [10_000, 50_000, 100_000, 200_000, 500_000, 750_000, 900_000, 1_000_000]
@@ -31,7 +32,9 @@ extension Bench {
         }
 
         func run() async throws {
-            guard users >= 1, perUser >= 1, perUser <= 200 else { throw ValidationError("--users must be at least 1 and --per-user 1-200") }
+            guard users >= 1, perUser >= 1, perUser <= 200, (writerSubscriptions ?? 1) >= 1, (writerSubscriptions ?? 1) <= 200 else {
+                throw ValidationError("--users must be at least 1, and --per-user and --writer-subscriptions 1-200")
+            }
             let (host, port) = try options.hostAndPort()
             let state = try BenchState(json: try JSONParser.parse(try String(contentsOfFile: options.stateFile, encoding: .utf8)))
             let started = Date()
@@ -51,7 +54,8 @@ extension Bench {
                     own.append(Self.query("rank-\(index)", below: Self.ranks[index % Self.ranks.count]))
                     index += 1
                 }
-                try subscribe("private", tenant.query, Array(own.prefix(perUser)))
+                let writers = writerSubscriptions ?? perUser
+                try subscribe("private", tenant.query, Array(own.prefix(writers)))
                 let token = tenant.query.split(separator: "&").first { $0.hasPrefix("ckAPIToken=") }.map { String($0.dropFirst("ckAPIToken=".count)) } ?? ""
                 for user in 1..<users {
                     let (status, body) = try connection.request("POST", "/auth/1/\(tenant.container)/development/signup?ckAPIToken=\(token)",
@@ -62,7 +66,7 @@ extension Bench {
                     let ops = (0..<perUser).map { Self.query("public-\($0)", below: Self.ranks[$0 % Self.ranks.count]) }
                     try subscribe("public", "ckAPIToken=\(token)&ckWebAuthToken=\(webAuth)", ops)
                 }
-                return perUser * users
+                return writers + perUser * (users - 1)
             }
             let total = counts.reduce(0, +)
             print("made \(total) subscriptions across \(state.tenants.count * users) users in \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
