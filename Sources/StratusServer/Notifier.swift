@@ -196,8 +196,14 @@ public final class Notifier: RecordChangeObserver {
                         if watcher.subscription.firesOnce { break }
                     }
                 }
-                // Participants' subscriptions in their shared databases.
-                for (participant, watchers) in entry.sharedByOwner where participant != changes.db.owner {
+                // Participants' subscriptions in their shared databases: only those who take part in
+                // a share of this zone are asked what they see (one statement finds them).
+                let subscribers = entry.sharedByOwner.filter { participant, watchers in
+                    participant != changes.db.owner && watchers.contains { $0.subscription.kind == .database
+                        || ($0.subscription.zoneOwner == changes.db.owner && $0.subscription.zoneName == changes.zone) }
+                }
+                let participants = subscribers.isEmpty ? [] : try await records.zoneParticipants(changes.db, zone: changes.zone)
+                for (participant, watchers) in subscribers where participants.contains(participant) {
                     let relevant = watchers.filter { $0.subscription.kind == .database
                         || ($0.subscription.zoneOwner == changes.db.owner && $0.subscription.zoneName == changes.zone) }
                     guard !relevant.isEmpty else { continue }

@@ -84,6 +84,22 @@ extension RecordStore {
         await observer.recordsChanged(RecordChanges(db: db, zone: zone, changes: changes))
     }
 
+    /// The users who accepted a live share in zone `zone` of `db` (a private database), in one
+    /// statement: the only shared-database subscribers a change there can concern.
+    public func zoneParticipants(_ db: DatabaseRef, zone: String) async throws -> Set<String> {
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("""
+                SELECT DISTINCT p.user_record_name FROM zones z
+                JOIN shares s ON s.container_id = z.container_id AND s.zone_id = z.zone_id AND NOT s.deleted
+                JOIN share_participants p ON p.container_id = s.container_id AND p.zone_id = s.zone_id AND p.share_name = s.share_name
+                WHERE z.container_id = \(db.containerID) AND z.environment = \(db.environment.code) AND z.database_scope = \(db.scope.code)
+                  AND z.owner = \(db.owner) AND z.zone_name = \(zone) AND NOT z.deleted
+                  AND p.status = 2 AND p.user_record_name IS NOT NULL
+                """, logger: logger)
+        }
+        return Set(try rows.map { try $0.decode(String.self) })
+    }
+
     /// A container's name, by id.
     public func containerName(_ containerID: Int64) async throws -> String {
         let rows = try await database.withConnection { connection in
