@@ -1,11 +1,13 @@
 -- Subscriptions (issue 26): what each user asked to be notified of, per database.
 -- scope: 1 public, 2 private, 3 shared (DatabaseScope.code). owner: the subscriber.
 -- kind: 1 query, 2 zone, 3 database (Subscription.Kind.code).
--- record_type: a query subscription's type. zone_name / zone_owner: the watched zone (a zone
+-- zone_name / zone_owner: the watched zone (a zone
 --   subscription's, or a query subscription's that is not zone-wide); zone_owner is the zone's
 --   owner in the shared database, the subscriber in the private one, '' in the public one.
 -- fires_on: bits 1 create, 2 update, 4 delete. definition: the query and notificationInfo
 --   dictionaries as the client gave them (JSON text), rendered back by subscriptions/list.
+-- Each server process reads a container-environment's subscriptions whole (by the primary key's
+-- first columns) and matches writes in memory, so no other index is needed.
 CREATE TABLE subscriptions (
     container_id bigint NOT NULL,
     environment smallint NOT NULL,
@@ -13,7 +15,6 @@ CREATE TABLE subscriptions (
     owner text NOT NULL,
     subscription_id text NOT NULL,
     kind smallint NOT NULL,
-    record_type text,
     zone_name text,
     zone_owner text,
     fires_on smallint NOT NULL,
@@ -23,13 +24,6 @@ CREATE TABLE subscriptions (
     modified_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (container_id, environment, owner, scope, subscription_id)
 );
-
--- What a committed write looks up: the query subscriptions on its record type (every
--- subscriber's in the public database, the owner's in a private one) ...
-CREATE INDEX subscriptions_by_record_type ON subscriptions (container_id, environment, scope, record_type, owner) WHERE kind = 1;
--- ... and the zone and database subscriptions that watch its zone (in the shared database,
--- every participant's subscriptions on the owner's zone).
-CREATE INDEX subscriptions_by_zone ON subscriptions (container_id, environment, scope, zone_owner, zone_name) WHERE kind <> 1;
 
 -- Web courier tokens (tokens/create): each one user's long-poll URL in a container-environment.
 -- token_hash: SHA-256 of the token in the URL (the token itself is never stored).

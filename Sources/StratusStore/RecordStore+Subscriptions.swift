@@ -32,10 +32,10 @@ extension RecordStore {
                     throw StratusError(.quotaExceeded, "you have \(Subscription.maximumPerDatabase) subscriptions in this database, the most allowed; delete one first")
                 }
                 let inserted = try await connection.rows("""
-                    INSERT INTO subscriptions (container_id, environment, scope, owner, subscription_id, kind, record_type,
+                    INSERT INTO subscriptions (container_id, environment, scope, owner, subscription_id, kind,
                                                zone_name, zone_owner, fires_on, fires_once, definition)
                     VALUES (\(db.containerID), \(db.environment.code), \(db.scope.code), \(db.owner), \(subscription.id),
-                            \(subscription.kind.code), \(subscription.recordType), \(subscription.zoneName), \(subscription.zoneOwner),
+                            \(subscription.kind.code), \(subscription.zoneName), \(subscription.zoneOwner),
                             \(subscription.firesOn.rawValue), \(subscription.firesOnce), \(definition))
                     ON CONFLICT DO NOTHING RETURNING 1
                     """, logger: logger)
@@ -44,7 +44,7 @@ extension RecordStore {
                 }
             } else {
                 let updated = try await connection.rows("""
-                    UPDATE subscriptions SET kind = \(subscription.kind.code), record_type = \(subscription.recordType),
+                    UPDATE subscriptions SET kind = \(subscription.kind.code),
                         zone_name = \(subscription.zoneName), zone_owner = \(subscription.zoneOwner), fires_on = \(subscription.firesOn.rawValue),
                         fires_once = \(subscription.firesOnce), definition = \(definition), modified_at = now()
                     WHERE container_id = \(db.containerID) AND environment = \(db.environment.code) AND owner = \(db.owner)
