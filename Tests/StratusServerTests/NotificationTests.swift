@@ -3,6 +3,7 @@ import Foundation
 import FoundationNetworking
 #endif
 import StratusCore
+@testable import StratusServer
 import StratusStore
 import Synchronization
 import Testing
@@ -418,6 +419,50 @@ import Testing
             // A handshake without a key is refused.
             let bad = try await harness.send(.get, path, headers: [.upgrade: "websocket", .connection: "Upgrade", .secWebSocketVersion: "13"])
             #expect(bad.status == 400 && bad.json["reason"]?.stringValue?.contains("Sec-WebSocket-Key") == true, "\(bad)")
+        }
+    }
+
+    /// A firesOnce subscription fires once and is gone; undelivered notifications expire.
+    @Test func firesOnceSubscriptionsAndExpiredNotificationsAreGone() async throws {
+        try await Harness.run { harness in
+            let alice = try await harness.container().signedUp()
+            #expect(try await alice.modify("private", [op("create", "seed")]).status == 200)
+            #expect(try await alice.post("private", "subscriptions/modify", ["operations": [
+                ["operationType": "create", "subscription": ["subscriptionID": "once", "subscriptionType": "query", "query": ["recordType": "Note"], "firesOnce": true]]]]).status == 200)
+            let path = try await Self.courierPath(alice)
+            #expect(try await alice.modify("private", [op("create", "n1")]).status == 200)
+            #expect(try await Self.drain(harness, path).map { $0["ck"]?["qry"]?["sid"] } == ["once"])
+            #expect(Self.ids(try await alice.get("private", "subscriptions/list").json).isEmpty, "the firesOnce subscription is still there")
+            #expect(try await alice.modify("private", [op("create", "n2")]).status == 200)
+            #expect(try await Self.drain(harness, path).isEmpty, "a firesOnce subscription fired twice")
+
+            // Past their lifetime, undelivered notifications are swept (the sweep runs every minute with 7 days).
+            #expect(try await alice.post("private", "subscriptions/modify", ["operations": [
+                ["operationType": "create", "subscription": ["subscriptionID": "db", "subscriptionType": "database"]]]]).status == 200)
+            #expect(try await alice.modify("private", [op("create", "n3")]).status == 200)
+            try await harness.app.records.sweepNotifications(lifetime: .zero, tokenLifetime: .seconds(3_600))
+            #expect(try await Self.poll(harness, path, timeout: 1).status == 204, "an expired notification was delivered")
+        }
+    }
+
+    static func ids(_ json: JSON) -> [String] { (json["subscriptions"]?.arrayValue ?? []).compactMap { $0["subscriptionID"]?.stringValue } }
+
+    /// A WebSocket client that sends nothing for the idle timeout is pinged, not cut off.
+    @Test func aSilentWebSocketClientIsPinged() async throws {
+        try await Harness.run(live: true, idleTimeout: .seconds(3)) { harness in
+            let alice = try await harness.container().signedUp()
+            let path = try await Self.courierPath(alice)
+            let socket = try await RawConnection(port: harness.client.port ?? 0)
+            try await socket.send("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                                  + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+            let handshake = try await socket.bytes { String(decoding: $0, as: UTF8.self).contains("\r\n\r\n") }
+            let text = String(decoding: handshake, as: UTF8.self)
+            let headerLength = text.utf8.count - (text.range(of: "\r\n\r\n").map { text[$0.upperBound...].utf8.count } ?? 0)
+            // After the handshake, a ping frame (0x89, no payload) within a few idle periods.
+            let after = try await socket.bytes { $0.count >= headerLength + 2 }
+            #expect(String(decoding: handshake, as: UTF8.self).hasPrefix("HTTP/1.1 101"))
+            #expect(after.count >= headerLength + 2 && after[headerLength] == 0x89, "\(after.suffix(8))")
+            #expect(!socket.closed, "the idle WebSocket was closed")
         }
     }
 }

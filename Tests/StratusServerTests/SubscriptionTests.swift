@@ -178,4 +178,21 @@ import Testing
             #expect(try await anonymous.get("private", "subscriptions/list").status == 421)
         }
     }
+
+    /// A user has at most 1,000 subscriptions in a database; the next is QUOTA_EXCEEDED.
+    @Test func subscriptionsPerDatabaseAreBounded() async throws {
+        try await Harness.run { harness in
+            let user = try await harness.container().signedUp()
+            for batch in 0..<5 {
+                let operations: [JSON] = (0..<200).map { ["operationType": "create", "subscription": ["subscriptionID": .string("s\(batch)-\($0)"), "subscriptionType": "database"]] }
+                let made = try await user.post("private", "subscriptions/modify", ["operations": .array(operations)])
+                #expect(made.json["subscriptions"]?.arrayValue?.allSatisfy { $0.errorCode == nil } == true, "batch \(batch)")
+            }
+            let next = try await user.post("private", "subscriptions/modify", ["operations": [["operationType": "create", "subscription": ["subscriptionID": "one-more", "subscriptionType": "database"]]]])
+            #expect(next.json["subscriptions"]?.arrayValue?.first?.errorCode == "QUOTA_EXCEEDED", "\(next.json)")
+            // Another database of the same user is counted apart.
+            let elsewhere = try await user.post("shared", "subscriptions/modify", ["operations": [["operationType": "create", "subscription": ["subscriptionID": "one-more", "subscriptionType": "database"]]]])
+            #expect(elsewhere.json["subscriptions"]?.arrayValue?.first?.errorCode == nil, "\(elsewhere.json)")
+        }
+    }
 }
