@@ -264,16 +264,9 @@ import FoundationNetworking
         #expect(after >= 1 && after <= 10, "closed after \(after) s with --idle-timeout 2")
 
         // 2. A write whose zone another session keeps locked: TRY_AGAIN_LATER, not a hang.
-        let admin = ["Authorization": "Bearer bounds-admin"]
         let container = "iCloud.com.example.Bounds"
-        #expect(try await Self.post(server + "/management/1/containers", #"{"name":"\#(container)"}"#, headers: admin).0 == 201)
-        let token = try await Self.post(server + "/management/1/containers/\(container)/tokens", #"{"environment":"development","name":"t"}"#, headers: admin)
-        let apiToken = try #require(token.1["apiToken"]?.stringValue)
-        let signup = try await Self.post(server + "/auth/1/\(container)/development/signup?ckAPIToken=\(apiToken)",
-                                         #"{"emailAddress":"ada@example.com","password":"correct horse"}"#)
-        let userToken = try #require(signup.1["ckWebAuthToken"]?.stringValue)
-        let modify = server + "/database/1/\(container)/development/private/records/modify?ckAPIToken=\(apiToken)&ckWebAuthToken="
-            + (userToken.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? userToken)
+        let (apiToken, userToken) = try await serveTenant(server, adminToken: "bounds-admin", container: container)
+        let modify = server + "/database/1/\(container)/development/private/records/modify?ckAPIToken=\(apiToken)&ckWebAuthToken=\(userToken)"
         @Sendable func create(_ name: String) async throws -> (Int, JSON) {
             try await Self.post(modify, #"{"operations":[{"operationType":"create","record":{"recordType":"Note","recordName":"\#(name)","fields":{"title":{"value":"x"}}}}]}"#)
         }
