@@ -247,13 +247,13 @@ public final class Notifier: RecordChangeObserver {
             pending.removeLast(pending.count - Self.maximumPerWrite)
         }
         let queued = try await records.queueNotifications(containerID: key.containerID, environment: key.environment, pending.map(\.pending))
-        if queued > 0 {
+        if !queued.isEmpty {
             // This process's polls at once; the other processes' with the next batch of wake-ups.
             let owners = Set(pending.map(\.pending.owner))
             for owner in owners { wake(CourierKey(containerID: key.containerID, environment: key.environment, owner: owner)) }
             scheduleWakeUps(owners, key: key)
         }
-        rateLimiter.noteNotifications(Int64(queued), containerID: key.containerID, environment: key.environment)
+        rateLimiter.noteNotifications(Int64(queued.values.reduce(0, +)), containerID: key.containerID, environment: key.environment)
         try await retireFiredOnce(pending, key: key)
     }
 

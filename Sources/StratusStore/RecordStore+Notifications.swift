@@ -49,6 +49,13 @@ public struct PendingNotification: Sendable {
     }
 }
 
+/// The notifications one write queues (`RecordStore.queueNotifications`).
+struct NotificationQueueing: Sendable {
+    var containerID: Int64
+    var environment: ContainerEnvironment
+    var notifications: [PendingNotification]
+}
+
 /// A web courier token as stored.
 public struct CourierToken: Sendable {
     public var containerID: Int64
@@ -139,16 +146,29 @@ extension RecordStore {
     }
 
     /// Takes the oldest notification waiting for a token (no other poll can take it too).
+    /// Concurrent polls share statements (`notificationTaking`).
     public func takeNotification(_ token: CourierToken) async throws -> (seq: Int64, payload: String)? {
-        let rows = try await database.withConnection { connection in
-            try await connection.rows("""
-                DELETE FROM notifications WHERE container_id = \(token.containerID) AND token_hash = \(token.tokenHash)
-                  AND seq = (SELECT seq FROM notifications WHERE container_id = \(token.containerID) AND token_hash = \(token.tokenHash)
-                             ORDER BY seq LIMIT 1 FOR UPDATE SKIP LOCKED)
-                RETURNING seq, payload
-                """, logger: logger)
+        try await notificationTaking.answer(token)
+    }
+
+    /// One statement taking the oldest notification for each poll in `polls` (as many as there are
+    /// polls of one token), each answered in the order the polls came.
+    static func takeNotifications(_ polls: [CourierToken], on connection: PostgresConnection, logger: Logger) async throws -> [(seq: Int64, payload: String)?] {
+        let rows = try await connection.rows("""
+            WITH u AS (SELECT c, t, count(*) AS k FROM unnest(\(polls.map(\.containerID))::bigint[], \(polls.map(\.tokenHash))::text[]) AS u(c, t) GROUP BY c, t),
+            f AS (SELECT x.* FROM u CROSS JOIN LATERAL (
+                SELECT container_id, token_hash, seq FROM notifications WHERE container_id = u.c AND token_hash = u.t
+                ORDER BY seq LIMIT u.k FOR UPDATE SKIP LOCKED) x)
+            DELETE FROM notifications n USING f WHERE n.container_id = f.container_id AND n.token_hash = f.token_hash AND n.seq = f.seq
+            RETURNING n.container_id, n.token_hash, n.seq, n.payload
+            """, logger: logger)
+        var taken: [String: [(seq: Int64, payload: String)]] = [:]
+        for row in rows {
+            let (containerID, tokenHash, seq, payload) = try row.decode((Int64, String, Int64, String).self)
+            taken["\(containerID)/\(tokenHash)", default: []].append((seq, payload))
         }
-        return try rows.first.map { try $0.decode((Int64, String).self) }
+        for key in taken.keys { taken[key]!.sort { $0.seq > $1.seq } }
+        return polls.map { taken["\($0.containerID)/\($0.tokenHash)"]?.popLast() }
     }
 
     /// Puts back a notification whose answer could not be written, first in line again.
@@ -162,28 +182,52 @@ extension RecordStore {
     }
 
     /// Queues each notification for every web courier token of its owner. Returns how many were
-    /// queued. (The caller wakes the polls: `Notifier`.)
+    /// queued, by owner. (The caller wakes the polls: `Notifier`.) Concurrent writes' notifications
+    /// share statements (`notificationQueueing`).
     @discardableResult
-    public func queueNotifications(containerID: Int64, environment: ContainerEnvironment, _ notifications: [PendingNotification]) async throws -> Int {
-        guard !notifications.isEmpty else { return 0 }
-        let rows = try await database.withConnection { connection in
-            try await connection.rows("""
-                WITH n AS (SELECT * FROM unnest(\(notifications.map(\.owner))::text[], \(notifications.map(\.payload))::text[],
-                                                \(notifications.map { $0.coalesceKey ?? "" })::text[]) WITH ORDINALITY AS n(owner, payload, k, i)),
-                queued AS (
-                    INSERT INTO notifications (container_id, token_hash, payload, coalesce_key)
-                    SELECT \(containerID), t.token_hash, n.payload, NULLIF(n.k, '') FROM n
-                    JOIN courier_tokens t ON t.container_id = \(containerID) AND t.environment = \(environment.code) AND t.owner = n.owner
-                    ORDER BY n.i
-                    ON CONFLICT DO NOTHING
-                    RETURNING token_hash
-                )
-                SELECT (SELECT count(*) FROM queued)::bigint, 0::bigint
-                """, logger: logger)
+    public func queueNotifications(containerID: Int64, environment: ContainerEnvironment, _ notifications: [PendingNotification]) async throws -> [String: Int] {
+        guard !notifications.isEmpty else { return [:] }
+        return try await notificationQueueing.answer(NotificationQueueing(containerID: containerID, environment: environment, notifications: notifications))
+    }
+
+    /// One statement queueing the notifications of several writes. Each owner's count is answered
+    /// to the first request that brought them (per container-environment), so the counts add up.
+    static func queueNotifications(_ requests: [NotificationQueueing], on connection: PostgresConnection, logger: Logger) async throws -> [[String: Int]] {
+        var containers: [Int64] = [], environments: [Int16] = [], owners: [String] = [], payloads: [String] = [], keys: [String] = []
+        var first: [String: Int] = [:]
+        for (index, request) in requests.enumerated() {
+            for notification in request.notifications {
+                containers.append(request.containerID)
+                environments.append(request.environment.code)
+                owners.append(notification.owner)
+                payloads.append(notification.payload)
+                keys.append(notification.coalesceKey ?? "")
+                let key = "\(request.containerID)/\(request.environment.code)/\(notification.owner)"
+                if first[key] == nil { first[key] = index }
+            }
         }
-        guard let row = rows.first else { return 0 }
-        let (queued, _) = try row.decode((Int64, Int64).self)
-        return Int(queued)
+        let rows = try await connection.rows("""
+            WITH n AS (SELECT * FROM unnest(\(containers)::bigint[], \(environments)::int2[], \(owners)::text[], \(payloads)::text[], \(keys)::text[])
+                       WITH ORDINALITY AS n(c, e, owner, payload, k, i)),
+            queued AS (
+                INSERT INTO notifications (container_id, token_hash, payload, coalesce_key)
+                SELECT n.c, t.token_hash, n.payload, NULLIF(n.k, '') FROM n
+                JOIN courier_tokens t ON t.container_id = n.c AND t.environment = n.e AND t.owner = n.owner
+                ORDER BY n.i
+                ON CONFLICT DO NOTHING
+                RETURNING container_id, token_hash
+            )
+            SELECT t.container_id, t.environment, t.owner, count(*) FROM queued q
+            JOIN courier_tokens t ON t.container_id = q.container_id AND t.token_hash = q.token_hash
+            GROUP BY 1, 2, 3
+            """, logger: logger)
+        var answers = [[String: Int]](repeating: [:], count: requests.count)
+        for row in rows {
+            let (containerID, environment, owner, count) = try row.decode((Int64, Int16, String, Int64).self)
+            guard let index = first["\(containerID)/\(environment)/\(owner)"] else { continue }
+            answers[index][owner, default: 0] += Int(count)
+        }
+        return answers
     }
 
     /// Sends wake-ups to every server process's polls (one notification per event).

@@ -106,6 +106,11 @@ public final class RecordStore: Sendable {
     /// Concurrent reads built at run time with scalar values (shared-database lookups) share
     /// statements when their SQL is the same.
     let dynamicReads: StatementSharing<DynamicRead, DynamicRead.Rows>
+    /// Concurrent writes' notifications are queued by shared statements, and concurrent web
+    /// courier polls take theirs by shared statements: under a stream of notified writes each
+    /// costs a fraction of a statement instead of one or two of its own.
+    let notificationQueueing: StatementSharing<NotificationQueueing, [String: Int]>
+    let notificationTaking: StatementSharing<CourierToken, (seq: Int64, payload: String)?>
     /// The query sharing of the caller's event loop.
     var queries: StatementSharing<QueryRequest, QueryPage?> { queriesByLoop.current }
 
@@ -118,6 +123,18 @@ public final class RecordStore: Sendable {
             try await database.withConnection { connection in
                 sending()
                 return try await Lookups.run(requests, on: connection, logger: logger)
+            }
+        }
+        self.notificationQueueing = StatementSharing(keysPerStatement: 5_000, keys: { $0.notifications.count }) { requests, sending in
+            try await database.withConnection { connection in
+                sending()
+                return try await RecordStore.queueNotifications(requests, on: connection, logger: logger)
+            }
+        }
+        self.notificationTaking = StatementSharing(keysPerStatement: 128) { requests, sending in
+            try await database.withConnection { connection in
+                sending()
+                return try await RecordStore.takeNotifications(requests, on: connection, logger: logger)
             }
         }
         self.dynamicReads = StatementSharing(keysPerStatement: 16, canShare: DynamicRead.canShare) { requests, sending in
