@@ -2,6 +2,8 @@ import Foundation
 import Logging
 import StratusCore
 import StratusStore
+import NIOCore
+import NIOPosix
 import Synchronization
 
 /// Turns committed record changes into notifications for the subscriptions that match them, and
@@ -52,8 +54,9 @@ public final class Notifier: RecordChangeObserver {
     let logger: Logger
     private let entries = Mutex<[Key: Entry]>([:])
     /// Polls waiting in this process, by subscriber.
-    private let waiters = Mutex<[CourierKey: [Int: AsyncStream<Void>.Continuation]]>([:])
-    private let nextWaiter = Atomic<Int>(0)
+    private let waiters = Mutex<[CourierKey: [ObjectIdentifier: CourierWaiter]]>([:])
+    /// Names this process in the wake-ups it sends, so it does not wake its own polls twice.
+    let origin = String(UInt32.random(in: 0...UInt32.max), radix: 36)
     /// Owners with newly queued notifications, for the next batch of wake-ups to the other processes.
     private let wakeUps = Mutex<[Key: Set<String>]>([:])
 
@@ -84,7 +87,8 @@ public final class Notifier: RecordChangeObserver {
             // Payloads stay well under PostgreSQL's 8,000 bytes: 100 user record names each.
             let list = Array(owners)
             for start in stride(from: 0, to: list.count, by: 100) {
-                events.append(.courier(containerID: key.containerID, environment: key.environment, owners: Array(list[start..<min(list.count, start + 100)])))
+                events.append(.courier(containerID: key.containerID, environment: key.environment, origin: origin,
+                                       owners: Array(list[start..<min(list.count, start + 100)])))
             }
         }
         do {
@@ -112,7 +116,9 @@ public final class Notifier: RecordChangeObserver {
         switch event {
         case .subscriptions(let containerID, let environment), .schema(let containerID, let environment, _):
             _ = entries.withLock { $0.removeValue(forKey: Key(containerID: containerID, environment: environment)) }
-        case .courier(let containerID, let environment, let owners):
+        case .courier(let containerID, let environment, let from, let owners):
+            // This process woke its own polls when it queued.
+            guard from != origin else { return }
             for owner in owners { wake(CourierKey(containerID: containerID, environment: environment, owner: owner)) }
         case .all:
             entries.withLock { $0.removeAll() }
@@ -124,46 +130,29 @@ public final class Notifier: RecordChangeObserver {
 
     // MARK: Waiting polls
 
-    /// Registers a poll of `key`'s notifications: wake-ups sent from now on reach its stream
-    /// (the latest one is kept until read), so one sent between a poll's look and its wait is not missed.
-    func register(_ key: CourierKey) -> (id: Int, wakeUps: AsyncStream<Void>) {
-        let id = nextWaiter.wrappingAdd(1, ordering: .relaxed).oldValue
-        let (stream, continuation) = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
-        waiters.withLock { $0[key, default: [:]][id] = continuation }
-        return (id, stream)
+    /// Registers a poll of `key`'s notifications: wake-ups sent from now on reach its waiter
+    /// (one is kept until the next wait), so one sent between a poll's look and its wait is not missed.
+    func register(_ key: CourierKey) -> CourierWaiter {
+        let waiter = CourierWaiter()
+        waiters.withLock { $0[key, default: [:]][ObjectIdentifier(waiter)] = waiter }
+        return waiter
     }
 
-    func unregister(_ key: CourierKey, id: Int) {
-        let continuation = waiters.withLock { waiting -> AsyncStream<Void>.Continuation? in
-            let removed = waiting[key]?.removeValue(forKey: id)
+    func unregister(_ key: CourierKey, _ waiter: CourierWaiter) {
+        waiters.withLock { waiting in
+            waiting[key]?.removeValue(forKey: ObjectIdentifier(waiter))
             if waiting[key]?.isEmpty == true { waiting.removeValue(forKey: key) }
-            return removed
         }
-        continuation?.finish()
-    }
-
-    /// Wakes one registered poll (its client went away).
-    func wake(_ key: CourierKey, id: Int) {
-        waiters.withLock { $0[key]?[id] }?.yield()
-    }
-
-    /// Waits for the next wake-up on `wakeUps`, or until `deadline`.
-    func wait(_ wakeUps: AsyncStream<Void>, until deadline: ContinuousClock.Instant) async {
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { for await _ in wakeUps { return } }
-            group.addTask { try? await Task.sleep(until: deadline) }
-            await group.next()
-            group.cancelAll()
-        }
+        waiter.wake()
     }
 
     private func wake(_ key: CourierKey) {
-        for continuation in waiters.withLock({ Array(($0[key] ?? [:]).values) }) { continuation.yield() }
+        for waiter in waiters.withLock({ Array(($0[key] ?? [:]).values) }) { waiter.wake() }
     }
 
     /// Wakes every poll of this process (a wake-up may have been missed while the listener was down).
     private func wakeAll() {
-        for continuation in waiters.withLock({ $0.values.flatMap(\.values) }) { continuation.yield() }
+        for waiter in waiters.withLock({ $0.values.flatMap(\.values) }) { waiter.wake() }
     }
 
     // MARK: Matching
@@ -363,5 +352,55 @@ public final class Notifier: RecordChangeObserver {
         }
         entries.withLock { $0[key] = entry }
         return entry
+    }
+}
+
+/// One poll (or WebSocket stream) waiting for a subscriber's notifications: a flag and at most one
+/// suspended task, cheaper per poll than a stream and a task group with a sleeping child (each poll
+/// answered is one wait, and a busy subscriber polls tens of times a second).
+final class CourierWaiter: Sendable {
+    private struct State {
+        /// A wake-up arrived while nobody waited: the next wait returns at once.
+        var woken = false
+        var continuation: CheckedContinuation<Void, Never>?
+    }
+
+    private let state = Mutex(State())
+
+    /// Ends the current wait, or the next one if none is in progress.
+    func wake() {
+        let continuation = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard let continuation = state.continuation else {
+                state.woken = true
+                return nil
+            }
+            state.continuation = nil
+            return continuation
+        }
+        continuation?.resume()
+    }
+
+    /// Waits for a wake-up (one that came since the last wait counts), or until `deadline`.
+    func wait(until deadline: ContinuousClock.Instant) async {
+        let remaining = ContinuousClock.now.duration(to: deadline)
+        guard remaining > .zero else { return }
+        let (seconds, attoseconds) = remaining.components
+        let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)) {
+            [weak self] in self?.wake()
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { state -> Bool in
+                if state.woken {
+                    state.woken = false
+                    return true
+                }
+                state.continuation = continuation
+                return false
+            }
+            if now { continuation.resume() }
+        }
+        timer.cancel()
+        // The timer may have fired as another wake-up came: neither carries over.
+        state.withLock { $0.woken = false }
     }
 }

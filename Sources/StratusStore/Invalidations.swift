@@ -33,8 +33,9 @@ public final class Invalidations: Sendable {
         case quota(containerID: Int64, environment: ContainerEnvironment)
         /// A container-environment's subscriptions changed.
         case subscriptions(containerID: Int64, environment: ContainerEnvironment)
-        /// Notifications are waiting for these users' web courier tokens (a wake-up, not a change).
-        case courier(containerID: Int64, environment: ContainerEnvironment, owners: [String])
+        /// Notifications are waiting for these users' web courier tokens (a wake-up, not a change),
+        /// queued by the server process `origin` names.
+        case courier(containerID: Int64, environment: ContainerEnvironment, origin: String, owners: [String])
         /// Anything may have changed (the listener reconnected).
         case all
 
@@ -49,7 +50,7 @@ public final class Invalidations: Sendable {
             case .roles(let c, let e): return "roles \(c) \(e.code)"
             case .quota(let c, let e): return "quota \(c) \(e.code)"
             case .subscriptions(let c, let e): return "subscriptions \(c) \(e.code)"
-            case .courier(let c, let e, let o): return "courier \(c) \(e.code) \(o.joined(separator: " "))"
+            case .courier(let c, let e, let from, let o): return "courier \(c) \(e.code) \(from) \(o.joined(separator: " "))"
             case .all: return "all"
             }
         }
@@ -87,8 +88,8 @@ public final class Invalidations: Sendable {
                 guard parts.count == 3, let c = int(1), let e = environment(2) else { return nil }
                 self = .subscriptions(containerID: c, environment: e)
             case "courier":
-                guard parts.count >= 4, let c = int(1), let e = environment(2) else { return nil }
-                self = .courier(containerID: c, environment: e, owners: Array(parts[3...]))
+                guard parts.count >= 5, let c = int(1), let e = environment(2) else { return nil }
+                self = .courier(containerID: c, environment: e, origin: parts[3], owners: Array(parts[4...]))
             case "all":
                 self = .all
             default:

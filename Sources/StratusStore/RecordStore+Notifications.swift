@@ -154,17 +154,9 @@ extension RecordStore {
     /// One statement taking the oldest notification for each poll in `polls` (as many as there are
     /// polls of one token), each answered in the order the polls came.
     static func takeNotifications(_ polls: [CourierToken], on connection: PostgresConnection, logger: Logger) async throws -> [(seq: Int64, payload: String)?] {
-        let rows = try await connection.rows("""
-            WITH u AS (SELECT c, t, count(*) AS k FROM unnest(\(polls.map(\.containerID))::bigint[], \(polls.map(\.tokenHash))::text[]) AS u(c, t) GROUP BY c, t),
-            f AS (SELECT x.* FROM u CROSS JOIN LATERAL (
-                SELECT container_id, token_hash, seq FROM notifications WHERE container_id = u.c AND token_hash = u.t
-                ORDER BY seq LIMIT u.k FOR UPDATE SKIP LOCKED) x)
-            DELETE FROM notifications n USING f WHERE n.container_id = f.container_id AND n.token_hash = f.token_hash AND n.seq = f.seq
-            RETURNING n.container_id, n.token_hash, n.seq, n.payload
-            """, logger: logger)
+        let rows = try await connection.rows(TakeNotifications(containers: polls.map(\.containerID), tokens: polls.map(\.tokenHash)), logger: logger)
         var taken: [String: [(seq: Int64, payload: String)]] = [:]
-        for row in rows {
-            let (containerID, tokenHash, seq, payload) = try row.decode((Int64, String, Int64, String).self)
+        for (containerID, tokenHash, seq, payload) in rows {
             taken["\(containerID)/\(tokenHash)", default: []].append((seq, payload))
         }
         for key in taken.keys { taken[key]!.sort { $0.seq > $1.seq } }
@@ -206,24 +198,10 @@ extension RecordStore {
                 if first[key] == nil { first[key] = index }
             }
         }
-        let rows = try await connection.rows("""
-            WITH n AS (SELECT * FROM unnest(\(containers)::bigint[], \(environments)::int2[], \(owners)::text[], \(payloads)::text[], \(keys)::text[])
-                       WITH ORDINALITY AS n(c, e, owner, payload, k, i)),
-            queued AS (
-                INSERT INTO notifications (container_id, token_hash, payload, coalesce_key)
-                SELECT n.c, t.token_hash, n.payload, NULLIF(n.k, '') FROM n
-                JOIN courier_tokens t ON t.container_id = n.c AND t.environment = n.e AND t.owner = n.owner
-                ORDER BY n.i
-                ON CONFLICT DO NOTHING
-                RETURNING container_id, token_hash
-            )
-            SELECT t.container_id, t.environment, t.owner, count(*) FROM queued q
-            JOIN courier_tokens t ON t.container_id = q.container_id AND t.token_hash = q.token_hash
-            GROUP BY 1, 2, 3
-            """, logger: logger)
+        let rows = try await connection.rows(QueueNotifications(containers: containers, environments: environments, owners: owners,
+                                                                 payloads: payloads, keys: keys), logger: logger)
         var answers = [[String: Int]](repeating: [:], count: requests.count)
-        for row in rows {
-            let (containerID, environment, owner, count) = try row.decode((Int64, Int16, String, Int64).self)
+        for (containerID, environment, owner, count) in rows {
             guard let index = first["\(containerID)/\(environment)/\(owner)"] else { continue }
             answers[index][owner, default: 0] += Int(count)
         }
@@ -251,4 +229,73 @@ extension RecordStore {
                 """, logger: logger)
         }
     }
+}
+
+/// Queues notifications, each for every web courier token of its owner (a zone or database
+/// notification not while one for its subscription waits); answers how many were queued per
+/// container, environment and owner. Prepared: PostgreSQL planned it in ~0.3 ms, more than it
+/// took to run.
+struct QueueNotifications: PostgresPreparedStatement {
+    static let name = "stratus.QueueNotifications"
+    static let sql = """
+        WITH n AS (SELECT * FROM unnest($1::bigint[], $2::int2[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS n(c, e, owner, payload, k, i)),
+        queued AS (
+            INSERT INTO notifications (container_id, token_hash, payload, coalesce_key)
+            SELECT n.c, t.token_hash, n.payload, NULLIF(n.k, '') FROM n
+            JOIN courier_tokens t ON t.container_id = n.c AND t.environment = n.e AND t.owner = n.owner
+            ORDER BY n.i
+            ON CONFLICT DO NOTHING
+            RETURNING container_id, token_hash
+        )
+        SELECT t.container_id, t.environment, t.owner, count(*) FROM queued q
+        JOIN courier_tokens t ON t.container_id = q.container_id AND t.token_hash = q.token_hash
+        GROUP BY 1, 2, 3
+        """
+    typealias Row = (Int64, Int16, String, Int64)
+
+    var containers: [Int64]
+    var environments: [Int16]
+    var owners: [String]
+    var payloads: [String]
+    /// Coalescing keys, '' for none.
+    var keys: [String]
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 5)
+        bindings.append(containers)
+        bindings.append(environments)
+        bindings.append(owners)
+        bindings.append(payloads)
+        bindings.append(keys)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
+}
+
+/// Takes (deletes and answers) the oldest notifications of courier tokens: for each token, as
+/// many as it is named in the arrays. A row another poll has locked is skipped, not waited for.
+struct TakeNotifications: PostgresPreparedStatement {
+    static let name = "stratus.TakeNotifications"
+    static let sql = """
+        WITH u AS (SELECT c, t, count(*) AS k FROM unnest($1::bigint[], $2::text[]) AS u(c, t) GROUP BY c, t),
+        f AS (SELECT x.* FROM u CROSS JOIN LATERAL (
+            SELECT container_id, token_hash, seq FROM notifications WHERE container_id = u.c AND token_hash = u.t
+            ORDER BY seq LIMIT u.k FOR UPDATE SKIP LOCKED) x)
+        DELETE FROM notifications n USING f WHERE n.container_id = f.container_id AND n.token_hash = f.token_hash AND n.seq = f.seq
+        RETURNING n.container_id, n.token_hash, n.seq, n.payload
+        """
+    typealias Row = (Int64, String, Int64, String)
+
+    var containers: [Int64]
+    var tokens: [String]
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 2)
+        bindings.append(containers)
+        bindings.append(tokens)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
 }

@@ -80,8 +80,17 @@ extension StratusApp {
         return token
     }
 
+    /// SHA-256 of a courier token, in lowercase hex (computed on every poll).
     static func courierTokenHash(_ token: String) -> String {
-        TokenSealer.hash(token).map { String($0, radix: 16).count == 1 ? "0" + String($0, radix: 16) : String($0, radix: 16) }.joined()
+        let digits = Array("0123456789abcdef".utf8)
+        let hash = TokenSealer.hash(token)
+        return String(unsafeUninitializedCapacity: hash.count * 2) { buffer in
+            for (index, byte) in hash.enumerated() {
+                buffer[2 * index] = digits[Int(byte >> 4)]
+                buffer[2 * index + 1] = digits[Int(byte & 0x0f)]
+            }
+            return hash.count * 2
+        }
     }
 
     /// One long poll: the oldest notification waiting for the token (200, its JSON), or 204 after
@@ -104,12 +113,11 @@ extension StratusApp {
         }
         let deadline = ContinuousClock.now + timeout
         let key = Notifier.CourierKey(containerID: container.id, environment: environment, owner: token.owner)
-        let (id, wakeUps) = notifier.register(key)
-        defer { notifier.unregister(key, id: id) }
+        let waiter = notifier.register(key)
+        defer { notifier.unregister(key, waiter) }
         let connection = RequestConnection.current
         // A client that goes away wakes its poll, which then ends.
-        let notifier = self.notifier
-        connection?.onGone { notifier.wake(key, id: id) }
+        connection?.onGone { waiter.wake() }
         let empty = Response(status: .noContent, headers: [.cacheControl: "no-store"])
         while true {
             // A client that went away takes nothing: what arrives waits for its next poll.
@@ -129,7 +137,7 @@ extension StratusApp {
                 return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: bytes))
             }
             guard ContinuousClock.now < deadline else { return empty }
-            await notifier.wait(wakeUps, until: deadline)
+            await waiter.wait(until: deadline)
         }
     }
 
@@ -155,10 +163,9 @@ extension StratusApp {
     /// connection closes. One whose frame could not be written is put back.
     func streamCourier(_ token: CourierToken, on channel: any Channel) async {
         let key = Notifier.CourierKey(containerID: token.containerID, environment: token.environment, owner: token.owner)
-        let (id, wakeUps) = notifier.register(key)
-        defer { notifier.unregister(key, id: id) }
-        let notifier = self.notifier
-        channel.closeFuture.whenComplete { _ in notifier.wake(key, id: id) }
+        let waiter = notifier.register(key)
+        defer { notifier.unregister(key, waiter) }
+        channel.closeFuture.whenComplete { _ in waiter.wake() }
         while channel.isActive {
             let taken: (seq: Int64, payload: String)?
             do {
@@ -169,7 +176,7 @@ extension StratusApp {
                 continue
             }
             guard let (seq, payload) = taken else {
-                await notifier.wait(wakeUps, until: .now + Self.courierPollTimeout)
+                await waiter.wait(until: .now + Self.courierPollTimeout)
                 continue
             }
             do {
