@@ -122,7 +122,7 @@ fi
 # create-subscribed run ends with the statements that took its database time (a diagnosis aid;
 # the statistics cost a little CPU of their own).
 if [ "${STRATUS_BENCH_STATEMENTS:-0}" = 1 ]; then
-  echo "shared_preload_libraries = 'pg_stat_statements'" >> "$WORK/pg/postgresql.conf"
+  printf "shared_preload_libraries = 'pg_stat_statements'\npg_stat_statements.track_planning = on\n" >> "$WORK/pg/postgresql.conf"
 fi
 $AS "$PGBIN/pg_ctl" -D "$WORK/pg" -l "$WORK/pg.log" -w start >/dev/null
 PSQL="psql -h 127.0.0.1 -p $PGPORT -U postgres -d postgres -qAt"
@@ -643,8 +643,8 @@ if [[ " $WORKLOADS " == *" create-subscribed "* ]]; then
   read -r server1 pg1 machine1 < <(work_mark)
   requests=$(echo "$subscribed_json" | sed -nE 's/.*"requests":([0-9]+).*/\1/p')
   if [ "${STRATUS_BENCH_STATEMENTS:-0}" = 1 ]; then
-    echo "statements of the create-subscribed run (calls, rows, total ms, first 100 characters):"
-    $PSQL -F $'\t' -c "SELECT calls, rows, round(total_exec_time), left(regexp_replace(query, '\s+', ' ', 'g'), 100)
+    echo "statements of the create-subscribed run (calls, rows, total ms executing, mean µs planning, first 100 characters):"
+    $PSQL -F $'\t' -c "SELECT calls, rows, round(total_exec_time), round(1000 * mean_plan_time), left(regexp_replace(query, '\s+', ' ', 'g'), 100)
       FROM pg_stat_statements ORDER BY total_exec_time DESC LIMIT 12"
   fi
   subscribed_cpu="$(cpu_per $(( server1 - server0 )) "$requests")+$(cpu_per $(( pg1 - pg0 )) "$requests")+$(cpu_per $(( machine1 - machine0 - (server1 - server0) - (pg1 - pg0) )) "$requests")"

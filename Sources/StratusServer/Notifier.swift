@@ -51,6 +51,8 @@ public final class Notifier: RecordChangeObserver {
     let authenticator: Authenticator
     /// Where queued notifications are counted, for `stratus usage`.
     let rateLimiter: RateLimiter
+    /// Seals the zone sync tokens notifications carry.
+    let sealer: TokenSealer
     let logger: Logger
     private let entries = Mutex<[Key: Entry]>([:])
     /// Polls waiting in this process, by subscriber.
@@ -105,10 +107,11 @@ public final class Notifier: RecordChangeObserver {
         var owner: String
     }
 
-    init(records: RecordStore, authenticator: Authenticator, rateLimiter: RateLimiter, logger: Logger) {
+    init(records: RecordStore, authenticator: Authenticator, rateLimiter: RateLimiter, sealer: TokenSealer, logger: Logger) {
         self.records = records
         self.authenticator = authenticator
         self.rateLimiter = rateLimiter
+        self.sealer = sealer
         self.logger = logger
     }
 
@@ -174,14 +177,16 @@ public final class Notifier: RecordChangeObserver {
                             roles = try await authenticator.roles(of: watcher.owner, containerID: key.containerID, environment: key.environment)
                         }
                         guard RecordAccess(user: watcher.owner, roles: roles).allows(.read, on: change.record.recordType, creator: change.record.createdBy, in: schema) else { continue }
-                        pending.append(notification(watcher, change, zone: changes.zone, zoneOwner: "_defaultOwner", entry: entry, key: key))
+                        pending.append(notification(watcher, change, zone: changes.zone, zoneOwner: "_defaultOwner", entry: entry, key: key,
+                                                    syncToken: syncToken(changes, for: changes.db)))
                     }
                 }
             case .private, .shared:
                 // The owner's own subscriptions.
                 for watcher in entry.privateByOwner[changes.db.owner] ?? [] {
                     for change in changes.changes where fires(watcher.subscription, on: change, zone: changes.zone) {
-                        pending.append(notification(watcher, change, zone: changes.zone, zoneOwner: changes.db.owner, entry: entry, key: key))
+                        pending.append(notification(watcher, change, zone: changes.zone, zoneOwner: changes.db.owner, entry: entry, key: key,
+                                                    syncToken: syncToken(changes, for: changes.db)))
                         if watcher.subscription.firesOnce { break }
                     }
                 }
@@ -198,8 +203,10 @@ public final class Notifier: RecordChangeObserver {
                     guard !relevant.isEmpty else { continue }
                     let visible = try await visibleChanges(changes, to: participant)
                     guard !visible.isEmpty else { continue }
+                    let token = syncToken(changes, for: DatabaseRef(containerID: key.containerID, environment: key.environment, scope: .shared, owner: participant))
                     for watcher in relevant {
-                        pending.append(notification(watcher, visible[0], zone: changes.zone, zoneOwner: changes.db.owner, entry: entry, key: key))
+                        pending.append(notification(watcher, visible[0], zone: changes.zone, zoneOwner: changes.db.owner, entry: entry, key: key,
+                                                    syncToken: token))
                     }
                 }
             }
@@ -219,7 +226,7 @@ public final class Notifier: RecordChangeObserver {
             let watchers = (entry.privateByOwner[db.owner] ?? []).filter {
                 $0.subscription.kind == .database || ($0.subscription.kind == .zone && $0.subscription.zoneName == zone)
             }
-            try await deliver(watchers.map { notification($0, nil, zone: zone, zoneOwner: db.owner, entry: entry, key: key) }, key: key)
+            try await deliver(watchers.map { notification($0, nil, zone: zone, zoneOwner: db.owner, entry: entry, key: key, syncToken: nil) }, key: key)
         } catch {
             logger.error("notifications for a deleted zone were lost", metadata: ["stratus.error": "\(String(reflecting: error))"])
         }
@@ -281,9 +288,18 @@ public final class Notifier: RecordChangeObserver {
         var watcher: Watcher
     }
 
-    func notification(_ watcher: Watcher, _ change: RecordChange?, zone: String, zoneOwner: String, entry: Entry, key: Key) -> Made {
+    /// A zone sync token (for `changes/zone` in `db`, the subscriber's view of the changed zone)
+    /// positioned just before the write's first change: the feed read from it returns the change
+    /// the notification is about and every later one.
+    func syncToken(_ changes: RecordChanges, for db: DatabaseRef) -> String? {
+        guard let start = changes.start else { return nil }
+        return StratusApp.syncToken(db, zoneID: changes.zoneID, cursor: FeedCursor(position: start), sealer: sealer)
+    }
+
+    func notification(_ watcher: Watcher, _ change: RecordChange?, zone: String, zoneOwner: String, entry: Entry, key: Key,
+                      syncToken: String?) -> Made {
         let payload = Self.payload(watcher.subscription, change: change, zone: zone, zoneOwner: zoneOwner, scope: watcher.scope,
-                                   containerName: entry.containerName, environment: key.environment)
+                                   containerName: entry.containerName, environment: key.environment, syncToken: syncToken)
         // Zone and database notifications of one subscription coalesce while one waits.
         let coalesceKey = watcher.subscription.kind == .query ? nil : "\(watcher.scope.code):\(watcher.subscription.id)"
         return Made(pending: PendingNotification(owner: watcher.owner, payload: JSONWriter.string(payload), coalesceKey: coalesceKey), watcher: watcher)
@@ -291,16 +307,21 @@ public final class Notifier: RecordChangeObserver {
 
     /// The APNs-shaped payload CloudKit JS parses: `aps` from the subscription's notificationInfo,
     /// `ck` with the notification and container IDs and `qry` (query), `fet` (zone) or `met`
-    /// (database) naming the subscription and what changed.
+    /// (database) naming the subscription and what changed. Query and zone notifications add
+    /// `stk` (Stratus's own key): a `changes/zone` sync token from just before the change.
     static func payload(_ subscription: Subscription, change: RecordChange?, zone: String, zoneOwner: String, scope: DatabaseScope,
-                        containerName: String, environment: ContainerEnvironment) -> JSON {
+                        containerName: String, environment: ContainerEnvironment, syncToken: String? = nil) -> JSON {
         var ck: [String: JSON] = ["nid": .string(RandomUUID.string()), "cid": .string(containerName), "ce": .int(environment == .production ? 2 : 1)]
         switch subscription.kind {
         case .query:
-            ck["qry"] = ["sid": .string(subscription.id), "rid": .string(change?.record.recordName ?? ""), "zid": .string(zone),
-                         "zoid": .string(zoneOwner), "dbs": .int(Int64(scope.code)), "fo": .int(Int64(change?.kind.rawValue ?? 0))]
+            var qry: [String: JSON] = ["sid": .string(subscription.id), "rid": .string(change?.record.recordName ?? ""), "zid": .string(zone),
+                                       "zoid": .string(zoneOwner), "dbs": .int(Int64(scope.code)), "fo": .int(Int64(change?.kind.rawValue ?? 0))]
+            if let syncToken { qry["stk"] = .string(syncToken) }
+            ck["qry"] = .object(qry)
         case .zone:
-            ck["fet"] = ["sid": .string(subscription.id), "zid": .string(zone), "zoid": .string(zoneOwner), "dbs": .int(Int64(scope.code))]
+            var fet: [String: JSON] = ["sid": .string(subscription.id), "zid": .string(zone), "zoid": .string(zoneOwner), "dbs": .int(Int64(scope.code))]
+            if let syncToken { fet["stk"] = .string(syncToken) }
+            ck["fet"] = .object(fet)
         case .database:
             ck["met"] = ["sid": .string(subscription.id), "dbs": .int(Int64(scope.code))]
         }

@@ -59,7 +59,7 @@ public final class StratusApp: Sendable {
         self.logger = logger
         self.invalidations = Invalidations(configuration: database.configuration, logger: logger)
         self.rateLimiter = RateLimiter(admin: admin, configuration: database.configuration, logger: logger)
-        self.notifier = Notifier(records: records, authenticator: authenticator, rateLimiter: rateLimiter, logger: logger)
+        self.notifier = Notifier(records: records, authenticator: authenticator, rateLimiter: rateLimiter, sealer: sealer, logger: logger)
         let (authenticator, schemas, rateLimiter, notifier) = (self.authenticator, self.records.schemas, self.rateLimiter, self.notifier)
         invalidations.subscribe { event in
             authenticator.invalidate(event)

@@ -266,12 +266,13 @@ enum Prepared {
                   AND c.stripe = CASE WHEN s.stripe >= 0 THEN s.stripe ELSE pg_backend_pid() % 16 END AND (d.r <> 0 OR d.b <> 0)
                 RETURNING c.records, c.bytes, c.records_cap, c.bytes_cap
             )
-            SELECT record_name, change_seq FROM written
+            SELECT record_name, change_seq, pg_current_xact_id()::text::bigint FROM written
             WHERE stratus_usage_check((SELECT count(u.*) = CASE WHEN d.r = 0 AND d.b = 0 THEN 0 WHEN $42::text = '' THEN 1 ELSE 2 END
                                               AND coalesce(bool_and((d.r <= 0 OR u.records <= u.records_cap) AND (d.b <= 0 OR u.bytes <= u.bytes_cap)), true)
                                        FROM delta d LEFT JOIN usage u ON true GROUP BY d.r, d.b))
             """
-        typealias Row = (String, Int64)
+        /// A written record's name and change sequence, and the writing transaction's id.
+        typealias Row = (String, Int64, Int64)
 
         var containerID: Int64
         var zoneID: Int64
@@ -335,7 +336,7 @@ enum Prepared {
             return bindings
         }
 
-        func decodeRow(_ row: PostgresRow) throws -> (String, Int64) { try row.decode((String, Int64).self) }
+        func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
     }
 }
 

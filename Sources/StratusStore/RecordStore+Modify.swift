@@ -38,7 +38,7 @@ extension RecordStore {
         }
         let atomic = request.atomic && zone != Names.defaultZone
         do {
-            let (results, changes) = try await database.transaction { connection -> ([ModifyResult], [RecordChange]) in
+            let (results, changes) = try await database.transaction { connection -> ([ModifyResult], RecordChanges?) in
                 let names = request.recordNames.compactMap { $0 }
                 // Share roots are locked with the records: a share checks and changes its root.
                 let roots = Self.shareRoots(of: request).filter { !names.contains($0) }
@@ -100,9 +100,10 @@ extension RecordStore {
                 var expected = current.mapValues(\.changeSeq)
                 for record in cascade { expected[record.recordName] = record.changeSeq }
                 let sizes = liveSizes.merging(Self.liveSizes(cascade)) { old, _ in old }
+                var start: ChangePosition?
                 var results = try await apply(db, zoneID: zoneID, outcomes: outcomes, cascade: cascade, schema: finalSchema,
                                               names: request.recordNames, expected: expected, liveSizes: sizes, stripes: reservation.stripes,
-                                              lockZone: false, on: connection)
+                                              lockZone: false, start: &start, on: connection)
                 if atomic, results.contains(where: { if case .failed = $0 { return true } else { return false } }) {
                     throw AtomicAbort(results: Self.atomicFailure(results.map { result -> Result<PlannedWrite, StratusError> in
                         if case .failed(_, let error) = result { return .failure(error) }
@@ -117,11 +118,12 @@ extension RecordStore {
                     schemas.remember(finalSchema, containerID: db.containerID, environment: db.environment)
                 }
                 if let hook = testHooks.beforeCommit { await hook(names) }
-                let changes = observed ? Self.changes(of: results, current: current, cascade: cascade) : []
+                let changes = observed ? RecordChanges(db: db, zone: zone, zoneID: zoneID, start: start,
+                                                       changes: Self.changes(of: results, current: current, cascade: cascade)) : nil
                 Self.keepDesiredKeys(&results, plan: plan)
                 return (results, changes)
             }
-            await report(changes, db: db, zone: zone)
+            await report(changes)
             return results
         } catch let abort as AtomicAbort {
             return abort.results
@@ -145,7 +147,7 @@ extension RecordStore {
     func modifyOne(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: String, now: Int64,
                    allowSchemaChanges: Bool, access: RecordAccess?, render: @escaping @Sendable (Record) -> JSON) async throws -> [ModifyResult]? {
         let names = request.recordNames.compactMap { $0 }
-        let outcome = try await database.withConnection { connection -> (results: [ModifyResult], changes: [RecordChange])? in
+        let outcome = try await database.withConnection { connection -> (results: [ModifyResult], changes: RecordChanges?)? in
             do {
                 guard let (zoneID, _, current) = try await zoneAndRecords(Prepared.ReadZoneAndRecords(db: db, zone: zone, names: names),
                                                                           on: connection) else { return nil }
@@ -156,12 +158,14 @@ extension RecordStore {
                       !record.fields.values.contains(where: { !Self.references(in: $0).isEmpty }),
                       record.recordType != Record.shareType, let op = plan.operations[0], op.parent == .keep, !op.createShortGUID else { return nil }
                 if let hook = testHooks.beforeOptimisticWrite { await hook(names) }
+                var start: ChangePosition?
                 var results = try await apply(db, zoneID: zoneID, outcomes: plan.outcomes, cascade: [], schema: schema,
                                               names: request.recordNames, expected: current.mapValues(\.changeSeq),
                                               liveSizes: Self.liveSizes(current.values), stripes: (-1, -1), lockZone: zone != Names.defaultZone,
-                                              on: connection)
+                                              start: &start, on: connection)
                 guard case .saved = results[0] else { return nil }
-                let changes = observed ? Self.changes(of: results, current: current, cascade: []) : []
+                let changes = observed ? RecordChanges(db: db, zone: zone, zoneID: zoneID, start: start,
+                                                       changes: Self.changes(of: results, current: current, cascade: [])) : nil
                 Self.keepDesiredKeys(&results, plan: plan)
                 return (results, changes)
             } catch let error as PSQLError where Database.isRetryable(error) {
@@ -173,7 +177,7 @@ extension RecordStore {
             }
         }
         guard let outcome else { return nil }
-        await report(outcome.changes, db: db, zone: zone)
+        await report(outcome.changes)
         return outcome.results
     }
 
@@ -384,10 +388,11 @@ extension RecordStore {
     /// `expected` holds the change sequence of every existing record the plan changes, as read,
     /// `liveSizes` the stored size of those that are live (the usage counters change by the
     /// difference in the same statement, in `stripes`: see `reserveUsage`); `lockZone` is
-    /// `WriteRecords`' zone check.
+    /// `WriteRecords`' zone check. `start` becomes the zone feed's position just before the first
+    /// record written, if that is earlier than it was.
     func apply(_ db: DatabaseRef, zoneID: Int64, outcomes: [Result<PlannedWrite, StratusError>], cascade: [Record], schema: Schema,
                names: [String?], expected: [String: Int64], liveSizes: [String: Int64], stripes: (Int16, Int16), lockZone: Bool,
-               on connection: PostgresConnection) async throws -> [ModifyResult] {
+               start: inout ChangePosition?, on connection: PostgresConnection) async throws -> [ModifyResult] {
         var inserts: [Record] = []
         var updates: [Record] = []
         for outcome in outcomes {
@@ -429,7 +434,11 @@ extension RecordStore {
             expectedSeqs: updates.map { expected[$0.recordName] ?? 0 }, lockZone: lockZone, environment: db.environment.code,
             meteredOwner: Self.meteredOwner(db), oldSizes: updates.map { liveSizes[$0.recordName] ?? -1 }, stripes: stripes), logger: logger)
         var written: [String: Int64] = [:]
-        for (name, seq) in rows { written[name] = seq }
+        for (name, seq, xid) in rows {
+            written[name] = seq
+            let before = ChangePosition(xid: xid, seq: seq - 1)
+            if start.map({ before < $0 }) ?? true { start = before }
+        }
         let live = (inserts + updates).filter { !$0.deleted && written[$0.recordName] != nil }
         try await writeReferences(db, zoneID: zoneID, records: live, on: connection)
 

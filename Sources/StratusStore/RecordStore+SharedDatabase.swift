@@ -177,8 +177,12 @@ extension RecordStore {
                       AND m.entered = (r.record_name IS NOT NULL)
                 ) f WHERE true\(typeCondition)
                 """
-            guard let (_, page) = try await readFeed(source: source, columns: columns, binds: binds, after: cursor, limit: limit,
+            guard var (_, page) = try await readFeed(source: source, columns: columns, binds: binds, after: cursor, limit: limit,
                                                      on: connection, decode: Self.storedRecord) else { throw Self.zoneNotFound(access.zone) }
+            // A record that entered the share in the same write that saved it has two feed rows
+            // (the record's and the move's), both read as it is now: it is listed once, last.
+            var seen: Set<String> = []
+            page.items = page.items.reversed().filter { seen.insert($0.recordName).inserted }.reversed()
             return page
         }
     }

@@ -37,6 +37,13 @@ import Testing
         }
     }
 
+    /// A notification's `qry` or `fet` without its sync token (`stk`, checked on its own).
+    static func withoutSyncToken(_ json: JSON?) -> JSON? {
+        guard var members = json?.objectValue else { return json }
+        members["stk"] = nil
+        return .object(members)
+    }
+
     @Test func aMatchingSaveThroughAnotherProcessReachesTheWebCourier() async throws {
         try await Harness.run { harness in
             let alice = try await harness.container().signedUp()
@@ -73,7 +80,11 @@ import Testing
             }
             #expect(received.count == 2, "one notification per matching subscription: \(received)")
             let query = try #require(received.first { $0["ck"]?["qry"] != nil }, "\(received)")
-            #expect(query["ck"]?["qry"] == ["sid": "pinned", "rid": "n1", "zid": "_defaultZone", "zoid": .string(alice.userRecordName!), "dbs": 2, "fo": 1], "\(query)")
+            #expect(Self.withoutSyncToken(query["ck"]?["qry"]) == ["sid": "pinned", "rid": "n1", "zid": "_defaultZone", "zoid": .string(alice.userRecordName!), "dbs": 2, "fo": 1], "\(query)")
+            // The zone's sync token it carries reads the change feed from just before the save.
+            let token = try #require(query["ck"]?["qry"]?["stk"]?.stringValue, "\(query)")
+            let feed = try await alice.post("private", "changes/zone", ["zones": [["zoneID": ["zoneName": "_defaultZone"], "syncToken": .string(token)]]])
+            #expect(feed.json["zones"]?.arrayValue?.first?["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } == ["n1"], "\(feed.json)")
             #expect(query["ck"]?["cid"]?.stringValue == alice.container && query["ck"]?["nid"]?.stringValue?.count == 36 && query["ck"]?["ce"] == 1, "\(query)")
             #expect(query["aps"] == ["alert": ["body": "A note changed"], "sound": "ping", "content-available": 1], "\(query)")
             #expect(received.contains { $0["ck"]?["met"] == ["sid": "everything", "dbs": 2] }, "\(received)")
@@ -106,7 +117,7 @@ import Testing
                 ["operationType": "create", "subscription": ["subscriptionID": "work", "subscriptionType": "zone", "zoneID": ["zoneName": "Work"]]]]]).status == 200)
             #expect(try await alice.post("private", "zones/modify", ["operations": [["operationType": "delete", "zone": ["zoneID": ["zoneName": "Work"]]]]]).status == 200)
             let gone = try await Self.drain(harness, path)
-            #expect(gone.count == 2 && gone.contains { $0["ck"]?["fet"] == ["sid": "work", "zid": "Work", "zoid": .string(alice.userRecordName!), "dbs": 2] }
+            #expect(gone.count == 2 && gone.contains { Self.withoutSyncToken($0["ck"]?["fet"]) == ["sid": "work", "zid": "Work", "zoid": .string(alice.userRecordName!), "dbs": 2] }
                     && gone.contains { $0["ck"]?["met"]?["sid"] == "everything" }, "\(gone)")
         }
     }
@@ -239,7 +250,11 @@ import Testing
             // Inside the shared hierarchy: Bob's zone subscription and Carol's database subscription fire; Dave hears nothing.
             #expect(try await alice.modify("private", zone: "Trip", [SharingTests.op("create", "child", fields: [:], SharingTests.parent("root"))]).json.record(0)?.errorCode == nil)
             let first = try await (drain(paths[0]), drain(paths[1]), drain(paths[2]))
-            #expect(first.0.count == 1 && first.0.first?["ck"]?["fet"] == ["sid": "trip", "zid": "Trip", "zoid": .string(alice.userRecordName!), "dbs": 3], "\(first.0)")
+            #expect(first.0.count == 1 && Self.withoutSyncToken(first.0.first?["ck"]?["fet"]) == ["sid": "trip", "zid": "Trip", "zoid": .string(alice.userRecordName!), "dbs": 3], "\(first.0)")
+            // Bob's zone notification carries a sync token of his shared database's view of the zone.
+            let token = try #require(first.0.first?["ck"]?["fet"]?["stk"]?.stringValue, "\(first.0)")
+            let feed = try await bob.post("shared", "changes/zone", ["zones": [["zoneID": zoneID, "syncToken": .string(token)]]])
+            #expect(feed.json["zones"]?.arrayValue?.first?["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } == ["child"], "\(feed.json)")
             #expect(first.1.count == 1 && first.1.first?["ck"]?["met"] == ["sid": "shared", "dbs": 3], "\(first.1)")
             #expect(first.2.isEmpty, "a stranger heard of a shared record: \(first.2)")
 

@@ -6,11 +6,15 @@ import StratusStore
 extension StratusApp {
     /// A sync token for a position in a zone's record feed (`zoneID` set) or in a database's zone feed.
     func syncToken(_ db: DatabaseRef, zoneID: Int64?, cursor: FeedCursor) -> String {
+        Self.syncToken(db, zoneID: zoneID, cursor: cursor, sealer: sealer)
+    }
+
+    static func syncToken(_ db: DatabaseRef, zoneID: Int64?, cursor: FeedCursor, sealer: TokenSealer) -> String {
         var payload: [String: JSON] = ["c": .int(db.containerID), "e": .string(db.environment.rawValue), "d": .string(db.scope.rawValue),
                                        "o": .string(db.owner), "x": .int(cursor.position.xid), "s": .int(cursor.position.seq)]
         if !cursor.pending.isEmpty { payload["p"] = .array(cursor.pending.map { .int($0) }) }
         if let zoneID { payload["z"] = .int(zoneID) }
-        return sealer.seal(.object(payload), purpose: Self.syncPurpose)
+        return sealer.seal(.object(payload), purpose: syncPurpose)
     }
 
     /// Opens a sync token and checks it was issued for this database (and zone); returns the cursor and the zone id it names.
