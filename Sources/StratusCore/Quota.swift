@@ -6,24 +6,29 @@ public struct QuotaLimits: Sendable, Equatable {
     public var requestsPerSecond: Int64
     public var userRequestsPerSecond: Int64
     public var userPrivateStorageBytes: Int64
+    /// Notifications queued per second for the container-environment's subscribers; past it, a
+    /// write's notifications are dropped (and counted), the write itself is not refused.
+    public var notificationsPerSecond: Int64
 
     public init(maxRecords: Int64, maxStorageBytes: Int64, requestsPerSecond: Int64, userRequestsPerSecond: Int64,
-                userPrivateStorageBytes: Int64) {
+                userPrivateStorageBytes: Int64, notificationsPerSecond: Int64) {
         self.maxRecords = maxRecords
         self.maxStorageBytes = maxStorageBytes
         self.requestsPerSecond = requestsPerSecond
         self.userRequestsPerSecond = userRequestsPerSecond
         self.userPrivateStorageBytes = userPrivateStorageBytes
+        self.notificationsPerSecond = notificationsPerSecond
     }
 
     /// Generous: a new app never meets them by surprise.
     public static let defaults = QuotaLimits(maxRecords: 10_000_000, maxStorageBytes: 10 << 30, requestsPerSecond: 50_000,
-                                             userRequestsPerSecond: 10_000, userPrivateStorageBytes: 1 << 30)
+                                             userRequestsPerSecond: 10_000, userPrivateStorageBytes: 1 << 30, notificationsPerSecond: 10_000)
 
     /// The wire names of the limits, in order, with their key paths (immutable; key paths are not Sendable).
     nonisolated(unsafe) public static let keys: [(name: String, path: WritableKeyPath<QuotaLimits, Int64>)] = [
         ("maxRecords", \.maxRecords), ("maxStorageBytes", \.maxStorageBytes), ("requestsPerSecond", \.requestsPerSecond),
         ("userRequestsPerSecond", \.userRequestsPerSecond), ("userPrivateStorageBytes", \.userPrivateStorageBytes),
+        ("notificationsPerSecond", \.notificationsPerSecond),
     ]
 
     /// The largest value a limit may take.

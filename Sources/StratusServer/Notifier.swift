@@ -167,6 +167,14 @@ public final class Notifier: RecordChangeObserver {
             let entry = try await entry(key)
             guard !entry.isEmpty else { return }
             var pending: [Made] = []
+            // The writer's database's token, sealed once for all its notifications.
+            var ownToken: String??
+            func writersToken() -> String? {
+                if let ownToken { return ownToken }
+                let token = syncToken(changes, for: changes.db)
+                ownToken = .some(token)
+                return token
+            }
             switch changes.db.scope {
             case .public:
                 let schema = try await records.schemas.schema(containerID: key.containerID, environment: key.environment)
@@ -178,7 +186,7 @@ public final class Notifier: RecordChangeObserver {
                         }
                         guard RecordAccess(user: watcher.owner, roles: roles).allows(.read, on: change.record.recordType, creator: change.record.createdBy, in: schema) else { continue }
                         pending.append(notification(watcher, change, zone: changes.zone, zoneOwner: "_defaultOwner", entry: entry, key: key,
-                                                    syncToken: syncToken(changes, for: changes.db)))
+                                                    syncToken: writersToken()))
                     }
                 }
             case .private, .shared:
@@ -186,7 +194,7 @@ public final class Notifier: RecordChangeObserver {
                 for watcher in entry.privateByOwner[changes.db.owner] ?? [] {
                     for change in changes.changes where fires(watcher.subscription, on: change, zone: changes.zone) {
                         pending.append(notification(watcher, change, zone: changes.zone, zoneOwner: changes.db.owner, entry: entry, key: key,
-                                                    syncToken: syncToken(changes, for: changes.db)))
+                                                    syncToken: writersToken()))
                         if watcher.subscription.firesOnce { break }
                     }
                 }
@@ -232,8 +240,9 @@ public final class Notifier: RecordChangeObserver {
         }
     }
 
-    /// Queues notifications (at most `maximumPerWrite`), wakes the polls waiting for them, counts
-    /// them, and deletes the firesOnce subscriptions that fired.
+    /// Queues notifications (at most `maximumPerWrite`, and what the container-environment's
+    /// `notificationsPerSecond` leaves), wakes the polls waiting for them, counts them, and
+    /// deletes the firesOnce subscriptions that fired.
     func deliver(_ made: [Made], key: Key) async throws {
         guard !made.isEmpty else { return }
         var pending = made
@@ -241,6 +250,13 @@ public final class Notifier: RecordChangeObserver {
             logger.warning("a write matched more subscriptions than one write may notify; the rest were dropped",
                            metadata: ["stratus.matched": "\(pending.count)", "stratus.limit": "\(Self.maximumPerWrite)"])
             pending.removeLast(pending.count - Self.maximumPerWrite)
+        }
+        // The container-environment's notificationsPerSecond: past it, the rest are dropped (and
+        // counted); clients find the changes in the change feed.
+        let allowed = await rateLimiter.admitNotifications(pending.count, containerID: key.containerID, environment: key.environment)
+        if allowed < pending.count {
+            pending.removeLast(pending.count - allowed)
+            guard !pending.isEmpty else { return }
         }
         let queued = try await records.queueNotifications(containerID: key.containerID, environment: key.environment, pending.map(\.pending))
         if !queued.isEmpty {

@@ -24,7 +24,7 @@ import Synchronization
 public final class RateLimiter: Sendable {
     /// A limited key.
     struct Key: Hashable, Sendable {
-        enum Kind: UInt8, Sendable { case container, user, client }
+        enum Kind: UInt8, Sendable { case container, user, client, notifications }
         var kind: Kind
         var containerID: Int64
         var environment: ContainerEnvironment
@@ -58,6 +58,7 @@ public final class RateLimiter: Sendable {
         var throttled: Int64 = 0
         var refused: Int64 = 0
         var notifications: Int64 = 0
+        var notificationsDropped: Int64 = 0
     }
 
     struct MeterKey: Hashable {
@@ -165,9 +166,43 @@ public final class RateLimiter: Sendable {
         case .container: whose = "this container's"
         case .user: whose = "your user's"
         case .client: whose = "this API token's (for this client address)"
+        case .notifications: whose = "this container's notification"  // never a request's key
         }
         throw StratusError(.throttled, "too many requests: \(whose) limit of operations per second is reached; retry after the time given (a batch counts each of its operations)",
                            retryAfter: 1)
+    }
+
+    /// How many of `count` notifications a container-environment may queue now under its
+    /// `notificationsPerSecond` (the same windows and cross-process shares as requests); the rest
+    /// are counted as dropped.
+    func admitNotifications(_ count: Int, containerID: Int64, environment: ContainerEnvironment) async -> Int {
+        guard count > 0 else { return 0 }
+        let limit: Int64
+        do {
+            limit = try await limits(containerID: containerID, environment: environment).notificationsPerSecond
+        } catch {
+            return count  // the limits are out of reach: the write was made, let its notifications go
+        }
+        let key = Key(kind: .notifications, containerID: containerID, environment: environment, name: "")
+        let second = nowSecond()
+        let admitted = state.withLock { state -> Int64 in
+            var window = state.windows[key] ?? Window()
+            if window.second != second {
+                window = Window(second: second, admitted: 0, allowance: max(1, limit / window.processes), limit: limit, debt: 0,
+                                processes: window.processes)
+            }
+            window.limit = limit
+            let admitted = max(0, min(Int64(count), window.allowance - window.admitted))
+            window.admitted += admitted
+            state.windows[key] = window
+            let dropped = Int64(count) - admitted
+            if dropped > 0 {
+                state.meters[MeterKey(containerID: containerID, environment: environment, bucket: second / 10 * 10), default: Meter()]
+                    .notificationsDropped += dropped
+            }
+            return admitted
+        }
+        return Int(admitted)
     }
 
     /// Counts notifications queued for subscribers.
@@ -247,7 +282,7 @@ public final class RateLimiter: Sendable {
             try await store.addRequestCounts(entries.map {
                 RequestCounts(containerID: $0.key.containerID, environment: $0.key.environment, bucket: $0.key.bucket,
                               requests: $0.value.requests, throttled: $0.value.throttled, refused: $0.value.refused,
-                              notifications: $0.value.notifications)
+                              notifications: $0.value.notifications, notificationsDropped: $0.value.notificationsDropped)
             })
         } catch {
             // Not lost: added back for the next flush.
@@ -257,6 +292,7 @@ public final class RateLimiter: Sendable {
                     state.meters[key, default: Meter()].throttled += meter.throttled
                     state.meters[key, default: Meter()].refused += meter.refused
                     state.meters[key, default: Meter()].notifications += meter.notifications
+                    state.meters[key, default: Meter()].notificationsDropped += meter.notificationsDropped
                 }
             }
             throw error

@@ -11,7 +11,8 @@ public struct QuotaSettings: Sendable, Equatable {
 }
 
 extension AdminStore {
-    static let quotaColumns = ["max_records", "max_storage_bytes", "requests_per_second", "user_requests_per_second", "user_private_storage_bytes"]
+    static let quotaColumns = ["max_records", "max_storage_bytes", "requests_per_second", "user_requests_per_second", "user_private_storage_bytes",
+                               "notifications_per_second"]
 
     /// The limits of a container-environment.
     public func quotaSettings(containerID: Int64, environment: ContainerEnvironment) async throws -> QuotaSettings {
@@ -20,7 +21,8 @@ extension AdminStore {
 
     func quotaSettings(containerID: Int64, environment: ContainerEnvironment, on connection: PostgresConnection) async throws -> QuotaSettings {
         let rows = try await connection.rows("""
-            SELECT max_records, max_storage_bytes, requests_per_second::int8, user_requests_per_second::int8, user_private_storage_bytes
+            SELECT max_records, max_storage_bytes, requests_per_second::int8, user_requests_per_second::int8, user_private_storage_bytes,
+                   notifications_per_second::int8
             FROM quota_limits WHERE container_id = \(containerID) AND environment = \(environment.code)
             """, logger: logger)
         var settings = QuotaSettings(limits: .defaults, set: [])

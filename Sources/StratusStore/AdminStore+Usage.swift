@@ -17,6 +17,8 @@ public struct UsageReport: Sendable {
         public var refused: Int64 = 0
         /// Notifications queued for subscribers.
         public var notifications: Int64 = 0
+        /// Notifications dropped past the container-environment's `notificationsPerSecond`.
+        public var notificationsDropped: Int64 = 0
     }
     public var records: Int64
     public var bytes: Int64
@@ -62,15 +64,16 @@ extension AdminStore {
             let second = Int64(now.timeIntervalSince1970)
             var periods = [UsageReport.Requests(), UsageReport.Requests(), UsageReport.Requests()]
             for row in try await connection.rows("""
-                SELECT bucket, requests, throttled, refused, notifications FROM request_counts
+                SELECT bucket, requests, throttled, refused, notifications, notifications_dropped FROM request_counts
                 WHERE container_id = \(containerID) AND environment = \(environment.code) AND bucket > \(second - 86_400)
                 """, logger: self.logger) {
-                let (bucket, requests, throttled, refused, notifications) = try row.decode((Int64, Int64, Int64, Int64, Int64).self)
+                let (bucket, requests, throttled, refused, notifications, dropped) = try row.decode((Int64, Int64, Int64, Int64, Int64, Int64).self)
                 for (index, span) in [Int64(60), 3_600, 86_400].enumerated() where bucket > second - span {
                     periods[index].requests += requests
                     periods[index].throttled += throttled
                     periods[index].refused += refused
                     periods[index].notifications += notifications
+                    periods[index].notificationsDropped += dropped
                 }
             }
             return UsageReport(records: totals.0, bytes: totals.1, limits: settings.limits, topUsers: owners,
@@ -138,9 +141,10 @@ public struct RequestCounts: Sendable {
     public var throttled: Int64
     public var refused: Int64
     public var notifications: Int64
+    public var notificationsDropped: Int64
 
     public init(containerID: Int64, environment: ContainerEnvironment, bucket: Int64, requests: Int64, throttled: Int64, refused: Int64,
-                notifications: Int64 = 0) {
+                notifications: Int64 = 0, notificationsDropped: Int64 = 0) {
         self.containerID = containerID
         self.environment = environment
         self.bucket = bucket
@@ -148,6 +152,7 @@ public struct RequestCounts: Sendable {
         self.throttled = throttled
         self.refused = refused
         self.notifications = notifications
+        self.notificationsDropped = notificationsDropped
     }
 }
 
@@ -181,14 +186,15 @@ extension AdminStore {
         guard !entries.isEmpty else { return }
         try await database.withConnection { connection in
             try await connection.statement("""
-                INSERT INTO request_counts AS r (container_id, environment, bucket, requests, throttled, refused, notifications)
+                INSERT INTO request_counts AS r (container_id, environment, bucket, requests, throttled, refused, notifications, notifications_dropped)
                 SELECT * FROM unnest(\(entries.map(\.containerID))::int8[], \(entries.map(\.environment.code))::int2[],
                                      \(entries.map(\.bucket))::int8[], \(entries.map(\.requests))::int8[],
                                      \(entries.map(\.throttled))::int8[], \(entries.map(\.refused))::int8[],
-                                     \(entries.map(\.notifications))::int8[])
+                                     \(entries.map(\.notifications))::int8[], \(entries.map(\.notificationsDropped))::int8[])
                 ON CONFLICT (container_id, environment, bucket) DO UPDATE
                 SET requests = r.requests + excluded.requests, throttled = r.throttled + excluded.throttled, refused = r.refused + excluded.refused,
-                    notifications = r.notifications + excluded.notifications
+                    notifications = r.notifications + excluded.notifications,
+                    notifications_dropped = r.notifications_dropped + excluded.notifications_dropped
                 """, logger: logger)
         }
     }

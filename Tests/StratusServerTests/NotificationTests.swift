@@ -437,6 +437,41 @@ import Testing
         }
     }
 
+    /// An operator's notificationsPerSecond (set with `stratus quota set`): writes past it still
+    /// succeed, their notifications are dropped and counted in `stratus usage`.
+    @Test func theNotificationLimitDropsTheRestAndCountsThem() async throws {
+        try await Harness.run(live: true) { harness in
+            let alice = try await harness.container().signedUp()
+            #expect(try await alice.modify("private", [op("create", "seed")]).status == 200)
+            #expect(try await alice.post("private", "subscriptions/modify", ["operations": [
+                ["operationType": "create", "subscription": ["subscriptionID": "notes", "subscriptionType": "query", "query": ["recordType": "Note"]]]]]).status == 200)
+            let path = try await Self.courierPath(alice)
+            func cli(_ arguments: [String]) async throws -> Subprocess.Output {
+                try await EndToEndTests.cli(arguments, server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
+            }
+            let set = try await cli(["quota", "set", "--container", alice.container, "--environment", "development", "--notifications-per-second", "3"])
+            #expect(set.status == 0 && set.text.contains("notificationsPerSecond\t3\tset"), "\(set.text)")
+            // Windows are whole seconds; the test holds one still.
+            harness.app.rateLimiter.holdWindow(Int64(Date().timeIntervalSince1970))
+            defer { harness.app.rateLimiter.holdWindow(nil) }
+            for index in 0..<5 {
+                #expect(try await alice.modify("private", [op("create", "n\(index)")]).json.record(0)?.errorCode == nil)
+            }
+            let received = try await Self.drain(harness, path)
+            #expect(received.compactMap { $0["ck"]?["qry"]?["rid"]?.stringValue } == ["n0", "n1", "n2"], "\(received)")
+            // Each process adds its counts about once a second.
+            var usage = try await cli(["usage", "--container", alice.container, "--json"])
+            for _ in 0..<40 where (try? JSONParser.parse(Array(usage.text.utf8)))?["requests"]?["lastMinute"]?["notificationsDropped"] != 2 {
+                try await Task.sleep(for: .milliseconds(100))
+                usage = try await cli(["usage", "--container", alice.container, "--json"])
+            }
+            let report = try JSONParser.parse(Array(usage.text.utf8))
+            #expect(report["requests"]?["lastMinute"]?["notificationsDropped"] == 2 && report["requests"]?["lastMinute"]?["notifications"] == 3, "\(usage.text)")
+            let table = try await cli(["usage", "--container", alice.container])
+            #expect(table.text.contains("NOTIFICATIONS DROPPED") && table.text.contains("last minute\t"), "\(table.text)")
+        }
+    }
+
     /// A firesOnce subscription fires once and is gone; undelivered notifications expire.
     @Test func firesOnceSubscriptionsAndExpiredNotificationsAreGone() async throws {
         try await Harness.run { harness in

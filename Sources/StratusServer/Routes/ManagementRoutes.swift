@@ -254,7 +254,7 @@ extension StratusApp {
     static func usageJSON(_ report: UsageReport, container: String, environment: ContainerEnvironment) -> JSON {
         func requests(_ period: UsageReport.Requests) -> JSON {
             ["requests": .int(period.requests), "throttled": .int(period.throttled), "refused": .int(period.refused),
-             "notifications": .int(period.notifications)]
+             "notifications": .int(period.notifications), "notificationsDropped": .int(period.notificationsDropped)]
         }
         var limits: [String: JSON] = [:]
         for key in QuotaLimits.keys { limits[key.name] = .int(report.limits[keyPath: key.path]) }

@@ -6,14 +6,15 @@ struct QuotaCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "quota", abstract: "Show and set a container's limits per environment.",
         discussion: """
-            Each container-environment has five limits: records, storage bytes, operations per
+            Each container-environment has six limits: records, storage bytes, operations per
             second (for the container, and per user: without a user, per API token and client
-            address), and each user's private storage. Unset ones take the documented defaults;
+            address), each user's private storage, and notifications queued per second. Unset ones take the documented defaults;
             'default' resets one. Every change is in the audit log and reaches every server process
             at once.
 
             Past a storage limit a write gets QUOTA_EXCEEDED and writes nothing of that record;
-            past a rate limit a request gets THROTTLED with a retry hint. 'stratus usage' shows
+            past a rate limit a request gets THROTTLED with a retry hint; past the notification
+            limit a write's notifications are dropped (counted in 'stratus usage'), not the write. 'stratus usage' shows
             what is used (see the README, "Quotas, rate limits and usage").
 
             Examples:
@@ -55,12 +56,14 @@ struct QuotaCommand: AsyncParsableCommand {
         @Option(name: .customLong("requests-per-second"), help: "Requests per second for the whole container-environment.") var requestsPerSecond: String?
         @Option(name: .customLong("user-requests-per-second"), help: "Requests per second for one user.") var userRequestsPerSecond: String?
         @Option(name: .customLong("user-private-storage-bytes"), help: "Most bytes in one user's private database (shared records count as their owner's).") var userPrivateStorageBytes: String?
+        @Option(name: .customLong("notifications-per-second"), help: "Notifications queued per second for the environment's subscribers; past it they are dropped.") var notificationsPerSecond: String?
         @OptionGroup var options: ClientOptions
 
         func run() async throws {
             var body: [String: JSON] = ["environment": .string(target.environment)]
             for (name, given) in [("maxRecords", maxRecords), ("maxStorageBytes", maxStorageBytes), ("requestsPerSecond", requestsPerSecond),
-                                  ("userRequestsPerSecond", userRequestsPerSecond), ("userPrivateStorageBytes", userPrivateStorageBytes)] {
+                                  ("userRequestsPerSecond", userRequestsPerSecond), ("userPrivateStorageBytes", userPrivateStorageBytes),
+                                  ("notificationsPerSecond", notificationsPerSecond)] {
                 guard let given else { continue }
                 if given == "default" {
                     body[name] = .null

@@ -66,10 +66,10 @@ struct UsageCommand: AsyncParsableCommand {
         var lines = ["\(response["container"]?.stringValue ?? "") (\(response["environment"]?.stringValue ?? ""))",
                      "records\t\(number(response["records"])) of \(number(limits?["maxRecords"]))",
                      "bytes\t\(number(response["bytes"])) of \(number(limits?["maxStorageBytes"]))",
-                     "", "PERIOD\tREQUESTS\tTHROTTLED\tQUOTA REFUSED\tNOTIFICATIONS"]
+                     "", "PERIOD\tREQUESTS\tTHROTTLED\tQUOTA REFUSED\tNOTIFICATIONS\tNOTIFICATIONS DROPPED"]
         for (label, key) in [("last minute", "lastMinute"), ("last hour", "lastHour"), ("last day", "lastDay")] {
             let period = response["requests"]?[key]
-            lines.append("\(label)\t\(number(period?["requests"]))\t\(number(period?["throttled"]))\t\(number(period?["refused"]))\t\(number(period?["notifications"]))")
+            lines.append("\(label)\t\(number(period?["requests"]))\t\(number(period?["throttled"]))\t\(number(period?["refused"]))\t\(number(period?["notifications"]))\t\(number(period?["notificationsDropped"]))")
         }
         let users = response["topUsers"]?.arrayValue ?? []
         lines.append("")
