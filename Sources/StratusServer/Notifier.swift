@@ -57,6 +57,11 @@ public final class Notifier: RecordChangeObserver {
     private let entries = Mutex<[Key: Entry]>([:])
     /// Polls waiting in this process, by subscriber.
     private let waiters = Mutex<[CourierKey: [ObjectIdentifier: CourierWaiter]]>([:])
+    /// Each subscriber's web courier tokens (hashes), as read, kept a minute and dropped when any
+    /// process makes them a new one (`Invalidations.Event.courierTokens`).
+    private let tokens = Mutex<[CourierKey: (hashes: [String], read: ContinuousClock.Instant)]>([:])
+    /// Notifications handed straight to a parked poll since start (the rest were queued).
+    let handedOver = Atomic<Int>(0)
     /// Names this process in the wake-ups it sends, so it does not wake its own polls twice.
     let origin = String(UInt32.random(in: 0...UInt32.max), radix: 36)
     /// Owners with newly queued notifications, for the next batch of wake-ups to the other processes.
@@ -123,8 +128,11 @@ public final class Notifier: RecordChangeObserver {
             // This process woke its own polls when it queued.
             guard from != origin else { return }
             for owner in owners { wake(CourierKey(containerID: containerID, environment: environment, owner: owner)) }
+        case .courierTokens(let containerID, let environment, let owner):
+            _ = tokens.withLock { $0.removeValue(forKey: CourierKey(containerID: containerID, environment: environment, owner: owner)) }
         case .all:
             entries.withLock { $0.removeAll() }
+            tokens.withLock { $0.removeAll() }
             wakeAll()
         default:
             break
@@ -135,8 +143,8 @@ public final class Notifier: RecordChangeObserver {
 
     /// Registers a poll of `key`'s notifications: wake-ups sent from now on reach its waiter
     /// (one is kept until the next wait), so one sent between a poll's look and its wait is not missed.
-    func register(_ key: CourierKey) -> CourierWaiter {
-        let waiter = CourierWaiter()
+    func register(_ key: CourierKey, tokenHash: String) -> CourierWaiter {
+        let waiter = CourierWaiter(tokenHash: tokenHash)
         waiters.withLock { $0[key, default: [:]][ObjectIdentifier(waiter)] = waiter }
         return waiter
     }
@@ -147,6 +155,44 @@ public final class Notifier: RecordChangeObserver {
             if waiting[key]?.isEmpty == true { waiting.removeValue(forKey: key) }
         }
         waiter.wake()
+        // A notification handed over as the poll ended goes back to the queue.
+        if let payload = waiter.takeHanded() {
+            let (records, token) = (self.records, CourierToken(containerID: key.containerID, environment: key.environment, owner: key.owner,
+                                                               tokenHash: waiter.tokenHash))
+            Task { try? await records.putBackNotification(token, seq: Int64?.none, payload: payload) }
+        }
+    }
+
+    /// Hands `payload` to a poll of `token` waiting in this process, if one is parked now.
+    func offer(_ payload: String, to key: CourierKey, token: String) -> Bool {
+        let candidates = waiters.withLock { waiting in (waiting[key] ?? [:]).values.filter { $0.tokenHash == token } }
+        return candidates.contains { $0.offer(payload) }
+    }
+
+    /// The web courier tokens of `owners`, from memory or one statement for those not known.
+    func tokenHashes(of owners: Set<String>, key: Key) async throws -> [String: [String]] {
+        let now = ContinuousClock.now
+        var known: [String: [String]] = [:]
+        var missing: [String] = []
+        tokens.withLock { cached in
+            for owner in owners {
+                if let entry = cached[CourierKey(containerID: key.containerID, environment: key.environment, owner: owner)],
+                   now - entry.read < .seconds(60) {
+                    known[owner] = entry.hashes
+                } else {
+                    missing.append(owner)
+                }
+            }
+        }
+        guard !missing.isEmpty else { return known }
+        let read = try await records.courierTokenHashes(containerID: key.containerID, environment: key.environment, owners: missing)
+        tokens.withLock { cached in
+            if cached.count >= 100_000 { cached.removeAll() }
+            for owner in missing {
+                cached[CourierKey(containerID: key.containerID, environment: key.environment, owner: owner)] = (read[owner] ?? [], now)
+            }
+        }
+        return known.merging(read) { a, _ in a }
     }
 
     private func wake(_ key: CourierKey) {
@@ -258,14 +304,31 @@ public final class Notifier: RecordChangeObserver {
             pending.removeLast(pending.count - allowed)
             guard !pending.isEmpty else { return }
         }
-        let queued = try await records.queueNotifications(containerID: key.containerID, environment: key.environment, pending.map(\.pending))
+        // Each notification goes to every web courier token of its subscriber: straight to a poll of
+        // the token parked in this process if there is one (no statement at all), else to the queue.
+        let hashes = try await tokenHashes(of: Set(pending.map(\.pending.owner)), key: key)
+        var handed = 0
+        var rows: [QueuedNotification] = []
+        for item in pending {
+            let courier = CourierKey(containerID: key.containerID, environment: key.environment, owner: item.pending.owner)
+            for token in hashes[item.pending.owner] ?? [] {
+                if offer(item.pending.payload, to: courier, token: token) {
+                    handed += 1
+                } else {
+                    rows.append(QueuedNotification(owner: item.pending.owner, tokenHash: token, payload: item.pending.payload,
+                                                   coalesceKey: item.pending.coalesceKey))
+                }
+            }
+        }
+        if handed > 0 { handedOver.add(handed, ordering: .relaxed) }
+        let queued = try await records.queueNotifications(containerID: key.containerID, environment: key.environment, rows)
         if !queued.isEmpty {
             // This process's polls at once; the other processes' with the next batch of wake-ups.
-            let owners = Set(pending.map(\.pending.owner))
+            let owners = Set(rows.map(\.owner))
             for owner in owners { wake(CourierKey(containerID: key.containerID, environment: key.environment, owner: owner)) }
             scheduleWakeUps(owners, key: key)
         }
-        rateLimiter.noteNotifications(Int64(queued.values.reduce(0, +)), containerID: key.containerID, environment: key.environment)
+        rateLimiter.noteNotifications(Int64(handed + queued.values.reduce(0, +)), containerID: key.containerID, environment: key.environment)
         try await retireFiredOnce(pending, key: key)
     }
 
@@ -400,9 +463,38 @@ final class CourierWaiter: Sendable {
         /// A wake-up arrived while nobody waited: the next wait returns at once.
         var woken = false
         var continuation: CheckedContinuation<Void, Never>?
+        /// A notification handed to this poll while it was parked (`offer`), for it to answer.
+        var handed: String?
     }
 
     private let state = Mutex(State())
+    /// The web courier token polled.
+    let tokenHash: String
+
+    init(tokenHash: String) {
+        self.tokenHash = tokenHash
+    }
+
+    /// Hands `payload` to this poll if it is parked in `wait` with nothing handed yet, and ends
+    /// the wait; `false` otherwise (the caller queues it).
+    func offer(_ payload: String) -> Bool {
+        let continuation = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard state.handed == nil, let continuation = state.continuation else { return nil }
+            state.continuation = nil
+            state.handed = payload
+            return continuation
+        }
+        continuation?.resume()
+        return continuation != nil
+    }
+
+    /// The notification handed to this poll, if any (once).
+    func takeHanded() -> String? {
+        state.withLock { state in
+            defer { state.handed = nil }
+            return state.handed
+        }
+    }
 
     /// Ends the current wait, or the next one if none is in progress.
     func wake() {

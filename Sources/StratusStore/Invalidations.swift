@@ -36,6 +36,8 @@ public final class Invalidations: Sendable {
         /// Notifications are waiting for these users' web courier tokens (a wake-up, not a change),
         /// queued by the server process `origin` names.
         case courier(containerID: Int64, environment: ContainerEnvironment, origin: String, owners: [String])
+        /// A user made a web courier token (their list of tokens changed).
+        case courierTokens(containerID: Int64, environment: ContainerEnvironment, owner: String)
         /// Anything may have changed (the listener reconnected).
         case all
 
@@ -51,6 +53,7 @@ public final class Invalidations: Sendable {
             case .quota(let c, let e): return "quota \(c) \(e.code)"
             case .subscriptions(let c, let e): return "subscriptions \(c) \(e.code)"
             case .courier(let c, let e, let from, let o): return "courier \(c) \(e.code) \(from) \(o.joined(separator: " "))"
+            case .courierTokens(let c, let e, let o): return "tokens \(c) \(e.code) \(o)"
             case .all: return "all"
             }
         }
@@ -90,6 +93,9 @@ public final class Invalidations: Sendable {
             case "courier":
                 guard parts.count >= 5, let c = int(1), let e = environment(2) else { return nil }
                 self = .courier(containerID: c, environment: e, origin: parts[3], owners: Array(parts[4...]))
+            case "tokens":
+                guard parts.count == 4, let c = int(1), let e = environment(2) else { return nil }
+                self = .courierTokens(containerID: c, environment: e, owner: parts[3])
             case "all":
                 self = .all
             default:

@@ -53,11 +53,26 @@ public struct PendingNotification: Sendable {
     }
 }
 
+/// A notification for one web courier token, to be queued.
+public struct QueuedNotification: Sendable {
+    public var owner: String
+    public var tokenHash: String
+    public var payload: String
+    public var coalesceKey: String?
+
+    public init(owner: String, tokenHash: String, payload: String, coalesceKey: String?) {
+        self.owner = owner
+        self.tokenHash = tokenHash
+        self.payload = payload
+        self.coalesceKey = coalesceKey
+    }
+}
+
 /// The notifications one write queues (`RecordStore.queueNotifications`).
 struct NotificationQueueing: Sendable {
     var containerID: Int64
     var environment: ContainerEnvironment
-    var notifications: [PendingNotification]
+    var notifications: [QueuedNotification]
 }
 
 /// A web courier token as stored.
@@ -66,6 +81,13 @@ public struct CourierToken: Sendable {
     public var environment: ContainerEnvironment
     public var owner: String
     public var tokenHash: String
+
+    public init(containerID: Int64, environment: ContainerEnvironment, owner: String, tokenHash: String) {
+        self.containerID = containerID
+        self.environment = environment
+        self.owner = owner
+        self.tokenHash = tokenHash
+    }
 }
 
 extension RecordStore {
@@ -119,14 +141,34 @@ extension RecordStore {
         return try rows.first?.decode(String.self) ?? ""
     }
 
-    /// Registers a new web courier token of `owner` (its SHA-256 hex).
+    /// Registers a new web courier token of `owner` (its SHA-256 hex), and tells every server
+    /// process that the owner's tokens changed.
     public func createCourierToken(containerID: Int64, environment: ContainerEnvironment, owner: String, tokenHash: String) async throws {
         try await database.withConnection { connection in
             try await connection.statement("""
-                INSERT INTO courier_tokens (container_id, token_hash, environment, owner)
-                VALUES (\(containerID), \(tokenHash), \(environment.code), \(owner))
+                WITH made AS (
+                    INSERT INTO courier_tokens (container_id, token_hash, environment, owner)
+                    VALUES (\(containerID), \(tokenHash), \(environment.code), \(owner))
+                )
+                SELECT pg_notify(\(Invalidations.channel), \(Invalidations.Event.courierTokens(containerID: containerID, environment: environment, owner: owner).payload))
                 """, logger: logger)
         }
+    }
+
+    /// The web courier tokens (hashes) of each of `owners`.
+    public func courierTokenHashes(containerID: Int64, environment: ContainerEnvironment, owners: [String]) async throws -> [String: [String]] {
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("""
+                SELECT owner, token_hash FROM courier_tokens
+                WHERE container_id = \(containerID) AND environment = \(environment.code) AND owner = ANY(\(owners)::text[])
+                """, logger: logger)
+        }
+        var tokens: [String: [String]] = [:]
+        for row in rows {
+            let (owner, hash) = try row.decode((String, String).self)
+            tokens[owner, default: []].append(hash)
+        }
+        return tokens
     }
 
     /// The courier token with this hash in the container, noting that it was polled (to the hour:
@@ -176,46 +218,46 @@ extension RecordStore {
         return polls.map { taken["\($0.containerID)/\($0.tokenHash)"]?.popLast() }
     }
 
-    /// Puts back a notification whose answer could not be written, first in line again.
-    public func putBackNotification(_ token: CourierToken, seq: Int64, payload: String) async throws {
+    /// Puts back a notification whose answer could not be written: first in line again when it
+    /// came from the queue (`seq`), last when it was handed to the poll directly.
+    public func putBackNotification(_ token: CourierToken, seq: Int64?, payload: String) async throws {
         try await database.withConnection { connection in
             try await connection.statement("""
                 INSERT INTO notifications (container_id, token_hash, seq, payload)
-                VALUES (\(token.containerID), \(token.tokenHash), \(seq), \(payload)) ON CONFLICT DO NOTHING
+                VALUES (\(token.containerID), \(token.tokenHash), coalesce(\(seq), nextval('notification_seq')), \(payload)) ON CONFLICT DO NOTHING
                 """, logger: logger)
         }
     }
 
-    /// Queues each notification for every web courier token of its owner. Returns how many were
-    /// queued, by owner. (The caller wakes the polls: `Notifier`.) Concurrent writes' notifications
+    /// Queues notifications, each for one web courier token. Returns how many were queued, by
+    /// owner (a zone or database notification is not queued while one for its subscription waits
+    /// for the token). (The caller wakes the polls: `Notifier`.) Concurrent writes' notifications
     /// share statements (`notificationQueueing`).
     @discardableResult
-    public func queueNotifications(containerID: Int64, environment: ContainerEnvironment, _ notifications: [PendingNotification]) async throws -> [String: Int] {
+    public func queueNotifications(containerID: Int64, environment: ContainerEnvironment, _ notifications: [QueuedNotification]) async throws -> [String: Int] {
         guard !notifications.isEmpty else { return [:] }
         return try await notificationQueueing.answer(NotificationQueueing(containerID: containerID, environment: environment, notifications: notifications))
     }
 
-    /// One statement queueing the notifications of several writes. Each owner's count is answered
-    /// to the first request that brought them (per container-environment), so the counts add up.
+    /// One statement queueing the notifications of several writes. Each token's count is answered
+    /// to the first request that brought it, so the counts add up.
     static func queueNotifications(_ requests: [NotificationQueueing], on connection: PostgresConnection, logger: Logger) async throws -> [[String: Int]] {
-        var containers: [Int64] = [], environments: [Int16] = [], owners: [String] = [], payloads: [String] = [], keys: [String] = []
-        var first: [String: Int] = [:]
+        var containers: [Int64] = [], tokens: [String] = [], payloads: [String] = [], keys: [String] = []
+        var first: [String: (index: Int, owner: String)] = [:]
         for (index, request) in requests.enumerated() {
             for notification in request.notifications {
                 containers.append(request.containerID)
-                environments.append(request.environment.code)
-                owners.append(notification.owner)
+                tokens.append(notification.tokenHash)
                 payloads.append(notification.payload)
                 keys.append(notification.coalesceKey ?? "")
-                let key = "\(request.containerID)/\(request.environment.code)/\(notification.owner)"
-                if first[key] == nil { first[key] = index }
+                let key = "\(request.containerID)/\(notification.tokenHash)"
+                if first[key] == nil { first[key] = (index, notification.owner) }
             }
         }
-        let rows = try await connection.rows(QueueNotifications(containers: containers, environments: environments, owners: owners,
-                                                                 payloads: payloads, keys: keys), logger: logger)
+        let rows = try await connection.rows(QueueNotifications(containers: containers, tokens: tokens, payloads: payloads, keys: keys), logger: logger)
         var answers = [[String: Int]](repeating: [:], count: requests.count)
-        for (containerID, environment, owner, count) in rows {
-            guard let index = first["\(containerID)/\(environment)/\(owner)"] else { continue }
+        for (containerID, tokenHash, count) in rows {
+            guard let (index, owner) = first["\(containerID)/\(tokenHash)"] else { continue }
             answers[index][owner, default: 0] += Int(count)
         }
         return answers
@@ -244,43 +286,34 @@ extension RecordStore {
     }
 }
 
-/// Queues notifications, each for every web courier token of its owner (a zone or database
-/// notification not while one for its subscription waits); answers how many were queued per
-/// container, environment and owner. Prepared: PostgreSQL planned it in ~0.3 ms, more than it
-/// took to run. The token look-ups are LATERAL sub-selects kept apart by `OFFSET 0`, so the
-/// generic plan probes the indexes instead of hashing whole tables.
+/// Queues notifications, each for one web courier token (a zone or database notification not
+/// while one for its subscription waits); answers how many were queued per token. Prepared:
+/// PostgreSQL planned it in ~0.3 ms, more than it took to run.
 struct QueueNotifications: PostgresPreparedStatement {
     static let name = "stratus.QueueNotifications"
     static let sql = """
-        WITH n AS (SELECT * FROM unnest($1::bigint[], $2::int2[], $3::text[], $4::text[], $5::text[]) WITH ORDINALITY AS n(c, e, owner, payload, k, i)),
-        queued AS (
+        WITH queued AS (
             INSERT INTO notifications (container_id, token_hash, payload, coalesce_key)
-            SELECT n.c, t.token_hash, n.payload, NULLIF(n.k, '') FROM n
-            CROSS JOIN LATERAL (SELECT token_hash FROM courier_tokens
-                                WHERE container_id = n.c AND environment = n.e AND owner = n.owner OFFSET 0) t
+            SELECT n.c, n.t, n.payload, NULLIF(n.k, '')
+            FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[]) WITH ORDINALITY AS n(c, t, payload, k, i)
             ORDER BY n.i
             ON CONFLICT DO NOTHING
             RETURNING container_id, token_hash
         )
-        SELECT t.container_id, t.environment, t.owner, count(*) FROM queued q
-        CROSS JOIN LATERAL (SELECT container_id, environment, owner FROM courier_tokens
-                            WHERE container_id = q.container_id AND token_hash = q.token_hash OFFSET 0) t
-        GROUP BY 1, 2, 3
+        SELECT container_id, token_hash, count(*) FROM queued GROUP BY 1, 2
         """
-    typealias Row = (Int64, Int16, String, Int64)
+    typealias Row = (Int64, String, Int64)
 
     var containers: [Int64]
-    var environments: [Int16]
-    var owners: [String]
+    var tokens: [String]
     var payloads: [String]
     /// Coalescing keys, '' for none.
     var keys: [String]
 
     func makeBindings() throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 5)
+        var bindings = PostgresBindings(capacity: 4)
         bindings.append(containers)
-        bindings.append(environments)
-        bindings.append(owners)
+        bindings.append(tokens)
         bindings.append(payloads)
         bindings.append(keys)
         return bindings

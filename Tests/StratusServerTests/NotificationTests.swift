@@ -437,6 +437,38 @@ import Testing
         }
     }
 
+    /// A poll parked in the server that makes the write is handed its notification without the
+    /// queue; the subscriber's other tokens still get theirs from the queue, and a token made
+    /// after the server learnt the subscriber's tokens is not forgotten.
+    @Test func aWaitingPollIsHandedItsNotificationAndOtherTokensStillGetTheirs() async throws {
+        try await Harness.run { harness in
+            let alice = try await harness.container().signedUp()
+            #expect(try await alice.modify("private", [op("create", "seed")]).status == 200)
+            #expect(try await alice.post("private", "subscriptions/modify", ["operations": [
+                ["operationType": "create", "subscription": ["subscriptionID": "notes", "subscriptionType": "query", "query": ["recordType": "Note"]]]]]).status == 200)
+            let (first, second) = (try await Self.courierPath(alice), try await Self.courierPath(alice))
+            let handedBefore = harness.app.notifier.handedOver.load(ordering: .relaxed)
+            for round in 0..<3 {
+                async let waiting = Self.poll(harness, first, timeout: 10)
+                try await Task.sleep(for: .milliseconds(300))
+                #expect(try await alice.modify("private", [op("create", "r\(round)")]).status == 200)
+                let got = try await waiting
+                #expect(got.status == 200 && got.json["ck"]?["qry"]?["rid"]?.stringValue == "r\(round)", "round \(round): \(got)")
+                // Handed over once: not queued for the same token as well.
+                #expect(try await Self.poll(harness, first, timeout: 1).status == 204, "round \(round)")
+            }
+            #expect(harness.app.notifier.handedOver.load(ordering: .relaxed) - handedBefore == 3, "the parked polls were not handed their notifications")
+            // The token nobody polled got every one from the queue, in order.
+            #expect(try await Self.drain(harness, second).compactMap { $0["ck"]?["qry"]?["rid"]?.stringValue } == ["r0", "r1", "r2"])
+            // A third token, made after the server read Alice's tokens, hears of the next save.
+            let third = try await Self.courierPath(alice)
+            #expect(try await alice.modify("private", [op("create", "r3")]).status == 200)
+            for path in [first, second, third] {
+                #expect(try await Self.drain(harness, path).compactMap { $0["ck"]?["qry"]?["rid"]?.stringValue } == ["r3"], "\(path)")
+            }
+        }
+    }
+
     /// An operator's notificationsPerSecond (set with `stratus quota set`): writes past it still
     /// succeed, their notifications are dropped and counted in `stratus usage`.
     @Test func theNotificationLimitDropsTheRestAndCountsThem() async throws {

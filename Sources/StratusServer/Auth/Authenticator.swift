@@ -24,11 +24,12 @@ struct Caller: Sendable {
     /// `user` is then `_key_<key ID>`, the creator its records get.
     var serverKey: String?
 
-    /// The user, or 421 `AUTHENTICATION_REQUIRED` with a `redirectURL`.
-    func requireUser(signInURL: String) throws(StratusError) -> String {
+    /// The user, or 421 `AUTHENTICATION_REQUIRED` with a `redirectURL` (built only then: every
+    /// data request asks).
+    func requireUser(signInURL: @autoclosure () -> String) throws(StratusError) -> String {
         guard let user else {
             throw StratusError(.authenticationRequired, "this request needs a signed-in user: sign in and send the ckWebAuthToken query parameter",
-                               redirectURL: signInURL)
+                               redirectURL: signInURL())
         }
         return user
     }
@@ -113,7 +114,7 @@ final class Authenticator: Sendable {
             liveSessions.withLock { $0.removeAll { _ in true } }
             tokens.withLock { $0.removeAll { _ in true } }
             memberships.withLock { $0.removeAll { _ in true } }
-        case .schema, .quota, .subscriptions, .courier:
+        case .schema, .quota, .subscriptions, .courier, .courierTokens:
             break
         }
     }

@@ -113,16 +113,25 @@ extension StratusApp {
         }
         let deadline = ContinuousClock.now + timeout
         let key = Notifier.CourierKey(containerID: container.id, environment: environment, owner: token.owner)
-        let waiter = notifier.register(key)
+        let waiter = notifier.register(key, tokenHash: token.tokenHash)
         defer { notifier.unregister(key, waiter) }
         let connection = RequestConnection.current
         // A client that goes away wakes its poll, which then ends.
         connection?.onGone { waiter.wake() }
         let empty = Response(status: .noContent, headers: [.cacheControl: "no-store"])
         while true {
-            // A client that went away takes nothing: what arrives waits for its next poll.
-            if let connection, !connection.isOpen { return empty }
-            if let (seq, payload) = try await records.takeNotification(token) {
+            // One handed over while the poll waited (a notification of this process's write), or
+            // the oldest in the queue.
+            let taken: (seq: Int64?, payload: String)?
+            if let payload = waiter.takeHanded() {
+                taken = (nil, payload)
+            } else if let connection, !connection.isOpen {
+                // A client that went away takes nothing: what arrives waits for its next poll.
+                return empty
+            } else {
+                taken = try await records.takeNotification(token).map { (seq: $0.seq, payload: $0.payload) }
+            }
+            if let (seq, payload) = taken {
                 let records = self.records
                 if let connection {
                     connection.onUndelivered { Task { try? await records.putBackNotification(token, seq: seq, payload: payload) } }
@@ -163,17 +172,21 @@ extension StratusApp {
     /// connection closes. One whose frame could not be written is put back.
     func streamCourier(_ token: CourierToken, on channel: any Channel) async {
         let key = Notifier.CourierKey(containerID: token.containerID, environment: token.environment, owner: token.owner)
-        let waiter = notifier.register(key)
+        let waiter = notifier.register(key, tokenHash: token.tokenHash)
         defer { notifier.unregister(key, waiter) }
         channel.closeFuture.whenComplete { _ in waiter.wake() }
         while channel.isActive {
-            let taken: (seq: Int64, payload: String)?
-            do {
-                taken = try await records.takeNotification(token)
-            } catch {
-                // The database is out of reach: try again shortly.
-                try? await Task.sleep(for: .seconds(1))
-                continue
+            let taken: (seq: Int64?, payload: String)?
+            if let payload = waiter.takeHanded() {
+                taken = (nil, payload)
+            } else {
+                do {
+                    taken = try await records.takeNotification(token).map { (seq: $0.seq, payload: $0.payload) }
+                } catch {
+                    // The database is out of reach: try again shortly.
+                    try? await Task.sleep(for: .seconds(1))
+                    continue
+                }
             }
             guard let (seq, payload) = taken else {
                 await waiter.wait(until: .now + Self.courierPollTimeout)
