@@ -1,5 +1,5 @@
 -- service-sql: lock ca3efae049510650
--- service-sql: write 210ee93c176fa428
+-- service-sql: write a532dab093ae7d85
 -- The SQL `stratus serve` runs for this records/modify, statement for statement (RecordStore+Modify.swift):
 -- zone and record locks in one statement, then one statement that writes records, index entries (title, rank: the bench
 -- schema) and the zone's change position. Regenerate when the service's SQL changes.
@@ -84,7 +84,7 @@ WITH live AS (
       AND c.stripe = CASE WHEN s.stripe >= 0 THEN s.stripe ELSE pg_backend_pid() % 16 END AND (d.r <> 0 OR d.b <> 0)
     RETURNING c.records, c.bytes, c.records_cap, c.bytes_cap
 )
-SELECT record_name, change_seq FROM written
+SELECT record_name, change_seq, pg_current_xact_id()::text::bigint FROM written
 WHERE stratus_usage_check((SELECT count(u.*) = CASE WHEN d.r = 0 AND d.b = 0 THEN 0 WHEN (:o)::text = '' THEN 1 ELSE 2 END
                                   AND coalesce(bool_and((d.r <= 0 OR u.records <= u.records_cap) AND (d.b <= 0 OR u.bytes <= u.bytes_cap)), true)
                            FROM delta d LEFT JOIN usage u ON true GROUP BY d.r, d.b));

@@ -427,6 +427,7 @@ public final class Notifier: RecordChangeObserver {
                  default: []].insert(item.watcher.subscription.id)
         }
         for (db, ids) in once { try? await records.deleteSubscriptions(db, ids: Array(ids)) }
+        if !once.isEmpty { invalidate(.subscriptions(containerID: key.containerID, environment: key.environment)) }
     }
 
     /// The subscriptions of a container-environment, loaded once and kept until they change.

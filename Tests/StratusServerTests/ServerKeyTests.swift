@@ -126,11 +126,20 @@ struct Signer: Sendable {
 
             var otherKey = Signer(keyID: signer.keyID)
             otherKey = Signer(keyID: signer.keyID, privateKey: .init())
+            // Dates near the allowed skew are signed just before each is sent: signed all at once,
+            // a slow run (the full suite on two cores) moved them across the limit.
+            for (name, offset, reason) in [("date 9:55 behind", -595.0, ""), ("date 9:55 ahead", 595, ""),
+                                           ("date 10:05 behind", -605, "within 10 minutes"), ("date 10:05 ahead", 605, "within 10 minutes")] {
+                let answer = try await Self.send(harness, path, body: body,
+                                                 headers: signer.headers(signedPath: path, body: body, date: Date().addingTimeInterval(offset)))
+                if reason.isEmpty {
+                    #expect(answer.status == 200, "\(name): \(answer.json)")
+                } else {
+                    #expect(answer.status == 401 && answer.json.errorCode == "AUTHENTICATION_FAILED" && answer.json["reason"]?.stringValue?.contains(reason) == true,
+                            "\(name): \(answer.json)")
+                }
+            }
             var cases: [(name: String, target: String, body: String, headers: HTTPFields, reason: String)] = [
-                ("date 9:55 behind", path, body, signer.headers(signedPath: path, body: body, date: now.addingTimeInterval(-595)), ""),
-                ("date 9:55 ahead", path, body, signer.headers(signedPath: path, body: body, date: now.addingTimeInterval(595)), ""),
-                ("date 10:05 behind", path, body, signer.headers(signedPath: path, body: body, date: now.addingTimeInterval(-605)), "within 10 minutes"),
-                ("date 10:05 ahead", path, body, signer.headers(signedPath: path, body: body, date: now.addingTimeInterval(605)), "within 10 minutes"),
                 ("body altered", path, #"{"records":[{"recordName":"y"}]}"#, signer.headers(signedPath: path, body: body), "does not match"),
                 ("path altered", "\(base)/records/query", body, signer.headers(signedPath: path, body: body), "does not match"),
                 ("query altered", path + "?a=2", body, signer.headers(signedPath: path + "?a=1", body: body), "does not match"),
@@ -169,7 +178,7 @@ struct Signer: Sendable {
                     #expect(answer.json["reason"]?.stringValue?.contains(item.reason) == true, "\(item.name): \(answer.json)")
                 }
             }
-            print("server-to-server signature cases: \(cases.count + 2)")
+            print("server-to-server signature cases: \(cases.count + 6)")
 
             // Another container's key, and this container's production key, open nothing here.
             let other = try await harness.container()

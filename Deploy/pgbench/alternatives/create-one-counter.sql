@@ -83,7 +83,7 @@ WITH live AS (
       AND c.stripe = 0 AND (d.r <> 0 OR d.b <> 0)
     RETURNING c.records, c.bytes, c.records_cap, c.bytes_cap
 )
-SELECT record_name, change_seq FROM written
+SELECT record_name, change_seq, pg_current_xact_id()::text::bigint FROM written
 WHERE stratus_usage_check((SELECT count(u.*) = CASE WHEN d.r = 0 AND d.b = 0 THEN 0 WHEN (:o)::text = '' THEN 1 ELSE 2 END
                                   AND coalesce(bool_and((d.r <= 0 OR u.records <= u.records_cap) AND (d.b <= 0 OR u.bytes <= u.bytes_cap)), true)
                            FROM delta d LEFT JOIN usage u ON true GROUP BY d.r, d.b));

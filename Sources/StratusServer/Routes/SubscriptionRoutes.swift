@@ -77,6 +77,10 @@ extension StratusApp {
                 results.append(Self.subscriptionError(error, id: givenID, uuid: uuid))
             }
         }
+        // This process forgets the container's subscriptions at once (the others when the
+        // invalidation reaches them), so the caller's next write here is matched against the
+        // subscriptions it was just answered.
+        notifier.invalidate(.subscriptions(containerID: db.containerID, environment: db.environment))
         return ["subscriptions": .array(results)]
     }
 
