@@ -157,9 +157,8 @@ public final class Notifier: RecordChangeObserver {
         waiter.wake()
         // A notification handed over as the poll ended goes back to the queue.
         if let payload = waiter.takeHanded() {
-            let (records, token) = (self.records, CourierToken(containerID: key.containerID, environment: key.environment, owner: key.owner,
-                                                               tokenHash: waiter.tokenHash))
-            Task { try? await records.putBackNotification(token, seq: Int64?.none, payload: payload) }
+            let token = CourierToken(containerID: key.containerID, environment: key.environment, owner: key.owner, tokenHash: waiter.tokenHash)
+            Task { await self.putBack(token, seq: nil, payload: payload) }
         }
     }
 
@@ -195,13 +194,81 @@ public final class Notifier: RecordChangeObserver {
         return known.merging(read) { a, _ in a }
     }
 
+    /// Notifications may have been queued for `key`'s tokens: its polls wake and look.
     private func wake(_ key: CourierKey) {
+        emptiness.withLock { state in
+            // Recorded even for a subscriber not seen yet: a take already under way for them must
+            // not then mark their queue empty.
+            state.forgetAllIfFull()
+            state.clock += 1
+            state.known[key] = (generation: state.clock, empty: [])
+        }
         for waiter in waiters.withLock({ Array(($0[key] ?? [:]).values) }) { waiter.wake() }
     }
 
     /// Wakes every poll of this process (a wake-up may have been missed while the listener was down).
     private func wakeAll() {
+        emptiness.withLock { $0.forgetAll() }
         for waiter in waiters.withLock({ $0.values.flatMap(\.values) }) { waiter.wake() }
+    }
+
+    // MARK: Known-empty queues
+
+    /// Per subscriber, the wake-ups seen (a generation) and the tokens a take found nothing for
+    /// since: a poll of such a token parks without asking PostgreSQL, as nothing can have been
+    /// queued for it without a wake-up reaching this process (this process's own queueing wakes
+    /// at once, another's through `pg_notify`; a reconnected listener forgets everything). A
+    /// subscriber's polls re-poll after every notification, and most find their queue empty:
+    /// that was one statement per notification delivered.
+    private let emptiness = Mutex(Emptiness())
+
+    struct Emptiness {
+        /// Counts wake-ups: each subscriber's generation is the count at their last one.
+        var clock = 0
+        /// The generation of a subscriber with no entry (the count when everything was last forgotten).
+        var floor = 0
+        var known: [CourierKey: (generation: Int, empty: Set<String>)] = [:]
+
+        func generation(_ key: CourierKey) -> Int { known[key]?.generation ?? floor }
+
+        /// Forgets every subscriber: what takes under way read before is then stale.
+        mutating func forgetAll() {
+            known.removeAll()
+            clock += 1
+            floor = clock
+        }
+
+        mutating func forgetAllIfFull() {
+            if known.count >= 100_000 { forgetAll() }
+        }
+    }
+
+    /// The wake-up generation of `key`, to read before looking at its queue.
+    func queueGeneration(_ key: CourierKey) -> Int {
+        emptiness.withLock { $0.generation(key) }
+    }
+
+    /// Whether `token`'s queue may hold notifications (not found empty since the last wake-up).
+    func mayHaveQueued(_ key: CourierKey, token: String) -> Bool {
+        emptiness.withLock { !($0.known[key]?.empty.contains(token) ?? false) }
+    }
+
+    /// A take found nothing for `token`, having read `generation` before it: unless a wake-up
+    /// came since, its queue is known empty.
+    func noteEmpty(_ key: CourierKey, token: String, generation: Int) {
+        emptiness.withLock { state in
+            guard state.generation(key) == generation else { return }
+            state.forgetAllIfFull()
+            if state.known[key] == nil { state.known[key] = (generation: state.floor, empty: []) }
+            guard state.known[key]!.generation == generation else { return }
+            state.known[key]!.empty.insert(token)
+        }
+    }
+
+    /// Puts back a notification whose answer could not be written, and wakes the token's polls.
+    func putBack(_ token: CourierToken, seq: Int64?, payload: String) async {
+        try? await records.putBackNotification(token, seq: seq, payload: payload)
+        wake(CourierKey(containerID: token.containerID, environment: token.environment, owner: token.owner))
     }
 
     // MARK: Matching

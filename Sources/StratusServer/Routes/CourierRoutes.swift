@@ -118,6 +118,7 @@ extension StratusApp {
         let connection = RequestConnection.current
         // A client that goes away wakes its poll, which then ends.
         connection?.onGone { waiter.wake() }
+        let notifier = self.notifier
         let empty = Response(status: .noContent, headers: [.cacheControl: "no-store"])
         while true {
             // One handed over while the poll waited (a notification of this process's write), or
@@ -129,12 +130,11 @@ extension StratusApp {
                 // A client that went away takes nothing: what arrives waits for its next poll.
                 return empty
             } else {
-                taken = try await records.takeNotification(token).map { (seq: $0.seq, payload: $0.payload) }
+                taken = try await take(token, key: key)
             }
             if let (seq, payload) = taken {
-                let records = self.records
                 if let connection {
-                    connection.onUndelivered { Task { try? await records.putBackNotification(token, seq: seq, payload: payload) } }
+                    connection.onUndelivered { Task { await notifier.putBack(token, seq: seq, payload: payload) } }
                     if !connection.isOpen {
                         connection.answerFailed()
                         return empty
@@ -148,6 +148,17 @@ extension StratusApp {
             guard ContinuousClock.now < deadline else { return empty }
             await waiter.wait(until: deadline)
         }
+    }
+
+    /// The oldest notification queued for `token`, unless this process knows its queue is empty.
+    func take(_ token: CourierToken, key: Notifier.CourierKey) async throws -> (seq: Int64?, payload: String)? {
+        guard notifier.mayHaveQueued(key, token: token.tokenHash) else { return nil }
+        let generation = notifier.queueGeneration(key)
+        guard let (seq, payload) = try await records.takeNotification(token) else {
+            notifier.noteEmpty(key, token: token.tokenHash, generation: generation)
+            return nil
+        }
+        return (seq, payload)
     }
 
     /// The same URL opened as a WebSocket (`Upgrade: websocket`): the handshake's answer, and
@@ -181,7 +192,7 @@ extension StratusApp {
                 taken = (nil, payload)
             } else {
                 do {
-                    taken = try await records.takeNotification(token).map { (seq: $0.seq, payload: $0.payload) }
+                    taken = try await take(token, key: key)
                 } catch {
                     // The database is out of reach: try again shortly.
                     try? await Task.sleep(for: .seconds(1))
@@ -195,7 +206,7 @@ extension StratusApp {
             do {
                 try await channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: payload))).get()
             } catch {
-                try? await records.putBackNotification(token, seq: seq, payload: payload)
+                await notifier.putBack(token, seq: seq, payload: payload)
                 return
             }
         }
