@@ -7,10 +7,13 @@ import StratusCore
 /// own key, so a token minted for one use is rejected by every other.
 public struct TokenSealer: Sendable {
     let secretBytes: [UInt8]
-    var secret: SymmetricKey { SymmetricKey(data: secretBytes) }
+    /// Made once: every sync token a notification or a change feed answers is sealed with it.
+    /// (Never mutated after init, so reading it from any thread is safe; CryptoKit does not mark it Sendable.)
+    nonisolated(unsafe) let secret: SymmetricKey
 
     public init(secret: [UInt8]) {
         self.secretBytes = secret
+        self.secret = SymmetricKey(data: secret)
     }
 
     /// `base64url(payload) + "." + base64url(mac)`.
@@ -45,7 +48,12 @@ public struct TokenSealer: Sendable {
         var index = 0
         while index + 2 < bytes.count {
             let value = UInt32(bytes[index]) << 16 | UInt32(bytes[index + 1]) << 8 | UInt32(bytes[index + 2])
-            out += [alphabet[Int(value >> 18 & 63)], alphabet[Int(value >> 12 & 63)], alphabet[Int(value >> 6 & 63)], alphabet[Int(value & 63)]]
+            // Appended one by one: an array literal per three bytes made sealing a token cost more
+            // than its HMAC.
+            out.append(alphabet[Int(value >> 18 & 63)])
+            out.append(alphabet[Int(value >> 12 & 63)])
+            out.append(alphabet[Int(value >> 6 & 63)])
+            out.append(alphabet[Int(value & 63)])
             index += 3
         }
         let rest = bytes.count - index
