@@ -146,7 +146,32 @@ public final class Notifier: RecordChangeObserver {
     func register(_ key: CourierKey, tokenHash: String) -> CourierWaiter {
         let waiter = CourierWaiter(tokenHash: tokenHash)
         waiters.withLock { $0[key, default: [:]][ObjectIdentifier(waiter)] = waiter }
+        if sweeping.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
+            Task { await self.sweepDeadlines() }
+        }
         return waiter
+    }
+
+    /// Whether the deadline sweep runs (it does while any poll is registered).
+    private let sweeping = Atomic<Bool>(false)
+    /// How often waits past their deadline are ended: a poll's timeout is that much late at most.
+    static let sweepPeriod: Duration = .milliseconds(100)
+
+    /// Ends the waits past their deadlines every `sweepPeriod`, until no poll is registered.
+    private func sweepDeadlines() async {
+        while true {
+            try? await Task.sleep(for: Self.sweepPeriod)
+            let all = waiters.withLock { $0.values.flatMap(\.values) }
+            if all.isEmpty {
+                sweeping.store(false, ordering: .releasing)
+                // A poll registered just now found the sweep running: take it up again for it.
+                guard !waiters.withLock({ $0.isEmpty }),
+                      sweeping.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
+                continue
+            }
+            let now = ContinuousClock.now
+            for waiter in all { waiter.wakeIfPast(now) }
+        }
     }
 
     func unregister(_ key: CourierKey, _ waiter: CourierWaiter) {
@@ -525,7 +550,9 @@ public final class Notifier: RecordChangeObserver {
 
 /// One poll (or WebSocket stream) waiting for a subscriber's notifications: a flag and at most one
 /// suspended task, cheaper per poll than a stream and a task group with a sleeping child (each poll
-/// answered is one wait, and a busy subscriber polls tens of times a second).
+/// answered is one wait, and a busy subscriber polls tens of times a second). Deadlines are kept,
+/// not timed: one sweep for the whole process ends the waits past theirs (a timer per wait, armed
+/// and cancelled from outside the event loop, woke an event loop thread twice per poll).
 final class CourierWaiter: Sendable {
     private struct State {
         /// A wake-up arrived while nobody waited: the next wait returns at once.
@@ -533,6 +560,8 @@ final class CourierWaiter: Sendable {
         var continuation: CheckedContinuation<Void, Never>?
         /// A notification handed to this poll while it was parked (`offer`), for it to answer.
         var handed: String?
+        /// When the current wait ends without a wake-up.
+        var deadline: ContinuousClock.Instant?
     }
 
     private let state = Mutex(State())
@@ -549,6 +578,7 @@ final class CourierWaiter: Sendable {
         let continuation = state.withLock { state -> CheckedContinuation<Void, Never>? in
             guard state.handed == nil, let continuation = state.continuation else { return nil }
             state.continuation = nil
+            state.deadline = nil
             state.handed = payload
             return continuation
         }
@@ -572,19 +602,16 @@ final class CourierWaiter: Sendable {
                 return nil
             }
             state.continuation = nil
+            state.deadline = nil
             return continuation
         }
         continuation?.resume()
     }
 
-    /// Waits for a wake-up (one that came since the last wait counts), or until `deadline`.
+    /// Waits for a wake-up (one that came since the last wait counts), or until `deadline`
+    /// (noticed by the notifier's deadline sweep, within its period).
     func wait(until deadline: ContinuousClock.Instant) async {
-        let remaining = ContinuousClock.now.duration(to: deadline)
-        guard remaining > .zero else { return }
-        let (seconds, attoseconds) = remaining.components
-        let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: .nanoseconds(seconds * 1_000_000_000 + attoseconds / 1_000_000_000)) {
-            [weak self] in self?.wake()
-        }
+        guard ContinuousClock.now < deadline else { return }
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             let now = state.withLock { state -> Bool in
                 if state.woken {
@@ -592,12 +619,26 @@ final class CourierWaiter: Sendable {
                     return true
                 }
                 state.continuation = continuation
+                state.deadline = deadline
                 return false
             }
             if now { continuation.resume() }
         }
-        timer.cancel()
-        // The timer may have fired as another wake-up came: neither carries over.
-        state.withLock { $0.woken = false }
+        state.withLock {
+            $0.deadline = nil
+            // The sweep may have ended the wait as another wake-up came: neither carries over.
+            $0.woken = false
+        }
+    }
+
+    /// Ends the current wait if its deadline has passed.
+    func wakeIfPast(_ now: ContinuousClock.Instant) {
+        let continuation = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard let deadline = state.deadline, deadline <= now, let continuation = state.continuation else { return nil }
+            state.continuation = nil
+            state.deadline = nil
+            return continuation
+        }
+        continuation?.resume()
     }
 }
