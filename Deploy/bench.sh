@@ -638,7 +638,8 @@ if [[ " $WORKLOADS " == *" create-subscribed "* ]]; then
     $PSQL -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" -c "SELECT pg_stat_statements_reset()" >/dev/null
   fi
   read -r server0 pg0 machine0 < <(work_mark)
-  subscribed_json=$("$BIN" bench --workload create --concurrency "$CONCURRENCY" --duration "$DURATION" --pollers 100 \
+  # STRATUS_BENCH_POLL adds options to the subscribed run (e.g. "--websockets": the 100 clients hold WebSockets instead of long polls).
+  subscribed_json=$("$BIN" bench --workload create --concurrency "$CONCURRENCY" --duration "$DURATION" --pollers 100 ${STRATUS_BENCH_POLL:-} \
     --state-file "$WORK/state.json" --json 2>/dev/null)
   read -r server1 pg1 machine1 < <(work_mark)
   requests=$(echo "$subscribed_json" | sed -nE 's/.*"requests":([0-9]+).*/\1/p')

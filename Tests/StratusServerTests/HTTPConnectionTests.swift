@@ -284,11 +284,11 @@ final class RawConnection: Sendable {
     }
 
     /// The bytes that have arrived once `done` holds for them, or the connection closed, or 10 s passed.
-    func bytes(until done: ([UInt8]) -> Bool) async throws -> [UInt8] {
+    func bytes(within limit: Duration = .seconds(10), until done: ([UInt8]) -> Bool) async throws -> [UInt8] {
         let start = ContinuousClock.now
         while true {
             let (bytes, closed) = received.state.withLock { ($0.bytes, $0.closed) }
-            if done(bytes) || closed || ContinuousClock.now - start > .seconds(10) { return bytes }
+            if done(bytes) || closed || ContinuousClock.now - start > limit { return bytes }
             try await Task.sleep(for: .milliseconds(10))
         }
     }

@@ -98,6 +98,86 @@ final class BenchPollers: @unchecked Sendable {
         }
     }
 
+    /// Counts one notification (after `measureFrom`) and times it if it is a query notification
+    /// of a record whose name ends with when its create was sent.
+    private func note(_ body: [UInt8], measureFrom: Date) {
+        let arrived = Self.now()
+        var latency: UInt64?
+        if let name = (try? JSONParser.parse(body))?["ck"]?["qry"]?["rid"]?.stringValue,
+           let mark = name.range(of: "-t", options: .backwards), let sent = UInt64(name[mark.upperBound...]), arrived >= sent {
+            latency = arrived - sent
+        }
+        lock.lock()
+        if Date() >= measureFrom {
+            received += 1
+            if let latency { latencies.append(latency) }
+        }
+        lock.unlock()
+    }
+
+    /// Opens each path as a WebSocket on a thread of its own and reads its frames until
+    /// `deadline`, timing the query notifications that arrive after `measureFrom`.
+    func startWebSockets(_ paths: [String], host: String, port: Int, deadline: Date, measureFrom: Date) {
+        for path in paths {
+            group.enter()
+            Thread {
+                defer { self.group.leave() }
+                guard let fd = try? BenchConnection.openSocket(host: host, port: port) else {
+                    self.lock.lock(); self.failures += 1; self.lock.unlock()
+                    return
+                }
+                defer { close(fd) }
+                var timeout = timeval(tv_sec: 0, tv_usec: 200_000)
+                setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                let upgrade = Array("GET \(path) HTTP/1.1\r\nHost: \(host)\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n".utf8)
+                guard upgrade.withUnsafeBytes({ send(fd, $0.baseAddress, $0.count, 0) }) == upgrade.count else { return }
+                var data: [UInt8] = []
+                var chunk = [UInt8](repeating: 0, count: 1 << 16)
+                var handshaken = false
+                while Date() < deadline {
+                    let count = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                    if count == 0 { break }
+                    if count < 0 { continue }  // the receive timeout: look at the deadline
+                    data += chunk[0..<count]
+                    if !handshaken {
+                        guard let end = BenchLoop.find(Array("\r\n\r\n".utf8), in: data, from: 0) else { continue }
+                        guard String(decoding: data.prefix(12), as: UTF8.self).hasSuffix("101") else {
+                            self.lock.lock(); self.failures += 1; self.lock.unlock()
+                            return
+                        }
+                        data.removeFirst(end + 4)
+                        handshaken = true
+                    }
+                    // Server frames are unmasked: opcode, a 7-, 16- or 64-bit length, the payload.
+                    while data.count >= 2 {
+                        let opcode = data[0] & 0x0f
+                        var length = Int(data[1] & 0x7f)
+                        var start = 2
+                        if length == 126 {
+                            guard data.count >= 4 else { break }
+                            length = Int(data[2]) << 8 | Int(data[3])
+                            start = 4
+                        } else if length == 127 {
+                            guard data.count >= 10 else { break }
+                            length = data[2..<10].reduce(0) { $0 << 8 | Int($1) }
+                            start = 10
+                        }
+                        guard data.count >= start + length else { break }
+                        let payload = Array(data[start..<(start + length)])
+                        data.removeFirst(start + length)
+                        switch opcode {
+                        case 1: self.note(payload, measureFrom: measureFrom)
+                        case 9:  // ping: a masked pong with the same payload (mask 0: the payload as is)
+                            let pong: [UInt8] = [0x8a, 0x80 | UInt8(payload.count), 0, 0, 0, 0] + payload
+                            _ = pong.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
+                        default: break
+                        }
+                    }
+                }
+            }.start()
+        }
+    }
+
     /// Polls each path on a thread of its own until `deadline`, timing the query notifications
     /// that arrive after `measureFrom`.
     func start(_ paths: [String], host: String, port: Int, deadline: Date, measureFrom: Date) {
@@ -112,18 +192,7 @@ final class BenchPollers: @unchecked Sendable {
                         continue
                     }
                     guard status == 200 else { continue }
-                    let arrived = Self.now()
-                    var latency: UInt64?
-                    if let name = (try? JSONParser.parse(body))?["ck"]?["qry"]?["rid"]?.stringValue,
-                       let mark = name.range(of: "-t", options: .backwards), let sent = UInt64(name[mark.upperBound...]), arrived >= sent {
-                        latency = arrived - sent
-                    }
-                    self.lock.lock()
-                    if Date() >= measureFrom {
-                        self.received += 1
-                        if let latency { self.latencies.append(latency) }
-                    }
-                    self.lock.unlock()
+                    self.note(body, measureFrom: measureFrom)
                 }
                 self.group.leave()
             }.start()

@@ -28,6 +28,7 @@ extension Bench {
                                    discussion: "The i-th seeded container is picked with probability proportional to 1/i^s, like pgbench's random_zipfian.",
                                    valueName: "s")) var zipf: Double?
         @Option(help: "Web courier polls to hold open during the run, one per container's user (first N containers): the create workload then reports how long its query notifications took to arrive (seed them with 'stratus bench subscribe').") var pollers = 0
+        @Flag(name: .customLong("websockets"), help: "With --pollers: the clients open the web courier URL as a WebSocket (one frame per notification) instead of long-polling it.") var webSockets = false
         @Flag(help: "Print one JSON document instead of text.") var json = false
 
         func validate() throws {
@@ -138,7 +139,11 @@ extension Bench {
             let polls = BenchPollers()
             if pollers > 0 {
                 let paths = try BenchPollers.open(Array(state.tenants.prefix(pollers)), host: host, port: port)
-                polls.start(paths, host: host, port: port, deadline: deadline, measureFrom: measureFrom)
+                if webSockets {
+                    polls.startWebSockets(paths, host: host, port: port, deadline: deadline, measureFrom: measureFrom)
+                } else {
+                    polls.start(paths, host: host, port: port, deadline: deadline, measureFrom: measureFrom)
+                }
             }
             let pick = TenantPicker(count: state.tenants.count, zipf: zipf)
             let threads = max(1, min(self.threads, concurrency))
