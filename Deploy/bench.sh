@@ -12,6 +12,10 @@
 #             'stratus bench subscribe' (10,000 subscriptions across 1,000 users), the second with
 #             100 web courier polls held open; prints the rate against the first and the
 #             notification latency (issue 26: at most 20 % fewer creates).
+#             STRATUS_BENCH_SUBSCRIBE="--writer-subscriptions 1": the writer keeps a database
+#             subscription alone (about one notification per create instead of ~2.7);
+#             STRATUS_BENCH_POLL="--websockets": the 100 clients hold WebSockets, not long polls;
+#             STRATUS_BENCH_STATEMENTS=1: pg_stat_statements lists the subscribed run's statements.
 #
 #   --rounds  runs each workload's pgbench + service pair (and PocketBase) N times in a row
 #             (default 1) and reports the round with the median ratio, and PocketBase's median
