@@ -2,8 +2,6 @@ import Foundation
 import Logging
 import StratusCore
 import StratusStore
-import NIOCore
-import NIOPosix
 import Synchronization
 
 /// Turns committed record changes into notifications for the subscriptions that match them, and
@@ -55,8 +53,8 @@ public final class Notifier: RecordChangeObserver {
     let sealer: TokenSealer
     let logger: Logger
     private let entries = Mutex<[Key: Entry]>([:])
-    /// Polls waiting in this process, by subscriber.
-    private let waiters = Mutex<[CourierKey: [ObjectIdentifier: CourierWaiter]]>([:])
+    /// Polls waiting in this process, and what is known of their queues.
+    let couriers = CourierWaiters()
     /// Each subscriber's web courier tokens (hashes), as read, kept a minute and dropped when any
     /// process makes them a new one (`Invalidations.Event.courierTokens`).
     private let tokens = Mutex<[CourierKey: (hashes: [String], read: ContinuousClock.Instant)]>([:])
@@ -127,13 +125,13 @@ public final class Notifier: RecordChangeObserver {
         case .courier(let containerID, let environment, let from, let owners):
             // This process woke its own polls when it queued.
             guard from != origin else { return }
-            for owner in owners { wake(CourierKey(containerID: containerID, environment: environment, owner: owner)) }
+            for owner in owners { couriers.wake(CourierKey(containerID: containerID, environment: environment, owner: owner)) }
         case .courierTokens(let containerID, let environment, let owner):
             _ = tokens.withLock { $0.removeValue(forKey: CourierKey(containerID: containerID, environment: environment, owner: owner)) }
         case .all:
             entries.withLock { $0.removeAll() }
             tokens.withLock { $0.removeAll() }
-            wakeAll()
+            couriers.wakeAll()
         default:
             break
         }
@@ -141,56 +139,13 @@ public final class Notifier: RecordChangeObserver {
 
     // MARK: Waiting polls
 
-    /// Registers a poll of `key`'s notifications: wake-ups sent from now on reach its waiter
-    /// (one is kept until the next wait), so one sent between a poll's look and its wait is not missed.
-    func register(_ key: CourierKey, tokenHash: String) -> CourierWaiter {
-        let waiter = CourierWaiter(tokenHash: tokenHash)
-        waiters.withLock { $0[key, default: [:]][ObjectIdentifier(waiter)] = waiter }
-        if sweeping.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
-            Task { await self.sweepDeadlines() }
-        }
-        return waiter
-    }
-
-    /// Whether the deadline sweep runs (it does while any poll is registered).
-    private let sweeping = Atomic<Bool>(false)
-    /// How often waits past their deadline are ended: a poll's timeout is that much late at most.
-    static let sweepPeriod: Duration = .milliseconds(100)
-
-    /// Ends the waits past their deadlines every `sweepPeriod`, until no poll is registered.
-    private func sweepDeadlines() async {
-        while true {
-            try? await Task.sleep(for: Self.sweepPeriod)
-            let all = waiters.withLock { $0.values.flatMap(\.values) }
-            if all.isEmpty {
-                sweeping.store(false, ordering: .releasing)
-                // A poll registered just now found the sweep running: take it up again for it.
-                guard !waiters.withLock({ $0.isEmpty }),
-                      sweeping.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
-                continue
-            }
-            let now = ContinuousClock.now
-            for waiter in all { waiter.wakeIfPast(now) }
-        }
-    }
-
+    /// Ends a poll's registration; a notification handed over as the poll ended goes back to the queue.
     func unregister(_ key: CourierKey, _ waiter: CourierWaiter) {
-        waiters.withLock { waiting in
-            waiting[key]?.removeValue(forKey: ObjectIdentifier(waiter))
-            if waiting[key]?.isEmpty == true { waiting.removeValue(forKey: key) }
-        }
-        waiter.wake()
-        // A notification handed over as the poll ended goes back to the queue.
+        couriers.remove(key, waiter)
         if let payload = waiter.takeHanded() {
             let token = CourierToken(containerID: key.containerID, environment: key.environment, owner: key.owner, tokenHash: waiter.tokenHash)
             Task { await self.putBack(token, seq: nil, payload: payload) }
         }
-    }
-
-    /// Hands `payload` to a poll of `token` waiting in this process, if one is parked now.
-    func offer(_ payload: String, to key: CourierKey, token: String) -> Bool {
-        let candidates = waiters.withLock { waiting in (waiting[key] ?? [:]).values.filter { $0.tokenHash == token } }
-        return candidates.contains { $0.offer(payload) }
     }
 
     /// The web courier tokens of `owners`, from memory or one statement for those not known.
@@ -219,81 +174,10 @@ public final class Notifier: RecordChangeObserver {
         return known.merging(read) { a, _ in a }
     }
 
-    /// Notifications may have been queued for `key`'s tokens: its polls wake and look.
-    private func wake(_ key: CourierKey) {
-        emptiness.withLock { state in
-            // Recorded even for a subscriber not seen yet: a take already under way for them must
-            // not then mark their queue empty.
-            state.forgetAllIfFull()
-            state.clock += 1
-            state.known[key] = (generation: state.clock, empty: [])
-        }
-        for waiter in waiters.withLock({ Array(($0[key] ?? [:]).values) }) { waiter.wake() }
-    }
-
-    /// Wakes every poll of this process (a wake-up may have been missed while the listener was down).
-    private func wakeAll() {
-        emptiness.withLock { $0.forgetAll() }
-        for waiter in waiters.withLock({ $0.values.flatMap(\.values) }) { waiter.wake() }
-    }
-
-    // MARK: Known-empty queues
-
-    /// Per subscriber, the wake-ups seen (a generation) and the tokens a take found nothing for
-    /// since: a poll of such a token parks without asking PostgreSQL, as nothing can have been
-    /// queued for it without a wake-up reaching this process (this process's own queueing wakes
-    /// at once, another's through `pg_notify`; a reconnected listener forgets everything). A
-    /// subscriber's polls re-poll after every notification, and most find their queue empty:
-    /// that was one statement per notification delivered.
-    private let emptiness = Mutex(Emptiness())
-
-    struct Emptiness {
-        /// Counts wake-ups: each subscriber's generation is the count at their last one.
-        var clock = 0
-        /// The generation of a subscriber with no entry (the count when everything was last forgotten).
-        var floor = 0
-        var known: [CourierKey: (generation: Int, empty: Set<String>)] = [:]
-
-        func generation(_ key: CourierKey) -> Int { known[key]?.generation ?? floor }
-
-        /// Forgets every subscriber: what takes under way read before is then stale.
-        mutating func forgetAll() {
-            known.removeAll()
-            clock += 1
-            floor = clock
-        }
-
-        mutating func forgetAllIfFull() {
-            if known.count >= 100_000 { forgetAll() }
-        }
-    }
-
-    /// The wake-up generation of `key`, to read before looking at its queue.
-    func queueGeneration(_ key: CourierKey) -> Int {
-        emptiness.withLock { $0.generation(key) }
-    }
-
-    /// Whether `token`'s queue may hold notifications (not found empty since the last wake-up).
-    func mayHaveQueued(_ key: CourierKey, token: String) -> Bool {
-        emptiness.withLock { !($0.known[key]?.empty.contains(token) ?? false) }
-    }
-
-    /// A take found nothing for `token`, having read `generation` before it: unless a wake-up
-    /// came since, its queue is known empty.
-    func noteEmpty(_ key: CourierKey, token: String, generation: Int) {
-        emptiness.withLock { state in
-            guard state.generation(key) == generation else { return }
-            state.forgetAllIfFull()
-            if state.known[key] == nil { state.known[key] = (generation: state.floor, empty: []) }
-            guard state.known[key]!.generation == generation else { return }
-            state.known[key]!.empty.insert(token)
-        }
-    }
-
     /// Puts back a notification whose answer could not be written, and wakes the token's polls.
     func putBack(_ token: CourierToken, seq: Int64?, payload: String) async {
         try? await records.putBackNotification(token, seq: seq, payload: payload)
-        wake(CourierKey(containerID: token.containerID, environment: token.environment, owner: token.owner))
+        couriers.wake(CourierKey(containerID: token.containerID, environment: token.environment, owner: token.owner))
     }
 
     // MARK: Matching
@@ -404,7 +288,7 @@ public final class Notifier: RecordChangeObserver {
         for item in pending {
             let courier = CourierKey(containerID: key.containerID, environment: key.environment, owner: item.pending.owner)
             for token in hashes[item.pending.owner] ?? [] {
-                if offer(item.pending.payload, to: courier, token: token) {
+                if couriers.offer(item.pending.payload, to: courier, token: token) {
                     handed += 1
                 } else {
                     rows.append(QueuedNotification(owner: item.pending.owner, tokenHash: token, payload: item.pending.payload,
@@ -417,7 +301,7 @@ public final class Notifier: RecordChangeObserver {
         if !queued.isEmpty {
             // This process's polls at once; the other processes' with the next batch of wake-ups.
             let owners = Set(rows.map(\.owner))
-            for owner in owners { wake(CourierKey(containerID: key.containerID, environment: key.environment, owner: owner)) }
+            for owner in owners { couriers.wake(CourierKey(containerID: key.containerID, environment: key.environment, owner: owner)) }
             scheduleWakeUps(owners, key: key)
         }
         rateLimiter.noteNotifications(Int64(handed + queued.values.reduce(0, +)), containerID: key.containerID, environment: key.environment)
@@ -545,100 +429,5 @@ public final class Notifier: RecordChangeObserver {
         }
         entries.withLock { $0[key] = entry }
         return entry
-    }
-}
-
-/// One poll (or WebSocket stream) waiting for a subscriber's notifications: a flag and at most one
-/// suspended task, cheaper per poll than a stream and a task group with a sleeping child (each poll
-/// answered is one wait, and a busy subscriber polls tens of times a second). Deadlines are kept,
-/// not timed: one sweep for the whole process ends the waits past theirs (a timer per wait, armed
-/// and cancelled from outside the event loop, woke an event loop thread twice per poll).
-final class CourierWaiter: Sendable {
-    private struct State {
-        /// A wake-up arrived while nobody waited: the next wait returns at once.
-        var woken = false
-        var continuation: CheckedContinuation<Void, Never>?
-        /// A notification handed to this poll while it was parked (`offer`), for it to answer.
-        var handed: String?
-        /// When the current wait ends without a wake-up.
-        var deadline: ContinuousClock.Instant?
-    }
-
-    private let state = Mutex(State())
-    /// The web courier token polled.
-    let tokenHash: String
-
-    init(tokenHash: String) {
-        self.tokenHash = tokenHash
-    }
-
-    /// Hands `payload` to this poll if it is parked in `wait` with nothing handed yet, and ends
-    /// the wait; `false` otherwise (the caller queues it).
-    func offer(_ payload: String) -> Bool {
-        let continuation = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard state.handed == nil, let continuation = state.continuation else { return nil }
-            state.continuation = nil
-            state.deadline = nil
-            state.handed = payload
-            return continuation
-        }
-        continuation?.resume()
-        return continuation != nil
-    }
-
-    /// The notification handed to this poll, if any (once).
-    func takeHanded() -> String? {
-        state.withLock { state in
-            defer { state.handed = nil }
-            return state.handed
-        }
-    }
-
-    /// Ends the current wait, or the next one if none is in progress.
-    func wake() {
-        let continuation = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard let continuation = state.continuation else {
-                state.woken = true
-                return nil
-            }
-            state.continuation = nil
-            state.deadline = nil
-            return continuation
-        }
-        continuation?.resume()
-    }
-
-    /// Waits for a wake-up (one that came since the last wait counts), or until `deadline`
-    /// (noticed by the notifier's deadline sweep, within its period).
-    func wait(until deadline: ContinuousClock.Instant) async {
-        guard ContinuousClock.now < deadline else { return }
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            let now = state.withLock { state -> Bool in
-                if state.woken {
-                    state.woken = false
-                    return true
-                }
-                state.continuation = continuation
-                state.deadline = deadline
-                return false
-            }
-            if now { continuation.resume() }
-        }
-        state.withLock {
-            $0.deadline = nil
-            // The sweep may have ended the wait as another wake-up came: neither carries over.
-            $0.woken = false
-        }
-    }
-
-    /// Ends the current wait if its deadline has passed.
-    func wakeIfPast(_ now: ContinuousClock.Instant) {
-        let continuation = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard let deadline = state.deadline, deadline <= now, let continuation = state.continuation else { return nil }
-            state.continuation = nil
-            state.deadline = nil
-            return continuation
-        }
-        continuation?.resume()
     }
 }

@@ -113,7 +113,7 @@ extension StratusApp {
         }
         let deadline = ContinuousClock.now + timeout
         let key = Notifier.CourierKey(containerID: container.id, environment: environment, owner: token.owner)
-        let waiter = notifier.register(key, tokenHash: token.tokenHash)
+        let waiter = notifier.couriers.register(key, tokenHash: token.tokenHash)
         defer { notifier.unregister(key, waiter) }
         let connection = RequestConnection.current
         // A client that goes away wakes its poll, which then ends.
@@ -152,10 +152,10 @@ extension StratusApp {
 
     /// The oldest notification queued for `token`, unless this process knows its queue is empty.
     func take(_ token: CourierToken, key: Notifier.CourierKey) async throws -> (seq: Int64?, payload: String)? {
-        guard notifier.mayHaveQueued(key, token: token.tokenHash) else { return nil }
-        let generation = notifier.queueGeneration(key)
+        guard notifier.couriers.mayHaveQueued(key, token: token.tokenHash) else { return nil }
+        let generation = notifier.couriers.queueGeneration(key)
         guard let (seq, payload) = try await records.takeNotification(token) else {
-            notifier.noteEmpty(key, token: token.tokenHash, generation: generation)
+            notifier.couriers.noteEmpty(key, token: token.tokenHash, generation: generation)
             return nil
         }
         return (seq, payload)
@@ -183,7 +183,7 @@ extension StratusApp {
     /// connection closes. One whose frame could not be written is put back.
     func streamCourier(_ token: CourierToken, on channel: any Channel) async {
         let key = Notifier.CourierKey(containerID: token.containerID, environment: token.environment, owner: token.owner)
-        let waiter = notifier.register(key, tokenHash: token.tokenHash)
+        let waiter = notifier.couriers.register(key, tokenHash: token.tokenHash)
         defer { notifier.unregister(key, waiter) }
         channel.closeFuture.whenComplete { _ in waiter.wake() }
         while channel.isActive {
