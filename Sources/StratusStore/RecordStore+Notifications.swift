@@ -201,7 +201,8 @@ extension RecordStore {
     /// polls of one token), each answered in the order the polls came.
     static func takeNotifications(_ polls: [CourierToken], on connection: PostgresConnection, logger: Logger) async throws -> [(seq: Int64, payload: String)?] {
         // Planned on each call (not prepared): prepared, PostgreSQL's generic plan took ~2 ms a
-        // take under the create-subscribed benchmark against ~50 µs planned each time.
+        // take under the create-subscribed benchmark, against ~0.12 ms executing and ~0.15 ms
+        // planning each time (pg_stat_statements).
         let rows = try await connection.rows("""
             WITH u AS (SELECT c, t, count(*) AS k FROM unnest(\(polls.map(\.containerID))::bigint[], \(polls.map(\.tokenHash))::text[]) AS u(c, t) GROUP BY c, t)
             DELETE FROM notifications n WHERE ctid = ANY (ARRAY(

@@ -469,6 +469,24 @@ import Testing
         }
     }
 
+    /// A notification queued without a wake-up reaching this process (its sender died in between)
+    /// is found by the poll's last look at its timeout, though this process knew the queue empty.
+    @Test func aLostWakeUpDelaysANotificationByOnePollAtMost() async throws {
+        try await Harness.run { harness in
+            let alice = try await harness.container().signedUp()
+            let path = try await Self.courierPath(alice)
+            // A poll finds the queue empty: this process now knows it so.
+            #expect(try await Self.poll(harness, path, timeout: 1).status == 204)
+            let container = try await harness.app.authenticator.container(named: alice.container)
+            let hash = StratusApp.courierTokenHash(String(path.split(separator: "/").last ?? ""))
+            let queued = try await harness.app.records.queueNotifications(containerID: container.id, environment: .development, [
+                QueuedNotification(owner: alice.userRecordName!, tokenHash: hash, payload: #"{"ck":{"nid":"lost"}}"#, coalesceKey: nil)])
+            #expect(queued[alice.userRecordName!] == 1, "\(queued)")
+            let next = try await Self.poll(harness, path, timeout: 1)
+            #expect(next.status == 200 && next.json["ck"]?["nid"] == "lost", "\(next)")
+        }
+    }
+
     /// An operator's notificationsPerSecond (set with `stratus quota set`): writes past it still
     /// succeed, their notifications are dropped and counted in `stratus usage`.
     @Test func theNotificationLimitDropsTheRestAndCountsThem() async throws {

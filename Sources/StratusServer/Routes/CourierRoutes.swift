@@ -130,7 +130,8 @@ extension StratusApp {
                 // A client that went away takes nothing: what arrives waits for its next poll.
                 return empty
             } else {
-                taken = try await take(token, key: key)
+                // The look at the deadline always asks PostgreSQL (see `take`).
+                taken = try await take(token, key: key, ask: ContinuousClock.now >= deadline)
             }
             if let (seq, payload) = taken {
                 if let connection {
@@ -151,8 +152,11 @@ extension StratusApp {
     }
 
     /// The oldest notification queued for `token`, unless this process knows its queue is empty.
-    func take(_ token: CourierToken, key: Notifier.CourierKey) async throws -> (seq: Int64?, payload: String)? {
-        guard notifier.couriers.mayHaveQueued(key, token: token.tokenHash) else { return nil }
+    /// With `ask`, PostgreSQL is asked whatever this process knows: a wake-up can be lost (the
+    /// process that queued died before sending it), and a poll's last look at its timeout, or a
+    /// WebSocket's after each quiet period, bounds how long that hides a notification.
+    func take(_ token: CourierToken, key: Notifier.CourierKey, ask: Bool = false) async throws -> (seq: Int64?, payload: String)? {
+        guard ask || notifier.couriers.mayHaveQueued(key, token: token.tokenHash) else { return nil }
         let generation = notifier.couriers.queueGeneration(key)
         guard let (seq, payload) = try await records.takeNotification(token) else {
             notifier.couriers.noteEmpty(key, token: token.tokenHash, generation: generation)
@@ -186,13 +190,14 @@ extension StratusApp {
         let waiter = notifier.couriers.register(key, tokenHash: token.tokenHash)
         defer { notifier.unregister(key, waiter) }
         channel.closeFuture.whenComplete { _ in waiter.wake() }
+        var quietSince = ContinuousClock.now
         while channel.isActive {
             let taken: (seq: Int64?, payload: String)?
             if let payload = waiter.takeHanded() {
                 taken = (nil, payload)
             } else {
                 do {
-                    taken = try await take(token, key: key)
+                    taken = try await take(token, key: key, ask: ContinuousClock.now - quietSince >= Self.courierPollTimeout)
                 } catch {
                     // The database is out of reach: try again shortly.
                     try? await Task.sleep(for: .seconds(1))
@@ -200,7 +205,8 @@ extension StratusApp {
                 }
             }
             guard let (seq, payload) = taken else {
-                await waiter.wait(until: .now + Self.courierPollTimeout)
+                if ContinuousClock.now - quietSince >= Self.courierPollTimeout { quietSince = .now }
+                await waiter.wait(until: quietSince + Self.courierPollTimeout)
                 continue
             }
             do {
