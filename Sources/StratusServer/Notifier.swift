@@ -58,6 +58,10 @@ public final class Notifier: RecordChangeObserver {
     /// Each subscriber's web courier tokens (hashes), as read, kept a minute and dropped when any
     /// process makes them a new one (`Invalidations.Event.courierTokens`).
     private let tokens = Mutex<[CourierKey: (hashes: [String], read: ContinuousClock.Instant)]>([:])
+    /// Rise with every invalidation of `entries` / `tokens`: a read that began before one is not
+    /// kept (it may predate the change the invalidation announced), only used.
+    private let entriesGeneration = Atomic<Int>(0)
+    private let tokensGeneration = Atomic<Int>(0)
     /// Notifications handed straight to a parked poll since start (the rest were queued).
     let handedOver = Atomic<Int>(0)
     /// Names this process in the wake-ups it sends, so it does not wake its own polls twice.
@@ -121,14 +125,18 @@ public final class Notifier: RecordChangeObserver {
     func invalidate(_ event: Invalidations.Event) {
         switch event {
         case .subscriptions(let containerID, let environment), .schema(let containerID, let environment, _):
+            entriesGeneration.add(1, ordering: .sequentiallyConsistent)
             _ = entries.withLock { $0.removeValue(forKey: Key(containerID: containerID, environment: environment)) }
         case .courier(let containerID, let environment, let from, let owners):
             // This process woke its own polls when it queued.
             guard from != origin else { return }
             for owner in owners { couriers.wake(CourierKey(containerID: containerID, environment: environment, owner: owner)) }
         case .courierTokens(let containerID, let environment, let owner):
+            tokensGeneration.add(1, ordering: .sequentiallyConsistent)
             _ = tokens.withLock { $0.removeValue(forKey: CourierKey(containerID: containerID, environment: environment, owner: owner)) }
         case .all:
+            entriesGeneration.add(1, ordering: .sequentiallyConsistent)
+            tokensGeneration.add(1, ordering: .sequentiallyConsistent)
             entries.withLock { $0.removeAll() }
             tokens.withLock { $0.removeAll() }
             couriers.wakeAll()
@@ -164,8 +172,10 @@ public final class Notifier: RecordChangeObserver {
             }
         }
         guard !missing.isEmpty else { return known }
+        let generation = tokensGeneration.load(ordering: .sequentiallyConsistent)
         let read = try await records.courierTokenHashes(containerID: key.containerID, environment: key.environment, owners: missing)
         tokens.withLock { cached in
+            guard tokensGeneration.load(ordering: .sequentiallyConsistent) == generation else { return }
             if cached.count >= 100_000 { cached.removeAll() }
             for owner in missing {
                 cached[CourierKey(containerID: key.containerID, environment: key.environment, owner: owner)] = (read[owner] ?? [], now)
@@ -409,6 +419,7 @@ public final class Notifier: RecordChangeObserver {
     /// The subscriptions of a container-environment, loaded once and kept until they change.
     func entry(_ key: Key) async throws -> Entry {
         if let entry = entries.withLock({ $0[key] }) { return entry }
+        let generation = entriesGeneration.load(ordering: .sequentiallyConsistent)
         let listings = try await records.allSubscriptions(containerID: key.containerID, environment: key.environment, owner: nil)
         var entry = Entry(containerName: try await records.containerName(key.containerID))
         let schema = listings.contains { $0.subscription.kind == .query }
@@ -427,7 +438,9 @@ public final class Notifier: RecordChangeObserver {
             case .shared: entry.sharedByOwner[listing.owner, default: []].append(watcher)
             }
         }
-        entries.withLock { $0[key] = entry }
+        entries.withLock { cached in
+            if entriesGeneration.load(ordering: .sequentiallyConsistent) == generation { cached[key] = entry }
+        }
         return entry
     }
 }

@@ -28,6 +28,8 @@ extension StratusApp {
                 let token = TokenSealer.randomToken(prefix: "wc_")
                 try await self.records.createCourierToken(containerID: caller.container.id, environment: caller.environment, owner: user,
                                                           tokenHash: Self.courierTokenHash(token))
+                // This process's writes hear of the token now, not when the invalidation comes back.
+                self.notifier.invalidate(.courierTokens(containerID: caller.container.id, environment: caller.environment, owner: user))
                 let url = "\(self.configuration.publicURL)/device/1/\(caller.container.name)/\(caller.environment.rawValue)/courier/\(token)"
                 return .json(["apnsEnvironment": .string(apnsEnvironment), "apnsToken": .string(Data(token.utf8).base64EncodedString()),
                               "webcourierURL": .string(url)])
