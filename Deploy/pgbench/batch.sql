@@ -1,5 +1,5 @@
 -- service-sql: lock ca3efae049510650
--- service-sql: write a532dab093ae7d85
+-- service-sql: write 1733714471ad430c
 -- The SQL `stratus serve` runs for this records/modify, statement for statement (RecordStore+Modify.swift):
 -- zone and record locks in one statement, then one statement that writes records, index entries (title, rank: the bench
 -- schema) and the zone's change position. Regenerate when the service's SQL changes.
@@ -19,11 +19,12 @@ WITH live AS (
     INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
                          created_at, created_by, modified_at, modified_by, deleted, size, parent)
     SELECT :c, :z, u.n, u.t, pg_current_xact_id()::text::bigint, nextval('change_seq'), u.f,
-           u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f), NULLIF(u.p, '')
+           u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f) + u.ab, NULLIF(u.p, '')
     FROM unnest(ARRAY(SELECT 'pb-' || :b || '-' || g FROM generate_series(1, 100) g)::text[], ARRAY(SELECT 'Item' FROM generate_series(1, 100) g)::text[], ARRAY(SELECT '{"createdBy":{"type":"STRING","value":"user-1"},"done":{"type":"INT64","value":1},"notes":{"type":"STRING","value":"' || repeat('0123456789abcdef', 52) || '"},"rank":{"type":"INT64","value":' || (g * 7919 % 1048576) || '},"tags":{"type":"STRING_LIST","value":["a1","b1","c1"]},"title":{"type":"STRING","value":"new-title-' || (g % 25) || '"}}' FROM generate_series(1, 100) g)::text[],
                 ARRAY(SELECT 1735689600000 FROM generate_series(1, 100) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 100) g)::text[],
                 ARRAY(SELECT 1735689600000 FROM generate_series(1, 100) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 100) g)::text[],
-                ARRAY(SELECT '' FROM generate_series(1, 100) g)::text[]) AS u(n, t, f, ca, cb, ma, mb, p)
+                ARRAY(SELECT '' FROM generate_series(1, 100) g)::text[], ARRAY(SELECT 0 FROM generate_series(1, 100) g)::bigint[])
+                     AS u(n, t, f, ca, cb, ma, mb, p, ab)
     WHERE NOT false OR EXISTS (SELECT 1 FROM live)
     ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
     RETURNING record_name, change_seq, size
@@ -32,7 +33,7 @@ WITH live AS (
            created_by = CASE WHEN u.d THEN r.created_by ELSE u.cb END,
            modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
            modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
-           deleted = u.d, size = octet_length(u.f),
+           deleted = u.d, size = octet_length(u.f) + u.ab,
            change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq'),
            parent = CASE WHEN u.d THEN r.parent ELSE NULLIF(u.p, '') END,
            share_name = CASE WHEN r.deleted THEN NULL ELSE r.share_name END,
@@ -42,7 +43,8 @@ WITH live AS (
                 '{}'::bigint[], '{}'::text[],
                 '{}'::bigint[], '{}'::text[],
                 '{}'::bool[], '{}'::bigint[], '{}'::text[],
-                '{}'::bigint[]) AS u(n, t, f, ca, cb, ma, mb, d, s, p, o)
+                '{}'::bigint[], '{}'::bigint[])
+                     AS u(n, t, f, ca, cb, ma, mb, d, s, p, o, ab)
     WHERE r.container_id = :c AND r.zone_id = :z AND r.record_name = u.n AND r.change_seq = u.s
       AND (NOT false OR EXISTS (SELECT 1 FROM live))
     RETURNING r.record_name, r.change_seq, r.size, u.d, u.o
@@ -52,6 +54,8 @@ WITH live AS (
     DELETE FROM index_entries WHERE container_id = :c AND zone_id = :z AND record_name = ANY(ARRAY(SELECT record_name FROM upd))
 ), old_references AS (
     DELETE FROM record_references WHERE container_id = :c AND zone_id = :z AND source_name = ANY(ARRAY(SELECT record_name FROM upd))
+), old_assets AS (
+    DELETE FROM asset_references WHERE container_id = :c AND zone_id = :z AND record_name = ANY(ARRAY(SELECT record_name FROM upd))
 ), new_entries AS (
     INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, v_cell, v_lat, v_lon, record_name)
     SELECT :c, :z, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo, e.n FROM (

@@ -1,5 +1,5 @@
 -- service-sql: read 793eb05f884a9108
--- service-sql: write a532dab093ae7d85
+-- service-sql: write 1733714471ad430c
 -- The SQL `stratus serve` runs for this records/modify of one record, statement for statement (RecordStore+Modify.swift,
 -- `modifyOne`): no transaction; the zone and the record read unlocked in one statement, then one statement that writes
 -- the record if it is unchanged (its change sequence, from the read), its index entries (title, rank: the bench schema) and the zone's change position,
@@ -19,10 +19,11 @@ WITH live AS (
     INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
                          created_at, created_by, modified_at, modified_by, deleted, size, parent)
     SELECT :c, :z, u.n, u.t, pg_current_xact_id()::text::bigint, nextval('change_seq'), u.f,
-           u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f), NULLIF(u.p, '')
+           u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f) + u.ab, NULLIF(u.p, '')
     FROM unnest('{}'::text[], '{}'::text[], '{}'::text[],
                 '{}'::bigint[], '{}'::text[],
-                '{}'::bigint[], '{}'::text[], '{}'::text[]) AS u(n, t, f, ca, cb, ma, mb, p)
+                '{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::bigint[])
+                     AS u(n, t, f, ca, cb, ma, mb, p, ab)
     WHERE NOT true OR EXISTS (SELECT 1 FROM live)
     ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
     RETURNING record_name, change_seq, size
@@ -31,7 +32,7 @@ WITH live AS (
            created_by = CASE WHEN u.d THEN r.created_by ELSE u.cb END,
            modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
            modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
-           deleted = u.d, size = octet_length(u.f),
+           deleted = u.d, size = octet_length(u.f) + u.ab,
            change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq'),
            parent = CASE WHEN u.d THEN r.parent ELSE NULLIF(u.p, '') END,
            share_name = CASE WHEN r.deleted THEN NULL ELSE r.share_name END,
@@ -42,7 +43,8 @@ WITH live AS (
                 ARRAY(SELECT 1735689600000 FROM generate_series(1, 1) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 1) g)::text[],
                 ARRAY(SELECT false FROM generate_series(1, 1) g)::bool[], ARRAY(SELECT :r_change_seq::bigint FROM generate_series(1, 1) g)::bigint[],
                 ARRAY(SELECT '' FROM generate_series(1, 1) g)::text[],
-                ARRAY(SELECT :r_size::bigint FROM generate_series(1, 1) g)::bigint[]) AS u(n, t, f, ca, cb, ma, mb, d, s, p, o)
+                ARRAY(SELECT :r_size::bigint FROM generate_series(1, 1) g)::bigint[], ARRAY(SELECT 0 FROM generate_series(1, 1) g)::bigint[])
+                     AS u(n, t, f, ca, cb, ma, mb, d, s, p, o, ab)
     WHERE r.container_id = :c AND r.zone_id = :z AND r.record_name = u.n AND r.change_seq = u.s
       AND (NOT true OR EXISTS (SELECT 1 FROM live))
     RETURNING r.record_name, r.change_seq, r.size, u.d, u.o
@@ -52,6 +54,8 @@ WITH live AS (
     DELETE FROM index_entries WHERE container_id = :c AND zone_id = :z AND record_name = ANY(ARRAY(SELECT record_name FROM upd))
 ), old_references AS (
     DELETE FROM record_references WHERE container_id = :c AND zone_id = :z AND source_name = ANY(ARRAY(SELECT record_name FROM upd))
+), old_assets AS (
+    DELETE FROM asset_references WHERE container_id = :c AND zone_id = :z AND record_name = ANY(ARRAY(SELECT record_name FROM upd))
 ), new_entries AS (
     INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, v_cell, v_lat, v_lon, record_name)
     SELECT :c, :z, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo, e.n FROM (

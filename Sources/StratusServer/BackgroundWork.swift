@@ -10,6 +10,11 @@ public struct BackgroundWork: Service {
     let invalidations: Invalidations
     let rateLimiter: RateLimiter
     let records: RecordStore
+    let assets: AssetStore
+    /// How often assets are swept, and how long an asset must go unused first (the receipts' lifetime).
+    /// (Not the whole configuration: ServiceLifecycle logs the service's description, and that holds the admin token.)
+    let assetSweepInterval: Duration
+    let assetReceiptLifetime: Duration
 
     public func run() async throws {
         try await cancelWhenGracefulShutdown {
@@ -18,6 +23,7 @@ public struct BackgroundWork: Service {
                 group.addTask { await invalidations.run() }
                 group.addTask { await rateLimiter.run() }
                 group.addTask { await sweepNotifications() }
+                group.addTask { await sweepAssets() }
             }
         }
     }
@@ -34,10 +40,24 @@ extension BackgroundWork {
     }
 }
 
+extension BackgroundWork {
+    /// Every `assetSweepInterval`, deletes the assets no record holds and no receipt can still
+    /// attach (with their bytes), and uploads a dead process left half-staged.
+    func sweepAssets() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: assetSweepInterval)
+            guard !Task.isCancelled else { return }
+            while let swept = try? await assets.sweep(unusedFor: assetReceiptLifetime), swept == 500, !Task.isCancelled {}
+            assets.cleanStaging(olderThan: 24 * 3600)
+        }
+    }
+}
+
 extension StratusApp {
     /// The background work to run beside this app's HTTP server.
     public var background: BackgroundWork {
         BackgroundWork(keeper: configuration.statisticsInterval.map { StatisticsKeeper(database: database, logger: logger, interval: $0) },
-                       invalidations: invalidations, rateLimiter: rateLimiter, records: records)
+                       invalidations: invalidations, rateLimiter: rateLimiter, records: records, assets: assets,
+                       assetSweepInterval: configuration.assetSweepInterval, assetReceiptLifetime: configuration.assetReceiptLifetime)
     }
 }

@@ -1,4 +1,6 @@
+import Foundation
 import StratusCore
+import StratusStore
 
 /// Settings of the HTTP service.
 public struct ServerConfiguration: Sendable {
@@ -29,6 +31,21 @@ public struct ServerConfiguration: Sendable {
     /// and closed.
     public var maximumConnectionsPerAddress = ServerConfiguration.defaultMaximumConnectionsPerAddress
     public static let defaultMaximumConnectionsPerAddress = 1024
+
+    /// Where asset bytes are kept (`stratus serve`: files under the data folder by default).
+    public var assetStorage: AssetStorage = .postgres(stagingDirectory: NSTemporaryDirectory() + "stratus-asset-staging")
+    /// Largest asset one upload may carry (CloudKit documents 50 MB for web uploads).
+    public var maximumAssetBytes: Int64 = ServerConfiguration.defaultMaximumAssetBytes
+    public static let defaultMaximumAssetBytes: Int64 = 50 * 1024 * 1024
+    /// How long an upload URL from `assets/upload` takes bytes (CloudKit: 15 minutes).
+    public var uploadURLLifetime: Duration = .seconds(15 * 60)
+    /// How long the receipt of an upload (or of `assets/rereference`) can be saved into a record;
+    /// an asset no record holds is deleted once this long unused.
+    public var assetReceiptLifetime: Duration = .seconds(60 * 60)
+    /// How long an asset's `downloadURL` serves it.
+    public var downloadURLLifetime: Duration = .seconds(60 * 60)
+    /// How often unreferenced assets are looked for and deleted.
+    public var assetSweepInterval: Duration = .seconds(60)
 
     /// The default body limit: 8 MiB (200 operations of ~40 KB each).
     public static let defaultMaximumBodyBytes = 8 * 1024 * 1024

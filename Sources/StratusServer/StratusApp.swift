@@ -34,6 +34,8 @@ public final class StratusApp: Sendable {
     public let rateLimiter: RateLimiter
     /// Notifications for subscriptions, and the web courier polls waiting for them.
     let notifier: Notifier
+    /// Asset bytes (files or large objects).
+    let assets: AssetStore
     /// Web courier tokens recently polled, by container and hash, with when they were read.
     let courierTokens = Mutex<[String: (CourierToken, ContinuousClock.Instant)]>([:])
     /// A bcrypt hash of nothing, verified against when an email is unknown so sign-in takes as long either way.
@@ -60,6 +62,7 @@ public final class StratusApp: Sendable {
         self.invalidations = Invalidations(configuration: database.configuration, logger: logger)
         self.rateLimiter = RateLimiter(admin: admin, configuration: database.configuration, logger: logger)
         self.notifier = Notifier(records: records, authenticator: authenticator, rateLimiter: rateLimiter, sealer: sealer, logger: logger)
+        self.assets = AssetStore(storage: configuration.assetStorage, database: database, logger: logger)
         let (authenticator, schemas, rateLimiter, notifier) = (self.authenticator, self.records.schemas, self.rateLimiter, self.notifier)
         invalidations.subscribe { event in
             authenticator.invalidate(event)
@@ -80,6 +83,7 @@ public final class StratusApp: Sendable {
         addManagementRoutes(to: router)
         addCourierRoutes(to: router)
         addSchemaRoutes(to: router)
+        addAssetRoutes(to: router)
         return StratusRouter(app: self, router: router)
     }
 

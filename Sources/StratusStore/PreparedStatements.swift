@@ -187,7 +187,8 @@ enum Prepared {
     }
 
     /// `records/modify`'s writes in one statement: new records, changed records (and tombstones),
-    /// their old index entries and references dropped, their new index entries added (only for the
+    /// their old index entries, references and asset references dropped (the new asset references
+    /// follow in the same transaction: `RecordStore.writeAssetReferences`), their new index entries added (only for the
     /// records actually written), the zone's change position moved. Data-modifying CTEs share one
     /// snapshot, so the DELETE of old entries cannot see the ones this statement inserts
     /// (index_entries has no unique key). Returns each written record's name and change sequence.
@@ -207,8 +208,9 @@ enum Prepared {
                 INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
                                      created_at, created_by, modified_at, modified_by, deleted, size, parent)
                 SELECT $1, $2, u.n, u.t, pg_current_xact_id()::text::bigint, nextval('change_seq'), u.f,
-                       u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f), NULLIF(u.p, '')
-                FROM unnest($3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bigint[], $9::text[], $39::text[]) AS u(n, t, f, ca, cb, ma, mb, p)
+                       u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f) + u.ab, NULLIF(u.p, '')
+                FROM unnest($3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bigint[], $9::text[], $39::text[], $46::bigint[])
+                     AS u(n, t, f, ca, cb, ma, mb, p, ab)
                 WHERE NOT $32::bool OR EXISTS (SELECT 1 FROM live)
                 ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
                 RETURNING record_name, change_seq, size
@@ -217,14 +219,14 @@ enum Prepared {
                        created_by = CASE WHEN u.d THEN r.created_by ELSE u.cb END,
                        modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
                        modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
-                       deleted = u.d, size = octet_length(u.f),
+                       deleted = u.d, size = octet_length(u.f) + u.ab,
                        change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq'),
                        parent = CASE WHEN u.d THEN r.parent ELSE NULLIF(u.p, '') END,
                        share_name = CASE WHEN r.deleted THEN NULL ELSE r.share_name END,
                        short_guid = CASE WHEN r.deleted THEN NULL ELSE r.short_guid END,
                        share_root = CASE WHEN r.deleted THEN NULL ELSE r.share_root END
-                FROM unnest($10::text[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::bool[], $31::bigint[], $40::text[], $43::bigint[])
-                     AS u(n, t, f, ca, cb, ma, mb, d, s, p, o)
+                FROM unnest($10::text[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::bool[], $31::bigint[], $40::text[], $43::bigint[], $47::bigint[])
+                     AS u(n, t, f, ca, cb, ma, mb, d, s, p, o, ab)
                 WHERE r.container_id = $1 AND r.zone_id = $2 AND r.record_name = u.n AND r.change_seq = u.s
                   AND (NOT $32::bool OR EXISTS (SELECT 1 FROM live))
                 RETURNING r.record_name, r.change_seq, r.size, u.d, u.o
@@ -234,6 +236,8 @@ enum Prepared {
                 DELETE FROM index_entries WHERE container_id = $1 AND zone_id = $2 AND record_name = ANY(ARRAY(SELECT record_name FROM upd))
             ), old_references AS (
                 DELETE FROM record_references WHERE container_id = $1 AND zone_id = $2 AND source_name = ANY(ARRAY(SELECT record_name FROM upd))
+            ), old_assets AS (
+                DELETE FROM asset_references WHERE container_id = $1 AND zone_id = $2 AND record_name = ANY(ARRAY(SELECT record_name FROM upd))
             ), new_entries AS (
                 INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, v_cell, v_lat, v_lon, record_name)
                 SELECT $1, $2, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo, e.n FROM (
@@ -296,7 +300,7 @@ enum Prepared {
         var stripes: (container: Int16, owner: Int16) = (-1, -1)
 
         func makeBindings() throws -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 45)
+            var bindings = PostgresBindings(capacity: 47)
             bindings.append(containerID)
             bindings.append(zoneID)
             for (records, fields) in [(inserts, insertFields), (updates, updateFields)] {
@@ -333,6 +337,9 @@ enum Prepared {
             bindings.append(oldSizes)
             bindings.append(stripes.container)
             bindings.append(stripes.owner)
+            // What each record's assets add to its stored size (0 for tombstones).
+            bindings.append(inserts.map(\.assetBytes))
+            bindings.append(updates.map { $0.deleted ? 0 : $0.assetBytes })
             return bindings
         }
 

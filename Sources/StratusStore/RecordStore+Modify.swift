@@ -79,6 +79,7 @@ extension RecordStore {
                 }
                 var outcomes = plan.outcomes
                 try await checkReferences(db, zoneID: zoneID, zone: zone, outcomes: &outcomes, on: connection)
+                try await useAssets(db, outcomes: &outcomes, on: connection)
                 // Quotas before sharing is planned: a refused save must not leave a share behind.
                 Self.encodeSaves(&outcomes)
                 let liveSizes = Self.liveSizes(current.values)
@@ -142,8 +143,8 @@ extension RecordStore {
     /// `nil` when nothing was written and the transaction must decide: another writer changed the
     /// record (or the zone) after the read, the zone was not found (or the default zone not yet
     /// made), or the request is not a plain save: a delete (cascades), a failed operation (the
-    /// locked read decides the error), references (checked in the transaction), or fields new
-    /// to the schema.
+    /// locked read decides the error), references (checked in the transaction), assets (marked
+    /// used and referenced in the transaction), or fields new to the schema.
     func modifyOne(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: String, now: Int64,
                    allowSchemaChanges: Bool, access: RecordAccess?, render: @escaping @Sendable (Record) -> JSON) async throws -> [ModifyResult]? {
         let names = request.recordNames.compactMap { $0 }
@@ -155,7 +156,7 @@ extension RecordStore {
                 let plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
                                               caller: caller, now: now, render: render, access: access)
                 guard plan.schemaAdditions.isEmpty, plan.outcomes.count == 1, case .success(.save(let record, _)) = plan.outcomes[0],
-                      !record.fields.values.contains(where: { !Self.references(in: $0).isEmpty }),
+                      !record.fields.values.contains(where: { !Self.references(in: $0).isEmpty || !$0.assets.isEmpty }),
                       record.recordType != Record.shareType, let op = plan.operations[0], op.parent == .keep, !op.createShortGUID else { return nil }
                 if let hook = testHooks.beforeOptimisticWrite { await hook(names) }
                 var start: ChangePosition?
@@ -441,6 +442,7 @@ extension RecordStore {
         }
         let live = (inserts + updates).filter { !$0.deleted && written[$0.recordName] != nil }
         try await writeReferences(db, zoneID: zoneID, records: live, on: connection)
+        try await writeAssetReferences(db, zoneID: zoneID, records: live, on: connection)
 
         var results: [ModifyResult] = []
         for (index, outcome) in outcomes.enumerated() {

@@ -98,7 +98,8 @@ extension RecordStore {
         switch outcome {
         case .success(.save(let record, _)):
             let old = liveSizes[record.recordName]
-            let size = Int64(record.encodedFields?.count ?? Record.encodeFields(record.fields).count)
+            // The field data and the bytes of its assets (records.size: `WriteRecords`).
+            let size = Int64(record.encodedFields?.count ?? Record.encodeFields(record.fields).count) + record.assetBytes
             return UsageDelta(records: old == nil ? 1 : 0, bytes: size - (old ?? 0))
         case .success(.delete(let name, _)):
             guard let old = liveSizes[name] else { return UsageDelta() }

@@ -319,6 +319,7 @@ public final class RecordStore: Sendable {
             try await Self.releaseUsage(db, records: removed.0, bytes: removed.1, on: connection, logger: logger)
             try await connection.statement("DELETE FROM index_entries WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
             try await connection.statement("DELETE FROM record_references WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
+            try await connection.statement("DELETE FROM asset_references WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
             return zone
         }
     }

@@ -174,7 +174,7 @@ extension SchemaStore {
             let zoneFilter = "container_id = $1 AND zone_id IN (SELECT zone_id FROM zones WHERE container_id = $1 AND environment = 1)"
             let deleted = try await connection.rows(PostgresQuery(unsafeSQL: "WITH d AS (DELETE FROM records WHERE \(zoneFilter) AND NOT deleted RETURNING 1) SELECT count(*) FROM d",
                                                                   binds: RecordStore.binds(containerID)), logger: logger).first!.decode(Int64.self)
-            for table in ["records", "index_entries", "record_references"] {
+            for table in ["records", "index_entries", "record_references", "asset_references"] {
                 try await connection.statement(PostgresQuery(unsafeSQL: "DELETE FROM \(table) WHERE \(zoneFilter)", binds: RecordStore.binds(containerID)), logger: logger)
             }
             try await connection.statement("DELETE FROM zones WHERE container_id = \(containerID) AND environment = 1", logger: logger)

@@ -54,6 +54,8 @@ import FoundationNetworking
         var environment = ProcessInfo.processInfo.environment
         environment["STRATUS_ADMIN_TOKEN"] = adminToken
         environment["STRATUS_MIGRATIONS_DIR"] = nil
+        // Asset files of servers the tests start stay out of the working tree.
+        environment["STRATUS_ASSET_DIR"] = NSTemporaryDirectory() + "stratus-test-assets-\(getpid())"
         TestSecrets.record(adminToken)
         return environment
     }

@@ -96,7 +96,7 @@ public enum IndexValue: Sendable, Equatable, Hashable {
         case .int64(let number), .timestamp(let number): self = .int(number)
         case .double(let number): self = .double(number)
         case .reference(let reference): self = .text(reference.recordName)
-        case .bytes, .location, .list: return nil
+        case .bytes, .location, .asset, .list: return nil
         }
     }
 }

@@ -71,6 +71,31 @@ public struct Reference: Sendable, Hashable {
     }
 }
 
+/// An asset a record holds (CKWS asset dictionary): which bytes, by checksum and size. The bytes
+/// live in the server's asset store; a record stores only this.
+public struct AssetValue: Sendable, Hashable {
+    /// Standard base64 of the bytes' SHA-256 (44 characters): CKWS `fileChecksum`.
+    public var fileChecksum: String
+    public var size: Int64
+    /// The receipt `assets/upload` or `assets/rereference` gave, on a value being saved (never stored).
+    public var receipt: String?
+    /// The receipt was checked (`ModifyRequest.receipts`): the value may be saved in this field.
+    public var verified: Bool
+
+    public init(fileChecksum: String, size: Int64, receipt: String? = nil, verified: Bool = false) {
+        self.fileChecksum = fileChecksum
+        self.size = size
+        self.receipt = receipt
+        self.verified = verified
+    }
+
+    /// The 32 bytes of the SHA-256 `fileChecksum` names, or `nil` when it names none.
+    public static func digest(of checksum: String) -> [UInt8]? {
+        guard checksum.utf8.count == 44, let data = Data(base64Encoded: checksum), data.count == 32 else { return nil }
+        return Array(data)
+    }
+}
+
 /// A typed field value, exactly as CloudKit Web Services carries it.
 public indirect enum FieldValue: Sendable, Equatable {
     case string(String)
@@ -83,6 +108,7 @@ public indirect enum FieldValue: Sendable, Equatable {
     case reference(Reference)
     /// The location dictionary with its numeric members (`latitude`, `longitude`, …).
     case location([String: Double])
+    case asset(AssetValue)
     case list(ScalarType, [FieldValue])
 
     /// The value's type.
@@ -95,7 +121,17 @@ public indirect enum FieldValue: Sendable, Equatable {
         case .bytes: return FieldType(.bytes)
         case .reference: return FieldType(.reference)
         case .location: return FieldType(.location)
+        case .asset: return FieldType(.asset)
         case .list(let element, _): return FieldType(element, list: true)
+        }
+    }
+
+    /// The assets the value holds (an asset, or the elements of an asset list).
+    public var assets: [AssetValue] {
+        switch self {
+        case .asset(let asset): return [asset]
+        case .list(.asset, let elements): return elements.flatMap(\.assets)
+        default: return []
         }
     }
 }
@@ -176,8 +212,8 @@ extension FieldValue {
             case .bool: throw .badRequest("field '\(field)' is a boolean; CloudKit has no boolean type, use INT64 0 or 1")
             case .object(let members):
                 if members["latitude"] != nil { return FieldType(.location) }
-                if members["recordName"] != nil { return FieldType(.reference) }
                 if members["fileChecksum"] != nil || members["receipt"] != nil { return FieldType(.asset) }
+                if members["recordName"] != nil { return FieldType(.reference) }
                 throw .badRequest("field '\(field)' has an object value of unknown kind; give its type")
             default:
                 throw .badRequest("field '\(field)' has a value of unknown type; give its type")
@@ -254,7 +290,23 @@ extension FieldValue {
             }
             return .location(location)
         case .asset:
-            throw .badRequest("field '\(field)' is an asset; assets are not supported by this server yet")
+            guard let members = value.objectValue else {
+                throw .badRequest("field '\(field)' is an ASSETID and needs the dictionary assets/upload's upload returned ({\"fileChecksum\", \"size\", \"receipt\"}), not \(value.kindName)")
+            }
+            guard let checksum = members["fileChecksum"]?.stringValue, AssetValue.digest(of: checksum) != nil else {
+                throw .badRequest("field '\(field)': an asset needs the 'fileChecksum' its upload returned (base64 of a SHA-256)")
+            }
+            guard case .int(let size) = members["size"] ?? .null, size >= 0 else {
+                throw .badRequest("field '\(field)': an asset needs the 'size' its upload returned, a whole number of bytes")
+            }
+            var receipt: String?
+            if let receiptJSON = members["receipt"], receiptJSON != .null {
+                guard let text = receiptJSON.stringValue, !text.isEmpty, text.utf8.count <= 4096 else {
+                    throw .badRequest("field '\(field)': an asset's 'receipt' must be the string its upload returned")
+                }
+                receipt = text
+            }
+            return .asset(AssetValue(fileChecksum: checksum, size: size, receipt: receipt))
         }
     }
 
@@ -361,8 +413,26 @@ extension FieldValue {
                 members[key] = key == "timestamp" && number == number.rounded() ? .int(Int64(number)) : .double(number)
             }
             return .object(members)
+        case .asset(let asset):
+            return .object(["fileChecksum": .string(asset.fileChecksum), "size": .int(asset.size)])
         case .list(_, let elements):
             return .array(elements.map { $0.valueJSON(numbersAsStrings: numbersAsStrings) })
         }
+    }
+
+    /// The wire encoding with each asset's `downloadURL` (`assetURL`), as records are read.
+    public func wireJSON(numbersAsStrings: Bool, assetURL: (AssetValue) -> String) -> JSON {
+        guard !assets.isEmpty else { return wireJSON(numbersAsStrings: numbersAsStrings) }
+        func withURL(_ value: FieldValue) -> JSON {
+            switch value {
+            case .asset(let asset):
+                return .object(["fileChecksum": .string(asset.fileChecksum), "size": .int(asset.size), "downloadURL": .string(assetURL(asset))])
+            case .list(_, let elements):
+                return .array(elements.map(withURL))
+            default:
+                return value.valueJSON(numbersAsStrings: numbersAsStrings)
+            }
+        }
+        return .object(["type": .string(type.wireName), "value": withURL(self)])
     }
 }

@@ -57,6 +57,13 @@ public struct ModifyRequest: Sendable {
     public var atomic: Bool
     public var desiredKeys: Set<String>?
     public var numbersAsStrings: Bool
+    /// Checks the receipt of each asset saved (set by the server for the database written);
+    /// without it, no new asset may be attached.
+    public var receipts: ReceiptCheck?
+
+    /// Checks an asset's receipt for a field of a record type: `nil` when the asset may be saved
+    /// there, else why not.
+    public typealias ReceiptCheck = @Sendable (_ asset: AssetValue, _ recordType: String, _ field: String) -> StratusError?
 
     /// The keys to return for operation `index`: its own `desiredKeys`, else the request's.
     public func desiredKeys(ofOperation index: Int) -> Set<String>? {
@@ -233,6 +240,7 @@ public enum ModifyPlanner {
                     let recordType = op.recordType ?? live?.recordType
                     try typeFields(&op, recordType: recordType, schema: &trial, additions: &trialAdditions,
                                    allowSchemaChanges: allowSchemaChanges)
+                    try checkAssets(&op, recordType: recordType, live: live, receipts: request.receipts)
                 }
                 if access != nil, (op.recordType ?? live?.recordType) == Record.shareType {
                     throw .badRequest("shares live in a custom zone of the owner's private database, not in the public database")
@@ -277,6 +285,43 @@ public enum ModifyPlanner {
             return RecordAccess.denial(.create, on: recordType, recordName: op.recordName, in: schema)
         }
         return nil
+    }
+
+    /// Lets an operation save only assets it may: one with a receipt the server accepts for this
+    /// record type and field, or one the record already holds (a client saving back what it read,
+    /// which carries no receipt). Any other checksum could name another user's bytes.
+    static func checkAssets(_ op: inout ModifyOperation, recordType: String?, live: Record?,
+                            receipts: ModifyRequest.ReceiptCheck?) throws(StratusError) {
+        guard op.fields.values.contains(where: { !($0?.assets.isEmpty ?? true) }) else { return }
+        let held = Set(live?.fields.values.flatMap(\.assets).map(\.fileChecksum) ?? [])
+        for (name, value) in op.fields {
+            guard let value, !value.assets.isEmpty else { continue }
+            func checked(_ value: FieldValue) throws(StratusError) -> FieldValue {
+                switch value {
+                case .asset(var asset):
+                    if let receipt = asset.receipt {
+                        guard let receipts, let recordType else {
+                            throw .badRequest("field '\(name)': this database does not take asset receipts")
+                        }
+                        _ = receipt
+                        if let refusal = receipts(asset, recordType, name) { throw refusal }
+                        asset.receipt = nil
+                        asset.verified = true
+                    } else if !held.contains(asset.fileChecksum) {
+                        throw .badRequest("field '\(name)': an asset is saved with the 'receipt' its upload (assets/upload) or assets/rereference returned; this record does not hold the asset \(asset.fileChecksum)")
+                    }
+                    return .asset(asset)
+                case .list(let element, let elements):
+                    var out: [FieldValue] = []
+                    out.reserveCapacity(elements.count)
+                    for element in elements { out.append(try checked(element)) }
+                    return .list(element, out)
+                default:
+                    return value
+                }
+            }
+            op.fields[name] = .some(try checked(value))
+        }
     }
 
     /// Types the raw fields of `op` for `recordType`, extending `schema` when allowed.

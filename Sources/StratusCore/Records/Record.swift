@@ -51,6 +51,19 @@ public struct Record: Sendable, Equatable {
         self.deleted = deleted
     }
 
+    /// The distinct assets the record holds (by checksum), in no particular order.
+    public var assets: [AssetValue] {
+        var seen: [String: AssetValue] = [:]
+        for value in fields.values {
+            for asset in value.assets where seen[asset.fileChecksum] == nil { seen[asset.fileChecksum] = asset }
+        }
+        return Array(seen.values)
+    }
+
+    /// The bytes of the record's assets, each distinct asset once: what its stored size (and so the
+    /// quotas) adds to its field data.
+    public var assetBytes: Int64 { assets.reduce(0) { $0 + $1.size } }
+
     /// The `recordChangeTag` clients see.
     public var changeTag: String { Record.changeTag(for: changeSeq) }
 
@@ -102,11 +115,15 @@ public struct RecordRendering: Sendable {
     public var numbersAsStrings: Bool
     /// The zone to name in each record, when the response carries it.
     public var zoneID: JSON?
+    /// Each asset's `downloadURL`, for responses that read records (none: assets render without one).
+    public var assetURL: (@Sendable (AssetValue) -> String)?
 
-    public init(desiredKeys: Set<String>? = nil, numbersAsStrings: Bool = false, zoneID: JSON? = nil) {
+    public init(desiredKeys: Set<String>? = nil, numbersAsStrings: Bool = false, zoneID: JSON? = nil,
+                assetURL: (@Sendable (AssetValue) -> String)? = nil) {
         self.desiredKeys = desiredKeys
         self.numbersAsStrings = numbersAsStrings
         self.zoneID = zoneID
+        self.assetURL = assetURL
     }
 }
 
@@ -119,13 +136,18 @@ extension Record {
             if let zoneID = rendering.zoneID { tombstone["zoneID"] = zoneID }
             return .object(tombstone)
         }
-        if let encodedFields, rendering.desiredKeys == nil, !rendering.numbersAsStrings, shareKeys == nil {
+        if let encodedFields, rendering.desiredKeys == nil, !rendering.numbersAsStrings, shareKeys == nil,
+           rendering.assetURL == nil || !Record.mentionsAssets(encodedFields) {
             return .raw(wireBytes(fields: encodedFields, zoneID: rendering.zoneID))
         }
         let typed = encodedFields.flatMap { try? Record.decodeFields($0) } ?? fields
         var fieldMembers: [String: JSON] = [:]
         for (name, value) in typed where rendering.desiredKeys?.contains(name) ?? true {
-            fieldMembers[name] = value.wireJSON(numbersAsStrings: rendering.numbersAsStrings)
+            if let assetURL = rendering.assetURL {
+                fieldMembers[name] = value.wireJSON(numbersAsStrings: rendering.numbersAsStrings, assetURL: assetURL)
+            } else {
+                fieldMembers[name] = value.wireJSON(numbersAsStrings: rendering.numbersAsStrings)
+            }
         }
         let fieldsJSON = JSON.object(fieldMembers)
         var members: [String: JSON] = [
@@ -144,6 +166,25 @@ extension Record {
         for (key, value) in shareKeys ?? [:] { members[key] = value }
         return .object(members)
     }
+
+    /// Whether stored field JSON may hold an asset (its type name appears): only such records are
+    /// decoded to give their assets download URLs.
+    static func mentionsAssets(_ fields: [UInt8]) -> Bool {
+        let needle = assetTypeBytes
+        guard fields.count >= needle.count else { return false }
+        var index = 0
+        let last = fields.count - needle.count
+        while index <= last {
+            if fields[index] == needle[0], fields[index + 1] == needle[1], fields[index + 2] == needle[2],
+               fields[index ..< index + needle.count].elementsEqual(needle) {
+                return true
+            }
+            index += 1
+        }
+        return false
+    }
+
+    private static let assetTypeBytes = Array(#""type":"ASSETID"#.utf8)
 
     /// The bytes `JSONWriter` would write for the record dictionary above (keys in sorted order),
     /// written directly around the stored field JSON: the read paths (lookup, query, changes)

@@ -83,6 +83,15 @@ final class RequestConnection: Sendable {
         }?.run
     }
 
+    private let streamsAnswer = Atomic<Bool>(false)
+
+    /// Writes the current answer's body as it is produced, piece by piece, instead of gathering
+    /// it first (asset downloads: the server never holds a whole file).
+    func streamAnswer() { streamsAnswer.store(true, ordering: .relaxed) }
+
+    /// Whether the current answer is to be streamed; the flag is cleared for the next.
+    func takeStreamAnswer() -> Bool { streamsAnswer.exchange(false, ordering: .relaxed) }
+
     /// Whether the current request's answer has an action for when it cannot be written.
     var awaitsDelivery: Bool { undelivered.withLock { $0 != nil } }
 

@@ -94,12 +94,27 @@ struct StratusHTTPChannel: ServerChildChannel {
                 switch inbound {
                 case .request(let head, let body):
                     response = await RequestConnection.$current.withValue(connection.state) {
-                        await answer(head, body: body, on: connection.channel, logger: logger)
+                        await answer(head, body: RequestBody(buffer: body), on: connection.channel, logger: logger)
                     }
                     close = !head.isKeepAlive
+                case .streaming(let head, let body):
+                    response = await RequestConnection.$current.withValue(connection.state) {
+                        await answer(head, body: RequestBody(asyncSequence: body), on: connection.channel, logger: logger)
+                    }
+                    // Answered before the whole body came (refused): the rest is not read as a request.
+                    let pending = connection.channel.eventLoop.inEventLoop ? connection.handler.value.bodyPending : true
+                    close = !head.isKeepAlive || pending
                 case .tooLarge:
                     response = StratusError.bodyTooLarge(limit: maximumBodyBytes).response(uuid: newUUID())
                     close = true
+                }
+                if connection.state.takeStreamAnswer(), inbound.head.method != .HEAD, let length = response.body.contentLength {
+                    guard await stream(response, length: length, for: inbound.head, close: close, on: connection) else {
+                        connection.channel.close(promise: nil)
+                        break
+                    }
+                    if close { break }
+                    continue
                 }
                 guard let bytes = await encode(response, for: inbound.head, close: close) else {
                     connection.channel.close(promise: nil)
@@ -147,8 +162,27 @@ struct StratusHTTPChannel: ServerChildChannel {
         }
     }
 
+    /// Writes a response whose body is produced as it is sent: the head, then each piece once the
+    /// last is written (so at most one piece waits in memory), then the request's bookkeeping.
+    /// `false` when the body failed part-way: the connection must close.
+    private func stream(_ response: Response, length: Int, for head: HTTPRequestHead, close: Bool, on connection: Connection) async -> Bool {
+        let handler = connection.handler
+        let loop = connection.channel.eventLoop
+        let start = Self.wire(status: response.status.code, headers: response.headers, body: nil, length: length,
+                              http10: head.version.major == 1 && head.version.minor == 0, close: close, serverName: serverName)
+        let writer = ChannelBodyWriter(handler: handler, loop: loop)
+        do {
+            try await writer.write(start)
+            try await response.body.write(writer)
+        } catch {
+            return false
+        }
+        loop.execute { handler.value.send(ByteBuffer(), close: close) }
+        return true
+    }
+
     /// Answers one request through the responder, with the router's error rendering around it.
-    private func answer(_ head: HTTPRequestHead, body: ByteBuffer, on channel: any Channel, logger: Logger) async -> Response {
+    private func answer(_ head: HTTPRequestHead, body: RequestBody, on channel: any Channel, logger: Logger) async -> Response {
         guard let request = Self.request(head, body: body) else {
             return StratusError.badRequest("the request method '\(head.method.rawValue.prefix(40))' is not valid HTTP").response(uuid: newUUID())
         }
@@ -218,7 +252,7 @@ struct StratusHTTPChannel: ServerChildChannel {
 
     /// The swift-http-types request Hummingbird's responders take. `nil` for a method token
     /// swift-http-types refuses.
-    static func request(_ head: HTTPRequestHead, body: ByteBuffer) -> Request? {
+    static func request(_ head: HTTPRequestHead, body: RequestBody) -> Request? {
         guard let method = HTTPRequest.Method(head.method.rawValue) else { return nil }
         var fields = HTTPFields()
         fields.reserveCapacity(head.headers.count)
@@ -231,7 +265,7 @@ struct StratusHTTPChannel: ServerChildChannel {
             }
         }
         let request = HTTPRequest(method: method, scheme: nil, authority: authority, path: head.uri, headerFields: fields)
-        return Request(head: request, body: RequestBody(buffer: body))
+        return Request(head: request, body: body)
     }
 }
 
@@ -263,6 +297,46 @@ final class ConnectionCounts: Sendable {
     }
 }
 
+/// Writes a streamed response's pieces to the connection, each once the one before is written.
+private struct ChannelBodyWriter: ResponseBodyWriter {
+    let handler: NIOLoopBound<StratusHTTPHandler>
+    let loop: any EventLoop
+
+    func write(_ buffer: ByteBuffer) async throws {
+        let handler = handler
+        try await loop.flatSubmit { handler.value.write(buffer) }.get()
+    }
+
+    func finish(_ trailingHeaders: HTTPFields?) async throws {}
+}
+
+/// A request body read as it arrives (asset uploads), with back-pressure: the socket is read
+/// only while the consumer keeps up.
+typealias StreamedBody = NIOThrowingAsyncSequenceProducer<ByteBuffer, any Error,
+                                                          NIOAsyncSequenceProducerBackPressureStrategies.HighLowWatermark, BodyDemand>
+
+/// Tells the connection's handler (on its event loop) that the consumer of a streamed body wants
+/// more, or is gone.
+final class BodyDemand: NIOAsyncSequenceProducerDelegate, Sendable {
+    let handler: NIOLoopBound<StratusHTTPHandler>
+    let loop: any EventLoop
+
+    init(handler: NIOLoopBound<StratusHTTPHandler>, loop: any EventLoop) {
+        self.handler = handler
+        self.loop = loop
+    }
+
+    func produceMore() {
+        let handler = handler
+        loop.execute { handler.value.resumeReading() }
+    }
+
+    func didTerminate() {
+        let handler = handler
+        loop.execute { handler.value.resumeReading() }
+    }
+}
+
 private final class BodySink: ResponseBodyWriter, @unchecked Sendable {
     var body = ByteBuffer()
 
@@ -290,10 +364,12 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case request(HTTPRequestHead, ByteBuffer)
         /// A request whose body passed the limit: answered 413, and the connection closed.
         case tooLarge(HTTPRequestHead)
+        /// A request handed over at its head, its body read as it arrives (`streamsBody`).
+        case streaming(HTTPRequestHead, StreamedBody)
 
         var head: HTTPRequestHead {
             switch self {
-            case .request(let head, _), .tooLarge(let head): return head
+            case .request(let head, _), .tooLarge(let head), .streaming(let head, _): return head
             }
         }
     }
@@ -304,6 +380,7 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private let maximumBodyBytes: Int
     private let serverName: String
     private var context: ChannelHandlerContext?
+    private var loop: (any EventLoop)?
     private var head: HTTPRequestHead?
     private var body = ByteBuffer()
     /// Requests handed to the task and not answered yet.
@@ -316,6 +393,19 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var heldRead = false
     /// How many unanswered requests stop reading from the socket.
     static let readAhead = 2
+    /// The body being streamed to its request's task, until its end arrives.
+    private var streamed: StreamedBody.Source?
+    /// The streamed body's consumer has enough buffered: reads wait for it.
+    private var streamPaused = false
+
+    /// Requests whose bodies are streamed rather than read whole: asset uploads (up to the asset
+    /// size limit, which the route enforces).
+    static func streamsBody(_ head: HTTPRequestHead) -> Bool {
+        head.method == .POST && head.uri.hasPrefix(StratusApp.uploadPathPrefix)
+    }
+
+    /// Whether a streamed request body has not all arrived yet.
+    var bodyPending: Bool { streamed != nil }
     /// Close once the response in flight is written (graceful shutdown, or a parse error behind it).
     private var closeWhenAnswered = false
     /// The answer to a refused request is sent and the output shut: what still arrives is dropped
@@ -332,6 +422,7 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        self.loop = context.eventLoop
     }
 
     func handlerRemoved(context: ChannelHandlerContext) {
@@ -350,7 +441,8 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             guard !stopped else { return }
             busy = true
             body.clear()
-            if let length = head.headers.first(name: "content-length").flatMap({ Int($0) }), length > maximumBodyBytes {
+            let streams = Self.streamsBody(head)
+            if !streams, let length = head.headers.first(name: "content-length").flatMap({ Int($0) }), length > maximumBodyBytes {
                 refuse(head)
             } else {
                 self.head = head
@@ -361,10 +453,20 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
                     // there the client's own wait, a second for curl, has to do.)
                     context.writeAndFlush(wrapOutboundOut(ByteBuffer(staticString: "HTTP/1.1 100 Continue\r\n\r\n")), promise: nil)
                 }
+                if streams {
+                    let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+                    let made = StreamedBody.makeSequence(elementType: ByteBuffer.self, failureType: (any Error).self,
+                                                         backPressureStrategy: .init(lowWatermark: 2, highWatermark: 8), finishOnDeinit: false,
+                                                         delegate: BodyDemand(handler: bound, loop: context.eventLoop))
+                    streamed = made.source
+                    hand(.streaming(head, made.sequence))
+                }
             }
         case .body(var chunk):
             guard !stopped, let head else { return }
-            if chunk.readableBytes > maximumBodyBytes - body.readableBytes {
+            if let source = streamed {
+                if case .stopProducing = source.yield(chunk) { streamPaused = true }
+            } else if chunk.readableBytes > maximumBodyBytes - body.readableBytes {
                 refuse(head)
             } else if body.readableBytes == 0 {
                 body = chunk
@@ -374,9 +476,40 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .end:
             guard !stopped, let head else { return }
             self.head = nil
-            hand(.request(head, body))
+            if let source = streamed {
+                source.finish()
+                streamed = nil
+                streamPaused = false
+            } else {
+                hand(.request(head, body))
+            }
             body = ByteBuffer()
         }
+    }
+
+    /// The streamed body's consumer wants more (or is gone): reads resume.
+    func resumeReading() {
+        streamPaused = false
+        if heldRead, let context, unanswered < Self.readAhead || streamed != nil {
+            heldRead = false
+            context.read()
+        }
+    }
+
+    /// Ends a streamed body that will never complete (the client went away, or its request was
+    /// answered first): its consumer gets an error.
+    private func abandonStream() {
+        guard let source = streamed else { return }
+        streamed = nil
+        streamPaused = false
+        head = nil
+        source.finish(ChannelError.eof)
+    }
+
+    /// Writes a piece of a streamed answer.
+    func write(_ bytes: ByteBuffer) -> EventLoopFuture<Void> {
+        guard let context else { return loop!.makeFailedFuture(ChannelError.ioOnClosedChannel) }
+        return context.writeAndFlush(wrapOutboundOut(bytes))
     }
 
     private func refuse(_ head: HTTPRequestHead) {
@@ -398,6 +531,11 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         unanswered -= 1
+        if streamed != nil {
+            // Answered before its body all came: the rest is dropped, then the connection closes.
+            abandonStream()
+            stopped = true
+        }
         if unanswered == 0, head == nil { busy = false }
         if close, stopped {
             // A refused body may still be arriving.
@@ -432,7 +570,9 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func read(context: ChannelHandlerContext) {
-        if unanswered >= Self.readAhead, !lingering {
+        if streamPaused, !lingering {
+            heldRead = true
+        } else if unanswered >= Self.readAhead, !lingering, streamed == nil {
             heldRead = true
         } else {
             context.read()
@@ -447,6 +587,7 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             return
         }
         // Malformed HTTP: nothing more can be read from this connection.
+        abandonStream()
         stopped = true
         head = nil
         if busy, unanswered > 0 {
@@ -466,8 +607,11 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         switch event {
         case IdleStateHandler.IdleStateEvent.read:
             // Nothing read for the idle time: close, unless a whole request is being answered (a
-            // request head or body that stalls part-way is cut off).
-            if unanswered == 0 { context.close(promise: nil) }
+            // request head or body that stalls part-way is cut off, a streamed body too).
+            if unanswered == 0 || streamed != nil {
+                abandonStream()
+                context.close(promise: nil)
+            }
         case is ChannelShouldQuiesceEvent:
             if busy { closeWhenAnswered = true } else { context.close(promise: nil) }
         case ChannelEvent.inputClosed:
@@ -481,6 +625,7 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        abandonStream()
         continuation.finish()
         context.fireChannelInactive()
     }

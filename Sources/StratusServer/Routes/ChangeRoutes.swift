@@ -99,7 +99,8 @@ extension StratusApp {
             }
             return StratusError(.zoneNotFound, "zone '\(name)' does not exist").dictionary(uuid: uuid, zoneID: zoneIDJSON)
         }
-        let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings)
+        let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings,
+                                        assetURL: assetURL(containerID: request.caller.container.id))
         var items = try await readable(page.items, by: request, in: db)
         if db.scope == .private { try await decorateShares(&items, db: db, zone: name, viewer: db.owner) }
         return [
@@ -149,7 +150,8 @@ extension StratusApp {
         let page = try await records.sharedZoneChanges(access, after: cursor, limit: limit, recordTypes: types)
         var items = page.items
         try await decorateShares(&items, db: access.ownerDB, zone: access.zone, viewer: access.user)
-        let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings)
+        let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings,
+                                        assetURL: assetURL(containerID: request.caller.container.id))
         return [
             "zoneID": DataRequest.sharedZoneIDJSON(owner: access.ownerDB.owner, zone: access.zone),
             "records": .array(items.map { $0.wireJSON(rendering) }),

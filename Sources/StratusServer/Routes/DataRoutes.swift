@@ -92,6 +92,8 @@ struct DataRoute: Sendable {
             DataRoute(method: .post, path: "subscriptions/list", hasBody: false) { try await $0.listSubscriptions($1) },
             DataRoute(method: .post, path: "subscriptions/lookup", hasBody: true) { try await $0.lookupSubscriptions($1) },
             DataRoute(method: .post, path: "subscriptions/modify", hasBody: true) { try await $0.modifySubscriptions($1) },
+            DataRoute(method: .post, path: "assets/upload", hasBody: true) { try await $0.requestUploads($1) },
+            DataRoute(method: .post, path: "assets/rereference", hasBody: true) { try await $0.rereferenceAssets($1) },
         ]
         for method in [HTTPRequest.Method.get, .post] {
             routes.append(DataRoute(method: method, path: "users/caller", hasBody: false) { try await $0.caller($1) })
@@ -148,6 +150,13 @@ public struct StratusResponder: HTTPResponder {
     public func respond(to request: Request, context: Context) async throws -> Response {
         // Browsers: preflight requests, and CORS headers on answers to allowed origins (see CORS.swift).
         guard let origin = request.headers[.origin] else { return try await answer(request, context: context) }
+        if StratusApp.isAssetPath(request.uri.path) {
+            // Upload and download URLs are capabilities, used without credentials: any page may.
+            if request.method == .options { return StratusApp.assetPreflight() }
+            var response = try await answer(request, context: context)
+            StratusApp.addAssetCORSHeaders(&response)
+            return response
+        }
         if request.method == .options, StratusApp.isCrossOriginPath(request.uri.path) {
             return await app.preflight(request, origin: origin)
         }

@@ -119,7 +119,14 @@ extension StratusApp {
             let container = try await self.managedContainer(context)
             let environment = try Self.environmentParameter(request)
             let report = try await self.admin.usageReport(containerID: container.id, environment: environment)
-            return .json(Self.usageJSON(report, container: container.name, environment: environment))
+            var json = Self.usageJSON(report, container: container.name, environment: environment)
+            // The container's stored assets (both environments share them: content-addressed per container).
+            let (assets, assetBytes) = try await self.assets.totals(containerID: container.id)
+            if case .object(var members) = json {
+                members["storedAssets"] = ["count": .int(assets), "bytes": .int(assetBytes)]
+                json = .object(members)
+            }
+            return .json(json)
         }
         router.get("\(base)/usage/verify") { request, _ -> Response in
             try self.authenticator.requireAdmin(request)

@@ -19,9 +19,10 @@ extension StratusApp {
         let db = try request.database(requireUser: true)
         let zone = try request.zoneName(request.body["zoneID"])
         let body = JSON.object(request.body)
-        let decoded = try ModifyRequest.decode(body, newRecordName: { RandomUUID.string(uppercase: true) })
+        var decoded = try ModifyRequest.decode(body, newRecordName: { RandomUUID.string(uppercase: true) })
+        decoded.receipts = receiptCheck(request.caller, scope: request.scope)
         let caller = db.owner.isEmpty ? (request.caller.user ?? "") : db.owner
-        let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings)
+        let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings, assetURL: assetURL(containerID: db.containerID))
         let results = try await records.modify(db, zone: zone, request: decoded, caller: caller, now: now(),
                                                allowSchemaChanges: db.environment == .development, access: request.access,
                                                render: { $0.wireJSON(rendering) })
@@ -80,6 +81,7 @@ extension StratusApp {
             for record in list { found[record.recordName] = record }
         }
         let schema = request.access == nil ? nil : try await accessSchema(db, for: Array(found.values))
+        let assetURL = assetURL(containerID: db.containerID)
         return ["records": .array(wanted.map { item in
             guard let record = found[item.name] else {
                 return StratusError(.notFound, "record '\(Names.printable(item.name))' does not exist").dictionary(uuid: uuid, recordName: item.name)
@@ -87,7 +89,7 @@ extension StratusApp {
             if let access = request.access, let schema, !access.allows(.read, on: record.recordType, creator: record.createdBy, in: schema) {
                 return RecordAccess.denial(.read, on: record.recordType, recordName: item.name, in: schema).dictionary(uuid: uuid, recordName: item.name)
             }
-            return record.wireJSON(RecordRendering(desiredKeys: item.desired, numbersAsStrings: numbersAsStrings))
+            return record.wireJSON(RecordRendering(desiredKeys: item.desired, numbersAsStrings: numbersAsStrings, assetURL: assetURL))
         })]
     }
 
@@ -122,7 +124,7 @@ extension StratusApp {
             cursor = try openMarker(markerText, fingerprint: fingerprint, sorts: query.sorts.count)
         }
         let page = try await records.query(db, zone: zone, query: query, limit: limit, after: cursor, visibleRoots: visibleRoots)
-        let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings)
+        let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings, assetURL: assetURL(containerID: db.containerID))
         var response: [String: JSON] = ["records": .array(page.records.map { $0.wireJSON(rendering) })]
         if let next = page.next {
             response["continuationMarker"] = .string(sealer.seal([

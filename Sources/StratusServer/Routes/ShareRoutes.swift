@@ -154,7 +154,7 @@ extension StratusApp {
         if let root = share.rootName { result["rootRecordName"] = .string(root) }
         if let record = found.first(where: { $0.recordName == share.shareName }) { result["share"] = record.wireJSON() }
         if fetchRoot, let root = share.rootName, let record = found.first(where: { $0.recordName == root }) {
-            result["rootRecord"] = record.wireJSON(RecordRendering(desiredKeys: desired))
+            result["rootRecord"] = record.wireJSON(RecordRendering(desiredKeys: desired, assetURL: assetURL(containerID: ownerDB.containerID)))
         }
         if isOwner {
             result["participantType"] = .string(ParticipantType.owner.wireName)
@@ -278,8 +278,9 @@ extension StratusApp {
     /// `records/modify` in the shared database: written to the owner's zone as the participant.
     func modifySharedRecords(_ request: DataRequest) async throws -> JSON {
         let access = try await shareAccess(request, request.body["zoneID"])
-        let decoded = try ModifyRequest.decode(.object(request.body), newRecordName: { RandomUUID.string(uppercase: true) })
-        let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings)
+        var decoded = try ModifyRequest.decode(.object(request.body), newRecordName: { RandomUUID.string(uppercase: true) })
+        decoded.receipts = receiptCheck(request.caller, scope: .shared)
+        let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings, assetURL: assetURL(containerID: access.ownerDB.containerID))
         let results = try await records.modify(access.ownerDB, zone: access.zone, request: decoded, caller: access.user, now: now(),
                                                allowSchemaChanges: access.ownerDB.environment == .development, participant: access,
                                                render: { $0.wireJSON(rendering) })
@@ -302,7 +303,8 @@ extension StratusApp {
             guard let record = byName[item.name] else {
                 return StratusError(.notFound, "record '\(Names.printable(item.name))' does not exist").dictionary(uuid: uuid, recordName: item.name)
             }
-            return record.wireJSON(RecordRendering(desiredKeys: item.desired, numbersAsStrings: numbersAsStrings))
+            return record.wireJSON(RecordRendering(desiredKeys: item.desired, numbersAsStrings: numbersAsStrings,
+                                                   assetURL: assetURL(containerID: access.ownerDB.containerID)))
         })]
     }
 }

@@ -62,10 +62,24 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("session-idle-timeout"), help: "Seconds a sign-in may go unused before it ends (env STRATUS_SESSION_IDLE_TIMEOUT, default 604800: 7 days).") var sessionIdleTimeout: Int?
     @Option(name: .customLong("max-connections-per-address"), help: "Most connections one client address may hold open at once; more are answered THROTTLED and closed (env STRATUS_MAX_CONNECTIONS_PER_ADDRESS, default 1024).") var maxConnectionsPerAddress: Int?
     @Option(name: .customLong("shutdown-timeout"), help: "Seconds SIGTERM/SIGINT waits for requests in flight before it cancels them (env STRATUS_SHUTDOWN_TIMEOUT, default 30).") var shutdownTimeout: Int?
+    @Option(name: .customLong("asset-store"), help: "Where asset bytes are kept: 'files' (under --asset-dir) or 'postgres' (large objects in the database, backed up with it) (env STRATUS_ASSET_STORE, default files). Several server processes with 'files' must share the folder.") var assetStore: String?
+    @Option(name: .customLong("asset-dir"), help: "Folder of the files asset store, and of uploads being received (env STRATUS_ASSET_DIR, default <data-dir>/assets).") var assetDir: String?
+    @Option(name: .customLong("max-asset-bytes"), help: "Largest asset one upload may carry (env STRATUS_MAX_ASSET_BYTES, default 52428800: 50 MiB).") var maxAssetBytes: Int64?
     @OptionGroup var database: DatabaseOptions
 
     func run() async throws {
         let logger = makeLogger(logLevel)
+        let assetFolder = setting(assetDir, "STRATUS_ASSET_DIR", default: database.resolvedDataDir + "/assets")!
+        let assetStorage: AssetStorage
+        switch setting(assetStore, "STRATUS_ASSET_STORE", default: "files")! {
+        case "files": assetStorage = .files(directory: assetFolder)
+        case "postgres": assetStorage = .postgres(stagingDirectory: assetFolder + "/staging")
+        case let other: throw ValidationError("--asset-store (STRATUS_ASSET_STORE) must be 'files' or 'postgres'; got '\(other)'")
+        }
+        let assetLimitText = setting(maxAssetBytes.map(String.init), "STRATUS_MAX_ASSET_BYTES", default: String(ServerConfiguration.defaultMaximumAssetBytes))!
+        guard let assetLimit = Int64(assetLimitText), assetLimit >= 1 else {
+            throw ValidationError("--max-asset-bytes (STRATUS_MAX_ASSET_BYTES) must be a whole number of bytes, at least 1; got '\(assetLimitText)'")
+        }
         let host = setting(self.host, "STRATUS_HOST", default: "127.0.0.1")!
         let portText = setting(self.port.map(String.init), "STRATUS_PORT", default: "8080")!
         guard let port = Int(portText), (0...65535).contains(port) else { throw ValidationError("--port must be 0–65535") }
@@ -106,6 +120,8 @@ struct Serve: AsyncParsableCommand {
             throw ValidationError("--max-connections-per-address (STRATUS_MAX_CONNECTIONS_PER_ADDRESS) must be a whole number from 1 to 1000000; got '\(perAddressText)'")
         }
         serverConfiguration.maximumConnectionsPerAddress = perAddress
+        serverConfiguration.assetStorage = assetStorage
+        serverConfiguration.maximumAssetBytes = assetLimit
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await db.run() }
             defer { group.cancelAll() }

@@ -65,7 +65,8 @@ struct UsageCommand: AsyncParsableCommand {
         let limits = response["limits"]
         var lines = ["\(response["container"]?.stringValue ?? "") (\(response["environment"]?.stringValue ?? ""))",
                      "records\t\(number(response["records"])) of \(number(limits?["maxRecords"]))",
-                     "bytes\t\(number(response["bytes"])) of \(number(limits?["maxStorageBytes"]))",
+                     "bytes\t\(number(response["bytes"])) of \(number(limits?["maxStorageBytes"])) (field data and the assets records hold)",
+                     "assets stored\t\(number(response["storedAssets"]?["count"])) files, \(number(response["storedAssets"]?["bytes"])) bytes (each content once per container)",
                      "", "PERIOD\tREQUESTS\tTHROTTLED\tQUOTA REFUSED\tNOTIFICATIONS\tNOTIFICATIONS DROPPED"]
         for (label, key) in [("last minute", "lastMinute"), ("last hour", "lastHour"), ("last day", "lastDay")] {
             let period = response["requests"]?[key]

@@ -6,13 +6,30 @@ import Testing
 /// killed when `body` returns (the tests of what several server processes share).
 func withServeProcesses(_ count: Int, adminToken: String, name: String,
                         _ body: ([String]) async throws -> Void) async throws {
+    try await withServeProcesses(count, adminToken: adminToken, name: name, arguments: { _ in [] }) { servers in
+        try await body(servers.map(\.url))
+    }
+}
+
+/// A `stratus serve` process of `withServeProcesses`: where it listens, its process id.
+struct ServeProcess: Sendable {
+    var url: String
+    var pid: pid_t
+    /// Its scratch folder (removed afterwards).
+    var folder: String
+}
+
+/// `withServeProcesses`, with arguments of their own for each process (`arguments(folder)`:
+/// the scratch folder is theirs to use), handing `body` the processes.
+func withServeProcesses(_ count: Int, adminToken: String, name: String, arguments: (String) -> [String],
+                        _ body: ([ServeProcess]) async throws -> Void) async throws {
     let configuration = try await TestCluster.shared.newDatabase()
     let folder = try EndToEndTests.scratchFolder(name)
     defer { try? FileManager.default.removeItem(atPath: folder) }
     let password = configuration.password.map { ":" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0) } ?? ""
     let url = "postgres://\(configuration.username)\(password)@\(configuration.host):\(configuration.port)/\(configuration.database)"
     let environment = EndToEndTests.serveEnvironment(adminToken: adminToken)
-    var servers: [String] = []
+    var servers: [ServeProcess] = []
     var pids: [pid_t] = []
     defer {
         for pid in pids { kill(pid, SIGKILL); var status: Int32 = 0; waitpid(pid, &status, 0) }
@@ -20,12 +37,12 @@ func withServeProcesses(_ count: Int, adminToken: String, name: String,
     for index in 0..<count {
         let port = EndToEndTests.freePort()
         let log = folder + "/serve\(index).log"
-        pids.append(try Subprocess.spawn([EndToEndTests.binary, "serve", "--port", String(port), "--database-url", url, "--bcrypt-cost", "4"],
-                                         outputPath: log, environment: environment))
+        pids.append(try Subprocess.spawn([EndToEndTests.binary, "serve", "--port", String(port), "--database-url", url, "--bcrypt-cost", "4"]
+                                         + ["--asset-dir", folder + "/assets"] + arguments(folder), outputPath: log, environment: environment))
         let server = "http://127.0.0.1:\(port)"
         let health = try await EndToEndTests.waitForHealth(server)
         try #require(health?.0 == 200, "server log: \(((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").suffix(2000))")
-        servers.append(server)
+        servers.append(ServeProcess(url: server, pid: pids.last!, folder: folder))
     }
     try await body(servers)
 }

@@ -94,7 +94,13 @@ func withDatabase<T: Sendable>(_ configuration: DatabaseConfiguration, maximumCo
     return try await withThrowingTaskGroup(of: Void.self) { group in
         group.addTask { await db.run() }
         defer { group.cancelAll() }
-        return try await body(db)
+        do {
+            return try await body(db)
+        } catch let error as PSQLError {
+            // PSQLError's description hides the server's message; a test failing on one needs it.
+            Issue.record("PostgreSQL error: \(String(reflecting: error))")
+            throw error
+        }
     }
 }
 
