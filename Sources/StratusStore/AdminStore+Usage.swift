@@ -102,7 +102,12 @@ extension AdminStore {
             var differences: [UsageDifference] = []
             for row in try await connection.rows(PostgresQuery(unsafeSQL: """
                 WITH live AS (
-                    SELECT z.container_id, z.environment, z.database_scope, z.owner, r.size
+                    -- Recounted from the data, not from records.size: the field data plus the
+                    -- stored size of each distinct asset the record holds.
+                    SELECT z.container_id, z.environment, z.database_scope, z.owner,
+                           octet_length(r.fields) + coalesce((SELECT sum(a.size) FROM asset_references ar
+                               JOIN assets a ON a.container_id = ar.container_id AND a.checksum = ar.checksum
+                               WHERE ar.container_id = r.container_id AND ar.zone_id = r.zone_id AND ar.record_name = r.record_name), 0) AS size
                     FROM records r JOIN zones z ON z.container_id = r.container_id AND z.zone_id = r.zone_id
                     WHERE NOT r.deleted AND \(zoneFilter)
                 ), counted AS (

@@ -165,6 +165,28 @@ import Testing
         }
     }
 
+    /// An asset's bytes count in its record's size: the owner's private storage quota refuses a
+    /// record whose asset does not fit, and the counters match a recount of the data afterwards
+    /// (the harness verifies usage after every test).
+    @Test func assetBytesCountInTheOwnersQuota() async throws {
+        try await Self.run(.files) { harness in
+            let alice = try await harness.container().signedUp()
+            #expect(try await harness.admin(.patch, "containers/\(alice.container)/quota",
+                                            json: ["environment": "development", "userPrivateStorageBytes": 30_000]).status == 200)
+            let first = try await Self.upload(alice, Self.randomBytes(20_000), recordName: "a")
+            let saved = try await alice.modify("private", [op("create", "a", fields: ["attachment": ["value": first]])])
+            #expect(saved.json.record(0)?["serverErrorCode"] == nil, "\(saved.json)")
+            let second = try await Self.upload(alice, Self.randomBytes(20_000), recordName: "b")
+            let refused = try await alice.modify("private", [op("create", "b", fields: ["attachment": ["value": second]])])
+            #expect(refused.json.record(0)?["serverErrorCode"] == "QUOTA_EXCEEDED", "\(refused.json)")
+            let usage = try await harness.admin(.get, "containers/\(alice.container)/usage?environment=development")
+            let top = usage.json["topUsers"]?.arrayValue?.first
+            guard case .int(let bytes)? = top?["bytes"] else { Issue.record("no user usage in \(usage.json)"); return }
+            #expect(bytes >= 20_000 && bytes < 21_000, "the owner's bytes should be the asset plus a small record: \(usage.json)")
+            #expect(usage.json["storedAssets"] == ["count": 2, "bytes": 40_000], "\(usage.json)")
+        }
+    }
+
     /// Public-database assets follow READ grants: a record only its creator may read gives
     /// nobody else a download URL (nor a receipt to copy it); one the world may read gives everyone.
     @Test func publicAssetsFollowReadGrants() async throws {

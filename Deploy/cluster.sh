@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# The topology of Deploy/compose.yaml on loopback, without Docker: a PostgreSQL primary and a
+# streaming replica (run as the 'postgres' account when started as root), two `stratus serve`
+# processes on the primary, and HAProxy in front of them, health-checking each on /health.
+#
+#   Deploy/cluster.sh up     [--dir D] [--port P] [--bin PATH]
+#   Deploy/cluster.sh status [--dir D]
+#   Deploy/cluster.sh down   [--dir D]
+#
+#   --dir   state folder (default /tmp/stratus-cluster): data, logs, pid files, cluster.env
+#   --port  the load balancer's port (default 18080); the servers take P+1 and P+2, PostgreSQL
+#           P+10 (primary) and P+11 (replica)
+#   --bin   the stratus binary (default: .build/release/stratus, else .build/debug/stratus)
+#
+# `up` prints, and writes to <dir>/cluster.env, what a client or a test needs: the load balancer's
+# URL, each server's URL and pid, the primary's and the replica's URLs, the admin token.
+# Installs haproxy (Debian's package) when it is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. Deploy/lib.sh
+
+command=${1:-}
+shift || true
+DIR=/tmp/stratus-cluster
+PORT=18080
+BIN=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dir) DIR=$2; shift 2 ;;
+    --port) PORT=$2; shift 2 ;;
+    --bin) BIN=$2; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) echo "cluster.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+
+PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
+PRIMARY_PORT=$((PORT + 10))
+REPLICA_PORT=$((PORT + 11))
+as_postgres() {
+  if [ "$(id -u)" = "0" ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+ensure_haproxy() {
+  command -v haproxy >/dev/null 2>&1 && return 0
+  echo "cluster.sh: haproxy not found; installing Debian's haproxy package" >&2
+  local sudo=""
+  if [ "$(id -u)" != "0" ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq haproxy >/dev/null
+}
+
+wait_for() {  # wait_for URL SECONDS
+  local i
+  for i in $(seq 1 $(($2 * 10))); do
+    if curl -fsS -o /dev/null "$1" 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  echo "cluster.sh: $1 did not answer within $2 s" >&2
+  return 1
+}
+
+up() {
+  if [ -f "$DIR/cluster.env" ]; then
+    echo "cluster.sh: a cluster is already up in $DIR (Deploy/cluster.sh down --dir $DIR first)" >&2
+    exit 1
+  fi
+  ensure_postgres
+  ensure_haproxy
+  PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  if [ -z "$BIN" ]; then
+    if [ -x .build/release/stratus ]; then BIN=$PWD/.build/release/stratus; else BIN=$PWD/.build/debug/stratus; fi
+  fi
+  if [ ! -x "$BIN" ]; then
+    echo "cluster.sh: building stratus (swift build)" >&2
+    swift build --product stratus >/dev/null
+    BIN=$PWD/.build/debug/stratus
+  fi
+  mkdir -p "$DIR"
+  chmod 0755 "$DIR"
+  local pg="$DIR/postgres"
+  mkdir -p "$pg"
+  if [ "$(id -u)" = "0" ]; then chown postgres "$pg"; fi
+
+  echo "cluster.sh: PostgreSQL primary on 127.0.0.1:$PRIMARY_PORT" >&2
+  as_postgres "$PG_BIN/initdb" -D "$pg/primary" -U postgres --auth=trust -E UTF8 >"$DIR/initdb.log" 2>&1
+  cat >>"$pg/primary/postgresql.conf" <<EOF
+listen_addresses = '127.0.0.1'
+port = $PRIMARY_PORT
+unix_socket_directories = '$pg'
+wal_level = replica
+max_wal_senders = 10
+hot_standby = on
+max_connections = 100
+shared_buffers = 256MB
+EOF
+  echo "host replication postgres 127.0.0.1/32 trust" >>"$pg/primary/pg_hba.conf"
+  as_postgres "$PG_BIN/pg_ctl" -D "$pg/primary" -l "$pg/primary.log" -w start >/dev/null
+  as_postgres "$PG_BIN/createdb" -h 127.0.0.1 -p "$PRIMARY_PORT" -U postgres stratus
+
+  echo "cluster.sh: streaming replica on 127.0.0.1:$REPLICA_PORT" >&2
+  as_postgres "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p "$PRIMARY_PORT" -U postgres -D "$pg/replica" -R -X stream --checkpoint=fast >/dev/null
+  sed -i "s/^port = $PRIMARY_PORT$/port = $REPLICA_PORT/" "$pg/replica/postgresql.conf"
+  as_postgres "$PG_BIN/pg_ctl" -D "$pg/replica" -l "$pg/replica.log" -w start >/dev/null
+
+  local token
+  token="adm_$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+  local primary_url="postgres://postgres@127.0.0.1:$PRIMARY_PORT/stratus"
+  local replica_url="postgres://postgres@127.0.0.1:$REPLICA_PORT/stratus"
+  local lb="http://127.0.0.1:$PORT"
+  local pids=()
+  for n in 1 2; do
+    local port=$((PORT + n))
+    echo "cluster.sh: stratus serve $n on 127.0.0.1:$port" >&2
+    STRATUS_ADMIN_TOKEN=$token STRATUS_DATABASE_URL=$primary_url STRATUS_PUBLIC_URL=$lb STRATUS_ASSET_STORE=postgres \
+      STRATUS_ASSET_DIR="$DIR/assets-$n" STRATUS_DATA_DIR="$DIR/data-$n" STRATUS_BCRYPT_COST=${STRATUS_BCRYPT_COST:-10} \
+      nohup "$BIN" serve --port "$port" >"$DIR/serve-$n.log" 2>&1 &
+    echo $! >"$DIR/serve-$n.pid"
+    pids+=("$!")
+    wait_for "http://127.0.0.1:$port/health" 120
+  done
+
+  cat >"$DIR/haproxy.cfg" <<EOF
+global
+    maxconn 4000
+defaults
+    mode http
+    option http-server-close
+    timeout connect 2s
+    timeout client 75s
+    timeout server 75s
+    timeout tunnel 1h
+    timeout http-keep-alive 60s
+frontend stratus
+    bind 127.0.0.1:$PORT
+    default_backend servers
+backend servers
+    balance roundrobin
+    option httpchk GET /health
+    http-check expect status 200
+    default-server inter 1s fall 2 rise 2
+    server stratus-1 127.0.0.1:$((PORT + 1)) check
+    server stratus-2 127.0.0.1:$((PORT + 2)) check
+EOF
+  haproxy -f "$DIR/haproxy.cfg" -D -p "$DIR/haproxy.pid"
+  wait_for "$lb/health" 30
+
+  cat >"$DIR/cluster.env" <<EOF
+STRATUS_CLUSTER_URL=$lb
+STRATUS_CLUSTER_SERVER_1=http://127.0.0.1:$((PORT + 1))
+STRATUS_CLUSTER_SERVER_2=http://127.0.0.1:$((PORT + 2))
+STRATUS_CLUSTER_PID_1=${pids[0]}
+STRATUS_CLUSTER_PID_2=${pids[1]}
+STRATUS_CLUSTER_PRIMARY_URL=$primary_url
+STRATUS_CLUSTER_REPLICA_URL=$replica_url
+STRATUS_ADMIN_TOKEN=$token
+EOF
+  cat "$DIR/cluster.env"
+  echo "cluster.sh: up; the load balancer is $lb (Deploy/cluster.sh down --dir $DIR stops it all)" >&2
+}
+
+status() {
+  [ -f "$DIR/cluster.env" ] || { echo "cluster.sh: no cluster in $DIR" >&2; exit 1; }
+  . "$DIR/cluster.env"
+  for url in "$STRATUS_CLUSTER_URL" "$STRATUS_CLUSTER_SERVER_1" "$STRATUS_CLUSTER_SERVER_2"; do
+    printf '%s\t%s\n' "$url" "$(curl -s -o /dev/null -w '%{http_code}' "$url/health" || true)"
+  done
+  as_postgres "$PG_BIN/psql" "$STRATUS_CLUSTER_PRIMARY_URL" -Atc \
+    "SELECT 'replica ' || client_addr || ' ' || state || ' replay lag ' || coalesce(replay_lag::text, '0') FROM pg_stat_replication" || true
+}
+
+down() {
+  [ -d "$DIR" ] || { echo "cluster.sh: nothing in $DIR" >&2; return 0; }
+  if [ -f "$DIR/haproxy.pid" ]; then kill "$(cat "$DIR/haproxy.pid")" 2>/dev/null || true; fi
+  for n in 1 2; do
+    if [ -f "$DIR/serve-$n.pid" ]; then
+      local pid
+      pid=$(cat "$DIR/serve-$n.pid")
+      kill -TERM "$pid" 2>/dev/null || true
+      for _ in $(seq 1 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
+  for node in replica primary; do
+    if [ -f "$DIR/postgres/$node/postmaster.pid" ]; then
+      as_postgres "$PG_BIN/pg_ctl" -D "$DIR/postgres/$node" -m fast -w stop >/dev/null 2>&1 || true
+    fi
+  done
+  rm -rf "$DIR"
+  echo "cluster.sh: down" >&2
+}
+
+case "$command" in
+  -h|--help|help) sed -n '2,17p' "$0" ;;
+  up) up ;;
+  status) status ;;
+  down) down ;;
+  *) echo "usage: Deploy/cluster.sh up|status|down [--dir D] [--port P] [--bin PATH] (see --help)" >&2; exit 2 ;;
+esac
