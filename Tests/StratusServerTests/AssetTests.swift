@@ -40,8 +40,8 @@ import Testing
     }
 
     static func randomBytes(_ count: Int) -> [UInt8] {
-        var generator = SystemRandomNumberGenerator()
-        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        var generator = SplitMix64(seed: UInt64.random(in: 0...UInt64.max))
+        return (0..<count).map { _ in UInt8(truncatingIfNeeded: generator.next()) }
     }
 
     static func checksum(_ bytes: [UInt8]) -> String { Data(SHA256.hash(data: bytes)).base64EncodedString() }

@@ -1,0 +1,52 @@
+-- Placing Stratus's tables on Citus (issue 28). Run on the coordinator, after `stratus migrate`
+-- has built the schema and before any data arrives: see Deploy/citus/README.md.
+--
+-- Every tenant's rows carry container_id, and every request touches one container, so the
+-- tables are distributed by container_id and co-located: a request's statements (joins between
+-- records, zones, index_entries, …) run on the one node that holds its container.
+-- CitusConstraintTests checks that every primary key, unique constraint and unique index of a
+-- distributed table leads with container_id, and that each table is placed here.
+CREATE EXTENSION IF NOT EXISTS citus;
+
+-- Small, global, read through caches: copied to every node.
+SELECT create_reference_table('containers');
+SELECT create_reference_table('server_secrets');
+SELECT create_reference_table('schema_migrations');
+
+-- The rate limiter's shared counting windows (keyed by container and user, written by every
+-- server process many times a second, kept only minutes): on the coordinator alone, where every
+-- server process reaches them, not copied to each node.
+SELECT citus_add_local_table_to_metadata('rate_windows');
+
+-- Tenant data, distributed by container and co-located with records.
+SELECT create_distributed_table('records', 'container_id');
+SELECT create_distributed_table('api_tokens', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('asset_references', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('assets', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('audit_log', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('courier_tokens', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('notifications', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('index_entries', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('quota_limits', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('record_references', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('request_counts', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('role_members', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('schema_deploys', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('schema_fields', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('schema_grants', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('schema_index_builds', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('schema_query_shapes', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('schema_record_types', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('schema_roles', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('schema_versions', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('server_keys', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('sessions', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('share_moves', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('share_participants', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('shares', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('signature_replays', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('signin_failures', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('subscriptions', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('usage_counters', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('users', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('zones', 'container_id', colocate_with => 'records');
