@@ -84,6 +84,7 @@ public final class StratusApp: Sendable {
         addCourierRoutes(to: router)
         addSchemaRoutes(to: router)
         addAssetRoutes(to: router)
+        addUserDataRoutes(to: router)
         return StratusRouter(app: self, router: router)
     }
 

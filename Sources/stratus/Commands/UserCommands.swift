@@ -36,7 +36,7 @@ struct ContainerTarget: ParsableArguments {
 
 struct UserCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "user", abstract: "List, show, disable and enable a container's users.",
+        commandName: "user", abstract: "List, show, disable, enable, export and erase a container's users.",
         discussion: """
             Users sign up through the app (POST /auth/1/{container}/{environment}/signup). A disabled user
             cannot sign in, and every session of theirs ends at once, on every server process.
@@ -44,8 +44,10 @@ struct UserCommand: AsyncParsableCommand {
             Examples:
               stratus user list --container iCloud.com.example.Notes --environment development
               stratus user disable --container iCloud.com.example.Notes --user ada@example.com
+              stratus user export --container iCloud.com.example.Notes --user ada@example.com --output ada.json
+              stratus user erase --container iCloud.com.example.Notes --user ada@example.com --yes
             """,
-        subcommands: [List.self, Show.self, Disable.self, Enable.self])
+        subcommands: [List.self, Show.self, Disable.self, Enable.self, Export.self, Erase.self])
 
     typealias Target = ContainerTarget
 
@@ -103,6 +105,72 @@ struct UserCommand: AsyncParsableCommand {
         @OptionGroup var options: ClientOptions
 
         func run() async throws { try await UserCommand.setDisabled(true, target: target, user: user, options: options) }
+    }
+
+    struct Export: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Write everything a user owns as one JSON document (both environments).",
+            discussion: """
+                The account (email, names, discoverability), each private zone with its records, the public
+                records they created, their subscriptions and the shares they take part in, as CKWS record
+                dictionaries (assets with a download URL valid one hour).
+                """)
+        @Option(help: "Container identifier.") var container: String
+        @Option(help: "User record name or email address.") var user: String
+        @Option(help: "Write to this file instead of standard output.") var output: String?
+        @OptionGroup var options: ClientOptions
+
+        func run() async throws {
+            try await runAdmin {
+                let response = try await options.client.send("GET", "management/1/containers/\(pathComponent(container))/users/\(pathComponent(user))/export")
+                let text = JSONWriter.string(response)
+                if let output {
+                    guard FileManager.default.createFile(atPath: output, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]) else {
+                        throw CLIError("cannot write \(output); check the folder and its permissions")
+                    }
+                    let environments = response["environments"]?.arrayValue ?? []
+                    let records = environments.reduce(0) { total, environment in
+                        total + (environment["privateZones"]?.arrayValue ?? []).reduce(0) { $0 + ($1["records"]?.arrayValue?.count ?? 0) }
+                            + (environment["publicRecords"]?.arrayValue?.count ?? 0)
+                    }
+                    print("wrote \(output): \(response["user"]?["userRecordName"]?.stringValue ?? user), \(records) records, \(text.utf8.count) bytes")
+                } else {
+                    print(text)
+                }
+            }
+        }
+    }
+
+    struct Erase: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Erase a user: their data, shares, subscriptions, sessions and account (audited; cannot be undone).",
+            discussion: """
+                Deletes the user's private zones (their deletion stays in the database change feed, and
+                share participants lose those shares), the public records they created (as tombstones, so
+                sync clients see them go), their participation in others' shares, their subscriptions,
+                notification tokens, roles and sessions, and the account itself. Export first if the data
+                is to be handed over.
+                """)
+        @Option(help: "Container identifier.") var container: String
+        @Option(help: "User record name or email address.") var user: String
+        @Flag(help: "Confirm: erasing cannot be undone.") var yes = false
+        @OptionGroup var options: ClientOptions
+
+        func run() async throws {
+            guard yes else { throw ValidationError("erasing a user cannot be undone; add --yes to confirm (and 'stratus user export' first to keep a copy)") }
+            try await runAdmin {
+                let base = "management/1/containers/\(pathComponent(container))/users/\(pathComponent(user))"
+                let found = try await options.client.send("GET", base + "?environment=development")
+                let name = found["user"]?["userRecordName"]?.stringValue ?? user
+                let response = try await options.client.send("POST", base + "/erase", body: ["confirm": .string(name)])
+                let erased = response["erased"]
+                func count(_ key: String) -> String { erased?[key].map { JSONWriter.string($0) } ?? "0" }
+                options.output(response) {
+                    "erased \(name): \(count("privateZones")) private zone(s) with \(count("privateRecords")) record(s), \(count("publicRecords")) public record(s), "
+                        + "\(count("shareParticipations")) share participation(s), \(count("subscriptions")) subscription(s); the account is gone"
+                }
+            }
+        }
     }
 
     struct Enable: AsyncParsableCommand {

@@ -1,0 +1,111 @@
+import Foundation
+import Hummingbird
+import StratusCore
+import StratusStore
+
+/// A user's data rights (issue 28): everything they own, as JSON (`stratus user export`), and
+/// its erasure (`stratus user erase`), through the management API.
+extension StratusApp {
+    func addUserDataRoutes(to router: Router<BasicRequestContext>) {
+        let base = "/management/1/containers/:container/users/:user"
+        router.get("\(base)/export") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let user = try await self.managedUser(container, context)
+            var environments: [JSON] = []
+            let assetURL = self.assetURL(containerID: container.id)
+            for environment in ContainerEnvironment.allCases {
+                let data = try await self.records.userData(containerID: container.id, environment: environment, user: user.userRecordName)
+                func render(_ record: Record, zone: String, owner: String) -> JSON {
+                    record.wireJSON(RecordRendering(zoneID: ["zoneName": .string(zone), "ownerRecordName": .string(owner)], assetURL: assetURL))
+                }
+                environments.append([
+                    "environment": .string(environment.rawValue),
+                    "privateZones": .array(data.zones.map { zone in
+                        ["zoneName": .string(zone.name), "records": .array(zone.records.map { render($0, zone: zone.name, owner: user.userRecordName) })]
+                    }),
+                    "publicRecords": .array(data.publicRecords.map { render($0, zone: Names.defaultZone, owner: "_defaultOwner") }),
+                    "subscriptions": .array(data.subscriptions.map { listing in
+                        var json = listing.subscription.wireJSON(zoneID: nil)
+                        if case .object(var members) = json {
+                            members["database"] = .string(listing.scope.rawValue)
+                            json = .object(members)
+                        }
+                        return json
+                    }),
+                    "shareParticipations": .array(data.participations.map {
+                        ["zoneID": ["zoneName": .string($0.zone), "ownerRecordName": .string($0.owner)], "shareRecordName": .string($0.share),
+                         "permission": .int(Int64($0.permission)), "status": .int(Int64($0.status))]
+                    }),
+                ])
+            }
+            var account = Self.userJSON(user)
+            if case .object(var members) = account, let profile = try await self.admin.profile(containerID: container.id, user: user.userRecordName) {
+                members["discoverable"] = .bool(profile.discoverable)
+                members["givenName"] = profile.givenName.map { .string($0) } ?? .null
+                members["familyName"] = profile.familyName.map { .string($0) } ?? .null
+                account = .object(members)
+            }
+            return .json(["container": .string(container.name), "exportedAt": Self.iso(Date()), "user": account, "environments": .array(environments)])
+        }
+        router.post("\(base)/erase") { request, context -> Response in
+            try self.authenticator.requireAdmin(request)
+            let container = try await self.managedContainer(context)
+            let body = try await self.readObject(request)
+            let user = try await self.managedUser(container, context)
+            guard try Wire.string(body["confirm"], key: "confirm") == user.userRecordName else {
+                throw StratusError.badRequest("erasing a user cannot be undone: send {\"confirm\": \"\(user.userRecordName)\"} (the CLI: --yes)")
+            }
+            let erasure = try await self.erase(user.userRecordName, in: container, by: try self.actor(request, body: body))
+            return .json(["erased": ["userRecordName": .string(user.userRecordName), "privateZones": .int(Int64(erasure.zones)),
+                                     "privateRecords": .int(Int64(erasure.records)), "publicRecords": .int(Int64(erasure.publicRecords)),
+                                     "shareParticipations": .int(Int64(erasure.participations)), "subscriptions": .int(Int64(erasure.subscriptions))]])
+        }
+    }
+
+    /// The `:user` of a management path, which must exist.
+    func managedUser(_ container: ContainerInfo, _ context: BasicRequestContext) async throws -> UserSummary {
+        let name = try Self.userParameter(context)
+        guard let found = try await admin.users(containerID: container.id, environment: .development, user: name).first else {
+            throw StratusError(.notFound, "no user '\(name)' in this container; give a user record name or an email address")
+        }
+        return found
+    }
+
+    /// Deletes everything the user owns: their private zones (the zones' deletions stay in the
+    /// database change feed, and participants lose the shares), the public records they created
+    /// (as tombstones), then their participations, subscriptions, tokens, roles, sessions and
+    /// account, with an audit entry.
+    func erase(_ user: String, in container: ContainerInfo, by actor: AuditActor) async throws -> UserErasure {
+        var erasure = UserErasure()
+        for environment in ContainerEnvironment.allCases {
+            let data = try await records.userData(containerID: container.id, environment: environment, user: user)
+            let privateDB = DatabaseRef(containerID: container.id, environment: environment, scope: .private, owner: user)
+            for zone in data.zones where try await records.deleteZone(privateDB, name: zone.name) != nil {
+                erasure.zones += 1
+                erasure.records += zone.records.count
+            }
+            let publicDB = DatabaseRef(containerID: container.id, environment: environment, scope: .public, owner: "")
+            let names = try await records.publicRecordNames(containerID: container.id, environment: environment, user: user)
+            for start in stride(from: 0, to: names.count, by: ModifyRequest.maximumOperations) {
+                let operations: [JSON] = names[start..<min(start + ModifyRequest.maximumOperations, names.count)].map {
+                    ["operationType": "forceDelete", "record": ["recordName": .string($0)]]
+                }
+                let request = try ModifyRequest.decode(["operations": .array(operations)], newRecordName: { RandomUUID.string(uppercase: true) })
+                let results = try await records.modify(publicDB, zone: Names.defaultZone, request: request, caller: user, now: now(),
+                                                       allowSchemaChanges: false, render: { $0.wireJSON() })
+                erasure.publicRecords += results.filter { if case .deleted = $0 { return true } else { return false } }.count
+            }
+        }
+        let (admin, containerID) = (admin, container.id)
+        let result = try await records.eraseAccount(containerID: container.id, user: user, erasure: erasure, by: actor) { connection in
+            try await admin.endSessions(containerID: containerID, user: user, reason: "user erased", on: connection)
+        }
+        authenticator.invalidate(.userSessions(containerID: container.id, user: user))
+        for environment in ContainerEnvironment.allCases {
+            notifier.invalidate(.subscriptions(containerID: container.id, environment: environment))
+            notifier.invalidate(.courierTokens(containerID: container.id, environment: environment, owner: user))
+        }
+        return result
+    }
+}
