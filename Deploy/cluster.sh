@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The topology of Deploy/compose.yaml on loopback, without Docker: a PostgreSQL primary and a
 # streaming replica (run as the 'postgres' account when started as root), two `stratus serve`
-# processes on the primary, and HAProxy in front of them, health-checking each on /health.
+# processes on the primary (reading from the replica once it has caught up: STRATUS_REPLICA_URLS),
+# and HAProxy in front of them, health-checking each on /health.
 #
 #   Deploy/cluster.sh up     [--dir D] [--port P] [--bin PATH]
 #   Deploy/cluster.sh status [--dir D]
@@ -112,7 +113,7 @@ EOF
   for n in 1 2; do
     local port=$((PORT + n))
     echo "cluster.sh: stratus serve $n on 127.0.0.1:$port" >&2
-    STRATUS_ADMIN_TOKEN=$token STRATUS_DATABASE_URL=$primary_url STRATUS_PUBLIC_URL=$lb STRATUS_ASSET_STORE=postgres \
+    STRATUS_ADMIN_TOKEN=$token STRATUS_DATABASE_URL=$primary_url STRATUS_REPLICA_URLS=$replica_url STRATUS_PUBLIC_URL=$lb STRATUS_ASSET_STORE=postgres \
       STRATUS_ASSET_DIR="$DIR/assets-$n" STRATUS_DATA_DIR="$DIR/data-$n" STRATUS_BCRYPT_COST=${STRATUS_BCRYPT_COST:-10} \
       nohup "$BIN" serve --port "$port" >"$DIR/serve-$n.log" 2>&1 &
     echo $! >"$DIR/serve-$n.pid"

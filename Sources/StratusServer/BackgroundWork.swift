@@ -15,6 +15,7 @@ public struct BackgroundWork: Service {
     /// (Not the whole configuration: ServiceLifecycle logs the service's description, and that holds the admin token.)
     let assetSweepInterval: Duration
     let assetReceiptLifetime: Duration
+    let replicaReads: ReplicaReads?
 
     public func run() async throws {
         try await cancelWhenGracefulShutdown {
@@ -24,6 +25,7 @@ public struct BackgroundWork: Service {
                 group.addTask { await rateLimiter.run() }
                 group.addTask { await sweepNotifications() }
                 group.addTask { await sweepAssets() }
+                if let replicaReads { group.addTask { await replicaReads.run() } }
             }
         }
     }
@@ -58,6 +60,7 @@ extension StratusApp {
     public var background: BackgroundWork {
         BackgroundWork(keeper: configuration.statisticsInterval.map { StatisticsKeeper(database: database, logger: logger, interval: $0) },
                        invalidations: invalidations, rateLimiter: rateLimiter, records: records, assets: assets,
-                       assetSweepInterval: configuration.assetSweepInterval, assetReceiptLifetime: configuration.assetReceiptLifetime)
+                       assetSweepInterval: configuration.assetSweepInterval, assetReceiptLifetime: configuration.assetReceiptLifetime,
+                       replicaReads: replicaReads)
     }
 }

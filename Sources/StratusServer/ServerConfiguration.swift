@@ -47,6 +47,10 @@ public struct ServerConfiguration: Sendable {
     /// How often unreferenced assets are looked for and deleted.
     public var assetSweepInterval: Duration = .seconds(60)
 
+    /// PostgreSQL streaming replicas that serve queries and custom zones' change feeds once they
+    /// have replayed every acknowledged write (`ReplicaReads`).
+    public var replicaURLs: [String] = []
+
     /// The default body limit: 8 MiB (200 operations of ~40 KB each).
     public static let defaultMaximumBodyBytes = 8 * 1024 * 1024
 

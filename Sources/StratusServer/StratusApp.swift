@@ -36,6 +36,8 @@ public final class StratusApp: Sendable {
     let notifier: Notifier
     /// Asset bytes (files or large objects).
     let assets: AssetStore
+    /// Read replicas, when configured.
+    let replicaReads: ReplicaReads?
     /// Web courier tokens recently polled, by container and hash, with when they were read.
     let courierTokens = Mutex<[String: (CourierToken, ContinuousClock.Instant)]>([:])
     /// A bcrypt hash of nothing, verified against when an email is unknown so sign-in takes as long either way.
@@ -63,6 +65,12 @@ public final class StratusApp: Sendable {
         self.rateLimiter = RateLimiter(admin: admin, configuration: database.configuration, logger: logger)
         self.notifier = Notifier(records: records, authenticator: authenticator, rateLimiter: rateLimiter, sealer: sealer, logger: logger)
         self.assets = AssetStore(storage: configuration.assetStorage, database: database, logger: logger)
+        do {
+            self.replicaReads = configuration.replicaURLs.isEmpty ? nil : try ReplicaReads(primary: database, urls: configuration.replicaURLs, logger: logger)
+        } catch {
+            logger.error("the read replicas' URLs are not valid; every read goes to the primary", metadata: ["stratus.error": "\(error)"])
+            self.replicaReads = nil
+        }
         let (authenticator, schemas, rateLimiter, notifier) = (self.authenticator, self.records.schemas, self.rateLimiter, self.notifier)
         invalidations.subscribe { event in
             authenticator.invalidate(event)

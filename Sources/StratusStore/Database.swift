@@ -444,3 +444,20 @@ extension PostgresConnection {
         _ = try? await self.query(query, logger: logger)
     }
 }
+
+extension Database {
+    /// The primary's current WAL position, in bytes from 0/0 (`pg_current_wal_lsn()`): every
+    /// commit acknowledged so far lies at or before it.
+    public func currentWALPosition() async throws -> Int64 {
+        try await withConnection { connection in
+            try await connection.rows("SELECT (pg_current_wal_lsn() - '0/0'::pg_lsn)::bigint", logger: logger).first?.decode(Int64.self) ?? .max
+        }
+    }
+
+    /// How far a streaming replica has replayed the primary's WAL, in bytes from 0/0 (0 when it is not a replica).
+    public func replayedWALPosition() async throws -> Int64 {
+        try await withConnection { connection in
+            try await connection.rows("SELECT coalesce((pg_last_wal_replay_lsn() - '0/0'::pg_lsn)::bigint, 0)", logger: logger).first?.decode(Int64.self) ?? 0
+        }
+    }
+}

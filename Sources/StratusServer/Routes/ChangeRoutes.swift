@@ -93,7 +93,11 @@ extension StratusApp {
                 return error.dictionary(uuid: uuid, zoneID: zoneIDJSON)
             }
         }
-        guard let (zoneID, page) = try await records.zoneChanges(db, zoneID: expectedZone, zone: name, after: cursor, limit: limit, recordTypes: types) else {
+        // A custom zone's feed may come from a replica that has caught up (the default zone's is
+        // made on first read, which only the primary can do).
+        let feed = { (store: RecordStore) in try await store.zoneChanges(db, zoneID: expectedZone, zone: name, after: cursor, limit: limit, recordTypes: types) }
+        let read = if let replicaReads, name != Names.defaultZone { try await replicaReads.read(primary: records, feed) } else { try await feed(records) }
+        guard let (zoneID, page) = read else {
             if expectedZone != nil {
                 return StratusError.badRequest("the syncToken is from a zone that has since been deleted or is another zone; fetch the zone's changes again without a token").dictionary(uuid: uuid, zoneID: zoneIDJSON)
             }

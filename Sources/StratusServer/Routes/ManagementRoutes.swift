@@ -142,7 +142,13 @@ extension StratusApp {
         addKeyRoutes(to: router, base: base)
         router.get("\(base)/stats") { request, _ -> Response in
             try self.authenticator.requireAdmin(request)
-            return .json(["rssBytes": Self.residentBytes().map { .int($0) } ?? .null, "pid": .int(Int64(getpid()))])
+            var stats: [String: JSON] = ["rssBytes": Self.residentBytes().map { .int($0) } ?? .null, "pid": .int(Int64(getpid()))]
+            if let replicas = self.replicaReads {
+                stats["replicaReads"] = ["servedByReplica": .int(Int64(replicas.servedByReplica.load(ordering: .relaxed))),
+                                         "servedByPrimary": .int(Int64(replicas.servedByPrimary.load(ordering: .relaxed))),
+                                         "replicas": .array(replicas.replicas.map { ["replayedLSN": .int($0.replayed.load(ordering: .relaxed))] })]
+            }
+            return .json(.object(stats))
         }
         router.get("\(base)/tokens") { request, _ -> Response in
             try self.authenticator.requireAdmin(request)

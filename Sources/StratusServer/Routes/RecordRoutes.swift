@@ -123,7 +123,8 @@ extension StratusApp {
         if let markerText {
             cursor = try openMarker(markerText, fingerprint: fingerprint, sorts: query.sorts.count)
         }
-        let page = try await records.query(db, zone: zone, query: query, limit: limit, after: cursor, visibleRoots: visibleRoots)
+        let run = { (store: RecordStore) in try await store.query(db, zone: zone, query: query, limit: limit, after: cursor, visibleRoots: visibleRoots) }
+        let page = if let replicaReads { try await replicaReads.read(primary: records, run) } else { try await run(records) }
         let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings, assetURL: assetURL(containerID: db.containerID))
         var response: [String: JSON] = ["records": .array(page.records.map { $0.wireJSON(rendering) })]
         if let next = page.next {

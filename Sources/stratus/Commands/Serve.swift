@@ -65,6 +65,7 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("asset-store"), help: "Where asset bytes are kept: 'files' (under --asset-dir) or 'postgres' (large objects in the database, backed up with it) (env STRATUS_ASSET_STORE, default files). Several server processes with 'files' must share the folder.") var assetStore: String?
     @Option(name: .customLong("asset-dir"), help: "Folder of the files asset store, and of uploads being received (env STRATUS_ASSET_DIR, default <data-dir>/assets).") var assetDir: String?
     @Option(name: .customLong("max-asset-bytes"), help: "Largest asset one upload may carry (env STRATUS_MAX_ASSET_BYTES, default 52428800: 50 MiB).") var maxAssetBytes: Int64?
+    @Option(name: .customLong("replica-urls"), help: "PostgreSQL streaming replicas, comma-separated postgres:// URLs: queries and custom zones' change feeds go to one that has replayed every acknowledged write, else to the primary (env STRATUS_REPLICA_URLS).") var replicaURLs: String?
     @OptionGroup var database: DatabaseOptions
 
     func run() async throws {
@@ -121,6 +122,11 @@ struct Serve: AsyncParsableCommand {
         }
         serverConfiguration.maximumConnectionsPerAddress = perAddress
         serverConfiguration.assetStorage = assetStorage
+        let replicas = (setting(replicaURLs, "STRATUS_REPLICA_URLS") ?? "").split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        for url in replicas {
+            do { _ = try DatabaseConfiguration(url: url) } catch { throw ValidationError("--replica-urls (STRATUS_REPLICA_URLS): \(error.reason)") }
+        }
+        serverConfiguration.replicaURLs = replicas
         serverConfiguration.maximumAssetBytes = assetLimit
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await db.run() }
