@@ -194,7 +194,7 @@ import Testing
       }
     }
 
-    /// The CPU time PostgreSQL's server processes under `postmaster` have used, in microseconds.
+    /// The CPU time the client backends of the PostgreSQL server in `dataFolder` have used, in microseconds.
     static func backendCPU(_ dataFolder: String) -> Int64 {
         guard let text = try? String(contentsOfFile: dataFolder + "/postmaster.pid", encoding: .utf8),
               let postmaster = text.split(separator: "\n").first.flatMap({ Int($0) }) else { return 0 }
@@ -204,7 +204,11 @@ import Testing
                   let close = stat.lastIndex(of: ")") else { continue }
             let fields = stat[stat.index(after: close)...].split(separator: " ")
             // After the name: state, ppid, …; utime and stime are fields 14 and 15 of the line (11 and 12 here).
-            guard fields.count > 12, Int(fields[1]) == postmaster || Int(entry) == postmaster else { continue }
+            guard fields.count > 12, Int(fields[1]) == postmaster else { continue }
+            // Client backends only ("postgres: <user> <database> <address> …"): the checkpointer,
+            // WAL writer and autovacuum work on their own schedule and would blur the figure.
+            let title = (try? String(contentsOfFile: "/proc/\(entry)/cmdline", encoding: .utf8)) ?? ""
+            guard title.contains(" stratus ") else { continue }
             ticks += (Int64(fields[11]) ?? 0) + (Int64(fields[12]) ?? 0)
         }
         return ticks * 1_000_000 / Int64(sysconf(Int32(_SC_CLK_TCK)))
