@@ -9,11 +9,13 @@ import Testing
 /// `Deploy/cluster.sh` (issue 28): the compose topology on loopback — PostgreSQL primary and
 /// streaming replica, two `stratus serve`, HAProxy in front — comes up, serves through the load
 /// balancer, loses no acknowledged write when one server is killed, and goes down cleanly.
-@Suite(.timeLimit(.minutes(10))) struct ClusterTests {
-    /// A base port with the eleven after it free (the script takes P…P+2 and P+10, P+11).
+@Suite(.serialized, .timeLimit(.minutes(10))) struct ClusterTests {
+    /// A base port with the eleven after it free (the script takes P…P+2 and P+10, P+11). The
+    /// suite runs its tests one at a time: two clusters coming up at once could pick overlapping ports.
     static func freeBase() -> Int {
         while true {
-            let base = Int.random(in: 20_000...50_000)
+            // Below Linux's ephemeral ports (32768 and up), which the other tests' servers take.
+            let base = Int.random(in: 2_000...3_190) * 10
             if [0, 1, 2, 10, 11].allSatisfy({ portIsFree(base + $0) }) { return base }
         }
     }
