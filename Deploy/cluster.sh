@@ -15,7 +15,7 @@
 #
 # `up` prints, and writes to <dir>/cluster.env, what a client or a test needs: the load balancer's
 # URL, each server's URL and pid, the primary's and the replica's URLs, the admin token.
-# Installs haproxy (Debian's package) when it is missing.
+# Installs haproxy and curl (Debian's packages) when they are missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . Deploy/lib.sh
@@ -43,12 +43,12 @@ as_postgres() {
 }
 
 ensure_haproxy() {
-  command -v haproxy >/dev/null 2>&1 && return 0
-  echo "cluster.sh: haproxy not found; installing Debian's haproxy package" >&2
+  command -v haproxy >/dev/null 2>&1 && command -v curl >/dev/null 2>&1 && return 0
+  echo "cluster.sh: haproxy or curl not found; installing Debian's haproxy and curl packages" >&2
   local sudo=""
   if [ "$(id -u)" != "0" ]; then sudo="sudo"; fi
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq haproxy >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends haproxy curl >/dev/null
 }
 
 wait_for() {  # wait_for URL SECONDS
