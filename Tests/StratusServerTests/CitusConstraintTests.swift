@@ -62,4 +62,49 @@ import Testing
             }
         }
     }
+
+    /// The other half of what Citus needs: no statement joins rows of two containers. In every
+    /// SQL text of the server's sources, each join of a distributed table is on `container_id`
+    /// (or `USING (container_id, …)`), and each lateral subquery filters by it; a join that pairs
+    /// rows of different containers would need cross-node traffic (or be a tenant leak).
+    @Test func everyJoinOfTenantTablesStaysInOneContainer() throws {
+        let (_, distributed, _) = try Self.plan()
+        let root = TestCluster.repositoryRoot.appendingPathComponent("Sources")
+        let files = FileManager.default.enumerator(atPath: root.path)?.allObjects.compactMap { $0 as? String }.filter { $0.hasSuffix(".swift") } ?? []
+        let tableJoin = try Regex(#"JOIN\s+([a-z_]+)(?:\s+(?:AS\s+)?([a-z_]+))?\s+(ON|USING)\s*(\((?:[^()]|\([^()]*\))*\)|(?:(?!\bJOIN\b|\bWHERE\b|\bGROUP\b|\bORDER\b|\bLIMIT\b|\bRETURNING\b|\bFOR\b)[\s\S])*)"#)
+        var joins = 0
+        var offending: [String] = []
+        for file in files {
+            let text = try String(contentsOf: root.appendingPathComponent(file), encoding: .utf8)
+            for match in text.matches(of: tableJoin) {
+                guard let table = match.output[1].substring.map(String.init), distributed.contains(table) else { continue }
+                joins += 1
+                let condition = match.output[4].substring.map(String.init) ?? ""
+                if !condition.contains("container_id") {
+                    offending.append("\(file): JOIN \(table) \(match.output[3].substring ?? "") \(condition.prefix(120))")
+                }
+            }
+            // Lateral subqueries: the body (to its closing parenthesis) names container_id.
+            var rest = text[...]
+            while let range = rest.range(of: "JOIN LATERAL (") {
+                var depth = 1
+                var end = range.upperBound
+                while end < rest.endIndex, depth > 0 {
+                    if rest[end] == "(" { depth += 1 } else if rest[end] == ")" { depth -= 1 }
+                    end = rest.index(after: end)
+                }
+                let body = rest[range.upperBound..<end]
+                if distributed.contains(where: { body.contains("FROM \($0)") || body.contains("JOIN \($0)") }) {
+                    joins += 1
+                    if !body.contains("container_id") && !body.contains("\\(source)") && !body.contains("\\(body)") && !body.contains("\\(outer)") {
+                        offending.append("\(file): JOIN LATERAL (\(body.prefix(120)))")
+                    }
+                }
+                rest = rest[end...]
+            }
+        }
+        #expect(joins >= 20, "found only \(joins) joins of distributed tables: the pattern no longer matches the sources")
+        #expect(offending.isEmpty, "joins of distributed tables not tied to one container_id:\n\(offending.joined(separator: "\n"))")
+        print("Citus: \(joins) joins of distributed tables in the sources, each on container_id")
+    }
 }
