@@ -381,6 +381,41 @@ import Testing
         }
     }
 
+    /// Three subscriptions matching one write: a WebSocket gets all three notifications. The
+    /// client then leaves its stream open: the server's graceful shutdown (the harness's, at the
+    /// end) closes it with 1001 "going away" instead of waiting on it (it waited for ever).
+    @Test func aStreamGetsEveryNotificationOfAWriteAndShutdownClosesIt() async throws {
+        let socketBox = Mutex<RawConnection?>(nil)
+        try await Harness.run(live: true) { harness in
+            let alice = try await harness.container().signedUp()
+            #expect(try await alice.modify("private", [op("create", "seed")]).status == 200)
+            #expect(try await alice.post("private", "subscriptions/modify", ["operations": [
+                ["operationType": "create", "subscription": ["subscriptionID": "all", "subscriptionType": "database"]],
+                ["operationType": "create", "subscription": ["subscriptionID": "zone", "subscriptionType": "zone", "zoneID": ["zoneName": "_defaultZone"]]],
+                ["operationType": "create", "subscription": ["subscriptionID": "notes", "subscriptionType": "query", "query": ["recordType": "Note"]]]]]).status == 200)
+            let path = try await Self.courierPath(alice)
+            let socket = try await RawConnection(port: harness.client.port ?? 0)
+            socketBox.withLock { $0 = socket }
+            try await socket.send("GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                                  + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n")
+            let handshake = String(decoding: try await socket.bytes { String(decoding: $0, as: UTF8.self).contains("\r\n\r\n") }, as: UTF8.self)
+            #expect(handshake.hasPrefix("HTTP/1.1 101"), "\(handshake)")
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await alice.modify("private", [op("create", "n1")]).status == 200)
+            let text = String(decoding: try await socket.bytes { String(decoding: $0, as: UTF8.self).components(separatedBy: "\"nid\"").count >= 4 }, as: UTF8.self)
+            for id in ["\"sid\":\"all\"", "\"sid\":\"zone\"", "\"sid\":\"notes\""] {
+                #expect(text.contains(id), "\(id) missing from \(text)")
+            }
+        }
+        // The harness returned (the server stopped); the stream was closed by the server.
+        let socket = try #require(socketBox.withLock { $0 })
+        let bytes = try await socket.bytes(within: .seconds(5)) { _ in socket.closed }
+        #expect(socket.closed, "the server left the WebSocket open after shutting down")
+        // The last frame before the close is a close frame with 1001 (0x03E9).
+        let tail = Array(bytes.suffix(4))
+        #expect(tail == [0x88, 0x02, 0x03, 0xE9], "expected a close frame with 1001, got \(tail)")
+    }
+
     /// The web courier URL opened as a WebSocket streams the same notifications, one text frame
     /// each; a client's close ends it, and what comes after waits for the next poll.
     @Test func theWebCourierStreamsOverAWebSocket() async throws {

@@ -695,6 +695,14 @@ final class WebSocketControlHandler: ChannelInboundHandler, RemovableChannelHand
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
         if case IdleStateHandler.IdleStateEvent.read = event {
             context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .ping, data: context.channel.allocator.buffer(capacity: 0))), promise: nil)
+        } else if event is ChannelShouldQuiesceEvent {
+            // The server is shutting down: a stream would otherwise hold the shutdown until its
+            // deadline. Close with 1001 (going away); the client reconnects to another server,
+            // and what was not sent waits in the queue.
+            var reason = context.channel.allocator.buffer(capacity: 2)
+            reason.write(webSocketErrorCode: .goingAway)
+            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: reason)))
+                .whenComplete { _ in context.close(promise: nil) }
         } else {
             context.fireUserInboundEventTriggered(event)
         }
