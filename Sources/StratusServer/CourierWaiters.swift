@@ -13,8 +13,8 @@ final class CourierWaiters: Sendable {
 
     /// Registers a poll of `key`'s notifications: wake-ups sent from now on reach its waiter
     /// (one is kept until the next wait), so one sent between a poll's look and its wait is not missed.
-    func register(_ key: Key, tokenHash: String) -> CourierWaiter {
-        let waiter = CourierWaiter(tokenHash: tokenHash)
+    func register(_ key: Key, tokenHash: String, takesMany: Bool = false) -> CourierWaiter {
+        let waiter = CourierWaiter(tokenHash: tokenHash, takesMany: takesMany)
         waiters.withLock { $0[key, default: [:]][ObjectIdentifier(waiter)] = waiter }
         if sweeping.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
             Task { await self.sweepDeadlines() }
@@ -141,8 +141,9 @@ final class CourierWaiter: Sendable {
         /// A wake-up arrived while nobody waited: the next wait returns at once.
         var woken = false
         var continuation: CheckedContinuation<Void, Never>?
-        /// A notification handed to this poll while it was parked (`offer`), for it to answer.
-        var handed: String?
+        /// Notifications handed to this waiter (`offer`), oldest first, for it to send: at most one
+        /// for a long poll (its answer), up to `maximumHanded` for a WebSocket stream.
+        var handed: [String] = []
         /// When the current wait ends without a wake-up.
         var deadline: ContinuousClock.Instant?
     }
@@ -150,29 +151,51 @@ final class CourierWaiter: Sendable {
     private let state = Mutex(State())
     /// The web courier token polled.
     let tokenHash: String
+    /// A WebSocket stream: it sends every notification as it comes, so it takes them while busy
+    /// sending too (a long poll answers with one, so it takes one, only while parked).
+    let takesMany: Bool
+    /// Most notifications a stream holds handed and not yet sent; past it they are queued.
+    static let maximumHanded = 64
 
-    init(tokenHash: String) {
+    init(tokenHash: String, takesMany: Bool = false) {
         self.tokenHash = tokenHash
+        self.takesMany = takesMany
     }
 
-    /// Hands `payload` to this poll if it is parked in `wait` with nothing handed yet, and ends
-    /// the wait; `false` otherwise (the caller queues it).
+    /// Hands `payload` to this waiter, ending its wait if it is parked: a long poll takes one
+    /// while parked; a stream takes up to `maximumHanded`, parked or busy sending (its next wait
+    /// then returns at once). `false` when it cannot take it (the caller queues it).
     func offer(_ payload: String) -> Bool {
-        let continuation = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard state.handed == nil, let continuation = state.continuation else { return nil }
+        let (taken, continuation) = state.withLock { state -> (Bool, CheckedContinuation<Void, Never>?) in
+            if let continuation = state.continuation, state.handed.isEmpty {
+                state.continuation = nil
+                state.deadline = nil
+                state.handed.append(payload)
+                return (true, continuation)
+            }
+            guard takesMany, state.handed.count < Self.maximumHanded else { return (false, nil) }
+            state.handed.append(payload)
+            guard let continuation = state.continuation else {
+                state.woken = true
+                return (true, nil)
+            }
             state.continuation = nil
             state.deadline = nil
-            state.handed = payload
-            return continuation
+            return (true, continuation)
         }
         continuation?.resume()
-        return continuation != nil
+        return taken
     }
 
-    /// The notification handed to this poll, if any (once).
+    /// The oldest notification handed to this waiter, if any (once).
     func takeHanded() -> String? {
+        state.withLock { state in state.handed.isEmpty ? nil : state.handed.removeFirst() }
+    }
+
+    /// Every notification handed and not taken (once): put back when the waiter goes.
+    func takeAllHanded() -> [String] {
         state.withLock { state in
-            defer { state.handed = nil }
+            defer { state.handed.removeAll() }
             return state.handed
         }
     }

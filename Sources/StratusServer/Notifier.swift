@@ -150,9 +150,10 @@ public final class Notifier: RecordChangeObserver {
     /// Ends a poll's registration; a notification handed over as the poll ended goes back to the queue.
     func unregister(_ key: CourierKey, _ waiter: CourierWaiter) {
         couriers.remove(key, waiter)
-        if let payload = waiter.takeHanded() {
+        let left = waiter.takeAllHanded()
+        if !left.isEmpty {
             let token = CourierToken(containerID: key.containerID, environment: key.environment, owner: key.owner, tokenHash: waiter.tokenHash)
-            Task { await self.putBack(token, seq: nil, payload: payload) }
+            Task { for payload in left { await self.putBack(token, seq: nil, payload: payload) } }
         }
     }
 

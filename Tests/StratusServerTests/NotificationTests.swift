@@ -381,7 +381,8 @@ import Testing
         }
     }
 
-    /// Three subscriptions matching one write: a WebSocket gets all three notifications. The
+    /// Three subscriptions matching one write: a WebSocket parked in the writing process is handed
+    /// all three notifications (a stream takes several; a long poll one). The
     /// client then leaves its stream open: the server's graceful shutdown (the harness's, at the
     /// end) closes it with 1001 "going away" instead of waiting on it (it waited for ever).
     @Test func aStreamGetsEveryNotificationOfAWriteAndShutdownClosesIt() async throws {
@@ -401,11 +402,14 @@ import Testing
             let handshake = String(decoding: try await socket.bytes { String(decoding: $0, as: UTF8.self).contains("\r\n\r\n") }, as: UTF8.self)
             #expect(handshake.hasPrefix("HTTP/1.1 101"), "\(handshake)")
             try await Task.sleep(for: .milliseconds(300))
+            let handedBefore = harness.app.notifier.handedOver.load(ordering: .relaxed)
             #expect(try await alice.modify("private", [op("create", "n1")]).status == 200)
             let text = String(decoding: try await socket.bytes { String(decoding: $0, as: UTF8.self).components(separatedBy: "\"nid\"").count >= 4 }, as: UTF8.self)
             for id in ["\"sid\":\"all\"", "\"sid\":\"zone\"", "\"sid\":\"notes\""] {
                 #expect(text.contains(id), "\(id) missing from \(text)")
             }
+            // The parked stream was handed all three (none went through the queue).
+            #expect(harness.app.notifier.handedOver.load(ordering: .relaxed) - handedBefore == 3, "a stream is handed every notification of a write")
         }
         // The harness returned (the server stopped); the stream was closed by the server.
         let socket = try #require(socketBox.withLock { $0 })

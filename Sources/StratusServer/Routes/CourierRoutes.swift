@@ -189,7 +189,7 @@ extension StratusApp {
     /// connection closes. One whose frame could not be written is put back.
     func streamCourier(_ token: CourierToken, on channel: any Channel) async {
         let key = Notifier.CourierKey(containerID: token.containerID, environment: token.environment, owner: token.owner)
-        let waiter = notifier.couriers.register(key, tokenHash: token.tokenHash)
+        let waiter = notifier.couriers.register(key, tokenHash: token.tokenHash, takesMany: true)
         defer { notifier.unregister(key, waiter) }
         channel.closeFuture.whenComplete { _ in waiter.wake() }
         var quietSince = ContinuousClock.now
