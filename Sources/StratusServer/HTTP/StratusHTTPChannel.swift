@@ -108,7 +108,7 @@ struct StratusHTTPChannel: ServerChildChannel {
                     response = StratusError.bodyTooLarge(limit: maximumBodyBytes).response(uuid: newUUID())
                     close = true
                 }
-                if connection.state.takeStreamAnswer(), inbound.head.method != .HEAD, let length = response.body.contentLength {
+                if connection.state.takeStreamAnswer(), let length = response.body.contentLength {
                     guard await stream(response, length: length, for: inbound.head, close: close, on: connection) else {
                         connection.channel.close(promise: nil)
                         break
@@ -173,7 +173,8 @@ struct StratusHTTPChannel: ServerChildChannel {
         let writer = ChannelBodyWriter(handler: handler, loop: loop)
         do {
             try await writer.write(start)
-            try await response.body.write(writer)
+            // HEAD: the head alone, with the length the body would have (the body is never read).
+            if head.method != .HEAD { try await response.body.write(writer) }
         } catch {
             return false
         }
@@ -270,73 +271,6 @@ struct StratusHTTPChannel: ServerChildChannel {
 }
 
 /// Collects a response body (the service's are single buffers of JSON).
-/// Open connections per client address (one count for the whole server).
-final class ConnectionCounts: Sendable {
-    let limit: Int
-    private let open = Mutex<[String: Int]>([:])
-
-    init(limit: Int) {
-        self.limit = limit
-    }
-
-    /// Counts a new connection from `address`, or `false` when it already has `limit` open.
-    func open(_ address: String) -> Bool {
-        open.withLock { counts in
-            let count = counts[address, default: 0]
-            guard count < limit else { return false }
-            counts[address] = count + 1
-            return true
-        }
-    }
-
-    func close(_ address: String) {
-        open.withLock { counts in
-            let count = counts[address, default: 1] - 1
-            counts[address] = count > 0 ? count : nil
-        }
-    }
-}
-
-/// Writes a streamed response's pieces to the connection, each once the one before is written.
-private struct ChannelBodyWriter: ResponseBodyWriter {
-    let handler: NIOLoopBound<StratusHTTPHandler>
-    let loop: any EventLoop
-
-    func write(_ buffer: ByteBuffer) async throws {
-        let handler = handler
-        try await loop.flatSubmit { handler.value.write(buffer) }.get()
-    }
-
-    func finish(_ trailingHeaders: HTTPFields?) async throws {}
-}
-
-/// A request body read as it arrives (asset uploads), with back-pressure: the socket is read
-/// only while the consumer keeps up.
-typealias StreamedBody = NIOThrowingAsyncSequenceProducer<ByteBuffer, any Error,
-                                                          NIOAsyncSequenceProducerBackPressureStrategies.HighLowWatermark, BodyDemand>
-
-/// Tells the connection's handler (on its event loop) that the consumer of a streamed body wants
-/// more, or is gone.
-final class BodyDemand: NIOAsyncSequenceProducerDelegate, Sendable {
-    let handler: NIOLoopBound<StratusHTTPHandler>
-    let loop: any EventLoop
-
-    init(handler: NIOLoopBound<StratusHTTPHandler>, loop: any EventLoop) {
-        self.handler = handler
-        self.loop = loop
-    }
-
-    func produceMore() {
-        let handler = handler
-        loop.execute { handler.value.resumeReading() }
-    }
-
-    func didTerminate() {
-        let handler = handler
-        loop.execute { handler.value.resumeReading() }
-    }
-}
-
 private final class BodySink: ResponseBodyWriter, @unchecked Sendable {
     var body = ByteBuffer()
 
@@ -628,87 +562,5 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         abandonStream()
         continuation.finish()
         context.fireChannelInactive()
-    }
-}
-
-/// The `Date` header's text, made once a second.
-enum HTTPDate {
-    private static let cache = Mutex<(second: Int, text: String)>((-1, ""))
-    private static let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
-    private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-
-    static var now: String {
-        var spec = timespec()
-        clock_gettime(CLOCK_REALTIME, &spec)
-        let second = Int(spec.tv_sec)
-        return cache.withLock { cache in
-            if cache.second != second { cache = (second, format(second)) }
-            return cache.text
-        }
-    }
-
-    /// IMF-fixdate, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
-    static func format(_ seconds: Int) -> String {
-        var time = time_t(seconds)
-        var parts = tm()
-        gmtime_r(&time, &parts)
-        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
-        return "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(parts.tm_year + 1900) "
-            + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
-    }
-}
-
-/// Runs a task's jobs on a NIO event loop: a connection's task on its channel's loop, so the
-/// request arrives, is answered and is written without waking another thread.
-final class EventLoopTaskExecutor: TaskExecutor {
-    let eventLoop: any EventLoop
-
-    init(_ eventLoop: any EventLoop) {
-        self.eventLoop = eventLoop
-    }
-
-    func enqueue(_ job: consuming ExecutorJob) {
-        let job = UnownedJob(job)
-        eventLoop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
-    }
-}
-
-/// Answers a WebSocket client's control frames (ping with pong, close with close) and pings a
-/// client that has sent nothing for the idle time; the server only sends on these connections.
-final class WebSocketControlHandler: ChannelInboundHandler, RemovableChannelHandler {
-    typealias InboundIn = WebSocketFrame
-    typealias OutboundOut = WebSocketFrame
-
-    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        let frame = unwrapInboundIn(data)
-        switch frame.opcode {
-        case .ping:
-            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData)), promise: nil)
-        case .connectionClose:
-            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: context.channel.allocator.buffer(capacity: 0))))
-                .whenComplete { _ in context.close(promise: nil) }
-        default:
-            break
-        }
-    }
-
-    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if case IdleStateHandler.IdleStateEvent.read = event {
-            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .ping, data: context.channel.allocator.buffer(capacity: 0))), promise: nil)
-        } else if event is ChannelShouldQuiesceEvent {
-            // The server is shutting down: a stream would otherwise hold the shutdown until its
-            // deadline. Close with 1001 (going away); the client reconnects to another server,
-            // and what was not sent waits in the queue.
-            var reason = context.channel.allocator.buffer(capacity: 2)
-            reason.write(webSocketErrorCode: .goingAway)
-            context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: reason)))
-                .whenComplete { _ in context.close(promise: nil) }
-        } else {
-            context.fireUserInboundEventTriggered(event)
-        }
-    }
-
-    func errorCaught(context: ChannelHandlerContext, error: any Error) {
-        context.close(promise: nil)
     }
 }

@@ -1,0 +1,75 @@
+import Foundation
+import NIOCore
+import Synchronization
+
+// Small parts of the HTTP service: connection counts per address, the Date header, the
+// executor that runs a connection's task on its event loop.
+
+/// Open connections per client address (one count for the whole server).
+final class ConnectionCounts: Sendable {
+    let limit: Int
+    private let open = Mutex<[String: Int]>([:])
+
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    /// Counts a new connection from `address`, or `false` when it already has `limit` open.
+    func open(_ address: String) -> Bool {
+        open.withLock { counts in
+            let count = counts[address, default: 0]
+            guard count < limit else { return false }
+            counts[address] = count + 1
+            return true
+        }
+    }
+
+    func close(_ address: String) {
+        open.withLock { counts in
+            let count = counts[address, default: 1] - 1
+            counts[address] = count > 0 ? count : nil
+        }
+    }
+}
+
+/// The `Date` header's text, made once a second.
+enum HTTPDate {
+    private static let cache = Mutex<(second: Int, text: String)>((-1, ""))
+    private static let days = ["Sun", "Mon", "Tue", "Wed", "Thu", "Fri", "Sat"]
+    private static let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+
+    static var now: String {
+        var spec = timespec()
+        clock_gettime(CLOCK_REALTIME, &spec)
+        let second = Int(spec.tv_sec)
+        return cache.withLock { cache in
+            if cache.second != second { cache = (second, format(second)) }
+            return cache.text
+        }
+    }
+
+    /// IMF-fixdate, e.g. `Sun, 06 Nov 1994 08:49:37 GMT`.
+    static func format(_ seconds: Int) -> String {
+        var time = time_t(seconds)
+        var parts = tm()
+        gmtime_r(&time, &parts)
+        func two(_ value: Int32) -> String { value < 10 ? "0\(value)" : "\(value)" }
+        return "\(days[Int(parts.tm_wday)]), \(two(parts.tm_mday)) \(months[Int(parts.tm_mon)]) \(parts.tm_year + 1900) "
+            + "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec)) GMT"
+    }
+}
+
+/// Runs a task's jobs on a NIO event loop: a connection's task on its channel's loop, so the
+/// request arrives, is answered and is written without waking another thread.
+final class EventLoopTaskExecutor: TaskExecutor {
+    let eventLoop: any EventLoop
+
+    init(_ eventLoop: any EventLoop) {
+        self.eventLoop = eventLoop
+    }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        eventLoop.execute { job.runSynchronously(on: self.asUnownedTaskExecutor()) }
+    }
+}
