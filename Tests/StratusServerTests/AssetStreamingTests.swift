@@ -103,6 +103,12 @@ import Testing
                                                     JSONWriter.string(["operations": [["operationType": "create", "record": ["recordName": "n1", "recordType": "Note",
                                                                                                                            "fields": ["file": ["value": file]]]]]]))
             let downloadURL = try #require(save.1["records"]?.arrayValue?.first?["fields"]?["file"]?["value"]?["downloadURL"]?.stringValue, "\(save.1)")
+            // HEAD: the length, no body.
+            var head = URLRequest(url: URL(string: downloadURL)!)
+            head.httpMethod = "HEAD"
+            let (headBody, headResponse) = try await URLSession.shared.data(for: head)
+            let headLength = (headResponse as? HTTPURLResponse)?.value(forHTTPHeaderField: "Content-Length")
+            #expect((headResponse as? HTTPURLResponse)?.statusCode == 200 && headBody.isEmpty && headLength == String(data.count), "HEAD: \(headResponse)")
             try await Task.sleep(for: .milliseconds(300))
             let beforeDownload = Self.residentBytes(server.pid)
             let (downloaded, downloadPeak) = try await Self.peakMemory(of: server.pid) {

@@ -91,6 +91,12 @@ import Testing
             let outside = try await Self.raw(harness, .get, try Self.path(of: url), headers: [.range: "bytes=700000-"])
             let error = try JSONParser.parse(outside.bytes)
             #expect(outside.status == 416 && error["serverErrorCode"] == "BAD_REQUEST" && error["reason"]?.stringValue?.contains("700000") == true, "\(error)")
+            // Any page may use the URLs (they are the credential): a preflight, then the answer, allow any origin.
+            let preflight = try await Self.raw(harness, .options, try Self.path(of: url),
+                                               headers: [.origin: "https://app.example.com", .accessControlRequestMethod: "GET"])
+            #expect(preflight.status == 204 && preflight.headers[.accessControlAllowOrigin] == "*", "\(preflight.headers)")
+            let crossOrigin = try await Self.raw(harness, .get, try Self.path(of: url), headers: [.origin: "https://app.example.com", .range: "bytes=0-0"])
+            #expect(crossOrigin.status == 206 && crossOrigin.headers[.accessControlAllowOrigin] == "*", "\(crossOrigin.headers)")
             // A query renders the asset too; the record's stored size counts the asset's bytes.
             let queried = try await alice.post("private", "records/query", ["query": ["recordType": "Note"]])
             #expect(queried.json.record(0)?["fields"]?["attachment"]?["value"]?["downloadURL"]?.stringValue != nil, "\(queried.json)")
