@@ -108,7 +108,7 @@ public final class Database: Sendable {
     /// The connection pools: one per event loop of the process's event-loop group, each with its
     /// share of `maximumConnections` on that loop, or one pool when there are too few connections
     /// to give each loop two.
-    let pools: PerEventLoop<PostgresClient>
+    let pools: PerEventLoop<RecoveringPool>
     public let configuration: DatabaseConfiguration
     let logger: Logger
 
@@ -126,20 +126,28 @@ public final class Database: Sendable {
         self.logger = logger
         let loops = PerEventLoop<PostgresClient>.groupLoops.count
         guard loops > 1, configuration.maximumConnections >= 2 * loops else {
-            pools = PerEventLoop(single: PostgresClient(configuration: configuration.clientConfiguration(), backgroundLogger: logger))
+            pools = PerEventLoop(single: RecoveringPool(configuration: configuration, logger: logger) { logger in
+                PostgresClient(configuration: configuration.clientConfiguration(), backgroundLogger: logger)
+            })
             return
         }
         pools = PerEventLoop { loop, index, count in
             var share = configuration
             share.maximumConnections = configuration.maximumConnections / count + (index < configuration.maximumConnections % count ? 1 : 0)
-            return PostgresClient(configuration: share.clientConfiguration(), eventLoopGroup: loop, backgroundLogger: logger)
+            return RecoveringPool(configuration: share, logger: logger) { [share] logger in
+                PostgresClient(configuration: share.clientConfiguration(), eventLoopGroup: loop, backgroundLogger: logger)
+            }
         }
     }
 
-    /// The pool on the caller's event loop.
-    private var pool: PostgresClient { pools.current }
+    /// The pool on the caller's event loop (TRY_AGAIN_LATER while PostgreSQL is unreachable).
+    private var pool: RecoveringPool { pools.current }
 
-    /// Keeps the pools' connections open until the task is cancelled (`PostgresClient.run`).
+    /// Whether requests are being answered TRY_AGAIN_LATER because PostgreSQL was unreachable.
+    public var isRecovering: Bool { pools.values.contains { $0.isRecovering } }
+
+    /// Keeps the pools' connections open until the task is cancelled (`PostgresClient.run`), and
+    /// replaces a pool after PostgreSQL was unreachable (`RecoveringPool`).
     public func run() async {
         await withDiscardingTaskGroup { group in
             for pool in pools.values { group.addTask { await pool.run() } }
