@@ -16,6 +16,10 @@ public final class StratusApp: Sendable {
     let admin: AdminStore
     let records: RecordStore
     let sealer: TokenSealer
+    /// Seals sync tokens (`TokenSealer.syncKey`); tokens sealed with `sealer` before it existed are still opened.
+    let syncSealer: TokenSealer
+    /// The sync-token keys of servers a container was imported from, by container (`ContainerArchive`).
+    let importedSyncKeys = Mutex<[Int64: [RecordStore.ImportedSyncKey]]>([:])
     let authenticator: Authenticator
     /// Changes other server processes make to what this one caches.
     let invalidations: Invalidations
@@ -58,12 +62,13 @@ public final class StratusApp: Sendable {
         self.admin = admin
         self.records = RecordStore(database: database, logger: logger)
         self.sealer = TokenSealer(secret: secret)
+        self.syncSealer = TokenSealer(secret: TokenSealer.syncKey(from: secret))
         self.authenticator = Authenticator(admin: admin, sealer: sealer, configuration: configuration)
         self.configuration = configuration
         self.logger = logger
         self.invalidations = Invalidations(configuration: database.configuration, logger: logger)
         self.rateLimiter = RateLimiter(admin: admin, configuration: database.configuration, logger: logger)
-        self.notifier = Notifier(records: records, authenticator: authenticator, rateLimiter: rateLimiter, sealer: sealer, logger: logger)
+        self.notifier = Notifier(records: records, authenticator: authenticator, rateLimiter: rateLimiter, sealer: syncSealer, logger: logger)
         self.assets = AssetStore(storage: configuration.assetStorage, database: database, logger: logger)
         do {
             self.replicaReads = configuration.replicaURLs.isEmpty ? nil : try ReplicaReads(primary: database, urls: configuration.replicaURLs, logger: logger)
@@ -72,7 +77,8 @@ public final class StratusApp: Sendable {
             self.replicaReads = nil
         }
         let (authenticator, schemas, rateLimiter, notifier) = (self.authenticator, self.records.schemas, self.rateLimiter, self.notifier)
-        invalidations.subscribe { event in
+        invalidations.subscribe { [weak self] event in
+            if event == .all { self?.importedSyncKeys.withLock { $0 = [:] } }
             authenticator.invalidate(event)
             schemas.invalidate(event)
             rateLimiter.invalidate(event)

@@ -20,12 +20,16 @@ public final class EmbeddedPostgres: Sendable {
     let binDirectory: String
     let runAsUser: String?
     let logger: Logger
+    /// Whether `start` found the cluster already running (a `stratus serve` has it): then a
+    /// command that only borrows it leaves it running (`stopIfStarted`).
+    public let adopted: Bool
 
     /// The superuser Stratus creates.
     public static let username = "stratus"
 
     private init(dataDirectory: String, stateDirectory: String, port: Int, password: String, binDirectory: String,
-                 runAsUser: String?, logger: Logger) {
+                 runAsUser: String?, logger: Logger, adopted: Bool = false) {
+        self.adopted = adopted
         self.dataDirectory = dataDirectory
         self.stateDirectory = stateDirectory
         self.port = port
@@ -90,7 +94,7 @@ public final class EmbeddedPostgres: Sendable {
         if let running = cluster.runningPort() {
             logger.info("adopting the embedded PostgreSQL already running", metadata: ["stratus.cluster": "\(data)", "stratus.port": "\(running)"])
             return EmbeddedPostgres(dataDirectory: data, stateDirectory: state, port: running, password: password,
-                                    binDirectory: bin, runAsUser: runAs, logger: logger)
+                                    binDirectory: bin, runAsUser: runAs, logger: logger, adopted: true)
         }
         let port = try freePort()
         let started = EmbeddedPostgres(dataDirectory: data, stateDirectory: state, port: port, password: password,
@@ -98,6 +102,11 @@ public final class EmbeddedPostgres: Sendable {
         try started.launch(maximumConnections: maximumConnections)
         logger.info("embedded PostgreSQL started", metadata: ["stratus.cluster": "\(data)", "stratus.port": "\(port)"])
         return started
+    }
+
+    /// Stops the cluster unless it was running before `start` (another process's).
+    public func stopIfStarted() {
+        if !adopted { stop() }
     }
 
     /// Stops the cluster (fast shutdown: open transactions roll back, committed data stays).

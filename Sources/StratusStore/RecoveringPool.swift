@@ -31,6 +31,15 @@ final class RecoveringPool: Sendable {
         let client: PostgresClient
         let number: Int
         let leases = Atomic<Int>(0)
+        /// Set by the task that runs the pool just before it does: a lease before then waits for it
+        /// (PostgresNIO warns of a lease from a pool not running yet).
+        let started = Atomic<Bool>(false)
+
+        /// Runs the pool until the task is cancelled.
+        func run() async {
+            started.store(true, ordering: .releasing)
+            await client.run()
+        }
 
         init(client: PostgresClient, number: Int) {
             self.client = client
@@ -80,6 +89,7 @@ final class RecoveringPool: Sendable {
         }
         pool.leases.add(1, ordering: .relaxed)
         defer { pool.leases.subtract(1, ordering: .releasing) }
+        while !pool.started.load(ordering: .acquiring) { try await Task.sleep(for: .milliseconds(1)) }
         return try await pool.client.withConnection(body)
     }
 
@@ -111,7 +121,7 @@ final class RecoveringPool: Sendable {
     /// Runs the pools, and replaces the current one after each outage, until cancelled.
     func run() async {
         guard let first = state.withLock({ $0.current }) else { return }
-        var current = (pool: first, task: Task { await first.client.run() })
+        var current = (pool: first, task: Task { await first.run() })
         var ending: [Task<Void, Never>] = []
         await withTaskCancellationHandler { [wakes] in
             for await _ in wakes {
@@ -153,7 +163,7 @@ final class RecoveringPool: Sendable {
                 return state.made
             }
             let fresh = Pool(client: make(watching(number: number)), number: number)
-            let task = Task { await fresh.client.run() }
+            let task = Task { await fresh.run() }
             // In place only if none of its connection attempts failed meanwhile (checked and swapped
             // under one lock: a failure after it marks the fresh pool unusable like any other).
             let placed = await serves(fresh.client) && state.withLock { state in

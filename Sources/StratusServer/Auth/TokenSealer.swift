@@ -16,6 +16,14 @@ public struct TokenSealer: Sendable {
         self.secret = SymmetricKey(data: secret)
     }
 
+    /// The key sync tokens are sealed with: derived from the server secret, and sealing nothing
+    /// else, so `stratus container export` can hand it to the server a container moves to (sync
+    /// tokens carry change positions, not rights: each is checked against the caller's own
+    /// database) without handing over the secret that seals sessions.
+    public static func syncKey(from secret: [UInt8]) -> [UInt8] {
+        Array(HMAC<SHA256>.authenticationCode(for: Array("stratus sync-token key v1".utf8), using: SymmetricKey(data: secret)))
+    }
+
     /// `base64url(payload) + "." + base64url(mac)`.
     public func seal(_ payload: JSON, purpose: String) -> String {
         let body = JSONWriter.bytes(payload)

@@ -6,7 +6,7 @@ import StratusStore
 extension StratusApp {
     /// A sync token for a position in a zone's record feed (`zoneID` set) or in a database's zone feed.
     func syncToken(_ db: DatabaseRef, zoneID: Int64?, cursor: FeedCursor) -> String {
-        Self.syncToken(db, zoneID: zoneID, cursor: cursor, sealer: sealer)
+        Self.syncToken(db, zoneID: zoneID, cursor: cursor, sealer: syncSealer)
     }
 
     static func syncToken(_ db: DatabaseRef, zoneID: Int64?, cursor: FeedCursor, sealer: TokenSealer) -> String {
@@ -18,13 +18,47 @@ extension StratusApp {
     }
 
     /// Opens a sync token and checks it was issued for this database (and zone); returns the cursor and the zone id it names.
-    func openSyncToken(_ text: String, db: DatabaseRef, zoneScoped: Bool) throws(StratusError) -> (FeedCursor, Int64?) {
-        guard let payload = sealer.open(text, purpose: Self.syncPurpose),
-              case .int(let xid)? = payload["x"], case .int(let seq)? = payload["s"] else {
+    ///
+    /// Tokens this server issued open with its sync-token key (or, issued before that key existed,
+    /// with its secret). A container restored from another server's export also takes that
+    /// server's tokens: they name the container by its id there, and their positions are moved by
+    /// the import's shift (`ContainerArchive`).
+    func openSyncToken(_ text: String, db: DatabaseRef, zoneScoped: Bool) async throws(StratusError) -> (FeedCursor, Int64?) {
+        let invalid = StratusError.badRequest("invalid syncToken: pass back a token from a previous response unchanged, or omit it to start from the beginning")
+        let native = syncSealer.open(text, purpose: Self.syncPurpose) ?? sealer.open(text, purpose: Self.syncPurpose)
+        if let native, native["c"] == .int(db.containerID) {
+            return try Self.cursor(native, db: db, zoneScoped: zoneScoped, shift: 0)
+        }
+        for imported in try await importedKeys(db.containerID) {
+            if let payload = TokenSealer(secret: imported.key).open(text, purpose: Self.syncPurpose), payload["c"] == .int(imported.sourceContainerID) {
+                return try Self.cursor(payload, db: db, zoneScoped: zoneScoped, shift: imported.shift)
+            }
+        }
+        if native != nil {
+            throw StratusError.badRequest("this syncToken was issued for another database, user or container; omit it to start from the beginning")
+        }
+        throw invalid
+    }
+
+    /// The sync-token keys of the servers `containerID` was imported from (cached until an invalidation of everything).
+    private func importedKeys(_ containerID: Int64) async throws(StratusError) -> [RecordStore.ImportedSyncKey] {
+        if let known = importedSyncKeys.withLock({ $0[containerID] }) { return known }
+        let keys: [RecordStore.ImportedSyncKey]
+        do {
+            keys = try await records.importedSyncKeys(containerID: containerID)
+        } catch {
+            throw (error as? StratusError) ?? StratusError(.tryAgainLater, "the sync token could not be checked right now; retry", retryAfter: 1, underlying: error)
+        }
+        importedSyncKeys.withLock { $0[containerID] = keys }
+        return keys
+    }
+
+    /// The cursor of an opened token, checked against the database (its container already matched).
+    static func cursor(_ payload: JSON, db: DatabaseRef, zoneScoped: Bool, shift: Int64) throws(StratusError) -> (FeedCursor, Int64?) {
+        guard case .int(let xid)? = payload["x"], case .int(let seq)? = payload["s"] else {
             throw StratusError.badRequest("invalid syncToken: pass back a token from a previous response unchanged, or omit it to start from the beginning")
         }
-        guard payload["c"] == .int(db.containerID), payload["e"] == .string(db.environment.rawValue),
-              payload["d"] == .string(db.scope.rawValue), payload["o"] == .string(db.owner) else {
+        guard payload["e"] == .string(db.environment.rawValue), payload["d"] == .string(db.scope.rawValue), payload["o"] == .string(db.owner) else {
             throw StratusError.badRequest("this syncToken was issued for another database, user or container; omit it to start from the beginning")
         }
         var zoneID: Int64?
@@ -35,9 +69,9 @@ extension StratusApp {
         var pending: [Int64] = []
         for value in payload["p"]?.arrayValue ?? [] {
             guard case .int(let xid) = value else { throw StratusError.badRequest("invalid syncToken") }
-            pending.append(xid)
+            pending.append(xid - shift)
         }
-        return (FeedCursor(position: ChangePosition(xid: xid, seq: seq), pending: pending), zoneID)
+        return (FeedCursor(position: ChangePosition(xid: xid - shift, seq: seq), pending: pending), zoneID)
     }
 
     /// `changes/zone` (and, with one zone, the older `records/changes`).
@@ -88,7 +122,7 @@ extension StratusApp {
         var expectedZone: Int64?
         if let tokenText = try Wire.string(options["syncToken"], key: "syncToken") {
             do throws(StratusError) {
-                (cursor, expectedZone) = try openSyncToken(tokenText, db: db, zoneScoped: true)
+                (cursor, expectedZone) = try await openSyncToken(tokenText, db: db, zoneScoped: true)
             } catch {
                 return error.dictionary(uuid: uuid, zoneID: zoneIDJSON)
             }
@@ -142,7 +176,7 @@ extension StratusApp {
         var cursor = FeedCursor()
         if let tokenText = try Wire.string(options["syncToken"], key: "syncToken") {
             do throws(StratusError) {
-                let (opened, zoneID) = try openSyncToken(tokenText, db: db, zoneScoped: true)
+                let (opened, zoneID) = try await openSyncToken(tokenText, db: db, zoneScoped: true)
                 guard zoneID == access.zoneID else {
                     throw StratusError.badRequest("the syncToken is from another zone, or from this zone before it was deleted and made again; fetch its changes again without a token")
                 }
@@ -172,7 +206,7 @@ extension StratusApp {
         let limit = try Wire.resultsLimit(request.body["resultsLimit"], maximum: Self.maximumPage)
         var cursor = FeedCursor()
         if let tokenText = try Wire.string(request.body[tokenKey] ?? request.body["syncToken"], key: tokenKey) {
-            (cursor, _) = try openSyncToken(tokenText, db: db, zoneScoped: false)
+            (cursor, _) = try await openSyncToken(tokenText, db: db, zoneScoped: false)
         }
         if request.scope == .shared {
             let page = try await records.sharedDatabaseChanges(containerID: db.containerID, environment: db.environment, user: db.owner,

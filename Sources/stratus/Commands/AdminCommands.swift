@@ -94,8 +94,8 @@ func runAdmin(_ body: () async throws -> Void) async throws {
 
 struct ContainerCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "container", abstract: "Create and list containers.",
-        subcommands: [Create.self, List.self])
+        commandName: "container", abstract: "Create, list, export and import containers.",
+        subcommands: [Create.self, List.self, Export.self, Import.self])
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create a container (one per app or app family).",

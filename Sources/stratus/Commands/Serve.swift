@@ -27,6 +27,22 @@ struct DatabaseOptions: ParsableArguments {
     }
 }
 
+/// Where asset bytes are kept: `stratus serve`'s options, which the commands that read or write
+/// assets directly (`container export|import`) take too.
+struct AssetOptions: ParsableArguments {
+    @Option(name: .customLong("asset-store"), help: "Where asset bytes are kept: 'files' (under --asset-dir) or 'postgres' (large objects in the database, backed up with it) (env STRATUS_ASSET_STORE, default files). Several server processes with 'files' must share the folder.") var assetStore: String?
+    @Option(name: .customLong("asset-dir"), help: "Folder of the files asset store, and of uploads being received (env STRATUS_ASSET_DIR, default <data-dir>/assets).") var assetDir: String?
+
+    func storage(dataDir: String) throws -> AssetStorage {
+        let folder = setting(assetDir, "STRATUS_ASSET_DIR", default: dataDir + "/assets")!
+        switch setting(assetStore, "STRATUS_ASSET_STORE", default: "files")! {
+        case "files": return .files(directory: folder)
+        case "postgres": return .postgres(stagingDirectory: folder + "/staging")
+        case let other: throw ValidationError("--asset-store (STRATUS_ASSET_STORE) must be 'files' or 'postgres'; got '\(other)'")
+        }
+    }
+}
+
 func makeLogger(_ level: String?) -> Logger {
     var logger = Logger(label: "stratus")
     logger.logLevel = setting(level, "STRATUS_LOG_LEVEL", default: "info").flatMap(Logger.Level.init(rawValue:)) ?? .info
@@ -62,21 +78,14 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("session-idle-timeout"), help: "Seconds a sign-in may go unused before it ends (env STRATUS_SESSION_IDLE_TIMEOUT, default 604800: 7 days).") var sessionIdleTimeout: Int?
     @Option(name: .customLong("max-connections-per-address"), help: "Most connections one client address may hold open at once; more are answered THROTTLED and closed (env STRATUS_MAX_CONNECTIONS_PER_ADDRESS, default 1024).") var maxConnectionsPerAddress: Int?
     @Option(name: .customLong("shutdown-timeout"), help: "Seconds SIGTERM/SIGINT waits for requests in flight before it cancels them (env STRATUS_SHUTDOWN_TIMEOUT, default 30).") var shutdownTimeout: Int?
-    @Option(name: .customLong("asset-store"), help: "Where asset bytes are kept: 'files' (under --asset-dir) or 'postgres' (large objects in the database, backed up with it) (env STRATUS_ASSET_STORE, default files). Several server processes with 'files' must share the folder.") var assetStore: String?
-    @Option(name: .customLong("asset-dir"), help: "Folder of the files asset store, and of uploads being received (env STRATUS_ASSET_DIR, default <data-dir>/assets).") var assetDir: String?
+    @OptionGroup var assets: AssetOptions
     @Option(name: .customLong("max-asset-bytes"), help: "Largest asset one upload may carry (env STRATUS_MAX_ASSET_BYTES, default 52428800: 50 MiB).") var maxAssetBytes: Int64?
     @Option(name: .customLong("replica-urls"), help: "PostgreSQL streaming replicas, comma-separated postgres:// URLs: queries and custom zones' change feeds go to one that has replayed every acknowledged write, else to the primary (env STRATUS_REPLICA_URLS).") var replicaURLs: String?
     @OptionGroup var database: DatabaseOptions
 
     func run() async throws {
         let logger = makeLogger(logLevel)
-        let assetFolder = setting(assetDir, "STRATUS_ASSET_DIR", default: database.resolvedDataDir + "/assets")!
-        let assetStorage: AssetStorage
-        switch setting(assetStore, "STRATUS_ASSET_STORE", default: "files")! {
-        case "files": assetStorage = .files(directory: assetFolder)
-        case "postgres": assetStorage = .postgres(stagingDirectory: assetFolder + "/staging")
-        case let other: throw ValidationError("--asset-store (STRATUS_ASSET_STORE) must be 'files' or 'postgres'; got '\(other)'")
-        }
+        let assetStorage = try assets.storage(dataDir: database.resolvedDataDir)
         let assetLimitText = setting(maxAssetBytes.map(String.init), "STRATUS_MAX_ASSET_BYTES", default: String(ServerConfiguration.defaultMaximumAssetBytes))!
         guard let assetLimit = Int64(assetLimitText), assetLimit >= 1 else {
             throw ValidationError("--max-asset-bytes (STRATUS_MAX_ASSET_BYTES) must be a whole number of bytes, at least 1; got '\(assetLimitText)'")
@@ -164,7 +173,7 @@ struct Migrate: AsyncParsableCommand {
         let logger = makeLogger(logLevel)
         let migrations = try loadMigrations()
         let (configuration, cluster) = try database.open(logger: logger)
-        defer { cluster?.stop() }
+        defer { cluster?.stopIfStarted() }
         let db = Database(configuration: configuration, logger: logger)
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await db.run() }

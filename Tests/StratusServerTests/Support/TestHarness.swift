@@ -113,11 +113,11 @@ struct Harness: Sendable {
 
     /// Runs `body` against a new app (in-process router by default, or a live server);
     /// `database` adjusts the pool's settings (timeouts).
-    static func run(live: Bool = false, port: Int = 0, poolSize: Int = 4, idleTimeout: Duration? = nil,
+    static func run(live: Bool = false, port: Int = 0, poolSize: Int = 4, idleTimeout: Duration? = nil, on given: DatabaseConfiguration? = nil,
                     database adjust: @Sendable (inout DatabaseConfiguration) -> Void = { _ in },
                     server configure: @Sendable (inout ServerConfiguration) -> Void = { _ in }, verifyUsage: Bool = true,
                     _ body: @escaping @Sendable (Harness) async throws -> Void) async throws {
-        var configuration = try await TestCluster.shared.newDatabase()
+        var configuration = if let given { given } else { try await TestCluster.shared.newDatabase() }
         adjust(&configuration)
         try await withDatabase(configuration, maximumConnections: poolSize) { db in
             var server = Self.serverConfiguration
