@@ -4,7 +4,7 @@ import PostgresNIO
 import StratusCore
 import Synchronization
 
-/// A connection pool that is thrown away and replaced after PostgreSQL has been unreachable.
+/// A connection pool that is replaced as soon as one of its connection attempts fails.
 ///
 /// Stratus keeps every connection of a pool open (`minimumConnections` = `maximumConnections`:
 /// see `DatabaseConfiguration.clientConfiguration`). PostgresNIO's pool (1.33) cannot be trusted
@@ -12,38 +12,42 @@ import Synchronization
 /// deletes the others that fail, and after PostgreSQL is back the first lease that finds every
 /// remaining connection busy trips `precondition(minimumConcurrentConnections <= stats.active)`
 /// (`PoolStateMachine.ConnectionGroup.createNewDemandConnectionIfPossible`) and the process dies.
-/// Restarting PostgreSQL under load did exactly that (`Deploy/PERFORMANCE-HISTORY.md`).
+/// Restarting PostgreSQL under load did exactly that (`Deploy/PERFORMANCE-HISTORY.md`). A pool
+/// with no minimum avoids the crash too, but arms an idle timer on every release, which cost
+/// lookups over 40 % of their throughput.
 ///
-/// So a pool is used only until one of its connection attempts fails. From then on leases are
-/// refused at once with TRY_AGAIN_LATER (a request never waits out an outage, and never reaches
-/// the broken pool); a supervisor checks with a one-connection client (which cannot fall below
-/// its minimum: the connection it retries is the only one) until PostgreSQL answers, then puts a
-/// fresh pool in place. The old pool serves the leases it had already handed out and is shut down
-/// a little later. A pool with no minimum avoids the crash too, but arms an idle timer on every
-/// release, which cost lookups over 40 % of their throughput.
+/// So a pool is leased from only until one of its connection attempts fails. Then a fresh pool
+/// takes its place at once (a slow connection under load, or one refused by a full
+/// `max_connections`, costs nothing more), and the old one finishes the leases it had handed out
+/// (the queued ones are served when it reconnects, or fail) before it is shut down. If the fresh
+/// pool fails too within ten seconds, PostgreSQL is taken to be unreachable: leases are refused at
+/// once with TRY_AGAIN_LATER (a request never waits out an outage), and a fresh pool is made only
+/// once a plain connection logs in and runs `SELECT 1` again.
 ///
 /// A failed attempt is seen through the pool's background logger: PostgresNIO reports it there
 /// ("Connection creation failed", level info), synchronously, as it happens. `ClusterTests`
-/// restarts PostgreSQL under load and would fail if a PostgresNIO update renamed the message.
+/// restarts PostgreSQL under load and fails if the server dies, as it would if a PostgresNIO
+/// update renamed the message.
 final class RecoveringPool: Sendable {
     /// One PostgresNIO pool, and how many of its leases are out (asked for and not yet returned).
     final class Pool: Sendable {
         let client: PostgresClient
         let number: Int
+        let made = ContinuousClock.now
         let leases = Atomic<Int>(0)
         /// Set by the task that runs the pool just before it does: a lease before then waits for it
         /// (PostgresNIO warns of a lease from a pool not running yet).
         let started = Atomic<Bool>(false)
 
+        init(client: PostgresClient, number: Int) {
+            self.client = client
+            self.number = number
+        }
+
         /// Runs the pool until the task is cancelled.
         func run() async {
             started.store(true, ordering: .releasing)
             await client.run()
-        }
-
-        init(client: PostgresClient, number: Int) {
-            self.client = client
-            self.number = number
         }
     }
 
@@ -51,37 +55,40 @@ final class RecoveringPool: Sendable {
     private let configuration: DatabaseConfiguration
     private let logger: Logger
     private let state: Mutex<State>
-    private let wake: AsyncStream<Void>.Continuation
-    private let wakes: AsyncStream<Void>
+    private let wake: AsyncStream<Int>.Continuation
+    private let wakes: AsyncStream<Int>
 
     private struct State {
         /// Set once, right after `init` has made the first pool's logger (which refers to `self`).
         var current: Pool?
+        /// False while PostgreSQL is taken to be unreachable.
         var usable = true
         /// Pools made so far (each is numbered from 1).
         var made = 1
-        /// The newest pool that has failed a connection attempt (a fresh pool may, before it is used).
-        var failed = 0
+        /// The current pool failed and is being replaced.
+        var replacing = false
     }
 
     /// The longest a replaced pool may keep serving the leases it handed out before it is shut down.
     static let retirement: Duration = .seconds(30)
+    /// A fresh pool failing within this long of being made means PostgreSQL is unreachable.
+    static let outageWindow: Duration = .seconds(10)
 
     /// - Parameters:
-    ///   - configuration: the pool's server (to check it answers before a fresh pool is made).
+    ///   - configuration: the pool's server (checked with a plain connection during an outage).
     ///   - make: makes a pool with the given background logger.
     init(configuration: DatabaseConfiguration, logger: Logger, make: @escaping @Sendable (Logger) -> PostgresClient) {
         self.make = make
         self.configuration = configuration
         self.logger = logger
-        (wakes, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        (wakes, wake) = AsyncStream.makeStream(of: Int.self, bufferingPolicy: .unbounded)
         state = Mutex(State())
         let first = Pool(client: make(watching(number: 1)), number: 1)
         state.withLock { $0.current = first }
     }
 
     /// Runs `body` with a connection of the current pool; TRY_AGAIN_LATER at once while
-    /// PostgreSQL is (or was just) unreachable.
+    /// PostgreSQL is unreachable.
     func withConnection<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
         let (pool, usable) = state.withLock { ($0.current, $0.usable) }
         guard usable, let pool else {
@@ -93,10 +100,10 @@ final class RecoveringPool: Sendable {
         return try await pool.client.withConnection(body)
     }
 
-    /// Whether leases are being refused now (PostgreSQL unreachable, or a fresh pool not in place yet).
+    /// Whether leases are being refused now (PostgreSQL unreachable).
     var isRecovering: Bool { !state.withLock { $0.usable } }
 
-    /// A logger for pool `number` that marks it failed on its first failed connection attempt.
+    /// A logger for pool `number` that reports its first failed connection attempt.
     private func watching(number: Int) -> Logger {
         let handler = FailureWatchingLogHandler(wrapping: logger.handler) { [weak self] in
             self?.failed(number: number)
@@ -106,29 +113,47 @@ final class RecoveringPool: Sendable {
         return watching
     }
 
+    /// Pool `number` failed to connect: if it is the current one, it is replaced (`run`).
     private func failed(number: Int) {
-        let first = state.withLock { state -> Bool in
-            state.failed = max(state.failed, number)
-            guard state.current?.number == number, state.usable else { return false }
-            state.usable = false
+        let replace = state.withLock { state -> Bool in
+            guard state.current?.number == number, !state.replacing else { return false }
+            state.replacing = true
             return true
         }
-        guard first else { return }
-        logger.warning("PostgreSQL cannot be reached: requests are answered TRY_AGAIN_LATER until it answers again")
-        wake.yield()
+        if replace { wake.yield(number) }
     }
 
-    /// Runs the pools, and replaces the current one after each outage, until cancelled.
+    /// Runs the pools, and replaces the current one whenever it fails, until cancelled.
     func run() async {
         guard let first = state.withLock({ $0.current }) else { return }
         var current = (pool: first, task: Task { await first.run() })
         var ending: [Task<Void, Never>] = []
         await withTaskCancellationHandler { [wakes] in
             for await _ in wakes {
-                guard let fresh = await replacement(discarding: &ending) else { break }
-                // The replaced pool finishes the leases it handed out (most fail at once: their
-                // connections died), then shuts down. Until then it would open connections again
-                // once PostgreSQL is back, so it is not kept longer than that.
+                // A fresh pool failing soon after it was made: PostgreSQL is unreachable. Refuse
+                // requests at once until a plain connection gets in again.
+                if ContinuousClock.now - current.pool.made < Self.outageWindow, current.pool.number > 1 {
+                    state.withLock { $0.usable = false }
+                    logger.warning("PostgreSQL cannot be reached: requests are answered TRY_AGAIN_LATER until it answers again")
+                    guard await waitUntilItAnswers() else { break }
+                }
+                let number = state.withLock { state in
+                    state.made += 1
+                    return state.made
+                }
+                let fresh = Pool(client: make(watching(number: number)), number: number)
+                let wasUsable = state.withLock { state in
+                    defer {
+                        state.current = fresh
+                        state.usable = true
+                        state.replacing = false
+                    }
+                    return state.usable
+                }
+                if !wasUsable { logger.notice("PostgreSQL answers again: a fresh connection pool serves requests") }
+                // The replaced pool finishes the leases it handed out (most end at once: their
+                // connections died), then shuts down; it is not kept longer, since it would open
+                // all its connections again once PostgreSQL is back.
                 let old = current
                 ending.append(Task {
                     let deadline = ContinuousClock.now + Self.retirement
@@ -138,7 +163,7 @@ final class RecoveringPool: Sendable {
                     old.task.cancel()
                     await old.task.value
                 })
-                current = fresh
+                current = (fresh, Task { await fresh.run() })
             }
         } onCancel: { [wake] in
             wake.finish()
@@ -149,56 +174,15 @@ final class RecoveringPool: Sendable {
         for task in ending { await task.value }
     }
 
-    /// Waits until PostgreSQL answers a new connection, then makes a fresh pool, runs it, and puts
-    /// it in place once it has served a statement with no connection attempt failing (`nil` when
-    /// cancelled first). Pools that fail are shut down through `discarded`.
-    private func replacement(discarding discarded: inout [Task<Void, Never>]) async -> (pool: Pool, task: Task<Void, Never>)? {
+    /// Checks every 100 ms–1 s whether PostgreSQL answers a new connection; `false` when cancelled first.
+    private func waitUntilItAnswers() async -> Bool {
         var attempt = 0
         while !Task.isCancelled {
             attempt += 1
             try? await Task.sleep(for: .milliseconds(min(1000, 100 * attempt)))
-            guard await answers() else { continue }
-            let number = state.withLock { state in
-                state.made += 1
-                return state.made
-            }
-            let fresh = Pool(client: make(watching(number: number)), number: number)
-            let task = Task { await fresh.run() }
-            // In place only if none of its connection attempts failed meanwhile (checked and swapped
-            // under one lock: a failure after it marks the fresh pool unusable like any other).
-            let placed = await serves(fresh.client) && state.withLock { state in
-                guard state.failed < number else { return false }
-                state.current = fresh
-                state.usable = true
-                return true
-            }
-            guard placed else {
-                task.cancel()
-                discarded.append(task)
-                continue
-            }
-            logger.notice("PostgreSQL answers again: a fresh connection pool serves requests")
-            return (fresh, task)
+            if await answers() { return true }
         }
-        return nil
-    }
-
-    /// Whether `pool` runs `SELECT 1` within five seconds.
-    private func serves(_ pool: PostgresClient) async -> Bool {
-        await withTaskGroup(of: Bool.self) { group in
-            group.addTask {
-                (try? await pool.withConnection { connection in
-                    _ = try await connection.query("SELECT 1", logger: self.logger).collect()
-                }) != nil
-            }
-            group.addTask {
-                try? await Task.sleep(for: .seconds(5))
-                return false
-            }
-            let served = await group.next() ?? false
-            group.cancelAll()
-            return served
-        }
+        return false
     }
 
     /// Whether a new connection (not pooled) logs in and runs `SELECT 1`.

@@ -158,9 +158,11 @@ final class Kept: @unchecked Sendable {
         let sourceURL = Self.url(try #require(kept.sourceDatabase))
 
         // Export (while nothing writes: the digest above is the state it must carry).
+        let exportStarted = ContinuousClock.now
         let exported = try await Self.stratus(["container", "export", "--container", name, "--output", file, "--database-url", sourceURL,
                                                "--asset-store", "postgres", "--asset-dir", assetFolder])
         #expect(exported.status == 0, "export: \(exported.text.suffix(2000))")
+        let exportTime = ContinuousClock.now - exportStarted
         // Every record row (the user's own record, the asset's holder and the tombstones too).
         let storedRecords = try #require(kept.sourceDigest["records"]?.split(separator: ":").first.flatMap { Int($0) })
         #expect(storedRecords >= Self.recordCount + 1, "\(kept.sourceDigest)")
@@ -182,9 +184,13 @@ final class Kept: @unchecked Sendable {
                                               "--asset-store", "postgres", "--asset-dir", assetFolder])
             #expect(cut.status != 0 && cut.text.contains("nothing was imported"), "\(cut.text.suffix(600))")
 
+            let importStarted = ContinuousClock.now
             let imported = try await Self.stratus(["container", "import", "--input", file, "--database-url", targetURL,
                                                    "--asset-store", "postgres", "--asset-dir", assetFolder])
             #expect(imported.status == 0, "import: \(imported.text.suffix(2000))")
+            let importTime = ContinuousClock.now - importStarted
+            let fileSize = (try? FileManager.default.attributesOfItem(atPath: file)[.size] as? Int) ?? 0
+            print("transfer: export \(exportTime), import \(importTime), file \(fileSize) bytes (debug build)")
             #expect(imported.text.contains("imported container \(name): \(storedRecords) records, 1 assets"), "\(imported.text.suffix(600))")
             // The target cluster is young: its transaction ids are below the source's, so positions had to move.
             #expect(imported.text.contains("change positions moved down by"), "\(imported.text.suffix(300))")
