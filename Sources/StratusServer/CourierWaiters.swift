@@ -16,10 +16,112 @@ final class CourierWaiters: Sendable {
     func register(_ key: Key, tokenHash: String, takesMany: Bool = false) -> CourierWaiter {
         let waiter = CourierWaiter(tokenHash: tokenHash, takesMany: takesMany)
         waiters.withLock { $0[key, default: [:]][ObjectIdentifier(waiter)] = waiter }
+        if !takesMany {
+            held.withLock { $0[HeldKey(key: key, token: tokenHash), default: Held()].polls += 1 }
+        }
+        startSweep()
+        return waiter
+    }
+
+    private func startSweep() {
         if sweeping.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged {
             Task { await self.sweepDeadlines() }
         }
-        return waiter
+    }
+
+    // MARK: Held between polls
+
+    /// Notifications for a token whose long poll is in this process, or answered here a moment
+    /// ago, kept in memory for its next poll. CloudKit JS's poll answers with one notification and
+    /// polls again at once; a write usually makes several for one subscriber (one per matching
+    /// subscription), and all but the first used to go through the queue table (an INSERT, then
+    /// one take per poll). Held ones cost no statement. Not taken within `holdWindow` after the
+    /// last poll ended (the client went away, or its next poll went to another process), they are
+    /// queued after all (`flushHeld`), so every notification is still delivered once. A process
+    /// that dies loses what it held, as PostgreSQL losing its unlogged queue would.
+    private let held = Mutex<[HeldKey: Held]>([:])
+
+    struct HeldKey: Hashable {
+        var key: Key
+        var token: String
+    }
+
+    struct Held {
+        var payloads: [String] = []
+        /// Each held notification's coalescing key (zone and database notifications).
+        var keys: [String?] = []
+        /// Long polls of the token registered now.
+        var polls = 0
+        /// With no poll registered, notifications are held until then.
+        var until: ContinuousClock.Instant?
+    }
+
+    /// How long after a poll ends its token's notifications are still held for the next one
+    /// (CloudKit JS polls again ~10 ms after an answer).
+    static let holdWindow: Duration = .milliseconds(500)
+    /// Most notifications held for one token; past it they are queued.
+    static let maximumHeld = 256
+
+    /// Where held notifications go when no poll came for them (set once by the notifier).
+    let flushHeld = Mutex<(@Sendable (Key, String, [String]) -> Void)?>(nil)
+
+    /// Holds `payload` for `token`'s next poll if one is registered here or ended a moment ago
+    /// (and wakes that poll): `true`; `nil` when one with the same coalescing key is held already
+    /// (dropped, as the queue drops it); `false` otherwise (the caller queues it). One with a
+    /// coalescing key is held only while the token's queue is known empty: else the queue may
+    /// hold its twin, and coalesces it there.
+    private func hold(_ payload: String, to key: Key, token: String, coalesceKey: String?) -> Bool? {
+        if coalesceKey != nil, mayHaveQueued(key, token: token) { return false }
+        let now = ContinuousClock.now
+        let kept = held.withLock { held -> Bool? in
+            let heldKey = HeldKey(key: key, token: token)
+            guard var entry = held[heldKey], entry.polls > 0 || (entry.until.map { now < $0 } ?? false),
+                  entry.payloads.count < Self.maximumHeld else { return false }
+            if let coalesceKey, entry.keys.contains(coalesceKey) { return nil }
+            entry.payloads.append(payload)
+            entry.keys.append(coalesceKey)
+            held[heldKey] = entry
+            return true
+        }
+        guard kept == true else { return kept }
+        for waiter in waiters.withLock({ (($0[key] ?? [:]).values.filter { $0.tokenHash == token }) }) { waiter.wake() }
+        return true
+    }
+
+    /// The oldest notification held for `token`, if any (once).
+    func takeHeld(_ key: Key, token: String) -> String? {
+        held.withLock { held in
+            let heldKey = HeldKey(key: key, token: token)
+            guard var entry = held[heldKey], !entry.payloads.isEmpty else { return nil }
+            let payload = entry.payloads.removeFirst()
+            entry.keys.removeFirst()
+            held[heldKey] = entry
+            return payload
+        }
+    }
+
+    /// Hands over the held notifications no poll came for in time, and forgets idle tokens.
+    private func flushExpiredHeld(_ now: ContinuousClock.Instant) {
+        let expired = held.withLock { held -> [(HeldKey, [String])] in
+            var expired: [(HeldKey, [String])] = []
+            for (heldKey, entry) in held where entry.polls == 0 && (entry.until.map { now >= $0 } ?? true) {
+                if !entry.payloads.isEmpty { expired.append((heldKey, entry.payloads)) }
+                held.removeValue(forKey: heldKey)
+            }
+            return expired
+        }
+        guard !expired.isEmpty, let flush = flushHeld.withLock({ $0 }) else { return }
+        for (heldKey, payloads) in expired { flush(heldKey.key, heldKey.token, payloads) }
+    }
+
+    /// Everything held, handed over at once (shutdown).
+    func flushAllHeld() {
+        let all = held.withLock { held -> [(HeldKey, [String])] in
+            defer { held.removeAll() }
+            return held.filter { !$0.value.payloads.isEmpty }.map { ($0.key, $0.value.payloads) }
+        }
+        guard let flush = flushHeld.withLock({ $0 }) else { return }
+        for (heldKey, payloads) in all { flush(heldKey.key, heldKey.token, payloads) }
     }
 
     /// Whether the deadline sweep runs (it does while any poll is registered).
@@ -31,15 +133,16 @@ final class CourierWaiters: Sendable {
     private func sweepDeadlines() async {
         while true {
             try? await Task.sleep(for: Self.sweepPeriod)
+            let now = ContinuousClock.now
+            flushExpiredHeld(now)
             let all = waiters.withLock { $0.values.flatMap(\.values) }
-            if all.isEmpty {
+            if all.isEmpty, held.withLock({ $0.isEmpty }) {
                 sweeping.store(false, ordering: .releasing)
                 // A poll registered just now found the sweep running: take it up again for it.
-                guard !waiters.withLock({ $0.isEmpty }),
+                guard !waiters.withLock({ $0.isEmpty }) || !held.withLock({ $0.isEmpty }),
                       sweeping.compareExchange(expected: false, desired: true, ordering: .acquiringAndReleasing).exchanged else { return }
                 continue
             }
-            let now = ContinuousClock.now
             for waiter in all { waiter.wakeIfPast(now) }
         }
     }
@@ -50,13 +153,24 @@ final class CourierWaiters: Sendable {
             waiting[key]?.removeValue(forKey: ObjectIdentifier(waiter))
             if waiting[key]?.isEmpty == true { waiting.removeValue(forKey: key) }
         }
+        if !waiter.takesMany {
+            let until = ContinuousClock.now + Self.holdWindow
+            held.withLock { held in
+                let heldKey = HeldKey(key: key, token: waiter.tokenHash)
+                held[heldKey]?.polls -= 1
+                held[heldKey]?.until = until
+            }
+        }
         waiter.wake()
     }
 
-    /// Hands `payload` to a poll of `token` waiting in this process, if one is parked now.
-    func offer(_ payload: String, to key: Key, token: String) -> Bool {
+    /// Hands `payload` to a poll of `token` waiting in this process, if one is parked now, or holds
+    /// it for the token's next poll (see `held`): `true`; `nil` when it coalesced with one held;
+    /// `false` when neither (the caller queues it).
+    func offer(_ payload: String, to key: Key, token: String, coalesceKey: String? = nil) -> Bool? {
         let candidates = waiters.withLock { waiting in (waiting[key] ?? [:]).values.filter { $0.tokenHash == token } }
-        return candidates.contains { $0.offer(payload) }
+        if candidates.contains(where: { $0.offer(payload) }) { return true }
+        return hold(payload, to: key, token: token, coalesceKey: coalesceKey)
     }
 
     /// Notifications may have been queued for `key`'s tokens: its polls wake and look.

@@ -120,6 +120,17 @@ public final class Notifier: RecordChangeObserver {
         self.rateLimiter = rateLimiter
         self.sealer = sealer
         self.logger = logger
+        couriers.flushHeld.withLock { $0 = { [weak self] key, token, payloads in self?.queueHeld(key, token: token, payloads) } }
+    }
+
+    /// Queues notifications held for a token whose next poll did not come here in time
+    /// (`CourierWaiters.held`), and wakes its polls in every process.
+    func queueHeld(_ key: CourierKey, token: String, _ payloads: [String]) {
+        let courierToken = CourierToken(containerID: key.containerID, environment: key.environment, owner: key.owner, tokenHash: token)
+        Task {
+            for payload in payloads { await putBack(courierToken, seq: nil, payload: payload) }
+            scheduleWakeUps([key.owner], key: Key(containerID: key.containerID, environment: key.environment))
+        }
     }
 
     func invalidate(_ event: Invalidations.Event) {
@@ -292,16 +303,20 @@ public final class Notifier: RecordChangeObserver {
             guard !pending.isEmpty else { return }
         }
         // Each notification goes to every web courier token of its subscriber: straight to a poll of
-        // the token parked in this process if there is one (no statement at all), else to the queue.
+        // the token parked in this process if there is one, or held in memory for the next poll of
+        // a token polled here a moment ago (no statement at all: `CourierWaiters.held`), else to the queue.
         let hashes = try await tokenHashes(of: Set(pending.map(\.pending.owner)), key: key)
         var handed = 0
         var rows: [QueuedNotification] = []
         for item in pending {
             let courier = CourierKey(containerID: key.containerID, environment: key.environment, owner: item.pending.owner)
             for token in hashes[item.pending.owner] ?? [] {
-                if couriers.offer(item.pending.payload, to: courier, token: token) {
+                switch couriers.offer(item.pending.payload, to: courier, token: token, coalesceKey: item.pending.coalesceKey) {
+                case true?:
                     handed += 1
-                } else {
+                case nil:
+                    break  // coalesced with one held for the token's next poll
+                case false?:
                     rows.append(QueuedNotification(owner: item.pending.owner, tokenHash: token, payload: item.pending.payload,
                                                    coalesceKey: item.pending.coalesceKey))
                 }

@@ -561,6 +561,58 @@ import Testing
         }
     }
 
+    /// A write that makes several notifications for one courier token: the waiting poll gets the
+    /// first, the rest are held in memory for its next poll (no row queued); held ones whose poll
+    /// does not come back in time are queued, and a poll through another process gets each once.
+    @Test func notificationsHeldBetweenPollsAreDeliveredOnceHereOrElsewhere() async throws {
+        try await Harness.run { harness in
+            let alice = try await harness.container().signedUp()
+            #expect(try await alice.modify("private", [op("create", "seed")]).status == 200)
+            let subscriptions: [JSON] = ["a", "b", "c"].map { id in
+                ["operationType": "create", "subscription": ["subscriptionID": .string(id), "subscriptionType": "query", "query": ["recordType": "Note"],
+                                                             "firesOn": ["create"]]]
+            }
+            #expect(try await alice.post("private", "subscriptions/modify", ["operations": .array(subscriptions)]).status == 200)
+            let path = try await Self.courierPath(alice)
+            func queuedRows() async throws -> Int64 {
+                try await harness.database.withConnection { connection in
+                    var count: Int64 = 0
+                    for try await row in try await connection.query("SELECT count(*) FROM notifications", logger: TestCluster.logger) {
+                        count = try row.decode(Int64.self)
+                    }
+                    return count
+                }
+            }
+
+            // Here: the poll waits, the write makes three; the first answers it, the next two
+            // answer the next two polls, from memory.
+            async let waiting = Self.poll(harness, path, timeout: 10)
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await alice.modify("private", [op("create", "n1")]).status == 200)
+            var here = [try await waiting.json]
+            #expect(try await queuedRows() == 0, "the two after the first were queued, not held")
+            for _ in 0..<2 { here.append(try await Self.poll(harness, path, timeout: 1).json) }
+            #expect(Set(here.compactMap { $0["ck"]?["qry"]?["sid"]?.stringValue }) == ["a", "b", "c"], "\(here)")
+            #expect(try await Self.poll(harness, path, timeout: 1).status == 204, "a notification came twice")
+
+            // Elsewhere: the poll answered here does not come back; after the hold window the two
+            // held are queued, and a poll through another process gets them, once each.
+            async let waitingAgain = Self.poll(harness, path, timeout: 10)
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await alice.modify("private", [op("create", "n2")]).status == 200)
+            let first = try await waitingAgain.json
+            try await Task.sleep(for: CourierWaiters.holdWindow + CourierWaiters.sweepPeriod * 3)
+            #expect(try await queuedRows() == 2, "the held notifications were not queued when no poll came")
+            try await harness.otherProcess { other in
+                let elsewhere = try await Self.drain(other, path)
+                let all = [first] + elsewhere
+                #expect(elsewhere.count == 2 && Set(all.compactMap { $0["ck"]?["qry"]?["sid"]?.stringValue }) == ["a", "b", "c"]
+                        && all.allSatisfy { $0["ck"]?["qry"]?["rid"] == "n2" }, "\(all)")
+            }
+            #expect(try await Self.poll(harness, path, timeout: 1).status == 204, "a notification came twice")
+        }
+    }
+
     /// A firesOnce subscription fires once and is gone; undelivered notifications expire.
     @Test func firesOnceSubscriptionsAndExpiredNotificationsAreGone() async throws {
         try await Harness.run { harness in
@@ -579,6 +631,9 @@ import Testing
             #expect(try await alice.post("private", "subscriptions/modify", ["operations": [
                 ["operationType": "create", "subscription": ["subscriptionID": "db", "subscriptionType": "database"]]]]).status == 200)
             #expect(try await alice.modify("private", [op("create", "n3")]).status == 200)
+            // (Its poll ended a moment ago, so it is held in memory for the next poll at first, then
+            // queued when none comes within the hold window: wait for that.)
+            try await Task.sleep(for: CourierWaiters.holdWindow + CourierWaiters.sweepPeriod * 3)
             try await harness.app.records.sweepNotifications(lifetime: .zero, tokenLifetime: .seconds(3_600))
             #expect(try await Self.poll(harness, path, timeout: 1).status == 204, "an expired notification was delivered")
         }

@@ -126,7 +126,7 @@ extension StratusApp {
             // One handed over while the poll waited (a notification of this process's write), or
             // the oldest in the queue.
             let taken: (seq: Int64?, payload: String)?
-            if let payload = waiter.takeHanded() {
+            if let payload = waiter.takeHanded() ?? notifier.couriers.takeHeld(key, token: token.tokenHash) {
                 taken = (nil, payload)
             } else if let connection, !connection.isOpen {
                 // A client that went away takes nothing: what arrives waits for its next poll.
