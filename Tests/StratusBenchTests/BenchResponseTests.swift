@@ -53,4 +53,14 @@ import Testing
         let text = Self.bytes("xx\r\nab\r\n")
         #expect(BenchLoop.find([13, 10], in: text[4...], from: 0) == 2)
     }
+
+    /// The pollers time a query notification by its record's name, found without parsing the payload.
+    @Test func aPollerFindsWhenANotifiedRecordWasSent() {
+        let payload = Self.bytes(#"{"aps":{},"ck":{"ce":1,"cid":"iCloud.x","nid":"n","qry":{"dbs":2,"fo":1,"rid":"w3-17-t1764000000123456","sid":"s","zid":"_defaultZone"}}}"#)
+        #expect(BenchPollers.sentMark(payload) == 1_764_000_000_123_456)
+        #expect(BenchPollers.sentMark(payload[...]) == 1_764_000_000_123_456)
+        // A database notification names no record; a record named otherwise is not timed.
+        #expect(BenchPollers.sentMark(Self.bytes(#"{"ck":{"met":{"sid":"db","dbs":2}}}"#)) == nil)
+        #expect(BenchPollers.sentMark(Self.bytes(#"{"ck":{"qry":{"rid":"seed-1"}}}"#)) == nil)
+    }
 }

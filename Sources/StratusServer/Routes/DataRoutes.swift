@@ -167,6 +167,12 @@ public struct StratusResponder: HTTPResponder {
 
     func answer(_ request: Request, context: Context) async throws -> Response {
         guard let (route, container, environment, database) = DataRoute.match(method: request.method, path: request.uri.path) else {
+            // A web courier long poll: the other request a busy client sends most (one per notification).
+            if request.method == .get, let (container, environment, token) = StratusApp.courierPollPath(request.uri.path) {
+                return try await ErrorMiddleware<Context>().handle(request, context: context) { request, _ in
+                    try await app.pollCourier(request, container: container, environment: environment, token: token)
+                }
+            }
             return try await router.respond(to: request, context: context)
         }
         return try await ErrorMiddleware<Context>().handle(request, context: context) { request, _ in
