@@ -132,6 +132,12 @@ defaults
     timeout server 75s
     timeout tunnel 1h
     timeout http-keep-alive 60s
+    # No Stratus server to send a request to (both restarting, or out of rotation while
+    # PostgreSQL is unreachable), or one that died mid-answer: the client gets a CloudKit error
+    # dictionary it knows to retry (TRY_AGAIN_LATER with retryAfter), not HAProxy's HTML page.
+    http-error status 502 content-type application/json string '{"serverErrorCode":"TRY_AGAIN_LATER","reason":"the Stratus server answering this request went away; retry shortly","retryAfter":1}' hdr Retry-After 1
+    http-error status 503 content-type application/json string '{"serverErrorCode":"TRY_AGAIN_LATER","reason":"no Stratus server is available right now; retry shortly","retryAfter":1}' hdr Retry-After 1
+    http-error status 504 content-type application/json string '{"serverErrorCode":"TRY_AGAIN_LATER","reason":"the Stratus server did not answer in time; retry shortly","retryAfter":1}' hdr Retry-After 1
 frontend stratus
     bind 127.0.0.1:$PORT
     default_backend servers

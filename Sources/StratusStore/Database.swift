@@ -66,6 +66,14 @@ public struct DatabaseConfiguration: Sendable {
                   database: database.isEmpty ? "postgres" : database, requireTLS: sslmode == "require" || sslmode == "verify-full")
     }
 
+    /// How long a new connection may take to log in. Generous on purpose: a timed-out attempt
+    /// makes `RecoveringPool` replace its pool, and when a test suite or a fleet of servers opens
+    /// hundreds of connections at once, logging in on a busy 2-core machine took over 5 s (the
+    /// earlier limit), so each timeout swapped in a fresh pool that opened its connections again
+    /// and the storm fed itself. A server that is down refuses at once; a limit still ends an
+    /// attempt at a host that does not answer at all.
+    public static let connectTimeout: Duration = .seconds(30)
+
     /// The same server, another database.
     public func with(database: String) -> DatabaseConfiguration {
         var copy = self
@@ -84,7 +92,7 @@ public struct DatabaseConfiguration: Sendable {
         configuration.options.maximumConnections = maximumConnections
         configuration.options.minimumConnections = maximumConnections
         configuration.options.keepAliveBehavior = nil
-        configuration.options.connectTimeout = .seconds(5)
+        configuration.options.connectTimeout = Self.connectTimeout
         // The service's statements are written to be planned once per connection: tenant columns
         // lead every index they use, so the plan should not depend on a parameter's value. Left to
         // choose (`auto`), PostgreSQL built a fresh custom plan for 29% of change-feed reads (their

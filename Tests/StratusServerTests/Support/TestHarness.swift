@@ -128,6 +128,7 @@ struct Harness: Sendable {
                                   configuration: .init(address: .hostname("127.0.0.1", port: port)),
                                   services: [stratus.background], logger: TestCluster.logger)
             try await app.test(live ? .live : .router) { client in
+                try await Self.waitUntilListening(stratus)
                 try await body(Harness(client: client, database: db, app: stratus))
             }
             // Whatever a test did through the service, the usage meters must equal a recount of
@@ -137,6 +138,17 @@ struct Harness: Sendable {
                 #expect(differences.isEmpty, "usage counters differ from the data after the test: \(differences)")
             }
         }
+    }
+
+    /// Waits for the app's invalidation listener to be up before a test counts on it (on a busy
+    /// machine connecting took seconds): what another process changes before then is forgotten
+    /// when the listener starts, but a test timing the news would be waiting for that.
+    static func waitUntilListening(_ stratus: StratusApp) async throws {
+        let waitedFrom = ContinuousClock.now
+        while !stratus.invalidations.listening, ContinuousClock.now - waitedFrom < .seconds(60) {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        try #require(stratus.invalidations.listening, "the invalidation listener did not start within 60 s")
     }
 
     /// The tests' server settings: bcrypt at its cheapest; no statistics keeper (dozens of test
@@ -156,6 +168,7 @@ struct Harness: Sendable {
         let other = Application(router: stratus.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0)),
                                 services: [stratus.background], logger: TestCluster.logger)
         try await other.test(.router) { client in
+            try await Self.waitUntilListening(stratus)
             try await body(Harness(client: client, database: database, app: stratus))
         }
     }
