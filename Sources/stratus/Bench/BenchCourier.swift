@@ -23,6 +23,7 @@ extension Bench {
         @Option(help: "Users with subscriptions per container, the seeded one included.") var users = 10
         @Option(name: .customLong("per-user"), help: "Subscriptions per user.") var perUser = 10
         @Option(name: .customLong("writer-subscriptions"), help: "Subscriptions of the user the workloads write as (default --per-user; 1: a database subscription alone, CloudKit's sync pattern).") var writerSubscriptions: Int?
+        @Flag(name: .customLong("writer-query"), help: "The writer's first subscription is a query subscription every create matches (its notifications name the record, so the pollers time them), not the database subscription.") var writerQuery = false
         @Option(help: "Parallel seeding connections.") var concurrency = 8
 
         static let ranks = [10_000, 50_000, 100_000, 200_000, 500_000, 750_000, 900_000, 1_000_000]
@@ -54,6 +55,7 @@ extension Bench {
                     own.append(Self.query("rank-\(index)", below: Self.ranks[index % Self.ranks.count]))
                     index += 1
                 }
+                if writerQuery { own[0] = Self.query("every", below: 1_048_576) }
                 let writers = writerSubscriptions ?? perUser
                 try subscribe("private", tenant.query, Array(own.prefix(writers)))
                 let token = tenant.query.split(separator: "&").first { $0.hasPrefix("ckAPIToken=") }.map { String($0.dropFirst("ckAPIToken=".count)) } ?? ""
@@ -215,8 +217,8 @@ final class BenchPollers: @unchecked Sendable {
     }
 
     /// Waits for the polls to end; the notifications received and the query notifications'
-    /// latency in milliseconds (p50, p99, max), and the polls that failed.
-    func finish() -> (received: Int, p50: Double, p99: Double, max: Double, failures: Int) {
+    /// latency in milliseconds (p50, p99, max) and how many were timed, and the polls that failed.
+    func finish() -> (received: Int, timed: Int, p50: Double, p99: Double, max: Double, failures: Int) {
         group.wait()
         lock.lock()
         defer { lock.unlock() }
@@ -225,6 +227,6 @@ final class BenchPollers: @unchecked Sendable {
             guard !sorted.isEmpty else { return 0 }
             return Double(sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]) / 1000
         }
-        return (received, percentile(0.5), percentile(0.99), Double(sorted.last ?? 0) / 1000, failures)
+        return (received, sorted.count, percentile(0.5), percentile(0.99), Double(sorted.last ?? 0) / 1000, failures)
     }
 }

@@ -216,6 +216,7 @@ extension Bench {
             if let notified, case .object(var members) = result {
                 members["pollers"] = .int(Int64(pollers))
                 members["notificationsReceived"] = .int(Int64(notified.received))
+                members["notificationsTimed"] = .int(Int64(notified.timed))
                 members["notificationLatencyP50Ms"] = .double(notified.p50)
                 members["notificationLatencyP99Ms"] = .double(notified.p99)
                 members["notificationLatencyMaxMs"] = .double(notified.max)
@@ -232,7 +233,7 @@ extension Bench {
                       server RSS  \(rss.map { "\($0 / 1_048_576) MB" } ?? "unknown (needs the admin token)")
                     """)
                 if let notified {
-                    print("  notifications  \(notified.received) received by \(pollers) polls, query notification latency ms p50 \(String(format: "%.3f", notified.p50))  p99 \(String(format: "%.3f", notified.p99))  max \(String(format: "%.3f", notified.max))\(notified.failures > 0 ? ", \(notified.failures) polls failed" : "")")
+                    print("  notifications  \(notified.received) received by \(pollers) polls, query notification latency ms (\(notified.timed) timed) p50 \(String(format: "%.3f", notified.p50))  p99 \(String(format: "%.3f", notified.p99))  max \(String(format: "%.3f", notified.max))\(notified.failures > 0 ? ", \(notified.failures) polls failed" : "")")
                 }
                 if let firstError { print("  first error: \(firstError)") }
             }
