@@ -10,10 +10,9 @@ swift build --build-tests
 # After the build the suite takes about a minute here. Each suite that talks to PostgreSQL has a time limit
 # that names a test running past it; a run that still hangs is stopped after 30 minutes rather
 # than holding CI to its own limit.
-# At most six tests at a time (Swift Testing starts every test at once otherwise): each test runs
-# servers, pools and clients of its own, and ~190 of them together on 2 cores left the run queue at
-# 20-30 and requests waiting past their clients' 15 s limit. Six took the suite no longer.
-export SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=${SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH:-6}
+# At most six test apps run at a time (STRATUS_TEST_WIDTH; `HarnessSlots` in the tests' harness):
+# Swift Testing starts every test at once, and ~190 apps with pools of their own on 2 cores left
+# the run queue at 20-30 and requests waiting past their clients' 15 s limit.
 rm -rf .build/test-output/server-logs .build/test-output/secrets-*.txt
 status=0
 timeout --signal=INT --kill-after=60 1800 swift test --skip-build "$@" || status=$?

@@ -143,6 +143,8 @@ public final class Invalidations: Sendable {
         let client = PostgresClient(configuration: settings.clientConfiguration(), backgroundLogger: logger)
         await withDiscardingTaskGroup { group in
             group.addTask { await client.run() }
+            // Let `run()` begin before the first lease (PostgresNIO warns of a lease before it).
+            try? await Task.sleep(for: .milliseconds(5))
             var attempt = 0
             while !Task.isCancelled {
                 attempt += 1

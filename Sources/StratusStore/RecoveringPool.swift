@@ -48,10 +48,15 @@ final class RecoveringPool: Sendable {
             self.number = number
         }
 
-        /// Runs the pool until the task is cancelled.
+        /// Runs the pool until the task is cancelled. Leases are let through once `run()` has had
+        /// a moment to begin (it marks the client running on entry, but its task may start on
+        /// another thread a little later: setting `started` first let leases in before it, and
+        /// PostgresNIO warned of each, ~140 times in a test run).
         func run() async {
+            async let running: Void = client.run()
+            try? await Task.sleep(for: .milliseconds(5))
             started.store(true, ordering: .releasing)
-            await client.run()
+            await running
         }
     }
 

@@ -117,6 +117,31 @@ struct Harness: Sendable {
                     database adjust: @Sendable (inout DatabaseConfiguration) -> Void = { _ in },
                     server configure: @Sendable (inout ServerConfiguration) -> Void = { _ in }, verifyUsage: Bool = true,
                     _ body: @escaping @Sendable (Harness) async throws -> Void) async throws {
+        // At most `HarnessSlots.limit` apps at once (a harness run inside another takes no slot).
+        if Self.holdsSlot {
+            return try await runApp(live: live, port: port, poolSize: poolSize, idleTimeout: idleTimeout, on: given, database: adjust,
+                                    server: configure, verifyUsage: verifyUsage, body)
+        }
+        await HarnessSlots.shared.acquire()
+        do {
+            try await Self.$holdsSlot.withValue(true) {
+                try await runApp(live: live, port: port, poolSize: poolSize, idleTimeout: idleTimeout, on: given, database: adjust,
+                                 server: configure, verifyUsage: verifyUsage, body)
+            }
+        } catch {
+            await HarnessSlots.shared.release()
+            throw error
+        }
+        await HarnessSlots.shared.release()
+    }
+
+    /// Whether the current task runs inside a harness (and holds a slot).
+    @TaskLocal static var holdsSlot = false
+
+    private static func runApp(live: Bool, port: Int, poolSize: Int, idleTimeout: Duration?, on given: DatabaseConfiguration?,
+                               database adjust: @Sendable (inout DatabaseConfiguration) -> Void,
+                               server configure: @Sendable (inout ServerConfiguration) -> Void, verifyUsage: Bool,
+                               _ body: @escaping @Sendable (Harness) async throws -> Void) async throws {
         var configuration = if let given { given } else { try await TestCluster.shared.newDatabase() }
         adjust(&configuration)
         try await withDatabase(configuration, maximumConnections: poolSize) { db in
@@ -329,4 +354,37 @@ extension JSON {
     func record(_ index: Int) -> JSON? { self["records"]?.arrayValue.flatMap { index < $0.count ? $0[index] : nil } }
     /// The `serverErrorCode` of an error dictionary.
     var errorCode: String? { self["serverErrorCode"]?.stringValue }
+}
+
+
+/// How many harnesses (apps with pools, listeners and clients of their own) run at once. Swift
+/// Testing starts every test together; ~190 of them on 2 cores left the run queue at 20–30 and
+/// requests waiting past their clients' 15 s limit. Swift Testing's own experimental width limit
+/// (`SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH`) did the same job but once left a run with
+/// every test waiting and none running; this one is a plain FIFO semaphore. Waiting counts
+/// against a test's time limit, which is why the suites' limits allow several minutes.
+actor HarnessSlots {
+    static let limit = Int(ProcessInfo.processInfo.environment["STRATUS_TEST_WIDTH"] ?? "") ?? 6
+    static let shared = HarnessSlots(limit: limit)
+
+    private var free: Int
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    init(limit: Int) { free = max(1, limit) }
+
+    func acquire() async {
+        if free > 0 {
+            free -= 1
+            return
+        }
+        await withCheckedContinuation { waiting.append($0) }
+    }
+
+    func release() {
+        if waiting.isEmpty {
+            free += 1
+        } else {
+            waiting.removeFirst().resume()
+        }
+    }
 }
