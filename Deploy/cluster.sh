@@ -92,6 +92,10 @@ unix_socket_directories = '$pg'
 wal_level = replica
 max_wal_senders = 10
 hot_standby = on
+# The replica (which copies this file) tells the primary which rows its queries still read, so
+# replaying the primary's clean-up never cancels them ("conflict with recovery"); the price is
+# that the primary keeps those rows a little longer.
+hot_standby_feedback = on
 max_connections = 100
 shared_buffers = 256MB
 EOF
