@@ -94,11 +94,12 @@ import Testing
 
     /// Runs SQL on a cluster's PostgreSQL server (as the `postgres` account when root).
     static func psql(_ url: String, _ sql: String) async throws -> String {
-        let command = ["psql", url, "-Atc", sql]
-        var output = try await Subprocess.runDetached(geteuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] + command : ["/usr/bin/env"] + command)
+        let psql = ["psql", url, "-Atc", sql]
+        let command = geteuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] + psql : ["/usr/bin/env"] + psql
+        var output = try await Subprocess.runDetached(command)
         // A query on the replica can still be cancelled by replay ("conflict with recovery"): ask again.
         for _ in 0..<3 where output.status != 0 && output.text.contains("conflict with recovery") {
-            output = try await Subprocess.runDetached(geteuid() == 0 ? ["/usr/sbin/runuser", "-u", "postgres", "--"] + command : ["/usr/bin/env"] + command)
+            output = try await Subprocess.runDetached(command)
         }
         #expect(output.status == 0, "psql: \(output.text)")
         return output.text.trimmingCharacters(in: .whitespacesAndNewlines)
