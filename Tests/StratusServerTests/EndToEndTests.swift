@@ -117,7 +117,7 @@ import FoundationNetworking
         #expect(token.status == 0, "\(token.text)")
         let apiToken = (try? JSONParser.parse(token.text))?["apiToken"]?.stringValue ?? ""
         TestSecrets.record(apiToken)
-        #expect(apiToken.hasPrefix("ck_"))
+        #expect(apiToken.utf8.count == 64 && apiToken.allSatisfy { $0.isHexDigit && !$0.isUppercase }, "CloudKit's form: \(apiToken)")
         let tokens = try await Self.cli(["token", "list", "--container", "iCloud.com.example.E2E", "--json"], server: server)
         #expect(!tokens.text.contains(apiToken), "listings never print the secret")
         let id = (try? JSONParser.parse(tokens.text))?["tokens"]?.arrayValue?.first?["id"]

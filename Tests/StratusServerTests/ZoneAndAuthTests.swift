@@ -162,7 +162,7 @@ import Testing
             let encoded = token.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? token
             let base = "/database/1/\(session.container)/development/public/users"
             let caller = try await harness.send(.get, "\(base)/caller?ckAPIToken=\(session.apiToken)&ckWebAuthToken=\(encoded)")
-            #expect(caller.json["users"]?.arrayValue?.first?["userRecordName"]?.stringValue == userRecordName)
+            #expect(caller.json["userRecordName"]?.stringValue == userRecordName)
             let current = try await harness.send(.get, "\(base)/current?ckAPIToken=\(session.apiToken)&ckSession=\(encoded)")
             #expect(current.json["userRecordName"]?.stringValue == userRecordName)
             let privateCaller = try await harness.send(.get, "/database/1/\(session.container)/development/private/users/caller?ckAPIToken=\(session.apiToken)&ckWebAuthToken=\(encoded)")

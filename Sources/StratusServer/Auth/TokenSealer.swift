@@ -112,8 +112,18 @@ public struct TokenSealer: Sendable {
 
     /// A new random secret token: `prefix` + 43 URL-safe characters (256 bits).
     public static func randomToken(prefix: String) -> String {
+        prefix + base64url(randomBytes(32))
+    }
+
+    /// A new API token in CloudKit's own form: 64 lowercase hexadecimal characters (256 bits),
+    /// which clients such as MistKit check before sending anything.
+    public static func randomAPIToken() -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        return String(decoding: randomBytes(32).flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 15)]] }, as: UTF8.self)
+    }
+
+    static func randomBytes(_ count: Int) -> [UInt8] {
         var generator = SystemRandomNumberGenerator()
-        let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        return prefix + base64url(bytes)
+        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
     }
 }

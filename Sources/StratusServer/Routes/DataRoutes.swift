@@ -69,6 +69,10 @@ struct DataRoute: Sendable {
     /// The path after the database, e.g. `records/lookup` or `users/lookup/email`.
     var path: String
     var hasBody: Bool
+    /// Whether a server-to-server key may call it under any database segment (`users/caller`:
+    /// clients ask it of whichever database they hold); other endpoints take a key on the public
+    /// database only.
+    var keyOnAnyDatabase = false
     var handler: @Sendable (StratusApp, DataRequest) async throws -> JSON
 
     /// Every data endpoint. The router registers them all; `StratusResponder` answers the
@@ -96,7 +100,7 @@ struct DataRoute: Sendable {
             DataRoute(method: .post, path: "assets/rereference", hasBody: true) { try await $0.rereferenceAssets($1) },
         ]
         for method in [HTTPRequest.Method.get, .post] {
-            routes.append(DataRoute(method: method, path: "users/caller", hasBody: false) { try await $0.caller($1) })
+            routes.append(DataRoute(method: method, path: "users/caller", hasBody: false, keyOnAnyDatabase: true) { try await $0.caller($1) })
             routes.append(DataRoute(method: method, path: "users/current", hasBody: false) { try await $0.currentUser($1) })
             routes.append(DataRoute(method: method, path: "users/discover", hasBody: method == .post) { try await $0.discoverUsers($1) })
         }
@@ -177,7 +181,7 @@ public struct StratusResponder: HTTPResponder {
         }
         return try await ErrorMiddleware<Context>().handle(request, context: context) { request, _ in
             try await app.dataEndpoint(request, container: container, environment: environment, database: database,
-                                       hasBody: route.hasBody) { try await route.handler(app, $0) }
+                                       route: route) { try await route.handler(app, $0) }
         }
     }
 }
@@ -220,14 +224,15 @@ extension StratusApp {
     }
 
     /// Authenticates, reads the body and runs `handler` for a data endpoint.
-    func dataEndpoint(_ request: Request, container containerName: String, environment: String, database: String, hasBody: Bool,
+    func dataEndpoint(_ request: Request, container containerName: String, environment: String, database: String, route: DataRoute,
                       _ handler: (DataRequest) async throws -> JSON) async throws -> Response {
+        let hasBody = route.hasBody
         // A signed request's body is read first: its hash is part of what was signed.
         let signedBody = RequestSignature.isPresent(in: request.headers) ? try await readBody(request) : nil
         var caller = try await authenticator.authenticate(request, containerName: containerName, environmentSegment: environment,
                                                           signedBody: signedBody)
         let scope = try DatabaseScope(segment: database)
-        if caller.serverKey != nil, scope != .public {
+        if caller.serverKey != nil, scope != .public, !route.keyOnAnyDatabase {
             throw StratusError(.accessDenied, "a server-to-server key acts on the public database only; a user's \(scope.rawValue) database needs the user's ckWebAuthToken")
         }
         if scope == .public, caller.serverKey == nil, let user = caller.user,
@@ -279,7 +284,7 @@ extension StratusApp {
             router.on("/database/1/:container/:environment/:database/\(route.path)", method: route.method) { request, context in
                 try await self.dataEndpoint(request, container: context.parameters.get("container") ?? "",
                                             environment: context.parameters.get("environment") ?? "",
-                                            database: context.parameters.get("database") ?? "public", hasBody: route.hasBody) {
+                                            database: context.parameters.get("database") ?? "public", route: route) {
                     try await route.handler(self, $0)
                 }
             }

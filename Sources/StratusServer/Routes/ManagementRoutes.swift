@@ -30,7 +30,7 @@ extension StratusApp {
                 throw StratusError.badRequest("the token name must be 1–200 printable characters")
             }
             let options = try Self.tokenOptions(body)
-            let secret = TokenSealer.randomToken(prefix: "ck_")
+            let secret = TokenSealer.randomAPIToken()
             let info = try await self.admin.createAPIToken(container: container, environment: environment, name: name,
                                                            tokenHash: TokenSealer.hash(secret), prefix: String(secret.prefix(10)),
                                                            allowedOrigins: options.origins ?? [], signInCallback: options.callback ?? nil,

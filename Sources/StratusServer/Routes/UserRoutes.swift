@@ -6,11 +6,16 @@ import StratusCore
 import StratusStore
 
 extension StratusApp {
-    /// `users/caller`: the caller's identity (with their own names, discoverable or not). A
-    /// server-to-server key's caller is `_key_<key ID>`, with no names.
+    /// `users/caller`: the caller's identity dictionary itself, at the top level, as CloudKit JS
+    /// (`setUpAuth()`, `fetchCurrentUserIdentity()`) and MistKit read it: `userRecordName`,
+    /// `lookupInfo` (their record name and, for a user, their own email address) and
+    /// `nameComponents` (their own names, discoverable or not). A server-to-server key's caller is
+    /// `_key_<key ID>`, with no names.
     func caller(_ request: DataRequest) async throws -> JSON {
         let profile = try await callerProfile(request)
-        return ["users": [Self.identityJSON(profile, lookupInfo: ["userRecordName": .string(profile.userRecordName)])]]
+        var lookupInfo: [String: JSON] = ["userRecordName": .string(profile.userRecordName)]
+        if !profile.email.isEmpty { lookupInfo["emailAddress"] = .string(profile.email) }
+        return Self.identityJSON(profile, lookupInfo: lookupInfo)
     }
 
     /// `users/current` (legacy): the caller's user dictionary.

@@ -38,7 +38,7 @@ async function askCaller(webToken) {
   if (webToken) url += '&ckWebAuthToken=' + encodeURIComponent(webToken);
   const response = await fetch(url);
   const body = await response.json();
-  if (response.ok) document.getElementById('state').textContent = 'signed in as ' + body.users[0].userRecordName;
+  if (response.ok) document.getElementById('state').textContent = 'signed in as ' + body.userRecordName;
   return { status: response.status, body: body, session: response.headers.get('x-apple-cloudkit-session') };
 }
 </script></body></html>"""
