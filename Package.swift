@@ -27,7 +27,8 @@ let package = Package(
             name: "StratusCore",
             swiftSettings: swiftSettings
         ),
-        // Generates the migrations' Swift source for StratusStore (see StratusEmbedPlugin).
+        // Generates Swift source carrying the migrations (StratusStore) and the server's
+        // Resources/ (StratusServer): see StratusEmbedPlugin.
         .executableTarget(
             name: "stratus-embed",
             path: "Sources/stratus-embed"
@@ -71,7 +72,10 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ],
-            swiftSettings: swiftSettings
+            // Compiled in by the plugin (EmbeddedResources), not copied as SwiftPM resources.
+            exclude: ["Resources"],
+            swiftSettings: swiftSettings,
+            plugins: ["StratusEmbedPlugin"]
         ),
         .executableTarget(
             name: "stratus",

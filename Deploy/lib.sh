@@ -45,3 +45,27 @@ check_logs_for_secrets() {
   fi
   echo "test.sh: $count tokens, passwords and signatures the tests used; none in $bytes bytes of server logs"
 }
+
+# The Python tools the contract checks use (schemathesis, openapi-spec-validator, cryptography),
+# pinned, in a virtual environment under .build/python-tools (made on first use: PyPI must be
+# reachable then). Sets PYTHON_TOOLS to its bin folder and puts it first on PATH.
+ensure_python_tools() {
+  local venv=.build/python-tools
+  local wanted="schemathesis==4.32.5 hypothesis==6.155.2 openapi-spec-validator==0.9.0 cryptography==48.0.0"
+  if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$wanted" ]; then
+    rm -rf "$venv"
+    if ! python3 -m venv "$venv" >/dev/null 2>&1; then
+      echo "Deploy: python3 cannot make virtual environments; installing Debian's python3-venv" >&2
+      local sudo=""
+      if [ "$(id -u)" != "0" ]; then sudo="sudo"; fi
+      $sudo apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-venv >/dev/null
+      python3 -m venv "$venv"
+    fi
+    # shellcheck disable=SC2086
+    "$venv/bin/pip" install --quiet --disable-pip-version-check $wanted
+    echo "$wanted" > "$venv/.installed"
+  fi
+  PYTHON_TOOLS=$(cd "$venv/bin" && pwd)
+  export PATH="$PYTHON_TOOLS:$PATH"
+}

@@ -19,8 +19,11 @@ timeout --signal=INT --kill-after=60 1800 swift test --skip-build "$@" || status
 if [ "$status" -eq 124 ]; then
     echo "test.sh: the tests ran past 30 minutes and were stopped (a test hangs; see the time-limit issues above)" >&2
 fi
-# Only for a whole run: a filtered one sees too little to be worth checking.
+# Only for a whole run: a filtered one sees too little to be worth checking, and the contract
+# checks (the OpenAPI document, a client generated from it, schemathesis against a live server)
+# are not tests a filter names.
 if [ "$#" -eq 0 ]; then
     check_logs_for_secrets || status=1
+    Deploy/contract.sh || status=1
 fi
 exit "$status"

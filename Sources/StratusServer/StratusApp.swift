@@ -99,6 +99,7 @@ public final class StratusApp: Sendable {
         addSchemaRoutes(to: router)
         addAssetRoutes(to: router)
         addUserDataRoutes(to: router)
+        addOpenAPIRoute(to: router)
         return StratusRouter(app: self, router: router)
     }
 

@@ -161,7 +161,7 @@ public struct AdminStore: Sendable {
             try await connection.rows("""
                 SELECT \(unescaped: Self.tokenColumns(table: "t", container: "c.name"))
                 FROM api_tokens t JOIN containers c ON c.container_id = t.container_id
-                WHERE \(containerID) IS NULL OR t.container_id = \(containerID)
+                WHERE \(containerID)::bigint IS NULL OR t.container_id = \(containerID)
                 ORDER BY c.name, t.token_id
                 """, logger: logger)
         }

@@ -328,6 +328,12 @@ public final class Database: Sendable {
                 if state == "55P03" {
                     return StratusError(.tryAgainLater, "the data is locked by another request that is taking long; retry shortly", retryAfter: 1, underlying: error)
                 }
+                // A text value with U+0000, which PostgreSQL's text and jsonb cannot hold: only a
+                // client puts one there (a name, an email address, a key in a JSON body).
+                if state == "22021" || state == "22P05" {
+                    return StratusError(.badRequest, "a text value in the request contains a NUL character (U+0000), which Stratus does not store; remove it",
+                                        underlying: error)
+                }
                 if state == "57014" {
                     return StratusError(.tryAgainLater, "the request took too long and was cancelled; retry with a smaller request", retryAfter: 1, underlying: error)
                 }

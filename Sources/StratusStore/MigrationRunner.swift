@@ -43,7 +43,7 @@ public struct Migration: Sendable, Equatable {
     }
 
     /// Migrations from `(file name, text)` pairs, in version order.
-    static func parse(_ files: [(name: String, sql: String)]) throws -> [Migration] {
+    static func parse(_ files: [(name: String, text: String)]) throws -> [Migration] {
         var migrations: [Migration] = []
         for (file, sql) in files {
             let stem = String(file.dropLast(4))

@@ -123,6 +123,13 @@ import Testing
             // 12. NUL in names and values
             expectError(try await session.post("private", "records/lookup", ["records": [["recordName": "a\u{0}b"]]]), 400, "BAD_REQUEST", mentions: "recordName")
             expectItemError(try await session.modify("private", [op("create", "nul", type: "N", fields: ["s": ["value": "a\u{0}b"]])]), "BAD_REQUEST", mentions: "NUL")
+            // NUL anywhere PostgreSQL would see it (found by fuzzing the OpenAPI document: both were 500s)
+            expectError(try await session.post("public", "users/lookup/email", ["users": [["emailAddress": "a\u{0}b@example.com"]]]), 400, "BAD_REQUEST", mentions: "NUL")
+            let role = try await harness.admin(.post, "containers/\(session.container)/schema/import",
+                                               json: ["schema": "DEFINE SCHEMA\n  CREATE ROLE editor;\n"])
+            #expect(role.status == 200, "\(role.json)")
+            expectError(try await harness.admin(.post, "containers/\(session.container)/roles/editor/members", json: ["user": "\u{0}x"]),
+                        400, "BAD_REQUEST", mentions: "NUL")
             // 16. path traversal in URL segments and names
             for container in ["..", "..%2F..", "%2e%2e", "a%00b", String(repeating: "c", count: 10_000)] {
                 let response = try await harness.send(.post, "/database/1/\(container)/development/public/records/lookup?ckAPIToken=\(session.apiToken)", json: ["records": []])

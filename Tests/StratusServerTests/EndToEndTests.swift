@@ -121,6 +121,10 @@ import FoundationNetworking
         let tokens = try await Self.cli(["token", "list", "--container", "iCloud.com.example.E2E", "--json"], server: server)
         #expect(!tokens.text.contains(apiToken), "listings never print the secret")
         let id = (try? JSONParser.parse(tokens.text))?["tokens"]?.arrayValue?.first?["id"]
+        // Every container's tokens (no --container): a PostgreSQL type error once made this a 500.
+        let everyToken = try await Self.cli(["token", "list", "--json"], server: server)
+        #expect(everyToken.status == 0, "\(everyToken.text)")
+        #expect((try? JSONParser.parse(everyToken.text))?["tokens"]?.arrayValue?.first?["id"] == id, "\(everyToken.text)")
         let badEnvironment = try await Self.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "staging"], server: server)
         #expect(badEnvironment.status != 0)
         #expect(badEnvironment.text.contains("development"))

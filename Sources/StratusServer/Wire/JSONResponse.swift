@@ -18,7 +18,9 @@ extension Response {
 }
 
 extension StratusError {
-    /// The CKWS error dictionary. `uuid` identifies the failure in the server log.
+    /// The CKWS error dictionary. `uuid` identifies the failure in the server log. `zoneID` is the
+    /// zone the request named, echoed as a zone ID dictionary (its string `zoneName` and
+    /// `ownerRecordName`) and left out when the client sent something else there.
     func dictionary(uuid: String, recordName: String? = nil, zoneID: JSON? = nil) -> JSON {
         var members: [String: JSON] = [
             "uuid": .string(uuid),
@@ -29,8 +31,18 @@ extension StratusError {
         if let redirectURL { members["redirectURL"] = .string(redirectURL) }
         if let serverRecord { members["serverRecord"] = serverRecord }
         if let recordName { members["recordName"] = .string(recordName) }
-        if let zoneID { members["zoneID"] = zoneID }
+        if let zoneID = zoneID.flatMap(Self.echoedZoneID) { members["zoneID"] = zoneID }
         return .object(members)
+    }
+
+    /// The zone ID dictionary of a client's `zoneID`, or `nil` when it holds none.
+    static func echoedZoneID(_ json: JSON) -> JSON? {
+        guard let given = json.objectValue else { return nil }
+        var kept: [String: JSON] = [:]
+        for key in ["zoneName", "ownerRecordName"] {
+            if let text = given[key]?.stringValue { kept[key] = .string(text) }
+        }
+        return kept.isEmpty ? nil : .object(kept)
     }
 
     /// The whole-request error response.
