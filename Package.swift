@@ -119,3 +119,34 @@ let package = Package(
         ),
     ]
 )
+
+// The fuzzers (Deploy/fuzz/parsers.sh): with STRATUS_FUZZ_LIBRARY naming libFuzzer's archive
+// without its main (libclang_rt.fuzzer_no_main), the project's own modules are built with
+// libFuzzer's coverage and AddressSanitizer, and the stratus-fuzz product drives them (its
+// targets are in Tests/StratusFuzz). Dependencies are built as always. An ordinary build never
+// sees any of this.
+if let libFuzzer = Context.environment["STRATUS_FUZZ_LIBRARY"], !libFuzzer.isEmpty {
+    let instrumented: [SwiftSetting] = [.unsafeFlags(["-sanitize=fuzzer,address"])]
+    for target in package.targets where ["StratusCore", "StratusServer"].contains(target.name) {
+        target.swiftSettings = (target.swiftSettings ?? []) + instrumented
+    }
+    package.targets.append(.executableTarget(
+        name: "stratus-fuzz",
+        dependencies: [
+            "StratusCore",
+            "StratusStore",
+            "StratusServer",
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "HummingbirdCore", package: "hummingbird"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "HTTPTypes", package: "swift-http-types"),
+            .product(name: "Logging", package: "swift-log"),
+        ],
+        path: "Tests/StratusFuzz",
+        exclude: ["Corpus"],
+        swiftSettings: swiftSettings + instrumented,
+        linkerSettings: [.unsafeFlags(["-sanitize=address", "-Xlinker", libFuzzer, "-lstdc++"])]
+    ))
+    package.products.append(.executable(name: "stratus-fuzz", targets: ["stratus-fuzz"]))
+}

@@ -32,7 +32,10 @@ import Synchronization
 /// that waits for each answer never has a second request waiting.) Malformed HTTP gets a
 /// 400 with a CKWS error body and the connection closes. On graceful shutdown
 /// (`ChannelShouldQuiesceEvent`) an idle connection closes at once, a busy one after its response.
-struct StratusHTTPChannel: ServerChildChannel {
+///
+/// Generic over its responder so the HTTP fuzzer (`Tests/StratusFuzz`) drives this same channel
+/// without a database; `stratus serve` uses it with `StratusResponder`.
+struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Responder.Context == BasicRequestContext {
     struct Connection: ServerChildChannelValue {
         let channel: any Channel
         let handler: NIOLoopBound<StratusHTTPHandler>
@@ -40,27 +43,24 @@ struct StratusHTTPChannel: ServerChildChannel {
         let state: RequestConnection
     }
 
-    let responder: StratusResponder
+    let responder: Responder
     let maximumBodyBytes: Int
     let idleTimeout: TimeAmount?
     let serverName: String
     /// Open connections per client address, against `ServerConfiguration.maximumConnectionsPerAddress`.
     let connections: ConnectionCounts
 
-    static let decoderName = "stratus.http-decoder"
-    static let handlerName = "stratus.http"
-
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Connection> {
         channel.eventLoop.makeCompletedFuture {
             let (requests, continuation) = AsyncStream.makeStream(of: StratusHTTPHandler.Inbound.self, bufferingPolicy: .unbounded)
             let operations = channel.pipeline.syncOperations
-            try operations.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)), name: Self.decoderName)
+            try operations.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)), name: HTTPWire.decoderName)
             if let idleTimeout {
                 try operations.addHandler(IdleStateHandler(readTimeout: idleTimeout))
             }
             let state = RequestConnection(channel: channel)
             let handler = StratusHTTPHandler(continuation: continuation, maximumBodyBytes: maximumBodyBytes, serverName: serverName, state: state)
-            try operations.addHandler(handler, name: Self.handlerName)
+            try operations.addHandler(handler, name: HTTPWire.handlerName)
             return Connection(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop), requests: requests, state: state)
         }
     }
@@ -74,7 +74,7 @@ struct StratusHTTPChannel: ServerChildChannel {
             let response = error.response(uuid: newUUID())
             let sink = BodySink()
             try? await response.body.write(sink)
-            let bytes = Self.wire(status: response.status.code, headers: response.headers, body: sink.body, length: sink.body.readableBytes,
+            let bytes = HTTPWire.wire(status: response.status.code, headers: response.headers, body: sink.body, length: sink.body.readableBytes,
                                   http10: false, close: true, serverName: serverName)
             let handler = connection.handler
             connection.channel.eventLoop.execute { handler.value.send(bytes, close: true) }
@@ -141,8 +141,8 @@ struct StratusHTTPChannel: ServerChildChannel {
                     do {
                         try await connection.channel.eventLoop.flatSubmit {
                             let operations = connection.channel.pipeline.syncOperations
-                            return operations.removeHandler(name: Self.handlerName).flatMap {
-                                operations.removeHandler(name: Self.decoderName)
+                            return operations.removeHandler(name: HTTPWire.handlerName).flatMap {
+                                operations.removeHandler(name: HTTPWire.decoderName)
                             }.flatMapThrowing {
                                 try operations.addHandlers([WebSocketFrameEncoder(), ByteToMessageHandler(WebSocketFrameDecoder(maxFrameSize: 1 << 16)),
                                                             WebSocketControlHandler()])
@@ -168,7 +168,7 @@ struct StratusHTTPChannel: ServerChildChannel {
     private func stream(_ response: Response, length: Int, for head: HTTPRequestHead, close: Bool, on connection: Connection) async -> Bool {
         let handler = connection.handler
         let loop = connection.channel.eventLoop
-        let start = Self.wire(status: response.status.code, headers: response.headers, body: nil, length: length,
+        let start = HTTPWire.wire(status: response.status.code, headers: response.headers, body: nil, length: length,
                               http10: head.version.major == 1 && head.version.minor == 0, close: close, serverName: serverName)
         let writer = ChannelBodyWriter(handler: handler, loop: loop)
         do {
@@ -184,7 +184,7 @@ struct StratusHTTPChannel: ServerChildChannel {
 
     /// Answers one request through the responder, with the router's error rendering around it.
     private func answer(_ head: HTTPRequestHead, body: RequestBody, on channel: any Channel, logger: Logger) async -> Response {
-        guard let request = Self.request(head, body: body) else {
+        guard let request = HTTPWire.request(head, body: body) else {
             return StratusError.badRequest("the request method '\(head.method.rawValue.prefix(40))' is not valid HTTP").response(uuid: newUUID())
         }
         let context = BasicRequestContext(source: ApplicationRequestContextSource(channel: channel, logger: logger))
@@ -209,10 +209,16 @@ struct StratusHTTPChannel: ServerChildChannel {
         } catch {
             return nil
         }
-        return Self.wire(status: response.status.code, headers: response.headers, body: head.method == .HEAD ? nil : sink.body,
+        return HTTPWire.wire(status: response.status.code, headers: response.headers, body: head.method == .HEAD ? nil : sink.body,
                          length: sink.body.readableBytes, http10: head.version.major == 1 && head.version.minor == 0,
                          close: close, serverName: serverName)
     }
+}
+
+/// The HTTP/1.1 messages `StratusHTTPChannel` reads and writes, whatever its responder.
+enum HTTPWire {
+    static let decoderName = "stratus.http-decoder"
+    static let handlerName = "stratus.http"
 
     /// A response as sent: status line, `headers` (less any framing of their own), length,
     /// date, server and connection headers, then `body` (none for HEAD).
@@ -531,7 +537,7 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
         let json = StratusError.badRequest("the request is not valid HTTP/1.1 (\(error)); the connection is closed")
             .dictionary(uuid: newUUID())
         let body = ByteBuffer(bytes: JSONWriter.bytes(json))
-        let out = StratusHTTPChannel.wire(status: 400, headers: [.contentType: "application/json; charset=utf-8"], body: body,
+        let out = HTTPWire.wire(status: 400, headers: [.contentType: "application/json; charset=utf-8"], body: body,
                                           length: body.readableBytes, http10: false, close: true, serverName: serverName)
         context.writeAndFlush(wrapOutboundOut(out), promise: nil)
         linger(context)

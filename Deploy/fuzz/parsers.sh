@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (Tests/StratusFuzz; the project's own modules instrumented with
+# libFuzzer coverage and AddressSanitizer, see Package.swift) and runs each for
+# STRATUS_FUZZ_SECONDS (default 30), seeded with Tests/StratusFuzz/Corpus/<target>, which also
+# holds every input that once broke a target (so each run replays them first). Targets:
+# STRATUS_FUZZ_TARGETS (default: json schema query token http). Fails on any finding; its input
+# is kept under .build/test-output/fuzz/. The inputs a run found interesting stay in
+# .build/fuzz-corpus/<target> and seed the next run on this machine.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+seconds=${STRATUS_FUZZ_SECONDS:-30}
+targets=${STRATUS_FUZZ_TARGETS:-json schema query token http}
+resources=$(swiftc -print-target-info | sed -n 's/.*"runtimeResourcePath": "\(.*\)".*/\1/p' | head -1)
+arch=$(uname -m)
+library="$resources/clang/lib/linux/libclang_rt.fuzzer_no_main-$arch.a"
+if [ ! -f "$library" ]; then
+  echo "fuzz: libFuzzer is not in this Swift toolchain ($library)" >&2
+  exit 1
+fi
+echo "fuzz: building stratus-fuzz (the project's modules with libFuzzer and AddressSanitizer)"
+STRATUS_FUZZ_LIBRARY=$library swift build --product stratus-fuzz --scratch-path .build/fuzz >.build/fuzz-build.log 2>&1 || {
+  grep -E "error" .build/fuzz-build.log | sort -u | head -40 >&2
+  exit 1
+}
+binary=.build/fuzz/debug/stratus-fuzz
+out=.build/test-output/fuzz
+mkdir -p "$out"
+status=0
+for target in $targets; do
+  corpus=.build/fuzz-corpus/$target
+  mkdir -p "$corpus"
+  dictionary=()
+  if [ -f "Tests/StratusFuzz/Corpus/$target.dict" ]; then dictionary=("-dict=Tests/StratusFuzz/Corpus/$target.dict"); fi
+  log="$out/$target.log"
+  if SWIFT_BACKTRACE=enable=no ASAN_OPTIONS=detect_leaks=0 "$binary" "$target" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 \
+      -artifact_prefix="$out/$target-" "${dictionary[@]}" "$corpus" "Tests/StratusFuzz/Corpus/$target" >"$log" 2>&1; then
+    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    echo "fuzz: $target: ${runs:-?} inputs in ${seconds} s, no finding (corpus $(ls "$corpus" | wc -l) inputs)"
+  else
+    echo "fuzz: $target: FAILED; the input is kept as $out/$target-*; the log:" >&2
+    grep -vE "^#[0-9]+" "$log" | tail -40 >&2
+    status=1
+  fi
+done
+exit "$status"
