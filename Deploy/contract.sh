@@ -5,7 +5,7 @@
 #   2. swift-openapi-generator generates a client from it that compiles (Deploy/openapi-client),
 #      and that client works against the server (StratusClientCheck);
 #   3. schemathesis fuzzes every operation with real credentials (Deploy/fuzz/api.py): examples,
-#      coverage and fuzzing phases, up to STRATUS_FUZZ_API_SECONDS (default 150) in all.
+#      coverage and fuzzing phases, up to STRATUS_FUZZ_API_SECONDS (default 120) in all.
 # Fails on any finding, and on a server log line reporting an internal error. Reports go to
 # .build/test-output/contract/.
 set -euo pipefail
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 . Deploy/lib.sh
 ensure_python_tools
 binary=${STRATUS_BINARY:-.build/debug/stratus}
-seconds=${STRATUS_FUZZ_API_SECONDS:-150}
+seconds=${STRATUS_FUZZ_API_SECONDS:-120}
 reports=.build/test-output/contract
 rm -rf "$reports"
 mkdir -p "$reports"

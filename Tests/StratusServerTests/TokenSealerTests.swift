@@ -1,6 +1,7 @@
 import Foundation
 @testable import StratusServer
 import StratusCore
+import StratusStore
 import Testing
 
 @Suite struct TokenSealerTests {
@@ -25,5 +26,20 @@ import Testing
         var forged = Array(token.utf8)
         forged[2] = forged[2] == UInt8(ascii: "A") ? UInt8(ascii: "B") : UInt8(ascii: "A")
         #expect(sealer.open(String(decoding: forged, as: UTF8.self), purpose: "a") == nil)
+    }
+
+    /// A sync token's positions move by an import's shift (`ContainerArchive`); one the shift
+    /// would carry past 64 bits is refused as invalid, not a crash (found by the token fuzzer's
+    /// harness: `Tests/StratusFuzz/Corpus/token/shift-overflow.json`).
+    @Test func shiftedPositionsThatLeave64BitsAreInvalidTokens() throws {
+        let db = DatabaseRef(containerID: 1, environment: .development, scope: .private, owner: "_0123456789abcdef0123456789abcdef")
+        var payload: [String: JSON] = ["c": 1, "e": "development", "d": "private", "o": "_0123456789abcdef0123456789abcdef", "x": .int(Int64.min + 1), "s": 3, "z": 4]
+        #expect(throws: StratusError.self) { _ = try StratusApp.cursor(.object(payload), db: db, zoneScoped: true, shift: 1 << 40) }
+        payload["x"] = 12
+        payload["p"] = [.int(Int64.min)]
+        #expect(throws: StratusError.self) { _ = try StratusApp.cursor(.object(payload), db: db, zoneScoped: true, shift: 1) }
+        payload["p"] = [10]
+        let (cursor, zone) = try StratusApp.cursor(.object(payload), db: db, zoneScoped: true, shift: 2)
+        #expect(cursor.position.xid == 10 && cursor.pending == [8] && zone == 4)
     }
 }

@@ -66,12 +66,18 @@ extension StratusApp {
         guard (zoneID != nil) == zoneScoped else {
             throw StratusError.badRequest("this syncToken is for a \(zoneID == nil ? "database" : "zone") change feed, not this one")
         }
+        // Positions move by an import's shift; one that would leave 64 bits is no position of ours.
+        func shifted(_ xid: Int64) throws(StratusError) -> Int64 {
+            let (moved, overflow) = xid.subtractingReportingOverflow(shift)
+            if overflow { throw StratusError.badRequest("invalid syncToken: pass back a token from a previous response unchanged, or omit it to start from the beginning") }
+            return moved
+        }
         var pending: [Int64] = []
         for value in payload["p"]?.arrayValue ?? [] {
             guard case .int(let xid) = value else { throw StratusError.badRequest("invalid syncToken") }
-            pending.append(xid - shift)
+            pending.append(try shifted(xid))
         }
-        return (FeedCursor(position: ChangePosition(xid: xid - shift, seq: seq), pending: pending), zoneID)
+        return (FeedCursor(position: ChangePosition(xid: try shifted(xid), seq: seq), pending: pending), zoneID)
     }
 
     /// `changes/zone` (and, with one zone, the older `records/changes`).
