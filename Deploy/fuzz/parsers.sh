@@ -9,7 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${STRATUS_FUZZ_SECONDS:-30}
-targets=${STRATUS_FUZZ_TARGETS:-json schema query token http}
+targets=${STRATUS_FUZZ_TARGETS:-http json schema query token}
 resources=$(swiftc -print-target-info | sed -n 's/.*"runtimeResourcePath": "\(.*\)".*/\1/p' | head -1)
 arch=$(uname -m)
 library="$resources/clang/lib/linux/libclang_rt.fuzzer_no_main-$arch.a"
@@ -28,21 +28,35 @@ STRATUS_FUZZ_LIBRARY=$library swift build --product stratus-fuzz >.build/fuzz-bu
 binary=.build/debug/stratus-fuzz
 out=.build/test-output/fuzz
 mkdir -p "$out"
-status=0
-for target in $targets; do
-  corpus=.build/fuzz-corpus/$target
+# Targets run STRATUS_FUZZ_PARALLEL at a time (default 2, one a core): each still runs its full
+# time; the HTTP target mostly waits on its sockets.
+run_target() {
+  local target=$1
+  local corpus=.build/fuzz-corpus/$target
   mkdir -p "$corpus"
-  dictionary=()
+  local dictionary=()
   if [ -f "Tests/StratusFuzz/Corpus/$target.dict" ]; then dictionary=("-dict=Tests/StratusFuzz/Corpus/$target.dict"); fi
-  log="$out/$target.log"
-  if SWIFT_BACKTRACE=enable=no ASAN_OPTIONS=detect_leaks=0 "$binary" "$target" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 \
-      -artifact_prefix="$out/$target-" "${dictionary[@]}" "$corpus" "Tests/StratusFuzz/Corpus/$target" >"$log" 2>&1; then
+  local log="$out/$target.log"
+  if SWIFT_BACKTRACE=enable=no ASAN_OPTIONS=detect_leaks=0 "$binary" "$target" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 \
+      -print_final_stats=1 -artifact_prefix="$out/$target-" "${dictionary[@]}" "$corpus" "Tests/StratusFuzz/Corpus/$target" >"$log" 2>&1; then
+    local runs
     runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
     echo "fuzz: $target: ${runs:-?} inputs in ${seconds} s, no finding (corpus $(ls "$corpus" | wc -l) inputs)"
   else
-    echo "fuzz: $target: FAILED; the input is kept as $out/$target-*; the log:" >&2
-    grep -vE "^#[0-9]+" "$log" | tail -40 >&2
-    status=1
+    { echo "fuzz: $target: FAILED; the input is kept as $out/$target-*; the log:"; grep -vE "^#[0-9]+" "$log" | tail -40; } >&2
+    return 1
+  fi
+}
+parallel=${STRATUS_FUZZ_PARALLEL:-2}
+status=0
+pids=()
+for target in $targets; do
+  run_target "$target" &
+  pids+=($!)
+  if [ "${#pids[@]}" -ge "$parallel" ]; then
+    wait "${pids[0]}" || status=1
+    pids=("${pids[@]:1}")
   fi
 done
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
 exit "$status"
