@@ -42,7 +42,7 @@ stop() {
 }
 trap stop EXIT
 for _ in $(seq 1 120); do
-  if curl -sf "http://127.0.0.1:$port/health" >/dev/null; then break; fi
+  if python3 -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$port/health" 2>/dev/null; then break; fi
   if ! kill -0 "$server" 2>/dev/null; then
     echo "contract: stratus serve exited; its log:" >&2
     tail -40 "$log" >&2
