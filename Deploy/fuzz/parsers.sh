@@ -4,8 +4,16 @@
 # STRATUS_FUZZ_SECONDS (default 30), seeded with Tests/StratusFuzz/Corpus/<target>, which also
 # holds every input that once broke a target (so each run replays them first). Targets:
 # STRATUS_FUZZ_TARGETS (default: json schema query token http). Fails on any finding; its input
-# is kept under .build/test-output/fuzz/. The inputs a run found interesting stay in
-# .build/fuzz-corpus/<target> and seed the next run on this machine.
+# is kept under .build/test-output/fuzz/.
+#
+# Two modes:
+# - exploring (the default): random seeds; the inputs a run found interesting stay in
+#   .build/fuzz-corpus/<target> and seed the next run on this machine. Run it for long stretches
+#   (STRATUS_FUZZ_SECONDS=600) and keep what it finds in the corpus.
+# - repeatable (STRATUS_FUZZ_REPEATABLE=1, as the test command runs it): a fixed seed, a fixed
+#   number of inputs per target, deterministic hashing and only the repository's corpus, so
+#   every machine tries the same inputs on the same code and a test run cannot fail by luck.
+#   STRATUS_FUZZ_SECONDS stays an upper bound on a slow machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${STRATUS_FUZZ_SECONDS:-30}
@@ -33,15 +41,31 @@ mkdir -p "$out"
 run_target() {
   local target=$1
   local corpus=.build/fuzz-corpus/$target
+  local mode=() launcher=()
+  if [ "${STRATUS_FUZZ_REPEATABLE:-0}" = 1 ]; then
+    # What a run adds goes to a scratch folder, so the next run starts from the same corpus.
+    corpus=$(mktemp -d)
+    local runs
+    case $target in
+      http) runs=12000 ;;
+      schema) runs=200000 ;;
+      *) runs=400000 ;;
+    esac
+    mode=(-seed=1 -runs="$runs")
+    # Without address randomisation where the machine allows it: the runtime's pointer-keyed
+    # caches otherwise vary the coverage, and with it the inputs tried.
+    if setarch "$(uname -m)" -R true 2>/dev/null; then launcher=(setarch "$(uname -m)" -R); fi
+  fi
   mkdir -p "$corpus"
   local dictionary=()
   if [ -f "Tests/StratusFuzz/Corpus/$target.dict" ]; then dictionary=("-dict=Tests/StratusFuzz/Corpus/$target.dict"); fi
   local log="$out/$target.log"
-  if SWIFT_BACKTRACE=enable=no ASAN_OPTIONS=detect_leaks=0 "$binary" "$target" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 \
-      -print_final_stats=1 -artifact_prefix="$out/$target-" "${dictionary[@]}" "$corpus" "Tests/StratusFuzz/Corpus/$target" >"$log" 2>&1; then
-    local runs
-    runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-    echo "fuzz: $target: ${runs:-?} inputs in ${seconds} s, no finding (corpus $(ls "$corpus" | wc -l) inputs)"
+  if SWIFT_BACKTRACE=enable=no SWIFT_DETERMINISTIC_HASHING=1 ASAN_OPTIONS=detect_leaks=0 "${launcher[@]}" "$binary" "$target" "${mode[@]}" \
+      -max_total_time="$seconds" -timeout=30 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix="$out/$target-" "${dictionary[@]}" "$corpus" "Tests/StratusFuzz/Corpus/$target" >"$log" 2>&1; then
+    local executed
+    executed=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    echo "fuzz: $target: ${executed:-?} inputs, no finding (corpus $(ls "$corpus" | wc -l) inputs)"
+    if [ "${#mode[@]}" -gt 0 ]; then rm -rf "$corpus"; fi
   else
     { echo "fuzz: $target: FAILED; the input is kept as $out/$target-*; the log:"; grep -vE "^#[0-9]+" "$log" | tail -40; } >&2
     return 1
