@@ -12,6 +12,10 @@ CREATE EXTENSION IF NOT EXISTS citus;
 SELECT create_reference_table('containers');
 SELECT create_reference_table('server_secrets');
 SELECT create_reference_table('schema_migrations');
+-- The people who administer containers (few, read on management requests only).
+SELECT create_reference_table('operators');
+SELECT create_reference_table('operator_credentials');
+SELECT create_reference_table('container_members');
 
 -- The rate limiter's shared counting windows (keyed by container and user, written by every
 -- server process many times a second, kept only minutes): on the coordinator alone, where every

@@ -95,6 +95,7 @@ public final class StratusApp: Sendable {
         addDataRoutes(to: router)
         addAuthRoutes(to: router)
         addManagementRoutes(to: router)
+        addOperatorRoutes(to: router)
         addCourierRoutes(to: router)
         addSchemaRoutes(to: router)
         addAssetRoutes(to: router)

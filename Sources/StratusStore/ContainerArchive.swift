@@ -39,10 +39,11 @@ public struct ContainerArchive: Sendable {
 
     /// Tables with a container key that are not carried: what only made sense on the old server
     /// (sessions and web courier tokens are sealed with its secret, so a new server could not open
-    /// them: users sign in again, clients ask for a new courier token), or short-lived bookkeeping.
+    /// them: users sign in again, clients ask for a new courier token), short-lived bookkeeping, or
+    /// the team (its members are the old server's operators).
     /// `containers`, `assets` and `container_imports` are carried, by hand.
     static let notCarried: Set<String> = ["containers", "sessions", "courier_tokens", "notifications", "signature_replays",
-                                          "signin_failures", "assets", "container_imports"]
+                                          "signin_failures", "assets", "container_imports", "container_members"]
     /// Tables whose `change_xid` orders change feeds (moved on import: see `ContainerImport`).
     static let positioned: Set<String> = ["zones", "records", "share_participants", "share_moves"]
 

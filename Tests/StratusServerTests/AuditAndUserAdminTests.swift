@@ -11,7 +11,9 @@ import Testing
         try await Harness.run { harness in
             let session = try await harness.container()
             let container = session.container
-            let headers: HTTPFields = [.authorization: "Bearer \(Harness.adminToken)", HTTPField.Name("X-Stratus-Actor")!: "ada@laptop"]
+            // The actor is who authenticated, never what a client says of itself.
+            let ada = try await harness.signedInOperator(teams: [(container, .owner)])
+            let headers: HTTPFields = [.authorization: "Bearer \(ada.credential)", HTTPField.Name("X-Stratus-Actor")!: "ada@laptop"]
             let second = try await harness.send(.post, "/management/1/containers/\(container)/tokens",
                                                 json: ["environment": "production", "name": "prod"], headers: headers)
             #expect(second.status == 201)
@@ -29,12 +31,14 @@ import Testing
             #expect(log.status == 200, "\(log.json)")
             let entries = log.json["entries"]?.arrayValue ?? []
             let actions = entries.compactMap { $0["action"]?.stringValue }
-            #expect(actions == ["container.create", "token.create", "token.create", "token.revoke", "schema.import"], "\(actions)")
-            #expect(entries.allSatisfy { $0["actor"]?.stringValue?.hasPrefix("admin token") == true })
-            #expect(entries[1]["environment"] == "development" && entries[2]["environment"] == "production")
-            #expect(entries[2]["actor"] == "admin token (ada@laptop)", "\(entries[2])")
-            #expect(entries[3]["target"] == .string(tokenID.map { JSONWriter.string($0) } ?? ""), "\(entries[3])")
-            #expect(entries[4]["actor"] == "admin token (bob@desk)" && entries[4]["detail"]?.stringValue?.contains("Note") == true, "\(entries[4])")
+            #expect(actions == ["container.create", "token.create", "team.add", "token.create", "token.revoke", "schema.import"], "\(actions)")
+            #expect(entries[1]["environment"] == "development" && entries[3]["environment"] == "production")
+            #expect(entries[2]["target"] == .string(ada.email) && entries[2]["detail"] == "owner", "\(entries[2])")
+            #expect(entries[3]["actor"] == .string("operator \(ada.email) (credential \(ada.credentialID))"), "\(entries[3])")
+            #expect(entries[4]["target"] == .string(tokenID.map { JSONWriter.string($0) } ?? ""), "\(entries[4])")
+            #expect(entries[4]["actor"] == "admin token" && entries[5]["actor"] == "admin token", "\(entries[4]) \(entries[5])")
+            #expect(entries[5]["detail"]?.stringValue?.contains("Note") == true, "\(entries[5])")
+            #expect(!JSONWriter.string(log.json).contains("laptop") && !JSONWriter.string(log.json).contains("bob@desk"))
             // No secret is ever in the log.
             #expect(!JSONWriter.string(log.json).contains(second.json["apiToken"]?.stringValue ?? "unset"))
             // Filtering by time, and bad input.
@@ -42,8 +46,9 @@ import Testing
             #expect(future.json["entries"]?.arrayValue?.isEmpty == true)
             let bad = try await harness.admin(.get, "containers/\(container)/audit?since=yesterday")
             #expect(bad.status == 400 && bad.json["reason"]?.stringValue?.contains("ISO 8601") == true)
-            // Only the admin token reads it.
+            // Only a credential reads it.
             #expect(try await harness.send(.get, "/management/1/containers/\(container)/audit").status == 401)
+            #expect(try await harness.management(ada.credential, .get, "containers/\(container)/audit").status == 200)
         }
     }
 

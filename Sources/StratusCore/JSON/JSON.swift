@@ -42,6 +42,12 @@ public enum JSON: Sendable, Equatable {
         return nil
     }
 
+    /// The integer, or `nil` when this is not an integer.
+    public var intValue: Int64? {
+        if case .int(let value) = self { return value }
+        return nil
+    }
+
     /// A short name of the value's JSON kind, for error messages.
     public var kindName: String {
         switch self {

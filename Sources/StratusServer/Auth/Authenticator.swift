@@ -307,19 +307,6 @@ final class Authenticator: Sendable {
         return "\(seconds) second\(seconds == 1 ? "" : "s")"
     }
 
-    /// Checks `Authorization: Bearer <admin token>` on management requests.
-    func requireAdmin(_ request: Request) throws(StratusError) {
-        guard let expected = configuration.adminToken, !expected.isEmpty else {
-            throw StratusError(.authenticationFailed, "the management API is disabled: start the server with STRATUS_ADMIN_TOKEN set")
-        }
-        guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else {
-            throw StratusError(.authenticationFailed, "missing admin token: send 'Authorization: Bearer <STRATUS_ADMIN_TOKEN>'")
-        }
-        guard TokenSealer.constantTimeEquals(String(header.dropFirst(7)), expected) else {
-            throw StratusError(.authenticationFailed, "the admin token is wrong")
-        }
-    }
-
     /// Where `redirectURL` sends a user to sign in.
     /// URL characters that need no percent-encoding (RFC 3986 "unreserved").
     static let unreserved = CharacterSet.alphanumerics.union(CharacterSet(charactersIn: "-._~"))

@@ -7,9 +7,8 @@ import StratusStore
 /// Server-to-server keys: `stratus key add|list|revoke`.
 extension StratusApp {
     func addKeyRoutes(to router: Router<BasicRequestContext>, base: String) {
-        router.post("\(base)/containers/:container/keys") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .post, "\(base)/containers/:container/keys") { request, context, grant -> Response in
+            let container = try grant.container
             let body = try await self.readObject(request)
             let environment = try Self.requiredEnvironment(body)
             guard let pem = try Wire.string(body["publicKey"], key: "publicKey") else {
@@ -21,23 +20,21 @@ extension StratusApp {
                 throw StratusError.badRequest("the key name must be 1–200 printable characters")
             }
             let key = try await self.admin.addServerKey(container: container, environment: environment, name: name,
-                                                        publicKey: publicKey.x963Representation, by: try self.actor(request, body: body))
+                                                        publicKey: publicKey.x963Representation, by: grant.actor)
             return .json(["keyID": .string(key.keyID), "key": Self.keyJSON(key)], status: .created)
         }
-        router.get("\(base)/containers/:container/keys") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .get, "\(base)/containers/:container/keys") { request, context, grant -> Response in
+            let container = try grant.container
             let keys = try await self.admin.serverKeys(containerID: container.id)
             return .json(["keys": .array(keys.map(Self.keyJSON))])
         }
-        router.post("\(base)/containers/:container/keys/:key/revoke") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .post, "\(base)/containers/:container/keys/:key/revoke") { request, context, grant -> Response in
+            let container = try grant.container
             let keyID = Self.pathParameter(context, "key")
             guard (8...64).contains(keyID.utf8.count), keyID.utf8.allSatisfy(\.isHexDigit) else {
                 throw StratusError.badRequest("give the key ID (64 hexadecimal digits, from 'stratus key list'), or at least its first 8 digits")
             }
-            let key = try await self.admin.revokeServerKey(containerID: container.id, idOrPrefix: keyID, by: try self.actor(request))
+            let key = try await self.admin.revokeServerKey(containerID: container.id, idOrPrefix: keyID, by: grant.actor)
             self.authenticator.invalidate(.serverKey(containerID: container.id, keyID: key.keyID))
             return .json(["key": Self.keyJSON(key)])
         }

@@ -7,22 +7,24 @@ import StratusStore
 extension StratusApp {
     func addManagementRoutes(to router: Router<BasicRequestContext>) {
         let base = "/management/1"
-        router.post("\(base)/containers") { request, _ -> Response in
-            try self.authenticator.requireAdmin(request)
+        manage(router, .post, "\(base)/containers") { request, _, grant -> Response in
             let body = try await self.readObject(request)
             guard let name = try Wire.string(body["name"], key: "name") else { throw StratusError.badRequest("missing required key 'name'") }
             try Names.validateContainer(name)
-            let container = try await self.admin.createContainer(name: name, by: try self.actor(request))
+            let container = try await self.admin.createContainer(name: name, by: grant.actor)
             return .json(["container": Self.containerJSON(container)], status: .created)
         }
-        router.get("\(base)/containers") { request, _ -> Response in
-            try self.authenticator.requireAdmin(request)
+        manage(router, .get, "\(base)/containers") { _, _, grant -> Response in
+            // A superuser sees every container; an operator only those whose team they are in, with their role.
+            if let operatorID = grant.caller?.operatorID, !grant.isSuperuser {
+                let containers = try await self.admin.teamContainers(operatorID: operatorID)
+                return .json(["containers": .array(containers.map { Self.containerJSON($0.container, role: $0.role) })])
+            }
             let containers = try await self.admin.listContainers()
-            return .json(["containers": .array(containers.map(Self.containerJSON))])
+            return .json(["containers": .array(containers.map { Self.containerJSON($0) })])
         }
-        router.post("\(base)/containers/:container/tokens") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .post, "\(base)/containers/:container/tokens") { request, context, grant -> Response in
+            let container = try grant.container
             let body = try await self.readObject(request)
             let environment = try Self.requiredEnvironment(body)
             let name = try Wire.string(body["name"], key: "name") ?? "token"
@@ -34,12 +36,11 @@ extension StratusApp {
             let info = try await self.admin.createAPIToken(container: container, environment: environment, name: name,
                                                            tokenHash: TokenSealer.hash(secret), prefix: String(secret.prefix(10)),
                                                            allowedOrigins: options.origins ?? [], signInCallback: options.callback ?? nil,
-                                                           by: try self.actor(request, body: body))
+                                                           by: grant.actor)
             return .json(["apiToken": .string(secret), "token": Self.tokenJSON(info)], status: .created)
         }
-        router.get("\(base)/containers/:container/audit") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .get, "\(base)/containers/:container/audit") { request, context, grant -> Response in
+            let container = try grant.container
             let query = request.uri.queryParameters
             var since: Date?
             if let text = query.get("since") {
@@ -55,16 +56,14 @@ extension StratusApp {
             let entries = try await self.admin.auditLog(containerID: container.id, since: since, limit: limit)
             return .json(["container": .string(container.name), "entries": .array(entries.map(Self.auditJSON))])
         }
-        router.get("\(base)/containers/:container/users") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .get, "\(base)/containers/:container/users") { request, context, grant -> Response in
+            let container = try grant.container
             let environment = try Self.environmentParameter(request)
             let users = try await self.admin.users(containerID: container.id, environment: environment)
             return .json(["users": .array(users.map(Self.userJSON))])
         }
-        router.get("\(base)/containers/:container/users/:user") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .get, "\(base)/containers/:container/users/:user") { request, context, grant -> Response in
+            let container = try grant.container
             let user = try Self.userParameter(context)
             guard let found = try await self.admin.users(containerID: container.id, environment: try Self.environmentParameter(request), user: user).first else {
                 throw StratusError(.notFound, "no user '\(user)' in this container; give a user record name or an email address")
@@ -72,51 +71,45 @@ extension StratusApp {
             return .json(["user": Self.userJSON(found)])
         }
         for (verb, disabled) in [("disable", true), ("enable", false)] {
-            router.post("\(base)/containers/:container/users/:user/\(verb)") { request, context -> Response in
-                try self.authenticator.requireAdmin(request)
-                let container = try await self.managedContainer(context)
+            manage(router, .post, "\(base)/containers/:container/users/:user/\(verb)") { request, context, grant -> Response in
+                let container = try grant.container
                 let user = try await self.admin.setUserDisabled(containerID: container.id, user: try Self.userParameter(context), disabled: disabled,
-                                                                by: try self.actor(request))
+                                                                by: grant.actor)
                 self.authenticator.invalidate(.userSessions(containerID: container.id, user: user.userRecordName))
                 return .json(["user": Self.userJSON(user)])
             }
         }
-        router.get("\(base)/containers/:container/shares") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .get, "\(base)/containers/:container/shares") { request, context, grant -> Response in
+            let container = try grant.container
             let environment = try Self.environmentParameter(request)
             let user = try await self.userFilter(request, containerID: container.id, environment: environment)
             let shares = try await self.records.allShares(containerID: container.id, environment: environment, user: user)
             return .json(["shares": .array(shares.map(self.shareAdminJSON))])
         }
-        router.get("\(base)/containers/:container/subscriptions") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .get, "\(base)/containers/:container/subscriptions") { request, context, grant -> Response in
+            let container = try grant.container
             let environment = try Self.environmentParameter(request)
             let user = try await self.userFilter(request, containerID: container.id, environment: environment)
             let found = try await self.records.allSubscriptions(containerID: container.id, environment: environment, owner: user)
             return .json(["subscriptions": .array(found.map(Self.subscriptionAdminJSON))])
         }
-        router.get("\(base)/containers/:container/quota") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .get, "\(base)/containers/:container/quota") { request, context, grant -> Response in
+            let container = try grant.container
             let environment = try Self.environmentParameter(request)
             let settings = try await self.admin.quotaSettings(containerID: container.id, environment: environment)
             return .json(Self.quotaJSON(settings, environment: environment))
         }
-        router.patch("\(base)/containers/:container/quota") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .patch, "\(base)/containers/:container/quota") { request, context, grant -> Response in
+            let container = try grant.container
             let body = try await self.readObject(request)
             let environment = try ContainerEnvironment(segment: try Wire.string(body["environment"], key: "environment") ?? "development")
             let changes = try QuotaLimits.changes(body, ignoring: ["environment", "by"])
             let settings = try await self.admin.setQuotaLimits(containerID: container.id, environment: environment, changes: changes,
-                                                               by: try self.actor(request, body: body))
+                                                               by: grant.actor)
             return .json(Self.quotaJSON(settings, environment: environment))
         }
-        router.get("\(base)/containers/:container/usage") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .get, "\(base)/containers/:container/usage") { request, context, grant -> Response in
+            let container = try grant.container
             let environment = try Self.environmentParameter(request)
             let report = try await self.admin.usageReport(containerID: container.id, environment: environment)
             var json = Self.usageJSON(report, container: container.name, environment: environment)
@@ -128,8 +121,7 @@ extension StratusApp {
             }
             return .json(json)
         }
-        router.get("\(base)/usage/verify") { request, _ -> Response in
-            try self.authenticator.requireAdmin(request)
+        manage(router, .get, "\(base)/usage/verify") { request, _, grant -> Response in
             var containerID: Int64?
             if let name = request.uri.queryParameters.get("container") {
                 containerID = try await self.authenticator.container(named: String(name)).id
@@ -140,8 +132,7 @@ extension StratusApp {
         }
         addRoleRoutes(to: router, base: base)
         addKeyRoutes(to: router, base: base)
-        router.get("\(base)/stats") { request, _ -> Response in
-            try self.authenticator.requireAdmin(request)
+        manage(router, .get, "\(base)/stats") { request, _, grant -> Response in
             var stats: [String: JSON] = ["rssBytes": Self.residentBytes().map { .int($0) } ?? .null, "pid": .int(Int64(getpid()))]
             if let replicas = self.replicaReads {
                 stats["replicaReads"] = ["servedByReplica": .int(Int64(replicas.servedByReplica.load(ordering: .relaxed))),
@@ -150,18 +141,23 @@ extension StratusApp {
             }
             return .json(.object(stats))
         }
-        router.get("\(base)/tokens") { request, _ -> Response in
-            try self.authenticator.requireAdmin(request)
+        manage(router, .get, "\(base)/tokens") { request, _, grant -> Response in
             var containerID: Int64?
-            if let name = request.uri.queryParameters.get("container") {
-                containerID = try await self.authenticator.container(named: String(name)).id
+            // An operator who is not a superuser sees the tokens of their teams' containers only.
+            var visible: Set<Int64>?
+            if let operatorID = grant.caller?.operatorID, !grant.isSuperuser {
+                visible = Set(try await self.admin.teamContainers(operatorID: operatorID).map(\.container.id))
             }
-            let tokens = try await self.admin.listAPITokens(containerID: containerID)
+            if let name = request.uri.queryParameters.get("container").map { String($0) } {
+                let container = try await self.authenticator.container(named: name)
+                if let visible, !visible.contains(container.id) { throw self.notFound(container: name) }
+                containerID = container.id
+            }
+            let tokens = try await self.admin.listAPITokens(containerID: containerID).filter { visible?.contains($0.containerID) ?? true }
             return .json(["tokens": .array(tokens.map(Self.tokenJSON))])
         }
-        router.patch("\(base)/containers/:container/tokens/:token") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .patch, "\(base)/containers/:container/tokens/:token") { request, context, grant -> Response in
+            let container = try grant.container
             let token = try Self.tokenParameter(context)
             let body = try await self.readObject(request)
             let options = try Self.tokenOptions(body)
@@ -169,15 +165,14 @@ extension StratusApp {
                 throw StratusError.badRequest("nothing to change: give 'allowedOrigins' (an array, [] for any) or 'signInCallback' (a URL, or null for none)")
             }
             let info = try await self.admin.updateAPIToken(containerID: container.id, idOrPrefix: token, allowedOrigins: options.origins,
-                                                           signInCallback: options.callback, by: try self.actor(request, body: body))
+                                                           signInCallback: options.callback, by: grant.actor)
             self.authenticator.forget(tokenID: info.tokenID)
             return .json(["token": Self.tokenJSON(info)])
         }
-        router.post("\(base)/containers/:container/tokens/:token/revoke") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .post, "\(base)/containers/:container/tokens/:token/revoke") { request, context, grant -> Response in
+            let container = try grant.container
             let token = try Self.tokenParameter(context)
-            let info = try await self.admin.revokeAPIToken(containerID: container.id, idOrPrefix: token, by: try self.actor(request))
+            let info = try await self.admin.revokeAPIToken(containerID: container.id, idOrPrefix: token, by: grant.actor)
             self.authenticator.forget(tokenID: info.tokenID)
             return .json(["token": Self.tokenJSON(info)])
         }
@@ -231,16 +226,15 @@ extension StratusApp {
         return nil
     }
 
-    func managedContainer(_ context: BasicRequestContext) async throws -> ContainerInfo {
-        try await authenticator.container(named: context.parameters.get("container") ?? "")
-    }
-
     static func iso(_ date: Date) -> JSON {
         .string(ISO8601DateFormatter().string(from: date))
     }
 
-    static func containerJSON(_ container: ContainerInfo) -> JSON {
-        ["name": .string(container.name), "createdAt": iso(container.createdAt)]
+    /// A container, with the caller's role in its team when they are in it.
+    static func containerJSON(_ container: ContainerInfo, role: TeamRole? = nil) -> JSON {
+        var members: [String: JSON] = ["name": .string(container.name), "createdAt": iso(container.createdAt)]
+        if let role { members["role"] = .string(role.description) }
+        return .object(members)
     }
 
     /// The `environment` key a management body must have.

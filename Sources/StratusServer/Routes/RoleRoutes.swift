@@ -6,26 +6,23 @@ import StratusStore
 /// Members of custom security roles: `stratus role assign|unassign|members|list`.
 extension StratusApp {
     func addRoleRoutes(to router: Router<BasicRequestContext>, base: String) {
-        router.get("\(base)/containers/:container/roles") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .get, "\(base)/containers/:container/roles") { request, context, grant -> Response in
+            let container = try grant.container
             let environment = try Self.environmentParameter(request)
             let schema = try await self.records.schemas.reload(containerID: container.id, environment: environment)
             let counts = try await self.admin.roleMemberCounts(containerID: container.id, environment: environment)
             let roles: [JSON] = schema.roles.sorted().map { ["role": .string($0), "members": .int(counts[$0] ?? 0)] }
             return .json(["environment": .string(environment.rawValue), "roles": .array(roles)])
         }
-        router.get("\(base)/containers/:container/roles/:role/members") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .get, "\(base)/containers/:container/roles/:role/members") { request, context, grant -> Response in
+            let container = try grant.container
             let environment = try Self.environmentParameter(request)
             let role = try await self.customRole(context, container: container, environment: environment)
             let members = try await self.admin.roleMembers(containerID: container.id, environment: environment, role: role)
             return .json(["role": .string(role), "environment": .string(environment.rawValue), "members": .array(members.map(Self.memberJSON))])
         }
-        router.post("\(base)/containers/:container/roles/:role/members") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .post, "\(base)/containers/:container/roles/:role/members") { request, context, grant -> Response in
+            let container = try grant.container
             let body = try await self.readObject(request)
             let environment = try ContainerEnvironment(segment: try Wire.string(body["environment"], key: "environment") ?? "development")
             let role = try await self.customRole(context, container: container, environment: environment)
@@ -33,17 +30,16 @@ extension StratusApp {
                 throw StratusError.badRequest("missing required key 'user' (a user record name or an email address)")
             }
             let (member, added) = try await self.admin.assignRole(containerID: container.id, environment: environment, role: role, user: user,
-                                                                  by: try self.actor(request, body: body))
+                                                                  by: grant.actor)
             self.authenticator.invalidate(.roles(containerID: container.id, environment: environment))
             return .json(["role": .string(role), "member": Self.memberJSON(member), "added": .bool(added)])
         }
-        router.delete("\(base)/containers/:container/roles/:role/members/:user") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .delete, "\(base)/containers/:container/roles/:role/members/:user") { request, context, grant -> Response in
+            let container = try grant.container
             let environment = try Self.environmentParameter(request)
             let role = try await self.customRole(context, container: container, environment: environment)
             let user = try await self.admin.unassignRole(containerID: container.id, environment: environment, role: role,
-                                                         user: try Self.userParameter(context), by: try self.actor(request))
+                                                         user: try Self.userParameter(context), by: grant.actor)
             self.authenticator.invalidate(.roles(containerID: container.id, environment: environment))
             return .json(["role": .string(role), "removed": .string(user)])
         }

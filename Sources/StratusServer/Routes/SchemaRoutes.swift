@@ -10,44 +10,39 @@ import Synchronization
 extension StratusApp {
     func addSchemaRoutes(to router: Router<BasicRequestContext>) {
         let base = "/management/1/containers/:container/schema"
-        router.get(RouterPath(base)) { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .get, base) { request, context, grant -> Response in
+            let container = try grant.container
             let environment = try ContainerEnvironment(segment: request.uri.queryParameters.get("environment").map { String($0) } ?? "development")
             let schema = try await self.records.schemas.load(containerID: container.id, environment: environment)
             return .json(["schema": .string(SchemaLanguage.print(schema)), "version": .int(schema.version), "environment": .string(environment.rawValue)])
         }
-        router.post("/management/1/schema/validate") { request, _ -> Response in
-            try self.authenticator.requireAdmin(request)
+        manage(router, .post, "/management/1/schema/validate") { request, _, grant -> Response in
             let text = try await self.schemaText(request)
             let schema = try Self.parseSchema(text)
             return .json(["valid": true, "recordTypes": .int(Int64(schema.recordTypes.count)), "schema": .string(SchemaLanguage.print(schema))])
         }
-        router.post("\(base)/import") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .post, "\(base)/import") { request, context, grant -> Response in
+            let container = try grant.container
             let body = try await self.readObject(request)
             guard let text = try Wire.string(body["schema"], key: "schema") else { throw StratusError.badRequest("missing required key 'schema' (the .ckdb text)") }
             let dryRun = try Wire.bool(body["dryRun"], key: "dryRun") ?? false
             let schema = try Self.parseSchema(text)
-            let (plan, version) = try await self.records.schemas.importDevelopment(schema, containerID: container.id, by: try self.actor(request, body: body), dryRun: dryRun)
+            let (plan, version) = try await self.records.schemas.importDevelopment(schema, containerID: container.id, by: grant.actor, dryRun: dryRun)
             let warnings = Self.grantWarnings(schema)
             let planText = ([plan.text()] + warnings.map { "  warning: \($0.stringValue ?? "")" }).joined(separator: "\n")
             return .json(["plan": plan.json(), "planText": .string(planText), "applied": .bool(!dryRun && !plan.isEmpty), "version": .int(version),
                           "warnings": .array(warnings)])
         }
-        router.get("\(base)/diff") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
-            let (plan, counts, _, _) = try await self.records.schemas.deploy(containerID: container.id, by: try self.actor(request), dryRun: true)
+        manage(router, .get, "\(base)/diff") { request, context, grant -> Response in
+            let container = try grant.container
+            let (plan, counts, _, _) = try await self.records.schemas.deploy(containerID: container.id, by: grant.actor, dryRun: true)
             return .json(try await self.planResponse(plan, counts: counts, containerID: container.id, applied: false, version: nil))
         }
-        router.post("\(base)/deploy") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .post, "\(base)/deploy") { request, context, grant -> Response in
+            let container = try grant.container
             let body = try await self.readObject(request)
             let dryRun = try Wire.bool(body["dryRun"], key: "dryRun") ?? false
-            let (plan, counts, applied, version) = try await self.records.schemas.deploy(containerID: container.id, by: try self.actor(request, body: body), dryRun: dryRun)
+            let (plan, counts, applied, version) = try await self.records.schemas.deploy(containerID: container.id, by: grant.actor, dryRun: dryRun)
             let response = try await self.planResponse(plan, counts: counts, containerID: container.id, applied: applied, version: version)
             if !plan.refused.isEmpty {
                 var error = StratusError(.badRequest, "the deploy is refused: production is additive only (\(plan.refused.count) refused change\(plan.refused.count == 1 ? "" : "s")); nothing was changed")
@@ -56,9 +51,8 @@ extension StratusApp {
             }
             return .json(response)
         }
-        router.post("\(base)/indexes/build") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .post, "\(base)/indexes/build") { request, context, grant -> Response in
+            let container = try grant.container
             let body = try await self.readObject(request)
             let batch = Int(try Wire.int(body["batch"], key: "batch") ?? 2000)
             guard (1...20_000).contains(batch) else { throw StratusError.badRequest("batch must be 1–20000") }
@@ -66,9 +60,8 @@ extension StratusApp {
             self.records.schemas.forget(containerID: container.id, environment: .production)
             return .json(["builds": .array(builds.map(Self.buildJSON)), "done": .bool(builds.allSatisfy(\.done))])
         }
-        router.get("\(base)/history") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .get, "\(base)/history") { request, context, grant -> Response in
+            let container = try grant.container
             let environment = try ContainerEnvironment(segment: request.uri.queryParameters.get("environment").map { String($0) } ?? "production")
             let entries = try await self.records.schemas.history(containerID: container.id, environment: environment)
             return .json(["history": .array(entries.map { entry in
@@ -76,26 +69,12 @@ extension StratusApp {
                  "kind": .string(entry.kind), "plan": .string(entry.plan)]
             })])
         }
-        router.post("\(base)/reset") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .post, "\(base)/reset") { request, context, grant -> Response in
+            let container = try grant.container
             let body = (try? await self.readObject(request)) ?? [:]
-            let (version, deleted) = try await self.records.schemas.resetDevelopment(containerID: container.id, by: try self.actor(request, body: body))
+            let (version, deleted) = try await self.records.schemas.resetDevelopment(containerID: container.id, by: grant.actor)
             return .json(["version": .int(version), "deletedRecords": .int(deleted)])
         }
-    }
-
-    /// Who asks for a management action, for the audit log and the schema history: the admin
-    /// token, what the client says of itself (`by` in the body or the `X-Stratus-Actor` header,
-    /// e.g. `alice@laptop`, as the CLI sends it) and the client's address.
-    func actor(_ request: Request, body: [String: JSON] = [:]) throws(StratusError) -> AuditActor {
-        let said = try Wire.string(body["by"], key: "by") ?? request.headers[HTTPField.Name("X-Stratus-Actor")!]
-        if let said {
-            guard !said.isEmpty, said.utf8.count <= 200, said.unicodeScalars.allSatisfy(Names.isPrintable) else {
-                throw .badRequest("'by' (or the X-Stratus-Actor header) must be 1–200 printable characters")
-            }
-        }
-        return AuditActor(credential: "admin token", client: said, address: ClientAddress.current)
     }
 
     static func parseSchema(_ text: String) throws(StratusError) -> Schema {

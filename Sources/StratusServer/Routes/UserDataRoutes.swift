@@ -8,9 +8,8 @@ import StratusStore
 extension StratusApp {
     func addUserDataRoutes(to router: Router<BasicRequestContext>) {
         let base = "/management/1/containers/:container/users/:user"
-        router.get("\(base)/export") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .get, "\(base)/export") { request, context, grant -> Response in
+            let container = try grant.container
             let user = try await self.managedUser(container, context)
             var environments: [JSON] = []
             let assetURL = self.assetURL(containerID: container.id)
@@ -48,15 +47,14 @@ extension StratusApp {
             }
             return .json(["container": .string(container.name), "exportedAt": Self.iso(Date()), "user": account, "environments": .array(environments)])
         }
-        router.post("\(base)/erase") { request, context -> Response in
-            try self.authenticator.requireAdmin(request)
-            let container = try await self.managedContainer(context)
+        manage(router, .post, "\(base)/erase") { request, context, grant -> Response in
+            let container = try grant.container
             let body = try await self.readObject(request)
             let user = try await self.managedUser(container, context)
             guard try Wire.string(body["confirm"], key: "confirm") == user.userRecordName else {
                 throw StratusError.badRequest("erasing a user cannot be undone: send {\"confirm\": \"\(user.userRecordName)\"} (the CLI: --yes)")
             }
-            let erasure = try await self.erase(user.userRecordName, in: container, by: try self.actor(request, body: body))
+            let erasure = try await self.erase(user.userRecordName, in: container, by: grant.actor)
             return .json(["erased": ["userRecordName": .string(user.userRecordName), "privateZones": .int(Int64(erasure.zones)),
                                      "privateRecords": .int(Int64(erasure.records)), "publicRecords": .int(Int64(erasure.publicRecords)),
                                      "shareParticipations": .int(Int64(erasure.participations)), "subscriptions": .int(Int64(erasure.subscriptions))]])

@@ -192,22 +192,34 @@ extension StratusApp {
     /// says whether the address exists (a missing account is verified against a dummy hash, so
     /// it takes as long).
     func verifyPassword(containerID: Int64, email: String, password: String) async throws -> UserAccount {
-        let keys = Self.signInKeys(email: email)
+        let account = try await throttledPasswordCheck(password, keys: Self.signInKeys(email: email), throttling: containerID) {
+            let account = try await self.admin.user(containerID: containerID, email: email)
+            return (account, account?.passwordHash)
+        }
+        guard account.disabledAt == nil else {
+            throw StratusError(.authenticationFailed, "this account is disabled; ask the app's administrator")
+        }
+        return account
+    }
+
+    /// Checks `password` against the hash of the account `find` gives, throttled by `keys`
+    /// (counted under container `throttling`; the first key is the account's, cleared on a
+    /// success). An unknown account is verified against a dummy hash, so it takes as long, and
+    /// the refusal never says which of email and password was wrong.
+    func throttledPasswordCheck<Account: Sendable>(_ password: String, keys: [(key: String, limit: Int)], throttling containerID: Int64,
+                                                   find: () async throws -> (Account?, String?)) async throws -> Account {
         if let wait = try await admin.signInRetryAfter(containerID: containerID, keys: keys, window: Self.signInWindow) {
             throw StratusError(.throttled, "too many failed sign-ins for this account or from this address; try again in \(wait) seconds",
                                retryAfter: wait)
         }
-        let account = try await admin.user(containerID: containerID, email: email)
-        let hash = account?.passwordHash ?? dummyPasswordHash
+        let (account, found) = try await find()
+        let hash = found ?? dummyPasswordHash
         let valid = try await NIOThreadPool.singleton.runIfActive { Bcrypt.verify(password, hash: hash) }
         guard let account, valid else {
             try await admin.recordSignInFailure(containerID: containerID, keys: keys.map(\.key), window: Self.signInWindow)
             throw StratusError(.authenticationFailed, "the email address or password is wrong")
         }
         try await admin.clearSignInFailures(containerID: containerID, key: keys[0].key)
-        guard account.disabledAt == nil else {
-            throw StratusError(.authenticationFailed, "this account is disabled; ask the app's administrator")
-        }
         return account
     }
 

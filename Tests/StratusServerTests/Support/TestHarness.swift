@@ -227,6 +227,39 @@ struct Harness: Sendable {
         return try await send(method, "/management/1/" + path, body: nil, headers: headers)
     }
 
+    /// Sends a management request with `credential` (an operator's, the admin token, or none).
+    @discardableResult
+    func management(_ credential: String?, _ method: HTTPRequest.Method, _ path: String, json: JSON? = nil) async throws -> (status: Int, json: JSON) {
+        let headers: HTTPFields = credential.map { [.authorization: "Bearer \($0)"] } ?? [:]
+        if let json { return try await send(method, "/management/1/" + path, json: json, headers: headers) }
+        return try await send(method, "/management/1/" + path, body: method == .get || method == .delete ? nil : "{}", headers: headers)
+    }
+
+    /// An operator account, signed in.
+    struct Operator: Sendable {
+        var email: String
+        var password: String
+        var credential: String
+        var credentialID: Int64
+    }
+
+    /// Adds an operator (with the admin token), puts them in each container's team with the role
+    /// given, and signs them in.
+    func signedInOperator(_ email: String = "operator\(UInt32.random(in: 0...UInt32.max))@example.com", superuser: Bool = false,
+                          teams: [(container: String, role: TeamRole)] = []) async throws -> Operator {
+        let password = "operator password \(UInt32.random(in: 0...UInt32.max))"
+        let added = try await admin(.post, "operators", json: ["emailAddress": .string(email), "password": .string(password), "superuser": .bool(superuser)])
+        #expect(added.status == 201, "operator add: \(added.json)")
+        for (container, role) in teams {
+            let joined = try await admin(.post, "containers/\(container)/team", json: ["operator": .string(email), "role": .string(role.description)])
+            #expect(joined.status == 201, "team add: \(joined.json)")
+        }
+        let login = try await send(.post, "/management/1/login", json: ["emailAddress": .string(email), "password": .string(password)])
+        #expect(login.status == 200, "login: \(login.json)")
+        return Operator(email: email, password: password, credential: login.json["credential"]?.stringValue ?? "",
+                        credentialID: login.json["credentialID"]?.intValue ?? 0)
+    }
+
     /// Creates a container with an API token and returns a ``Session`` for it (no user yet).
     func container(_ name: String = "iCloud.com.example.Test\(UInt32.random(in: 0...UInt32.max))",
                    environment: ContainerEnvironment = .development) async throws -> Session {

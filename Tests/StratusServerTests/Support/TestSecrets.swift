@@ -52,7 +52,7 @@ enum TestSecrets {
 
     /// The secrets in an answer: new web auth tokens and API tokens.
     static func scan(answer json: JSON) {
-        for key in ["ckWebAuthToken", "apiToken"] { record(json[key]?.stringValue) }
+        for key in ["ckWebAuthToken", "apiToken", "credential"] { record(json[key]?.stringValue) }
     }
 }
 

@@ -1,0 +1,182 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import StratusCore
+import StratusStore
+
+/// Who a management request comes from, once authenticated and authorised for its route.
+struct ManagementGrant: Sendable {
+    enum Principal: Sendable {
+        /// `STRATUS_ADMIN_TOKEN`: the bootstrap superuser.
+        case adminToken
+        /// An operator's credential (from `stratus login`).
+        case operatorCredential(OperatorCredential)
+    }
+
+    /// `nil` on an open route (signing in).
+    var principal: Principal?
+    /// The container the path names, on routes that need membership.
+    var containerInfo: ContainerInfo?
+    /// The caller's role in it (`nil` for a superuser who is not in its team).
+    var role: TeamRole?
+
+    var caller: ManagementCaller? {
+        switch principal {
+        case .adminToken?: ManagementCaller(isSuperuser: true, operatorID: nil)
+        case .operatorCredential(let credential)?: ManagementCaller(isSuperuser: credential.operatorInfo.superuser,
+                                                                    operatorID: credential.operatorInfo.operatorID)
+        case nil: nil
+        }
+    }
+
+    var isSuperuser: Bool { caller?.isSuperuser ?? false }
+
+    var credential: OperatorCredential? {
+        if case .operatorCredential(let credential)? = principal { return credential }
+        return nil
+    }
+
+    /// The audit log's name for the caller: `operator ada@example.com (credential 12)` or `admin token`.
+    var actor: AuditActor {
+        switch principal {
+        case .operatorCredential(let credential)?:
+            AuditActor(credential: "operator \(credential.operatorInfo.email) (credential \(credential.credentialID))", address: ClientAddress.current)
+        case .adminToken?: AuditActor(credential: "admin token", address: ClientAddress.current)
+        case nil: AuditActor(credential: "anonymous", address: ClientAddress.current)
+        }
+    }
+
+    /// The path's container (routes that need membership always have one).
+    var container: ContainerInfo {
+        get throws(StratusError) {
+            guard let containerInfo else { throw StratusError(.internalError, "this route has no container") }
+            return containerInfo
+        }
+    }
+}
+
+extension StratusApp {
+    /// Operator credentials start with this, so they are told apart from the admin token (and
+    /// secret scanners can recognise them).
+    static let operatorCredentialPrefix = "sto_"
+
+    /// Registers a management route: every request is authenticated and authorised by the
+    /// route's entry in `ManagementAccess.routes` before `handler` runs. A route missing there is
+    /// a programming error, found when the router is built.
+    func manage(_ router: Router<BasicRequestContext>, _ method: HTTPRequest.Method, _ path: String,
+                _ handler: @escaping @Sendable (Request, BasicRequestContext, ManagementGrant) async throws -> Response) {
+        let key = "\(method.rawValue) \(path)"
+        guard let requirement = ManagementAccess.routes[key] else {
+            preconditionFailure("\(key) is not in ManagementAccess.routes: say there who may use it")
+        }
+        router.on(RouterPath(path), method: method) { request, context -> Response in
+            var request = request
+            let grant = try await self.authorize(&request, context, requirement)
+            return try await handler(request, context, grant)
+        }
+    }
+
+    /// Authenticates the caller (the admin token or an operator credential, looked up on every
+    /// request: a revoked credential, a disabled operator or a team change holds at once on
+    /// every server process) and decides by `requirement`. A route whose environment is in the
+    /// body has the body read here, and left readable for the handler.
+    func authorize(_ request: inout Request, _ context: BasicRequestContext, _ requirement: ManagementRequirement) async throws -> ManagementGrant {
+        var grant = ManagementGrant()
+        if requirement == .open { return grant }
+        grant.principal = try await managementPrincipal(request)
+        guard let caller = grant.caller else { throw StratusError(.authenticationFailed, "missing credential") }
+        var environment: ContainerEnvironment?
+        var targetsSelf = false
+        var containerName = ""
+        switch requirement {
+        case .member, .perEnvironment:
+            containerName = context.parameters.get("container") ?? ""
+            let container = try await authenticator.container(named: containerName)
+            grant.containerInfo = container
+            if let operatorID = caller.operatorID {
+                grant.role = try await admin.teamRole(containerID: container.id, operatorID: operatorID)
+            }
+            // A non-member learns nothing more (not even whether the body is valid).
+            if !caller.isSuperuser, grant.role == nil { throw notFound(container: containerName) }
+            if case .perEnvironment(_, _, let source) = requirement, !caller.isSuperuser {
+                environment = try await self.environment(from: source, &request, context, container: container)
+            }
+        case .selfOrSuperuser:
+            if let operatorID = caller.operatorID, let named = try await admin.operatorAccount(Self.pathParameter(context, "operator").lowercased()) {
+                targetsSelf = named.info.operatorID == operatorID
+            }
+        case .open, .signedIn, .superuser:
+            break
+        }
+        switch ManagementAccess.decide(requirement, caller: caller, role: grant.role, environment: environment, container: containerName,
+                                       targetsSelf: targetsSelf) {
+        case .allowed: return grant
+        case .notFound: throw notFound(container: containerName)
+        case .unauthenticated: throw StratusError(.authenticationFailed, "missing credential")
+        case .denied(let reason): throw StratusError(.accessDenied, reason)
+        }
+    }
+
+    /// What a missing container answers: a container whose team the caller is not in answers the same.
+    func notFound(container name: String) -> StratusError {
+        StratusError(.notFound, "container '\(name)' does not exist; create it with 'stratus container create \(name)'")
+    }
+
+    /// The environment a request acts on, for a route whose role depends on it. For a token or
+    /// key the path names: production when any it names is production's, development when
+    /// none is found (the handler then answers NOT_FOUND).
+    func environment(from source: ManagementRequirement.EnvironmentSource, _ request: inout Request, _ context: BasicRequestContext,
+                     container: ContainerInfo) async throws -> ContainerEnvironment {
+        switch source {
+        case .query(let fallback):
+            return try request.uri.queryParameters.get("environment").map { try ContainerEnvironment(segment: String($0)) } ?? fallback
+        case .body(let fallback):
+            let buffer = try await readBody(request)
+            request.body = RequestBody(buffer: buffer)
+            let body = try parseObject(buffer)
+            guard let text = try Wire.string(body["environment"], key: "environment") else {
+                guard let fallback else { throw StratusError.badRequest("missing required key 'environment' (development or production)") }
+                return fallback
+            }
+            return try ContainerEnvironment(segment: text)
+        case .target:
+            let environments: Set<ContainerEnvironment>
+            if context.parameters.get("token") != nil {
+                environments = try await admin.apiTokenEnvironments(containerID: container.id, idOrPrefix: try Self.tokenParameter(context))
+            } else {
+                environments = try await admin.serverKeyEnvironments(containerID: container.id, idOrPrefix: Self.pathParameter(context, "key").lowercased())
+            }
+            return environments.contains(.production) ? .production : .development
+        }
+    }
+
+    /// The caller of a management request: `Authorization: Bearer` the admin token or an operator credential.
+    func managementPrincipal(_ request: Request) async throws -> ManagementGrant.Principal {
+        guard let header = request.headers[.authorization], header.hasPrefix("Bearer "), header.count > 7 else {
+            throw StratusError(.authenticationFailed, "missing credential: sign in with 'stratus login', or send 'Authorization: Bearer <operator credential or admin token>'")
+        }
+        let presented = String(header.dropFirst(7))
+        if presented.hasPrefix(Self.operatorCredentialPrefix) {
+            guard presented.utf8.count <= 200, let credential = try await admin.operatorCredential(hash: TokenSealer.hash(presented)) else {
+                throw StratusError(.authenticationFailed, "the operator credential is not valid; sign in again with 'stratus login'")
+            }
+            if credential.revokedAt != nil {
+                throw StratusError(.authenticationFailed, "this operator credential was revoked (signed out, password changed or account disabled); sign in again with 'stratus login'")
+            }
+            if let expires = credential.expiresAt, expires < Date() {
+                throw StratusError(.authenticationFailed, "this operator credential has expired; sign in again with 'stratus login'")
+            }
+            if credential.operatorInfo.disabledAt != nil {
+                throw StratusError(.authenticationFailed, "the operator account \(credential.operatorInfo.email) is disabled; ask a superuser")
+            }
+            return .operatorCredential(credential)
+        }
+        guard let expected = configuration.adminToken, !expected.isEmpty else {
+            throw StratusError(.authenticationFailed, "that is not an operator credential, and this server has no admin token (STRATUS_ADMIN_TOKEN); sign in with 'stratus login'")
+        }
+        guard TokenSealer.constantTimeEquals(presented, expected) else {
+            throw StratusError(.authenticationFailed, "the admin token is wrong")
+        }
+        return .adminToken
+    }
+}

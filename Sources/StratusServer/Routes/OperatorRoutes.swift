@@ -1,0 +1,193 @@
+import Foundation
+import Hummingbird
+import HummingbirdBcrypt
+import NIOPosix
+import StratusCore
+import StratusStore
+
+/// Operators and teams: `stratus login|logout|whoami`, `stratus operator …`, `stratus team …`.
+extension StratusApp {
+    func addOperatorRoutes(to router: Router<BasicRequestContext>) {
+        let base = ManagementAccess.base
+        manage(router, .post, "\(base)/login") { request, _, _ -> Response in
+            let body = try await self.readObject(request)
+            let (email, password) = try Self.credentials(body)
+            let name = try Wire.string(body["name"], key: "name") ?? "stratus login"
+            guard !name.isEmpty, name.utf8.count <= 200, name.unicodeScalars.allSatisfy(Names.isPrintable) else {
+                throw StratusError.badRequest("'name' (where the credential is used) must be 1–200 printable characters")
+            }
+            let account = try await self.verifyOperatorPassword(email: email, password: password)
+            let secret = Self.operatorCredentialPrefix + TokenSealer.randomAPIToken()
+            let id = try await self.admin.createOperatorCredential(operatorID: account.operatorID, tokenHash: TokenSealer.hash(secret), name: name)
+            return .json(["credential": .string(secret), "credentialID": .int(id), "operator": Self.operatorJSON(account)])
+        }
+        manage(router, .post, "\(base)/logout") { _, _, grant -> Response in
+            guard let credential = grant.credential else {
+                throw StratusError.badRequest("the admin token cannot sign out: it is what the server was started with (STRATUS_ADMIN_TOKEN); change it there")
+            }
+            try await self.admin.revokeOperatorCredential(credential.credentialID)
+            return .json(["signedOut": true, "credentialID": .int(credential.credentialID)])
+        }
+        manage(router, .get, "\(base)/whoami") { _, _, grant -> Response in
+            guard let credential = grant.credential else {
+                return .json(["adminToken": true, "superuser": true, "operator": .null, "containers": []])
+            }
+            let containers = try await self.admin.teamContainers(operatorID: credential.operatorInfo.operatorID)
+            return .json(["adminToken": false, "superuser": .bool(credential.operatorInfo.superuser), "operator": Self.operatorJSON(credential.operatorInfo),
+                          "credentialID": .int(credential.credentialID),
+                          "containers": .array(containers.map { Self.containerJSON($0.container, role: $0.role) })])
+        }
+        manage(router, .get, "\(base)/operators") { _, _, _ -> Response in
+            let operators = try await self.admin.operators()
+            return .json(["operators": .array(operators.map { info, containers in
+                var json = Self.operatorJSON(info)
+                if case .object(var members) = json {
+                    members["containers"] = .array(containers.map { ["name": .string($0.container), "role": .string($0.role.description)] })
+                    json = .object(members)
+                }
+                return json
+            })])
+        }
+        manage(router, .post, "\(base)/operators") { request, _, grant -> Response in
+            let body = try await self.readObject(request)
+            let (email, password) = try Self.credentials(body)
+            try Self.validateNewPassword(password)
+            let superuser = try Wire.bool(body["superuser"], key: "superuser") ?? false
+            let cost = self.configuration.bcryptCost
+            let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: cost) }
+            let info = try await self.admin.createOperator(email: email, passwordHash: hash, superuser: superuser, by: grant.actor)
+            return .json(["operator": Self.operatorJSON(info)], status: .created)
+        }
+        manage(router, .delete, "\(base)/operators/:operator") { _, context, grant -> Response in
+            let target = try await self.namedOperator(context)
+            guard target.operatorID != grant.caller?.operatorID else {
+                throw StratusError.badRequest("you cannot remove your own account; ask another superuser")
+            }
+            try await self.admin.removeOperator(target, by: grant.actor)
+            return .json(["removed": .string(target.email)])
+        }
+        for (verb, disabled) in [("disable", true), ("enable", false)] {
+            manage(router, .post, "\(base)/operators/:operator/\(verb)") { _, context, grant -> Response in
+                let target = try await self.namedOperator(context)
+                guard target.operatorID != grant.caller?.operatorID else {
+                    throw StratusError.badRequest("you cannot \(verb) your own account; ask another superuser")
+                }
+                let info = try await self.admin.setOperatorDisabled(target, disabled: disabled, by: grant.actor)
+                return .json(["operator": Self.operatorJSON(info)])
+            }
+        }
+        manage(router, .post, "\(base)/operators/:operator/password") { request, context, grant -> Response in
+            let target = try await self.namedOperator(context)
+            let body = try await self.readObject(request)
+            guard let new = try Wire.string(body["newPassword"], key: "newPassword") else {
+                throw StratusError.badRequest("missing required key 'newPassword'")
+            }
+            try Self.validateNewPassword(new)
+            // Your own password: the current one too, so a stolen credential cannot lock you out.
+            let ownAccount = target.operatorID == grant.caller?.operatorID
+            if ownAccount {
+                guard let current = try Wire.string(body["password"], key: "password") else {
+                    throw StratusError.badRequest("missing required key 'password' (your current password)")
+                }
+                _ = try await self.verifyOperatorPassword(email: target.email, password: current)
+            }
+            let cost = self.configuration.bcryptCost
+            let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(new, cost: cost) }
+            let revoked = try await self.admin.setOperatorPassword(target, passwordHash: hash, keeping: ownAccount ? grant.credential?.credentialID : nil,
+                                                                   by: grant.actor)
+            return .json(["operator": Self.operatorJSON(target), "revokedCredentials": .int(Int64(revoked))])
+        }
+        addTeamRoutes(to: router, base: base)
+    }
+
+    func addTeamRoutes(to router: Router<BasicRequestContext>, base: String) {
+        let team = "\(base)/containers/:container/team"
+        manage(router, .get, team) { _, _, grant -> Response in
+            let container = try grant.container
+            let members = try await self.admin.team(containerID: container.id)
+            return .json(["container": .string(container.name), "team": .array(members.map(Self.teamMemberJSON))])
+        }
+        manage(router, .post, team) { request, _, grant -> Response in
+            let container = try grant.container
+            let body = try await self.readObject(request)
+            guard let email = try Wire.string(body["operator"], key: "operator"), !email.isEmpty else {
+                throw StratusError.badRequest("missing required key 'operator' (the operator's email address)")
+            }
+            let role = try Self.teamRole(body)
+            let member = try await self.operatorNamed(email)
+            let added = try await self.admin.addTeamMember(container: container, member: member, role: role, by: grant.actor)
+            return .json(["container": .string(container.name), "member": Self.teamMemberJSON(added)], status: .created)
+        }
+        manage(router, .patch, "\(team)/:operator") { request, context, grant -> Response in
+            let container = try grant.container
+            let member = try await self.namedOperator(context)
+            let role = try Self.teamRole(try await self.readObject(request))
+            let previous = try await self.admin.changeTeamMember(container: container, member: member, role: role, by: grant.actor)
+            return .json(["container": .string(container.name), "operator": .string(member.email), "role": .string(role.description),
+                          "previousRole": .string(previous.description)])
+        }
+        manage(router, .delete, "\(team)/:operator") { _, context, grant -> Response in
+            let container = try grant.container
+            let member = try await self.namedOperator(context)
+            let previous = try await self.admin.changeTeamMember(container: container, member: member, role: nil, by: grant.actor)
+            return .json(["container": .string(container.name), "removed": .string(member.email), "role": .string(previous.description)])
+        }
+    }
+
+    /// Failed operator sign-ins allowed per account and per address, as for users (counted
+    /// apart from every container's users).
+    static func operatorSignInKeys(email: String) -> [(key: String, limit: Int)] {
+        var keys = [(key: "operator:" + email, limit: signInFailuresPerAccount)]
+        if let address = ClientAddress.current { keys.append((key: "operator-address:" + address, limit: signInFailuresPerAddress)) }
+        return keys
+    }
+
+    /// An operator's password, checked as users' are (throttled, same time for unknown accounts).
+    func verifyOperatorPassword(email: String, password: String) async throws -> OperatorInfo {
+        let account = try await throttledPasswordCheck(password, keys: Self.operatorSignInKeys(email: email), throttling: serverAuditContainerID) {
+            let found = try await self.admin.operatorAccount(email)
+            return (found?.info, found?.passwordHash)
+        }
+        guard account.disabledAt == nil else {
+            throw StratusError(.authenticationFailed, "the operator account \(account.email) is disabled; ask a superuser")
+        }
+        return account
+    }
+
+    /// The operator the path names (`:operator`: an email address, or an id).
+    func namedOperator(_ context: BasicRequestContext) async throws -> OperatorInfo {
+        try await operatorNamed(Self.pathParameter(context, "operator"))
+    }
+
+    func operatorNamed(_ given: String) async throws -> OperatorInfo {
+        let name = Self.normalizedEmail(given)
+        guard Names.isPrintableName(name, maximumBytes: 254) else {
+            throw StratusError.badRequest("give the operator's email address")
+        }
+        guard let found = try await admin.operatorAccount(name) else {
+            throw StratusError(.notFound, "there is no operator '\(name)'; a superuser adds one with 'stratus operator add \(name)'")
+        }
+        return found.info
+    }
+
+    /// The body's `role`: owner, developer or viewer.
+    static func teamRole(_ body: [String: JSON]) throws(StratusError) -> TeamRole {
+        guard let name = try Wire.string(body["role"], key: "role") else {
+            throw .badRequest("missing required key 'role' (owner, developer or viewer)")
+        }
+        guard let role = TeamRole(name: name) else {
+            throw .badRequest("unknown role '\(Names.printable(name))': give owner, developer or viewer")
+        }
+        return role
+    }
+
+    static func operatorJSON(_ info: OperatorInfo) -> JSON {
+        ["emailAddress": .string(info.email), "superuser": .bool(info.superuser), "createdAt": iso(info.createdAt),
+         "disabledAt": info.disabledAt.map(iso) ?? .null]
+    }
+
+    static func teamMemberJSON(_ member: TeamMember) -> JSON {
+        ["emailAddress": .string(member.operatorInfo.email), "role": .string(member.role.description), "addedAt": iso(member.addedAt),
+         "disabled": .bool(member.operatorInfo.disabledAt != nil)]
+    }
+}
