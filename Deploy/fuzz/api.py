@@ -6,7 +6,7 @@ schemathesis, using real credentials, and fails on any finding.
 
 It sets up what the operations need to reach past authentication (containers, API tokens, users
 and their sessions, a schema with a custom role, a server key, an asset with upload and download
-URLs, a web courier token), writes a schemathesis configuration that hands each operation real
+URLs, a web courier token, an operator in the container's team), writes a schemathesis configuration that hands each operation real
 values for its credentials and identifiers, and runs two passes: every operation but the two
 that end sessions, then those two with a session of their own. Checks: not_a_server_error,
 status_code_conformance, response_schema_conformance, content_type_conformance, and
@@ -85,6 +85,11 @@ def setup():
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo).decode()
     key_id = admin("POST", f"containers/{MAIN}/keys", {"environment": "development", "publicKey": pem})["keyID"]
 
+    # An operator in MAIN's team, for the operator and team operations.
+    operator = "fuzz-operator@example.com"
+    admin("POST", "operators", {"emailAddress": operator, "password": "correct horse battery"})
+    admin("POST", f"containers/{MAIN}/team", {"operator": operator, "role": "developer"})
+
     # Records to find, one holding an asset (its download URL), and an upload URL for the fuzzer.
     upload = call("POST", f"{data}/private/assets/upload?{user_q}", {"tokens": [{"recordType": "Note", "fieldName": "attachment"}]})[1]
     url = upload["tokens"][0]["url"]
@@ -106,7 +111,7 @@ def setup():
     return {
         "api_token": api_token, "web": main["ckWebAuthToken"], "ending_web": ending["ckWebAuthToken"],
         "victim": victim["userRecordName"], "spare_token": str(spare_token), "key": key_id,
-        "upload": fresh_upload.rsplit("/", 1)[1], "download": download.rsplit("/", 1)[1], "courier": courier.rsplit("/", 1)[1],
+        "operator": operator, "upload": fresh_upload.rsplit("/", 1)[1], "download": download.rsplit("/", 1)[1], "courier": courier.rsplit("/", 1)[1],
     }
 
 
@@ -121,6 +126,7 @@ workers = 2
 "path.user" = {quoted(values["victim"])}
 "path.role" = "editor"
 "path.key" = {quoted(values["key"])}
+"path.operator" = {quoted(values["operator"])}
 
 [auth.openapi.ckAPIToken]
 api_key = {quoted(values["api_token"])}
@@ -128,7 +134,7 @@ api_key = {quoted(values["api_token"])}
 [auth.openapi.ckWebAuthToken]
 api_key = {quoted(web)}
 
-[auth.openapi.adminToken]
+[auth.openapi.managementCredential]
 bearer = {quoted(ADMIN)}
 
 [[operations]]

@@ -24,17 +24,18 @@ struct Stratus: AsyncParsableCommand {
         abstract: "A self-hosted, CloudKit-compatible database service on PostgreSQL.",
         discussion: """
             'stratus serve' runs the service. The other verbs are admin commands: they talk to a running
-            server's management API (--server, default http://127.0.0.1:8080) with the admin token
-            (--admin-token or STRATUS_ADMIN_TOKEN; when unset, the token 'stratus serve' wrote to
-            ./.stratus/admin-token is used).
+            server's management API (--server, default http://127.0.0.1:8080) as the operator signed in
+            with 'stratus login', or with the admin token (--admin-token or STRATUS_ADMIN_TOKEN; on the
+            server's own machine, the token 'stratus serve' wrote to ./.stratus/admin-token).
 
             Examples:
               stratus serve
+              stratus login --email ada@example.com
               stratus container create iCloud.com.example.Notes
               stratus token create --container iCloud.com.example.Notes --environment development --name web
               stratus token list --json
             """,
-        subcommands: [Serve.self, Migrate.self, ContainerCommand.self, TokenCommand.self, UserCommand.self, RoleCommand.self, ShareCommand.self, SubscriptionCommand.self, QuotaCommand.self, UsageCommand.self, KeyCommand.self, SchemaCommand.self, AuditCommand.self, Bench.self]
+        subcommands: [Serve.self, Migrate.self, LoginCommand.self, LogoutCommand.self, WhoamiCommand.self, OperatorCommand.self, TeamCommand.self, ContainerCommand.self, TokenCommand.self, UserCommand.self, RoleCommand.self, ShareCommand.self, SubscriptionCommand.self, QuotaCommand.self, UsageCommand.self, KeyCommand.self, SchemaCommand.self, AuditCommand.self, Bench.self]
     )
 }
 

@@ -85,4 +85,26 @@ import Testing
             #expect(served.json == inRepository)
         }
     }
+
+    /// Each management operation says who may use it (`x-stratus-access`), as the role table
+    /// (`ManagementAccess.routes`) has it, and the open one needs no credential.
+    @Test func theDocumentSaysWhoMayUseEachManagementRoute() throws {
+        let file = TestCluster.repositoryRoot.appendingPathComponent("Sources/StratusServer/Resources/openapi.json")
+        let document = try JSONParser.parse(Array(try Data(contentsOf: file)))
+        var checked = 0
+        var wrong: [String] = []
+        for (key, requirement) in ManagementAccess.routes {
+            let method = String(key.prefix { $0 != " " }).lowercased()
+            let path = String(key.drop { $0 != " " }.dropFirst()).replacing(/:([a-z]+)/) { "{" + $0.output.1 + "}" }
+            let operation = document["paths"]?[path]?[method]
+            checked += 1
+            if operation?["x-stratus-access"]?.stringValue != requirement.summary {
+                wrong.append("\"\(method.uppercased()) \(path)\": \"\(requirement.summary)\"")
+            }
+            let open = operation?["security"]?.arrayValue?.isEmpty == true
+            if open != (requirement == .open) { wrong.append("\(key): security \(operation?["security"] ?? .null)") }
+        }
+        #expect(checked == ManagementAccess.routes.count)
+        #expect(wrong.isEmpty, "\(wrong.sorted().joined(separator: ",\n"))")
+    }
 }

@@ -141,4 +141,126 @@ import Testing
             #expect(mismatches.isEmpty, "\(mismatches.joined(separator: "\n"))")
         }
     }
+
+    @Test func teamsListOnlyTheirContainersAndKeepTheirLastOwner() async throws {
+        try await Harness.run { harness in
+            let a = try await harness.container()
+            let b = try await harness.container()
+            let owner = try await harness.signedInOperator(teams: [(a.container, .owner)])
+            let developer = try await harness.signedInOperator(teams: [(a.container, .developer), (b.container, .viewer)])
+            // Each sees their own containers, with their role; a superuser (the admin token) all of them.
+            let listed = try await harness.management(developer.credential, .get, "containers")
+            let names = listed.json["containers"]?.arrayValue?.compactMap { $0["name"]?.stringValue } ?? []
+            #expect(Set(names) == [a.container, b.container], "\(listed.json)")
+            #expect(listed.json["containers"]?.arrayValue?.first { $0["name"]?.stringValue == b.container }?["role"] == "viewer")
+            let ownersList = try await harness.management(owner.credential, .get, "containers")
+            #expect(ownersList.json["containers"]?.arrayValue?.compactMap { $0["name"]?.stringValue } == [a.container], "\(ownersList.json)")
+            #expect((try await harness.admin(.get, "containers")).json["containers"]?.arrayValue?.count ?? 0 >= 2)
+            // Tokens: only their containers'; another container's answers as a missing one.
+            let tokens = try await harness.management(owner.credential, .get, "tokens")
+            #expect(tokens.json["tokens"]?.arrayValue?.allSatisfy { $0["container"]?.stringValue == a.container } == true, "\(tokens.json)")
+            #expect(tokens.json["tokens"]?.arrayValue?.isEmpty == false)
+            let elsewhere = try await harness.management(owner.credential, .get, "tokens?container=\(b.container)")
+            let missing = try await harness.management(owner.credential, .get, "tokens?container=iCloud.com.example.NoSuchContainer")
+            #expect(elsewhere.status == 404 && elsewhere.json["reason"]?.stringValue?.hasPrefix("container '\(b.container)' does not exist") == true)
+            #expect(missing.status == 404 && missing.json["reason"]?.stringValue?.hasPrefix("container 'iCloud.com.example.NoSuchContainer' does not exist") == true)
+            // whoami.
+            let whoami = try await harness.management(developer.credential, .get, "whoami")
+            #expect(whoami.json["operator"]?["emailAddress"] == .string(developer.email) && whoami.json["superuser"] == false, "\(whoami.json)")
+            #expect(whoami.json["containers"]?.arrayValue?.count == 2)
+            // A developer imports a development schema; the deploy needs an owner, and says so.
+            let imported = try await harness.management(developer.credential, .post, "containers/\(a.container)/schema/import",
+                                                        json: ["schema": "DEFINE SCHEMA RECORD TYPE Note (title STRING QUERYABLE, GRANT READ TO \"_world\");"])
+            #expect(imported.status == 200 && imported.json["applied"] == true, "\(imported.json)")
+            let deploy = try await harness.management(developer.credential, .post, "containers/\(a.container)/schema/deploy", json: [:])
+            #expect(deploy.status == 403 && deploy.json["serverErrorCode"] == "ACCESS_DENIED", "\(deploy.json)")
+            #expect(deploy.json["reason"]?.stringValue?.contains("needs the owner role") == true, "\(deploy.json)")
+            #expect(try await harness.management(owner.credential, .post, "containers/\(a.container)/schema/deploy", json: [:]).json["applied"] == true)
+            // The team: the only owner can neither leave nor stop being one; with a second owner, they can.
+            let alone = try await harness.management(owner.credential, .delete, "containers/\(a.container)/team/\(owner.email)")
+            #expect(alone.status == 400 && alone.json["reason"]?.stringValue?.contains("only owner") == true, "\(alone.json)")
+            let demoted = try await harness.management(owner.credential, .patch, "containers/\(a.container)/team/\(owner.email)", json: ["role": "viewer"])
+            #expect(demoted.status == 400, "\(demoted.json)")
+            #expect(try await harness.admin(.delete, "operators/\(owner.email)").status == 400, "nor can their account go")
+            let promoted = try await harness.management(owner.credential, .patch, "containers/\(a.container)/team/\(developer.email)", json: ["role": "owner"])
+            #expect(promoted.status == 200 && promoted.json["previousRole"] == "developer", "\(promoted.json)")
+            let team = try await harness.management(developer.credential, .get, "containers/\(a.container)/team")
+            #expect(team.json["team"]?.arrayValue?.compactMap { $0["role"]?.stringValue } == ["owner", "owner"], "\(team.json)")
+            let left = try await harness.management(owner.credential, .delete, "containers/\(a.container)/team/\(owner.email)")
+            #expect(left.status == 200 && left.json["role"] == "owner", "\(left.json)")
+            // Out of the team, the container is gone for them, at once.
+            let gone = try await harness.management(owner.credential, .get, "containers/\(a.container)/schema")
+            #expect(gone.status == 404 && gone.json["reason"]?.stringValue?.hasPrefix("container '\(a.container)' does not exist") == true, "\(gone.json)")
+            // Bad input says what is wrong.
+            let badRole = try await harness.management(developer.credential, .post, "containers/\(a.container)/team", json: ["operator": .string(owner.email), "role": "admin"])
+            #expect(badRole.status == 400 && badRole.json["reason"]?.stringValue?.contains("owner, developer or viewer") == true, "\(badRole.json)")
+            let nobody = try await harness.management(developer.credential, .post, "containers/\(a.container)/team", json: ["operator": "nobody@example.com", "role": "viewer"])
+            #expect(nobody.status == 404, "\(nobody.json)")
+            let twice = try await harness.management(developer.credential, .post, "containers/\(a.container)/team", json: ["operator": .string(developer.email), "role": "viewer"])
+            #expect(twice.status == 409, "\(twice.json)")
+            // The audit log names each operator and credential.
+            let log = try await harness.admin(.get, "containers/\(a.container)/audit")
+            let actors = Set(log.json["entries"]?.arrayValue?.compactMap { $0["actor"]?.stringValue } ?? [])
+            #expect(actors.contains("operator \(developer.email) (credential \(developer.credentialID))"), "\(actors)")
+            #expect(actors.contains("operator \(owner.email) (credential \(owner.credentialID))"), "\(actors)")
+        }
+    }
+
+    @Test func operatorSignInIsThrottledAndCredentialsEndEverywhere() async throws {
+        try await Harness.run { harness in
+            let a = try await harness.container()
+            let ada = try await harness.signedInOperator(teams: [(a.container, .developer)])
+            // Wrong passwords: refused alike for a wrong password and an unknown account, then throttled.
+            let unknown = try await harness.send(.post, "/management/1/login", json: ["emailAddress": "nobody@example.com", "password": "whatever it is"])
+            #expect(unknown.status == 401 && unknown.json["reason"] == "the email address or password is wrong", "\(unknown.json)")
+            var last = 0
+            for _ in 0..<11 {
+                last = try await harness.send(.post, "/management/1/login", json: ["emailAddress": .string(ada.email), "password": "not the password"]).status
+            }
+            #expect(last == 429, "the 11th wrong password in 15 minutes is throttled")
+            let throttled = try await harness.send(.post, "/management/1/login", json: ["emailAddress": .string(ada.email), "password": .string(ada.password)])
+            #expect(throttled.status == 429 && throttled.json["serverErrorCode"] == "THROTTLED", "even the right password waits: \(throttled.json)")
+            try await harness.otherProcess { other in
+                let path = "containers/\(a.container)/schema"
+                #expect(try await other.management(ada.credential, .get, path).status == 200)
+                // A second sign-in, then a password change: the other credential ends on every process.
+                try await harness.database.withConnection { connection in
+                    try await connection.statement("DELETE FROM signin_failures WHERE container_id = 0", logger: TestCluster.logger)
+                }
+                let second = try await harness.send(.post, "/management/1/login", json: ["emailAddress": .string(ada.email), "password": .string(ada.password)])
+                let secondCredential = try #require(second.json["credential"]?.stringValue)
+                let withoutCurrent = try await harness.management(ada.credential, .post, "operators/\(ada.email)/password", json: ["newPassword": "a brand new password"])
+                #expect(withoutCurrent.status == 400, "your own password needs the current one: \(withoutCurrent.json)")
+                let changed = try await harness.management(ada.credential, .post, "operators/\(ada.email)/password",
+                                                           json: ["newPassword": "a brand new password", "password": .string(ada.password)])
+                #expect(changed.status == 200 && changed.json["revokedCredentials"] == 1, "\(changed.json)")
+                #expect(try await other.management(secondCredential, .get, path).status == 401)
+                #expect(try await other.management(ada.credential, .get, path).status == 200, "the credential that changed it stays")
+                // Disabling ends every credential at once; enabling does not bring them back.
+                #expect(try await harness.admin(.post, "operators/\(ada.email)/disable").status == 200)
+                let refused = try await other.management(ada.credential, .get, path)
+                #expect(refused.status == 401, "\(refused.json)")
+                let disabledLogin = try await harness.send(.post, "/management/1/login", json: ["emailAddress": .string(ada.email), "password": "a brand new password"])
+                #expect(disabledLogin.status == 401 && disabledLogin.json["reason"]?.stringValue?.contains("disabled") == true, "\(disabledLogin.json)")
+                #expect(try await harness.admin(.post, "operators/\(ada.email)/enable").status == 200)
+                #expect(try await other.management(ada.credential, .get, path).status == 401)
+                let again = try await harness.send(.post, "/management/1/login", json: ["emailAddress": .string(ada.email), "password": "a brand new password"])
+                let fresh = try #require(again.json["credential"]?.stringValue)
+                // A team change holds on the other process at once; so does signing out.
+                #expect(try await other.management(fresh, .get, path).status == 200)
+                #expect(try await harness.admin(.patch, "containers/\(a.container)/team/\(ada.email)", json: ["role": "viewer"]).status == 200)
+                let asViewer = try await other.management(fresh, .post, "containers/\(a.container)/schema/reset", json: [:])
+                #expect(asViewer.status == 403 && asViewer.json["reason"]?.stringValue?.contains("you are its viewer") == true, "\(asViewer.json)")
+                #expect(try await harness.management(fresh, .post, "logout").json["signedOut"] == true)
+                #expect(try await other.management(fresh, .get, path).status == 401)
+                // The admin token cannot sign out; nor can a superuser remove or disable themselves.
+                #expect(try await harness.admin(.post, "logout").status == 400)
+                let root = try await harness.signedInOperator(superuser: true)
+                #expect(try await harness.management(root.credential, .delete, "operators/\(root.email)").status == 400)
+                #expect(try await harness.management(root.credential, .post, "operators/\(root.email)/disable").status == 400)
+                let list = try await harness.management(root.credential, .get, "operators")
+                #expect(list.json["operators"]?.arrayValue?.count == 2, "\(list.json)")
+            }
+        }
+    }
 }

@@ -53,6 +53,18 @@ public enum ManagementRequirement: Sendable, Equatable {
         case target
     }
 
+    /// Who may, in a few words (the OpenAPI document's `x-stratus-access`, the reference's role table).
+    public var summary: String {
+        switch self {
+        case .open: "anyone"
+        case .signedIn: "any operator (answers only what their teams hold)"
+        case .superuser: "superuser"
+        case .selfOrSuperuser: "the operator themselves, or a superuser"
+        case .member(let role): role == .viewer ? "viewer" : role.description
+        case .perEnvironment(let development, let production, _): "\(development) for development, \(production) for production"
+        }
+    }
+
     /// The least role that can pass, in some environment.
     public var leastRole: TeamRole? {
         switch self {

@@ -190,7 +190,7 @@ extension Bench {
                 var (status, body) = try connection.request("POST", "/management/1/containers", body: Array(#"{"name":"\#(name)"}"#.utf8), headers: auth)
                 guard status == 201 || status == 409 else { throw CLIError("creating \(name): \(String(decoding: body, as: UTF8.self))") }
                 (status, body) = try connection.request("POST", "/management/1/containers/\(name)/schema/import",
-                                                        body: Array(JSONWriter.string(["schema": .string(BenchRecord.schema), "by": "stratus bench seed"]).utf8), headers: auth)
+                                                        body: Array(JSONWriter.string(["schema": .string(BenchRecord.schema)]).utf8), headers: auth)
                 guard status == 200 else { throw CLIError("schema of \(name): \(String(decoding: body, as: UTF8.self))") }
                 (status, body) = try connection.request("POST", "/management/1/containers/\(name)/tokens", body: Array(#"{"environment":"development","name":"bench"}"#.utf8), headers: auth)
                 guard status == 201, let token = (try? JSONParser.parse(body))?["apiToken"]?.stringValue else { throw CLIError("token for \(name): \(String(decoding: body, as: UTF8.self))") }

@@ -8,22 +8,24 @@ import FoundationNetworking
 /// Options every admin verb shares.
 struct ClientOptions: ParsableArguments {
     @Option(help: "Server URL (env STRATUS_SERVER, default http://127.0.0.1:8080).") var server: String?
-    @Option(name: .customLong("admin-token"), help: "Admin token (env STRATUS_ADMIN_TOKEN; default: the one in <data-dir>/admin-token).") var adminToken: String?
+    @Option(name: .customLong("admin-token"),
+            help: "Admin token (env STRATUS_ADMIN_TOKEN; default: your 'stratus login' credential for the server, else the token in <data-dir>/admin-token).")
+    var adminToken: String?
     @Option(name: .customLong("data-dir"), help: "Where 'stratus serve' keeps local state (env STRATUS_DATA_DIR, default ./.stratus).") var dataDir: String?
     @Flag(help: "Print one JSON document instead of text.") var json = false
 
+    /// A client of the server, with the first credential of: --admin-token, STRATUS_ADMIN_TOKEN,
+    /// the operator credential 'stratus login' stored for this server, the admin token a local
+    /// 'stratus serve' wrote.
     var client: ManagementClient {
         get throws {
-            let base = setting(server, "STRATUS_SERVER", default: "http://127.0.0.1:8080")!
-            guard let url = URL(string: base), url.scheme == "http" || url.scheme == "https" else {
-                throw ValidationError("--server must be an http(s) URL, e.g. http://127.0.0.1:8080")
+            let url = try serverURL(server)
+            if let token = setting(adminToken, "STRATUS_ADMIN_TOKEN") { return ManagementClient(base: url, token: token) }
+            if let entry = CredentialStore.standard.entry(for: url) {
+                return ManagementClient(base: url, token: entry.credential, signedInAs: entry.email)
             }
-            var token = setting(adminToken, "STRATUS_ADMIN_TOKEN")
-            if token == nil {
-                token = try localAdminToken(dataDir: setting(dataDir, "STRATUS_DATA_DIR", default: ".stratus")!, create: false)
-            }
-            guard let token else {
-                throw ValidationError("no admin token: set STRATUS_ADMIN_TOKEN (or --admin-token) to the token the server was started with")
+            guard let token = try localAdminToken(dataDir: setting(dataDir, "STRATUS_DATA_DIR", default: ".stratus")!, create: false) else {
+                throw ValidationError("not signed in: run 'stratus login' (or set STRATUS_ADMIN_TOKEN, or --admin-token, to the token the server was started with)")
             }
             return ManagementClient(base: url, token: token)
         }
@@ -38,7 +40,10 @@ struct ClientOptions: ParsableArguments {
 /// A thin client of the management API.
 struct ManagementClient {
     var base: URL
-    var token: String
+    /// The bearer credential (`nil` for signing in).
+    var token: String?
+    /// The operator whose stored credential `token` is, if it is one.
+    var signedInAs: String? = nil
 
     /// Sends a request and returns the JSON body; a CKWS error dictionary becomes a thrown message.
     func send(_ method: String, _ path: String, body: JSON? = nil) async throws -> JSON {
@@ -46,9 +51,7 @@ struct ManagementClient {
         guard let url = URL(string: text) else { throw CLIError("invalid server URL \(text)") }
         var request = URLRequest(url: url)
         request.httpMethod = method
-        request.setValue("Bearer " + token, forHTTPHeaderField: "Authorization")
-        // Who runs the CLI, for the server's audit log.
-        request.setValue(operatorName(), forHTTPHeaderField: "X-Stratus-Actor")
+        if let token { request.setValue("Bearer " + token, forHTTPHeaderField: "Authorization") }
         if let body {
             request.httpBody = Data(JSONWriter.bytes(body))
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")

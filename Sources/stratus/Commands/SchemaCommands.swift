@@ -2,7 +2,8 @@ import ArgumentParser
 import Foundation
 import StratusCore
 
-/// Who runs the CLI, recorded with schema changes: `user@host`.
+/// Who runs the CLI, `user@host`: recorded by the commands that work on the database directly
+/// (`stratus container import`); the management API records the authenticated operator instead.
 func operatorName() -> String {
     "\(ProcessInfo.processInfo.environment["USER"] ?? ProcessInfo.processInfo.userName)@\(ProcessInfo.processInfo.hostName)"
 }
@@ -92,7 +93,7 @@ struct SchemaCommand: AsyncParsableCommand {
                     return
                 }
                 guard yes || confirm("Replace the development schema?") else { throw CLIError("import cancelled; nothing changed") }
-                let applied = try await client.send("POST", path, body: ["schema": .string(text), "by": .string(operatorName())])
+                let applied = try await client.send("POST", path, body: ["schema": .string(text)])
                 options.output(applied) { "development schema replaced (version \(applied["version"].map { JSONWriter.string($0) } ?? "?"))" }
             }
         }
@@ -139,7 +140,7 @@ struct SchemaCommand: AsyncParsableCommand {
                 }
                 if plan["plan"]?.arrayValue?.isEmpty == false {
                     guard yes || confirm("Apply these changes to production?") else { throw CLIError("deploy cancelled; production is unchanged") }
-                    result = try await client.send("POST", base + "/deploy", body: ["by": .string(operatorName())])
+                    result = try await client.send("POST", base + "/deploy", body: [:])
                     if !options.json { print("deployed: production schema is now version \(result["version"].map { JSONWriter.string($0) } ?? "?")") }
                 } else if !options.json {
                     print("production already matches development")
