@@ -6,8 +6,8 @@ schemathesis, using real credentials, and fails on any finding.
 
 It sets up what the operations need to reach past authentication (containers, API tokens, users
 and their sessions, a schema with a custom role, a server key, an asset with upload and download
-URLs, a web courier token, an operator in the container's team), writes a schemathesis configuration that hands each operation real
-values for its credentials and identifiers, and runs two passes: every operation but the two
+URLs, a web courier token, an operator in the container's team), writes a schemathesis
+configuration that hands each operation real values for its credentials and identifiers, and runs two passes: every operation but the two
 that end sessions, then those two with a session of their own. Checks: not_a_server_error,
 status_code_conformance, response_schema_conformance, content_type_conformance, and
 `no_internal_error_item` (checks.py: no item of a batch answer fails with INTERNAL_ERROR either).

@@ -107,4 +107,17 @@ import Testing
         #expect(checked == ManagementAccess.routes.count)
         #expect(wrong.isEmpty, "\(wrong.sorted().joined(separator: ",\n"))")
     }
+
+    /// `Deploy/REFERENCE.md`'s role table ("Operators and teams") is the role table.
+    @Test func theReferenceRoleTableIsTheRoleTable() throws {
+        let text = try String(contentsOf: TestCluster.repositoryRoot.appendingPathComponent("Deploy/REFERENCE.md"), encoding: .utf8)
+        var documented: [String: String] = [:]
+        for match in text.matches(of: /\| `(GET|POST|PATCH|DELETE) (\/[^`]*)` \| ([^|]+) \|/) {
+            documented["\(match.output.1) /management/1\(match.output.2)"] = String(match.output.3).trimmingCharacters(in: .whitespaces)
+        }
+        let expected = Dictionary(uniqueKeysWithValues: ManagementAccess.routes.map { key, requirement in
+            (key.replacing(/:([a-z]+)/) { "{" + $0.output.1 + "}" }, requirement.summary)
+        })
+        #expect(documented == expected, "rows to fix: \(expected.filter { documented[$0.key] != $0.value }.keys.sorted()); rows of no route: \(Set(documented.keys).subtracting(expected.keys).sorted())")
+    }
 }
