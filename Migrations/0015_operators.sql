@@ -13,19 +13,26 @@ CREATE TABLE operators (
     password_changed_at timestamptz
 );
 
--- What `stratus login` (and, later, the console's sign-in) exchanges a password for: a bearer
--- credential, stored by its SHA-256 hash only. Revoked on logout, on a password change (all but
--- the one that changed it) and when the operator is removed.
+-- What `stratus login` and the console's sign-in exchange a password for: a bearer credential
+-- (the console keeps it in a cookie), stored by its SHA-256 hash only. Revoked on logout, on a
+-- password change (all but the one that changed it), when the operator is disabled or removed.
 CREATE TABLE operator_credentials (
     credential_id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-    operator_id bigint NOT NULL REFERENCES operators ON DELETE CASCADE,
+    -- NULL for a console session opened with the admin token (admin_token_hash then says which)
+    operator_id bigint REFERENCES operators ON DELETE CASCADE,
+    admin_token_hash bytea,
     token_hash bytea NOT NULL UNIQUE,
+    -- 'cli' (stratus login) or 'console'
+    kind text NOT NULL DEFAULT 'cli',
     -- where it was made, e.g. 'stratus login on laptop'
     name text NOT NULL DEFAULT '',
     created_at timestamptz NOT NULL DEFAULT now(),
     last_used_at timestamptz,
     expires_at timestamptz,
-    revoked_at timestamptz
+    -- a console session ends after this long unused
+    idle_seconds integer,
+    revoked_at timestamptz,
+    CHECK ((operator_id IS NULL) = (admin_token_hash IS NOT NULL))
 );
 CREATE INDEX operator_credentials_by_operator ON operator_credentials (operator_id);
 

@@ -46,6 +46,8 @@ public final class StratusApp: Sendable {
     let courierTokens = Mutex<[String: (CourierToken, ContinuousClock.Instant)]>([:])
     /// A bcrypt hash of nothing, verified against when an email is unknown so sign-in takes as long either way.
     let dummyPasswordHash: String
+    /// The management API's responder, for the console's in-process calls.
+    let consoleBox = ManagementResponder()
 
     /// Wires the stores into the service. Reads (or creates) the server secret that signs tokens.
     public static func make(database: Database, configuration: ServerConfiguration, logger: Logger) async throws -> StratusApp {
@@ -101,6 +103,8 @@ public final class StratusApp: Sendable {
         addAssetRoutes(to: router)
         addUserDataRoutes(to: router)
         addOpenAPIRoute(to: router)
+        addConsoleRoutes(to: router, box: consoleBox)
+        consoleBox.responder.withLock { $0 = router.buildResponder() }
         return StratusRouter(app: self, router: router)
     }
 

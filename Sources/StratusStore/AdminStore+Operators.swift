@@ -19,6 +19,29 @@ public struct OperatorCredential: Sendable, Equatable {
     public var revokedAt: Date?
     public var expiresAt: Date?
     public var lastUsedAt: Date?
+    /// A console session's idle limit.
+    public var idleSeconds: Int?
+
+    /// Why it can no longer be used, or `nil`: revoked, past its expiry, or idle too long.
+    public func refusal(now: Date = Date()) -> String? {
+        Self.refusal(revokedAt: revokedAt, expiresAt: expiresAt, lastUsedAt: lastUsedAt, idleSeconds: idleSeconds, now: now)
+    }
+
+    static func refusal(revokedAt: Date?, expiresAt: Date?, lastUsedAt: Date?, idleSeconds: Int?, now: Date = Date()) -> String? {
+        if revokedAt != nil { return "revoked" }
+        if let expiresAt, expiresAt < now { return "expired" }
+        if let idleSeconds, let lastUsedAt, now.timeIntervalSince(lastUsedAt) > Double(idleSeconds) { return "idle" }
+        return nil
+    }
+}
+
+/// A console session: an operator's credential kept in a cookie, or one opened with the admin token.
+public struct ConsoleSession: Sendable, Equatable {
+    public var credential: OperatorCredential?
+    public var credentialID: Int64
+    /// For a session opened with the admin token: that token's SHA-256.
+    public var adminTokenHash: [UInt8]?
+    public var refusal: String?
 }
 
 /// A container's team member.
@@ -158,24 +181,69 @@ extension AdminStore {
         }.first!.decode(Int64.self)
     }
 
-    /// The credential with this hash and its operator, or `nil`. Marks it used (at most once a minute).
+    /// Stores a console session for an operator (or, with `adminTokenHash`, for the admin token):
+    /// it ends after `idleSeconds` unused and after `lifetimeSeconds` in any case.
+    public func createConsoleSession(operatorID: Int64?, adminTokenHash: [UInt8]?, tokenHash: [UInt8], name: String,
+                                     idleSeconds: Int, lifetimeSeconds: Int) async throws -> Int64 {
+        try await database.withConnection { connection in
+            try await connection.rows("""
+                INSERT INTO operator_credentials (operator_id, admin_token_hash, token_hash, kind, name, last_used_at, expires_at, idle_seconds)
+                VALUES (\(operatorID)::int8, \(adminTokenHash.map { Data($0) })::bytea, \(Data(tokenHash)), 'console', \(name), now(),
+                        now() + make_interval(secs => \(Double(lifetimeSeconds))), \(Int32(idleSeconds)))
+                RETURNING credential_id
+                """, logger: logger)
+        }.first!.decode(Int64.self)
+    }
+
+    static let credentialColumns = "c.credential_id, c.revoked_at, c.expires_at, c.last_used_at, c.idle_seconds"
+
+    /// Marks a credential used now when it was last marked more than a minute ago (the idle
+    /// limit's clock, to the minute), so that a busy credential is written once a minute at most.
+    func touch(_ credentialID: Int64, lastUsed: Date?, on connection: PostgresConnection) async throws {
+        guard lastUsed.map({ Date().timeIntervalSince($0) > 60 }) ?? true else { return }
+        try await connection.statement("UPDATE operator_credentials SET last_used_at = now() WHERE credential_id = \(credentialID)", logger: logger)
+    }
+
+    /// The operator credential with this hash and its operator, or `nil` (console sessions of the
+    /// admin token are not operator credentials). Marks a usable one used.
     public func operatorCredential(hash: [UInt8]) async throws -> OperatorCredential? {
         try await database.withConnection { connection in
             guard let row = try await connection.rows("""
-                SELECT \(unescaped: Self.operatorColumns), c.credential_id, c.revoked_at, c.expires_at, c.last_used_at
+                SELECT \(unescaped: Self.operatorColumns), \(unescaped: Self.credentialColumns)
                 FROM operator_credentials c JOIN operators o USING (operator_id) WHERE c.token_hash = \(Data(hash))
                 """, logger: logger).first else { return nil }
-            let (id, email, superuser, created, disabled, credentialID, revoked, expires, used) =
-                try row.decode((Int64, String, Bool, Date, Date?, Int64, Date?, Date?, Date?).self)
+            let (id, email, superuser, created, disabled, credentialID, revoked, expires, used, idle) =
+                try row.decode((Int64, String, Bool, Date, Date?, Int64, Date?, Date?, Date?, Int32?).self)
             let credential = OperatorCredential(credentialID: credentialID,
                                                 operatorInfo: OperatorInfo(operatorID: id, email: email, superuser: superuser,
                                                                            createdAt: created, disabledAt: disabled),
-                                                revokedAt: revoked, expiresAt: expires, lastUsedAt: used)
-            if revoked == nil, used.map({ Date().timeIntervalSince($0) > 60 }) ?? true {
-                try await connection.statement("UPDATE operator_credentials SET last_used_at = now() WHERE credential_id = \(credentialID)",
-                                               logger: logger)
-            }
+                                                revokedAt: revoked, expiresAt: expires, lastUsedAt: used, idleSeconds: idle.map(Int.init))
+            if credential.refusal() == nil { try await touch(credentialID, lastUsed: used, on: connection) }
             return credential
+        }
+    }
+
+    /// The console session with this hash, or `nil`. Marks a usable one used.
+    public func consoleSession(hash: [UInt8]) async throws -> ConsoleSession? {
+        try await database.withConnection { connection in
+            guard let row = try await connection.rows("""
+                SELECT c.admin_token_hash, \(unescaped: Self.credentialColumns),
+                       o.operator_id, o.email, o.superuser, o.created_at, o.disabled_at
+                FROM operator_credentials c LEFT JOIN operators o USING (operator_id)
+                WHERE c.token_hash = \(Data(hash)) AND c.kind = 'console'
+                """, logger: logger).first else { return nil }
+            let (adminHash, credentialID, revoked, expires, used, idle, id, email, superuser, created, disabled) =
+                try row.decode((Data?, Int64, Date?, Date?, Date?, Int32?, Int64?, String?, Bool?, Date?, Date?).self)
+            var credential: OperatorCredential?
+            if let id, let email, let superuser, let created {
+                credential = OperatorCredential(credentialID: credentialID,
+                                                operatorInfo: OperatorInfo(operatorID: id, email: email, superuser: superuser, createdAt: created,
+                                                                           disabledAt: disabled),
+                                                revokedAt: revoked, expiresAt: expires, lastUsedAt: used, idleSeconds: idle.map(Int.init))
+            }
+            let refusal = OperatorCredential.refusal(revokedAt: revoked, expiresAt: expires, lastUsedAt: used, idleSeconds: idle.map(Int.init))
+            if refusal == nil { try await touch(credentialID, lastUsed: used, on: connection) }
+            return ConsoleSession(credential: credential, credentialID: credentialID, adminTokenHash: adminHash.map { Array($0) }, refusal: refusal)
         }
     }
 

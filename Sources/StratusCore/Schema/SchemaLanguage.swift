@@ -332,6 +332,21 @@ public enum SchemaLanguage {
         return "\"\(name)\""
     }
 
+    /// The field types a form may offer, as the language writes them.
+    public static let fieldTypeNames: [String] = {
+        let scalars = ["STRING", "INT64", "DOUBLE", "TIMESTAMP", "LOCATION", "REFERENCE", "ASSET", "BYTES"]
+        return scalars + scalars.map { "LIST<\($0)>" }
+    }()
+
+    /// The field type one of `fieldTypeNames` names.
+    public static func fieldType(named name: String) -> FieldType? {
+        guard fieldTypeNames.contains(name) else { return nil }
+        return (try? parse("DEFINE SCHEMA RECORD TYPE T (f \(name));"))?.recordTypes["T"]?["f"]?.type
+    }
+
+    /// A field's type as the language writes it (`STRING`, `LIST<INT64>`, `NUMBER`, …).
+    public static func typeName(_ field: FieldSchema) -> String { typeText(field) }
+
     static func typeText(_ field: FieldSchema) -> String {
         var base: String
         switch field.number {

@@ -160,11 +160,13 @@ extension StratusApp {
             guard presented.utf8.count <= 200, let credential = try await admin.operatorCredential(hash: TokenSealer.hash(presented)) else {
                 throw StratusError(.authenticationFailed, "the operator credential is not valid; sign in again with 'stratus login'")
             }
-            if credential.revokedAt != nil {
+            switch credential.refusal() {
+            case "revoked"?:
                 throw StratusError(.authenticationFailed, "this operator credential was revoked (signed out, password changed or account disabled); sign in again with 'stratus login'")
-            }
-            if let expires = credential.expiresAt, expires < Date() {
-                throw StratusError(.authenticationFailed, "this operator credential has expired; sign in again with 'stratus login'")
+            case let refusal?:
+                throw StratusError(.authenticationFailed, "this operator credential has \(refusal == "idle" ? "gone unused too long" : "expired"); sign in again")
+            case nil:
+                break
             }
             if credential.operatorInfo.disabledAt != nil {
                 throw StratusError(.authenticationFailed, "the operator account \(credential.operatorInfo.email) is disabled; ask a superuser")

@@ -1,0 +1,342 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import StratusCore
+
+/// Users, tokens and keys, subscriptions, shares, usage and quotas, the audit log and the team.
+extension StratusApp {
+    func addConsoleAdminPages(_ router: Router<BasicRequestContext>) {
+        addConsoleUserPages(router)
+        addConsoleCredentialPages(router)
+        addConsoleUsagePages(router)
+        addConsoleTeamPages(router)
+    }
+
+    /// `containers/<container>/…` for the management API.
+    static func api(_ container: String, _ rest: String) -> String {
+        "containers/\(ConsolePath.segment(container))/\(rest)"
+    }
+
+    // MARK: Users
+
+    func addConsoleUserPages(_ router: Router<BasicRequestContext>) {
+        console(router, .get, "/console/c/:container/users") { call in
+            let container = call.container
+            let environment = call.environment
+            let users = try await call.require(.get, Self.api(container, "users?environment=\(environment.rawValue)"))["users"]?.arrayValue ?? []
+            let search = call.query("q")?.lowercased()
+            let found = users.filter { user in
+                guard let search else { return true }
+                return (user["emailAddress"]?.stringValue ?? "").lowercased().contains(search) || (user["userRecordName"]?.stringValue ?? "").lowercased().contains(search)
+            }
+            let rows = found.prefix(500).map { user -> [HTML] in
+                let name = user["userRecordName"]?.stringValue ?? ""
+                let disabled = user["disabledAt"] != .null
+                let base = ConsolePath.make("c", container, "users", name)
+                let toggle = ConsoleLayout.button(call.user, action: base + (disabled ? "/enable" : "/disable"), label: disabled ? "Enable" : "Disable",
+                                                  fields: [("environment", environment.rawValue)])
+                return ["\(user["emailAddress"]?.stringValue ?? "")", "<code>\(name)</code>", "\(disabled ? "disabled" : "active")",
+                        "\(user["liveSessions"]?.intValue ?? 0)",
+                        "\(toggle) <a href=\"\(base)/export\">Export</a> <a href=\"\(base)/erase\">Erase…</a>"]
+            }
+            let searchForm: HTML = """
+                <form method="get" action="\(ConsolePath.make("c", container, "users"))" class="inline">
+                <label for="environment">Environment</label> \(ConsoleLayout.environmentSelect(environment))
+                <label for="q">Email or record name</label> <input id="q" name="q" value="\(call.query("q") ?? "")" type="search">
+                <button type="submit">Search</button></form>
+                """
+            let more: HTML = found.count > 500 ? "<p>Showing 500 of \(found.count): search to narrow.</p>" : ""
+            return call.page("Users", container: container, section: "users",
+                             "\(searchForm)\(ConsoleLayout.table("Users of \(environment.rawValue)", ["Email", "Record name", "State", "Sessions", "Actions"], Array(rows), empty: "No users match."))\(more)")
+        }
+        for (verb, label) in [("disable", "disabled"), ("enable", "enabled")] {
+            console(router, .post, "/console/c/:container/users/:user/\(verb)") { call in
+                let container = call.container
+                let user = Self.pathParameter(call.context, "user")
+                let answer = try await call.api(.post, Self.api(container, "users/\(ConsolePath.segment(user))/\(verb)"))
+                let back = ConsolePath.make("c", container, "users") + ConsolePath.query([("environment", call.form["environment"] ?? "development")])
+                guard answer.ok else {
+                    if answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
+                    return Self.seeOther(back + "&error=" + ConsolePath.segment(answer.reason))
+                }
+                return Self.seeOther(back + "&notice=" + ConsolePath.segment("\(answer.json["user"]?["emailAddress"]?.stringValue ?? user) is \(label)"))
+            }
+        }
+        console(router, .get, "/console/c/:container/users/:user/export") { call in
+            let container = call.container
+            let user = Self.pathParameter(call.context, "user")
+            let exported = try await call.require(.get, Self.api(container, "users/\(ConsolePath.segment(user))/export"))
+            var headers = Self.consoleHeaders(contentType: "application/json; charset=utf-8")
+            headers[.contentDisposition] = "attachment; filename=\"user-\(ConsolePath.segment(user)).json\""
+            return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: JSONWriter.string(exported))))
+        }
+        console(router, .get, "/console/c/:container/users/:user/erase") { call in
+            let container = call.container
+            let user = Self.pathParameter(call.context, "user")
+            let found = try await call.require(.get, Self.api(container, "users/\(ConsolePath.segment(user))"))["user"]
+            let name = found?["userRecordName"]?.stringValue ?? user
+            let body: HTML = """
+                <p>Erasing <strong>\(found?["emailAddress"]?.stringValue ?? "")</strong> (<code>\(name)</code>) deletes their account, their private zones and
+                records, the public records they created and their subscriptions, in both environments. It cannot be undone.</p>
+                <form method="post" action="\(ConsolePath.make("c", container, "users", name, "erase"))" class="stack">\(ConsoleLayout.csrf(call.user))
+                <label for="confirm">Type the user's record name to confirm: \(name)</label><input id="confirm" name="confirm" autocomplete="off">
+                <button type="submit" class="danger">Erase this user</button></form>
+                """
+            return call.page("Erase a user", container: container, section: "users", body)
+        }
+        console(router, .post, "/console/c/:container/users/:user/erase") { call in
+            let container = call.container
+            let user = Self.pathParameter(call.context, "user")
+            let answer = try await call.api(.post, Self.api(container, "users/\(ConsolePath.segment(user))/erase"), ["confirm": .string(call.form["confirm"] ?? "")])
+            guard answer.ok else {
+                if answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
+                return Self.seeOther(ConsolePath.make("c", container, "users", user, "erase") + ConsolePath.query([("error", "type the record name exactly; nothing was erased")]))
+            }
+            return Self.seeOther(ConsolePath.make("c", container, "users") + ConsolePath.query([("notice", "erased \(user)")]))
+        }
+    }
+
+    // MARK: Tokens, keys, subscriptions, shares
+
+    func addConsoleCredentialPages(_ router: Router<BasicRequestContext>) {
+        console(router, .get, "/console/c/:container/tokens") { call in
+            let container = call.container
+            let tokens = try await call.require(.get, "tokens?container=\(ConsolePath.segment(container))")["tokens"]?.arrayValue ?? []
+            let keys = try await call.require(.get, Self.api(container, "keys"))["keys"]?.arrayValue ?? []
+            let tokenRows = tokens.map { token -> [HTML] in
+                let id = token["id"]?.intValue ?? 0
+                let live = token["revokedAt"] == .null
+                let revoke: HTML = live ? ConsoleLayout.button(call.user, action: ConsolePath.make("c", container, "tokens", String(id), "revoke"), label: "Revoke", danger: true) : "revoked"
+                let origins = (token["allowedOrigins"]?.arrayValue ?? []).compactMap(\.stringValue)
+                return ["\(id)", "\(token["name"]?.stringValue ?? "")", "\(token["environment"]?.stringValue ?? "")", "<code>\(token["prefix"]?.stringValue ?? "")…</code>",
+                        "\(origins.isEmpty ? "any" : origins.joined(separator: " "))", revoke]
+            }
+            let keyRows = keys.map { key -> [HTML] in
+                let id = key["keyID"]?.stringValue ?? ""
+                let live = key["revokedAt"] == .null
+                let revoke: HTML = live ? ConsoleLayout.button(call.user, action: ConsolePath.make("c", container, "keys", id, "revoke"), label: "Revoke", danger: true) : "revoked"
+                return ["<code>\(String(id.prefix(16)))…</code>", "\(key["name"]?.stringValue ?? "")", "\(key["environment"]?.stringValue ?? "")", revoke]
+            }
+            let tok = ConsoleLayout.csrf(call.user)
+            let body: HTML = """
+                \(ConsoleLayout.table("API tokens", ["ID", "Name", "Environment", "Prefix", "Allowed origins", ""], tokenRows, empty: "No API tokens yet."))
+                <form method="post" action="\(ConsolePath.make("c", container, "tokens"))" class="stack">\(tok)<h2>Create an API token</h2>
+                <label for="environment">Environment</label>\(ConsoleLayout.environmentSelect(.development))
+                <label for="token-name">Name</label><input id="token-name" name="name" value="console" maxlength="200">
+                <button type="submit">Create</button></form>
+                \(ConsoleLayout.table("Server-to-server keys", ["Key ID", "Name", "Environment", ""], keyRows, empty: "No server-to-server keys yet."))
+                <form method="post" action="\(ConsolePath.make("c", container, "keys"))" class="stack">\(tok)<h2>Add a server-to-server key</h2>
+                <label for="key-environment">Environment</label>\(ConsoleLayout.environmentSelect(.development, id: "key-environment"))
+                <label for="key-name">Name</label><input id="key-name" name="name" value="server key" maxlength="200">
+                <label for="key-pem">Public key (PEM, P-256: openssl ec -in eckey.pem -pubout)</label><textarea id="key-pem" name="publicKey" rows="5"></textarea>
+                <button type="submit">Add</button></form>
+                """
+            return call.page("Tokens and keys", container: container, section: "tokens", body)
+        }
+        console(router, .post, "/console/c/:container/tokens") { call in
+            let container = call.container
+            let answer = try await call.api(.post, Self.api(container, "tokens"),
+                                            ["environment": .string(call.form["environment"] ?? ""), "name": .string(call.form.text("name") ?? "console")])
+            guard answer.ok else { return try Self.actionFailed(answer, back: ConsolePath.make("c", container, "tokens")) }
+            let secret = answer.json["apiToken"]?.stringValue ?? ""
+            let body: HTML = """
+                <p class="notice" role="status">Copy the token now: it is not shown again (only its hash is kept).</p>
+                <label for="new-token">API token for \(container), \(answer.json["token"]?["environment"]?.stringValue ?? "")</label>
+                <input id="new-token" readonly value="\(secret)" class="secret">
+                <p><a href="\(ConsolePath.make("c", container, "tokens"))">Back to tokens and keys</a></p>
+                """
+            return call.page("New API token", container: container, section: "tokens", body)
+        }
+        console(router, .post, "/console/c/:container/tokens/:token/revoke") { call in
+            let container = call.container
+            let token = Self.pathParameter(call.context, "token")
+            let answer = try await call.api(.post, Self.api(container, "tokens/\(ConsolePath.segment(token))/revoke"))
+            guard answer.ok else { return try Self.actionFailed(answer, back: ConsolePath.make("c", container, "tokens")) }
+            return Self.seeOther(ConsolePath.make("c", container, "tokens") + ConsolePath.query([("notice", "revoked token \(token)")]))
+        }
+        console(router, .post, "/console/c/:container/keys") { call in
+            let container = call.container
+            let answer = try await call.api(.post, Self.api(container, "keys"), [
+                "environment": .string(call.form["environment"] ?? ""), "name": .string(call.form.text("name") ?? "server key"),
+                "publicKey": .string(call.form["publicKey"] ?? ""),
+            ])
+            guard answer.ok else { return try Self.actionFailed(answer, back: ConsolePath.make("c", container, "tokens")) }
+            return Self.seeOther(ConsolePath.make("c", container, "tokens") + ConsolePath.query([("notice", "added key \(answer.json["keyID"]?.stringValue ?? "")")]))
+        }
+        console(router, .post, "/console/c/:container/keys/:key/revoke") { call in
+            let container = call.container
+            let key = Self.pathParameter(call.context, "key")
+            let answer = try await call.api(.post, Self.api(container, "keys/\(ConsolePath.segment(key))/revoke"))
+            guard answer.ok else { return try Self.actionFailed(answer, back: ConsolePath.make("c", container, "tokens")) }
+            return Self.seeOther(ConsolePath.make("c", container, "tokens") + ConsolePath.query([("notice", "revoked key \(String(key.prefix(16)))…")]))
+        }
+        console(router, .get, "/console/c/:container/subscriptions") { call in
+            let container = call.container
+            let environment = call.environment
+            let found = try await call.require(.get, Self.api(container, "subscriptions?environment=\(environment.rawValue)"))["subscriptions"]?.arrayValue ?? []
+            let rows = found.map { item -> [HTML] in
+                ["<code>\(item["owner"]?.stringValue ?? "")</code>", "\(item["database"]?.stringValue ?? "")", "\(item["subscriptionID"]?.stringValue ?? "")",
+                 "\(item["subscriptionType"]?.stringValue ?? "")", "\(item["query"]?["recordType"]?.stringValue ?? item["zoneID"]?["zoneName"]?.stringValue ?? "")"]
+            }
+            let body: HTML = """
+                \(ConsoleLayout.environmentPicker(environment, action: ConsolePath.make("c", container, "subscriptions")))
+                \(ConsoleLayout.table("Subscriptions", ["Subscriber", "Database", "ID", "Type", "Watches"], rows, empty: "No subscriptions."))
+                """
+            return call.page("Subscriptions", container: container, section: "subscriptions", body)
+        }
+        console(router, .get, "/console/c/:container/shares") { call in
+            let container = call.container
+            let environment = call.environment
+            let found = try await call.require(.get, Self.api(container, "shares?environment=\(environment.rawValue)"))["shares"]?.arrayValue ?? []
+            let rows = found.map { item -> [HTML] in
+                let participants = (item["participants"]?.arrayValue ?? []).compactMap { $0["emailAddress"]?.stringValue ?? $0["userRecordName"]?.stringValue }
+                return ["<code>\(item["owner"]?.stringValue ?? "")</code>", "\(item["zoneName"]?.stringValue ?? item["zone"]?.stringValue ?? "")",
+                        "\(item["shortGUID"]?.stringValue ?? "")", "\(participants.joined(separator: ", "))"]
+            }
+            let body: HTML = """
+                \(ConsoleLayout.environmentPicker(environment, action: ConsolePath.make("c", container, "shares")))
+                \(ConsoleLayout.table("Shares", ["Owner", "Zone", "Short GUID", "Participants"], rows, empty: "No shares."))
+                """
+            return call.page("Shares", container: container, section: "shares", body)
+        }
+    }
+
+    /// After a refused action: a page for an access refusal, back to `back` with the reason otherwise.
+    static func actionFailed(_ answer: ManagementAnswer, back: String) throws -> Response {
+        if answer.status == 401 || answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
+        return seeOther(back + ConsolePath.query([("error", answer.reason)]))
+    }
+
+    // MARK: Usage, quotas, audit
+
+    func addConsoleUsagePages(_ router: Router<BasicRequestContext>) {
+        console(router, .get, "/console/c/:container/usage") { call in
+            let container = call.container
+            let environment = call.environment
+            let usage = try await call.require(.get, Self.api(container, "usage?environment=\(environment.rawValue)"))
+            let quota = try await call.require(.get, Self.api(container, "quota?environment=\(environment.rawValue)"))
+            let limits = usage["limits"]?.objectValue ?? [:]
+            let requests = ["lastMinute", "lastHour", "lastDay"].map { period -> [HTML] in
+                let counts = usage["requests"]?[period]
+                return ["\(period)", "\(counts?["requests"]?.intValue ?? 0)", "\(counts?["throttled"]?.intValue ?? 0)", "\(counts?["refused"]?.intValue ?? 0)",
+                        "\(counts?["notifications"]?.intValue ?? 0)"]
+            }
+            let top = (usage["topUsers"]?.arrayValue ?? []).map { user -> [HTML] in
+                ["<code>\(user["userRecordName"]?.stringValue ?? "")</code>", "\(user["records"]?.intValue ?? 0)", "\(user["bytes"]?.intValue ?? 0)"]
+            }
+            let inputs = QuotaLimits.keys.map { key -> HTML in
+                let value = quota["limits"]?[key.name]?.intValue ?? 0
+                return "<label for=\"q-\(key.name)\">\(key.name)</label><input id=\"q-\(key.name)\" name=\"\(key.name)\" inputmode=\"numeric\" value=\"\(value)\">"
+            }
+            let body: HTML = """
+                \(ConsoleLayout.environmentPicker(environment, action: ConsolePath.make("c", container, "usage")))
+                <section class="bars">
+                \(ConsoleLayout.bar("Records", value: usage["records"]?.intValue ?? 0, limit: limits["maxRecords"]?.intValue ?? 0))
+                \(ConsoleLayout.bar("Bytes", value: usage["bytes"]?.intValue ?? 0, limit: limits["maxStorageBytes"]?.intValue ?? 0))
+                </section>
+                \(ConsoleLayout.table("Requests", ["Period", "Requests", "Throttled", "Refused", "Notifications"], requests, empty: ""))
+                \(ConsoleLayout.table("Top users by storage", ["User", "Records", "Bytes"], top, empty: "No user stores anything yet."))
+                <form method="post" action="\(ConsolePath.make("c", container, "quota"))" class="stack">\(ConsoleLayout.csrf(call.user))
+                <h2>Limits of \(environment.rawValue) (owners)</h2><input type="hidden" name="environment" value="\(environment.rawValue)">
+                \(inputs)<button type="submit">Save the limits</button></form>
+                """
+            return call.page("Usage and quotas", container: container, section: "usage", body)
+        }
+        console(router, .post, "/console/c/:container/quota") { call in
+            let container = call.container
+            let environment = call.form["environment"] ?? "development"
+            var body: [String: JSON] = ["environment": .string(environment)]
+            for key in QuotaLimits.keys {
+                guard let text = call.form.text(key.name) else { continue }
+                body[key.name] = Int64(text).map { .int($0) } ?? .string(text)
+            }
+            let back = ConsolePath.make("c", container, "usage") + ConsolePath.query([("environment", environment)])
+            let answer = try await call.api(.patch, Self.api(container, "quota"), .object(body))
+            guard answer.ok else { return try Self.actionFailed(answer, back: back) }
+            return Self.seeOther(back + "&notice=" + ConsolePath.segment("saved the limits of \(environment)"))
+        }
+        console(router, .get, "/console/c/:container/audit") { call in
+            let container = call.container
+            let entries = try await call.require(.get, Self.api(container, "audit?limit=10000"))["entries"]?.arrayValue ?? []
+            let action = call.query("action")
+            let actor = call.query("actor")?.lowercased()
+            let shown = entries.reversed().filter { entry in
+                (action == nil || entry["action"]?.stringValue == action)
+                    && (actor == nil || (entry["actor"]?.stringValue ?? "").lowercased().contains(actor!))
+            }
+            let actions = Set(entries.compactMap { $0["action"]?.stringValue }).sorted().map { name -> HTML in
+                "<option\(name == action ? " selected" : "")>\(name)</option>"
+            }
+            let rows = shown.prefix(1000).map { entry -> [HTML] in
+                ["\(entry["at"]?.stringValue ?? "")", "\(entry["actor"]?.stringValue ?? "")", "\(entry["action"]?.stringValue ?? "")",
+                 "\(entry["environment"]?.stringValue ?? "")", "\(entry["target"]?.stringValue ?? "")", "\(entry["detail"]?.stringValue ?? "")",
+                 "\(entry["address"]?.stringValue ?? "")"]
+            }
+            let body: HTML = """
+                <form method="get" action="\(ConsolePath.make("c", container, "audit"))" class="inline">
+                <label for="action">Action</label> <select id="action" name="action"><option value="">any</option>\(actions)</select>
+                <label for="actor">Operator</label> <input id="actor" name="actor" value="\(call.query("actor") ?? "")" type="search">
+                <button type="submit">Filter</button></form>
+                \(ConsoleLayout.table("Audit log, newest first", ["When", "Who", "Action", "Environment", "Target", "Detail", "From"], Array(rows), empty: "No entries match."))
+                """
+            return call.page("Audit log", container: container, section: "audit", body)
+        }
+    }
+
+    // MARK: Team
+
+    func addConsoleTeamPages(_ router: Router<BasicRequestContext>) {
+        console(router, .get, "/console/c/:container/team") { call in
+            let container = call.container
+            let team = try await call.require(.get, Self.api(container, "team"))["team"]?.arrayValue ?? []
+            let roles = TeamRole.allCases.reversed().map(\.description)
+            let rows = team.map { member -> [HTML] in
+                let email = member["emailAddress"]?.stringValue ?? ""
+                let current = member["role"]?.stringValue ?? ""
+                let options = roles.map { "<option\($0 == current ? " selected" : "")>\($0)</option>" as HTML }
+                let base = ConsolePath.make("c", container, "team", email)
+                let change: HTML = """
+                    <form method="post" action="\(base)/role" class="inline">\(ConsoleLayout.csrf(call.user))
+                    <label class="visually-hidden" for="role-\(email)">Role of \(email)</label><select id="role-\(email)" name="role">\(options)</select>
+                    <button type="submit">Change</button></form>
+                    """
+                return ["\(email)", "\(current)", "\(member["disabled"] == true ? "disabled" : "active")", change,
+                        ConsoleLayout.button(call.user, action: base + "/remove", label: "Remove", danger: true)]
+            }
+            let options = roles.map { "<option>\($0)</option>" as HTML }
+            let body: HTML = """
+                \(ConsoleLayout.table("Team of \(container)", ["Operator", "Role", "State", "Role change", ""], rows, empty: "No team yet: superusers administer this container."))
+                <form method="post" action="\(ConsolePath.make("c", container, "team"))" class="stack">\(ConsoleLayout.csrf(call.user))<h2>Add an operator</h2>
+                <label for="member-email">Their email address</label><input id="member-email" name="operator" type="email" required>
+                <label for="member-role">Role</label><select id="member-role" name="role">\(options)</select>
+                <button type="submit">Add</button></form>
+                <p>Owners: everything for the container. Developers: development fully, production read-only. Viewers: read only.</p>
+                """
+            return call.page("Team", container: container, section: "team", body)
+        }
+        console(router, .post, "/console/c/:container/team") { call in
+            let container = call.container
+            let back = ConsolePath.make("c", container, "team")
+            let answer = try await call.api(.post, Self.api(container, "team"), ["operator": .string(call.form.text("operator") ?? ""), "role": .string(call.form["role"] ?? "")])
+            guard answer.ok else { return try Self.actionFailed(answer, back: back) }
+            return Self.seeOther(back + ConsolePath.query([("notice", "added \(call.form.text("operator") ?? "")")]))
+        }
+        console(router, .post, "/console/c/:container/team/:operator/role") { call in
+            let container = call.container
+            let member = Self.pathParameter(call.context, "operator")
+            let back = ConsolePath.make("c", container, "team")
+            let answer = try await call.api(.patch, Self.api(container, "team/\(ConsolePath.segment(member))"), ["role": .string(call.form["role"] ?? "")])
+            guard answer.ok else { return try Self.actionFailed(answer, back: back) }
+            return Self.seeOther(back + ConsolePath.query([("notice", "\(member) is now \(call.form["role"] ?? "")")]))
+        }
+        console(router, .post, "/console/c/:container/team/:operator/remove") { call in
+            let container = call.container
+            let member = Self.pathParameter(call.context, "operator")
+            let back = ConsolePath.make("c", container, "team")
+            let answer = try await call.api(.delete, Self.api(container, "team/\(ConsolePath.segment(member))"))
+            guard answer.ok else { return try Self.actionFailed(answer, back: back) }
+            return Self.seeOther(back + ConsolePath.query([("notice", "removed \(member)")]))
+        }
+    }
+}

@@ -1,0 +1,117 @@
+import Foundation
+import StratusCore
+
+/// The console's page frame and shared pieces.
+enum ConsoleLayout {
+    /// The sections of a container's pages: path below the container, and title.
+    static let sections: [(path: String, title: String)] = [
+        ("", "Overview"), ("schema", "Schema"), ("deploy", "Deploy"), ("users", "Users"), ("tokens", "Tokens & keys"),
+        ("subscriptions", "Subscriptions"), ("shares", "Shares"), ("usage", "Usage & quotas"), ("audit", "Audit log"), ("team", "Team"),
+    ]
+
+    static func head(_ title: String) -> HTML {
+        """
+        <!doctype html>
+        <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+        <title>\(title) · Stratus console</title><link rel="stylesheet" href="/console/assets/console.css">
+        <script src="/console/assets/console.js" defer></script></head>
+        """
+    }
+
+    /// A page without the signed-in frame (sign-in, refusals).
+    static func bare(title: String, _ body: HTML) -> HTML {
+        "\(head(title))<body><header><a class=\"brand\" href=\"/console\">Stratus console</a></header><main>\(body)</main></body></html>"
+    }
+
+    static func page(title: String, user: StratusApp.ConsoleUser, container: String?, section: String, notice: String?, error: String?,
+                     _ body: HTML) -> HTML {
+        var nav: HTML = ""
+        if let container {
+            let links = sections.map { item -> HTML in
+                let href = item.path.isEmpty ? ConsolePath.make("c", container) : ConsolePath.make("c", container, item.path)
+                let current: HTML = item.path == section ? " aria-current=\"page\"" : ""
+                return "<li><a href=\"\(href)\"\(current)>\(item.title)</a></li>"
+            }
+            nav = "<nav aria-label=\"\(container)\"><p class=\"container-name\">\(container)</p><ul>\(links)</ul></nav>"
+        }
+        let flash: HTML = [notice.map { "<p class=\"notice\" role=\"status\">\($0)</p>" as HTML }, error.map { "<p class=\"error\" role=\"alert\">\($0)</p>" as HTML }]
+            .compactMap { $0 }.reduce("") { "\($0)\($1)" }
+        return """
+            \(head(title))<body>
+            <header><a class="brand" href="/console">Stratus console</a>
+            <form class="signout" method="post" action="/console/signout">\(csrf(user))<span class="who">\(user.name)\(user.isSuperuser ? " (superuser)" : "")</span>
+            <button type="submit">Sign out</button></form></header>
+            <div class="frame">\(nav)<main id="main"><h1>\(title)</h1>\(flash)\(body)</main></div>
+            </body></html>
+            """
+    }
+
+    /// The hidden CSRF field every form carries.
+    static func csrf(_ user: StratusApp.ConsoleUser) -> HTML {
+        "<input type=\"hidden\" name=\"csrf\" value=\"\(user.csrf)\">"
+    }
+
+    static func failure(_ failure: ConsoleFailure) -> HTML {
+        "<p class=\"error\" role=\"alert\">\(failure.reason)</p><p><a href=\"/console\">Back to your containers</a></p>"
+    }
+
+    static func signIn(error: String?, email: String? = nil) -> HTML {
+        let message: HTML = error.map { "<p class=\"error\" role=\"alert\">\($0)</p>" } ?? ""
+        return bare(title: "Sign in", """
+            <h1>Sign in</h1>\(message)
+            <form method="post" action="/console/signin" class="stack">
+            <label for="email">Email address</label>
+            <input id="email" name="email" type="email" autocomplete="username" value="\(email ?? "")" autofocus>
+            <label for="password">Password</label>
+            <input id="password" name="password" type="password" autocomplete="current-password">
+            <button type="submit">Sign in</button>
+            </form>
+            <details><summary>Sign in with the admin token</summary>
+            <form method="post" action="/console/signin" class="stack">
+            <label for="adminToken">Admin token (STRATUS_ADMIN_TOKEN, or .stratus/admin-token on the server)</label>
+            <input id="adminToken" name="adminToken" type="password" autocomplete="off">
+            <button type="submit">Sign in with the token</button>
+            </form></details>
+            """)
+    }
+
+    /// A table: headers and rows of cells.
+    static func table(_ caption: String, _ headers: [String], _ rows: [[HTML]], empty: String) -> HTML {
+        guard !rows.isEmpty else { return "<p class=\"empty\">\(empty)</p>" }
+        let head = headers.map { "<th scope=\"col\">\($0)</th>" as HTML }
+        let body = rows.map { row -> HTML in "<tr>\(row.map { "<td>\($0)</td>" as HTML })</tr>" }
+        return "<div class=\"scroll\"><table><caption>\(caption)</caption><thead><tr>\(head)</tr></thead><tbody>\(body)</tbody></table></div>"
+    }
+
+    /// A POST form of one button (and hidden fields).
+    static func button(_ user: StratusApp.ConsoleUser, action: String, label: String, fields: [(String, String)] = [], danger: Bool = false) -> HTML {
+        let hidden = fields.map { "<input type=\"hidden\" name=\"\($0.0)\" value=\"\($0.1)\">" as HTML }
+        return "<form method=\"post\" action=\"\(action)\" class=\"inline\">\(csrf(user))\(hidden)<button type=\"submit\"\(danger ? " class=\"danger\"" : "")>\(label)</button></form>"
+    }
+
+    /// A select of the two environments, `current` chosen.
+    static func environmentSelect(_ current: ContainerEnvironment, name: String = "environment", id: String = "environment") -> HTML {
+        let options = ContainerEnvironment.allCases.map { environment -> HTML in
+            "<option value=\"\(environment.rawValue)\"\(environment == current ? " selected" : "")>\(environment.rawValue)</option>"
+        }
+        return "<select id=\"\(id)\" name=\"\(name)\">\(options)</select>"
+    }
+
+    /// A GET form choosing the environment of the page.
+    static func environmentPicker(_ current: ContainerEnvironment, action: String, extra: HTML = "") -> HTML {
+        "<form method=\"get\" action=\"\(action)\" class=\"inline\"><label for=\"environment\">Environment</label> \(environmentSelect(current))\(extra) <button type=\"submit\">Show</button></form>"
+    }
+
+    /// A horizontal bar of `value` against `limit`, as SVG drawn here.
+    static func bar(_ label: String, value: Int64, limit: Int64) -> HTML {
+        let share = limit > 0 ? min(1, Double(value) / Double(limit)) : 0
+        let width = Int(share * 300)
+        let percent = limit > 0 ? Int((Double(value) / Double(limit) * 100).rounded()) : 0
+        let tone = share >= 0.9 ? "bar-high" : share >= 0.7 ? "bar-mid" : "bar-low"
+        return """
+            <figure class="bar"><figcaption>\(label): \(value) of \(limit) (\(percent) %)</figcaption>
+            <svg width="300" height="14" viewBox="0 0 300 14" role="img" aria-label="\(label) \(percent) percent of the limit">
+            <rect class="bar-track" x="0" y="0" width="300" height="14" rx="3"></rect><rect class="\(tone)" x="0" y="0" width="\(width)" height="14" rx="3"></rect></svg></figure>
+            """
+    }
+}

@@ -1,0 +1,162 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import StratusCore
+import StratusStore
+
+/// What a console handler works with: the signed-in person, the form of a POST, and the
+/// management API as them.
+struct ConsoleCall: Sendable {
+    let app: StratusApp
+    let user: StratusApp.ConsoleUser
+    let context: BasicRequestContext
+    let box: StratusApp.ManagementResponder
+    let request: Request
+    /// A POST's form (empty for a GET).
+    var form = ConsoleForm(ByteBuffer())
+
+    func api(_ method: HTTPRequest.Method, _ path: String, _ body: JSON? = nil) async throws -> StratusApp.ManagementAnswer {
+        try await app.management(user, method, path, body: body, context, box: box)
+    }
+
+    /// An answer that must have succeeded: otherwise the page says why, with the API's status.
+    func require(_ method: HTTPRequest.Method, _ path: String, _ body: JSON? = nil) async throws -> JSON {
+        let answer = try await api(method, path, body)
+        guard answer.ok else { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
+        return answer.json
+    }
+
+    /// A query parameter.
+    func query(_ name: String) -> String? {
+        request.uri.queryParameters.get(name).map { String($0) }.flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    /// The path's `:container`, percent-decoded.
+    var container: String { StratusApp.pathParameter(context, "container") }
+
+    /// `development` or `production`, from `?environment=` (development when absent or unknown).
+    var environment: ContainerEnvironment {
+        query("environment").flatMap(ContainerEnvironment.init(rawValue:)) ?? .development
+    }
+
+    /// A page in the console's layout.
+    func page(_ title: String, container: String? = nil, section: String = "", _ body: HTML) -> Response {
+        StratusApp.page(ConsoleLayout.page(title: title, user: user, container: container, section: section,
+                                           notice: query("notice"), error: query("error"), body))
+    }
+}
+
+/// A management answer that was not a success, shown as a page with its status.
+struct ConsoleFailure: Error {
+    var status: Int
+    var reason: String
+}
+
+extension StratusApp {
+    func addConsoleRoutes(to router: Router<BasicRequestContext>, box: ManagementResponder) {
+        router.get("/console/assets/:file") { _, context -> Response in
+            let name = Self.pathParameter(context, "file")
+            guard let file = Self.consoleAssets[name] else { throw StratusError(.notFound, "no console file '\(name)'") }
+            var headers = Self.consoleHeaders(contentType: file.type)
+            headers[.cacheControl] = "public, max-age=300"
+            return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: file.text)))
+        }
+        router.get("/console/signin") { request, _ -> Response in
+            if try await self.consoleUser(request) != nil { return Self.seeOther("/console") }
+            return Self.page(ConsoleLayout.signIn(error: request.uri.queryParameters.get("error").map { String($0) }))
+        }
+        router.post("/console/signin") { request, _ -> Response in
+            guard self.isSameOrigin(request) else { return Self.forbidden("this sign-in did not come from the console's own page") }
+            let form = ConsoleForm(try await self.readBody(request))
+            do {
+                let cookie = try await self.consoleSignIn(form)
+                return Self.seeOther("/console", extraHeaders: self.sessionCookie(cookie))
+            } catch let error as StratusError {
+                return Self.page(ConsoleLayout.signIn(error: error.reason, email: form["email"]), status: .init(code: error.code.httpStatus))
+            }
+        }
+        console(router, .post, "/console/signout") { call in
+            try await self.admin.revokeOperatorCredential(call.user.credentialID)
+            return Self.seeOther("/console/signin?notice=signed+out", extraHeaders: self.sessionCookie(nil))
+        }
+        addConsolePages(router)
+    }
+
+    /// Registers a console route: the person must be signed in (a GET without a session goes to
+    /// the sign-in page); a POST must come from a console page (same origin, the session's CSRF
+    /// token) or is refused with 403 and changes nothing. A failed management call becomes a page
+    /// with its status.
+    func console(_ router: Router<BasicRequestContext>, _ method: HTTPRequest.Method, _ path: String,
+                 _ handler: @escaping @Sendable (ConsoleCall) async throws -> Response) {
+        router.on(RouterPath(path), method: method) { request, context -> Response in
+            let box = self.consoleBox
+            if method == .post, !self.isSameOrigin(request) {
+                return Self.forbidden("this request did not come from a console page (its Origin is not this server's); nothing was changed")
+            }
+            guard let user = try await self.consoleUser(request) else {
+                if method == .get { return Self.seeOther("/console/signin") }
+                return Self.forbidden("you are not signed in (or your session ended); nothing was changed")
+            }
+            var call = ConsoleCall(app: self, user: user, context: context, box: box, request: request)
+            if method == .post {
+                call.form = ConsoleForm(try await self.readBody(request))
+                let token = call.form["csrf"] ?? request.headers[HTTPField.Name("X-CSRF-Token")!]
+                guard let token, TokenSealer.constantTimeEquals(token, user.csrf) else {
+                    return Self.forbidden("this form is missing the console's security token (open the page again); nothing was changed")
+                }
+            }
+            do {
+                return try await handler(call)
+            } catch let failure as ConsoleFailure {
+                if failure.status == 401 { return Self.seeOther("/console/signin?error=your+session+ended", extraHeaders: self.sessionCookie(nil)) }
+                return Self.page(ConsoleLayout.page(title: "Not possible", user: user, container: nil, section: "", notice: nil, error: nil,
+                                                    ConsoleLayout.failure(failure)), status: .init(code: failure.status))
+            }
+        }
+    }
+
+    /// A 403 page for a refused POST.
+    static func forbidden(_ reason: String) -> Response {
+        page(ConsoleLayout.bare(title: "Refused", HTML("<h1>Refused</h1><p class=\"error\">\(reason)</p><p><a href=\"/console\">Back to the console</a></p>")),
+             status: .forbidden)
+    }
+
+    /// Signs a person in with an operator's email address and password, or with the admin token:
+    /// the new session's cookie value. Throttled as every sign-in.
+    func consoleSignIn(_ form: ConsoleForm) async throws -> String {
+        let secret = Self.operatorCredentialPrefix + TokenSealer.randomAPIToken()
+        if let token = form.text("adminToken") {
+            let keys = [(key: "admin-token-address:" + (ClientAddress.current ?? "unknown"), limit: Self.signInFailuresPerAddress)]
+            if let wait = try await admin.signInRetryAfter(containerID: serverAuditContainerID, keys: keys, window: Self.signInWindow) {
+                throw StratusError(.throttled, "too many failed sign-ins from this address; try again in \(wait) seconds", retryAfter: wait)
+            }
+            guard let expected = configuration.adminToken, !expected.isEmpty, TokenSealer.constantTimeEquals(token, expected) else {
+                try await admin.recordSignInFailure(containerID: serverAuditContainerID, keys: keys.map(\.key), window: Self.signInWindow)
+                throw StratusError(.authenticationFailed, "the admin token is wrong")
+            }
+            _ = try await admin.createConsoleSession(operatorID: nil, adminTokenHash: TokenSealer.hash(expected), tokenHash: TokenSealer.hash(secret),
+                                                     name: "console", idleSeconds: Self.consoleIdleSeconds, lifetimeSeconds: Self.consoleLifetimeSeconds)
+            return secret
+        }
+        guard let email = form.text("email"), let password = form["password"], !password.isEmpty else {
+            throw StratusError.badRequest("give your email address and password (or the admin token)")
+        }
+        let (address, checked) = try Self.credentials(["emailAddress": .string(email), "password": .string(password)])
+        let account = try await verifyOperatorPassword(email: address, password: checked)
+        _ = try await admin.createConsoleSession(operatorID: account.operatorID, adminTokenHash: nil, tokenHash: TokenSealer.hash(secret),
+                                                 name: "console", idleSeconds: Self.consoleIdleSeconds, lifetimeSeconds: Self.consoleLifetimeSeconds)
+        return secret
+    }
+
+    /// The console's script and style sheet (`Resources/console/`), by file name.
+    static let consoleAssets: [String: (text: String, type: String)] = {
+        var assets: [String: (text: String, type: String)] = [:]
+        for file in EmbeddedResources.files where file.name.hasPrefix("console/") {
+            let name = String(file.name.dropFirst("console/".count))
+            let type = name.hasSuffix(".css") ? "text/css; charset=utf-8" : name.hasSuffix(".js") ? "text/javascript; charset=utf-8" : "text/plain; charset=utf-8"
+            assets[name] = (file.text, type)
+        }
+        return assets
+    }()
+}

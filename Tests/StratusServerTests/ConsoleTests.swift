@@ -1,0 +1,270 @@
+import Foundation
+import HTTPTypes
+import NIOCore
+import StratusCore
+@testable import StratusServer
+import Testing
+
+/// The console over HTTP: its session cookie, the CSRF token and origin check on every change,
+/// the headers that keep pages from running anything but their own script, escaping of every
+/// value it shows, and the same answers as the management API for each kind of team member.
+/// (`Deploy/console/e2e.py` drives it in a browser.)
+@Suite(.timeLimit(.minutes(10))) struct ConsoleTests {
+    static let origin = "http://127.0.0.1:8080"
+
+    /// A browser of the console: its cookie and the CSRF token of the last page.
+    struct Browser: Sendable {
+        let harness: Harness
+        var cookie = ""
+        var csrf = ""
+
+        /// A GET; remembers the page's CSRF token.
+        mutating func get(_ path: String) async throws -> (status: Int, html: String, headers: HTTPFields) {
+            let answer = try await raw(.get, path, body: nil, headers: cookie.isEmpty ? [:] : [.cookie: cookie])
+            if let match = answer.html.firstMatch(of: /name="csrf" value="([0-9a-f]{64})"/) { csrf = String(match.output.1) }
+            return answer
+        }
+
+        /// A form POST from a console page (same origin, the CSRF token) unless told otherwise.
+        func post(_ path: String, _ fields: [(String, String)], origin: String? = ConsoleTests.origin, csrf given: String? = nil,
+                  withToken: Bool = true) async throws -> (status: Int, html: String, headers: HTTPFields) {
+            var all = fields
+            if withToken { all.append(("csrf", given ?? csrf)) }
+            let body = all.map { "\(ConsolePath.segment($0.0))=\(ConsolePath.segment($0.1))" }.joined(separator: "&")
+            var headers: HTTPFields = [.contentType: "application/x-www-form-urlencoded"]
+            if !cookie.isEmpty { headers[.cookie] = cookie }
+            if let origin { headers[.origin] = origin }
+            return try await raw(.post, path, body: body, headers: headers)
+        }
+
+        func raw(_ method: HTTPRequest.Method, _ path: String, body: String?, headers: HTTPFields) async throws -> (status: Int, html: String, headers: HTTPFields) {
+            for pair in body?.split(separator: "&") ?? [] where pair.hasPrefix("password=") || pair.hasPrefix("adminToken=") {
+                TestSecrets.record(String(pair.split(separator: "=", maxSplits: 1).last ?? "").removingPercentEncoding)
+            }
+            return try await harness.client.execute(uri: path, method: method, headers: headers, body: body.map { ByteBuffer(string: $0) }) { response in
+                (Int(response.status.code), String(buffer: response.body), response.headers)
+            }
+        }
+
+        /// Signs in with an operator's email address and password (or the admin token).
+        mutating func signIn(email: String? = nil, password: String? = nil, adminToken: String? = nil) async throws -> Int {
+            let fields = adminToken.map { [("adminToken", $0)] } ?? [("email", email ?? ""), ("password", password ?? "")]
+            let answer = try await post("/console/signin", fields, withToken: false)
+            if let setCookie = answer.headers[.setCookie], let value = setCookie.split(separator: ";").first {
+                cookie = String(value)
+                TestSecrets.record(String(value.split(separator: "=", maxSplits: 1).last ?? ""))
+            }
+            return answer.status
+        }
+    }
+
+    @Test func signingInChangesAndSigningOutAsAPersonWould() async throws {
+        try await Harness.run { harness in
+            let ada = try await harness.signedInOperator(superuser: true)
+            var browser = Browser(harness: harness)
+            // Not signed in: every page leads to the sign-in page, whose form password managers understand.
+            let anonymous = try await browser.get("/console")
+            #expect(anonymous.status == 303 && anonymous.headers[.location] == "/console/signin")
+            let form = try await browser.get("/console/signin")
+            #expect(form.status == 200 && form.html.contains(#"autocomplete="username""#) && form.html.contains(#"autocomplete="current-password""#))
+            #expect(form.headers[HTTPField.Name("Content-Security-Policy")!]?.contains("default-src 'self'") == true)
+            #expect(form.headers[HTTPField.Name("Content-Security-Policy")!]?.contains("frame-ancestors 'none'") == true)
+            // A sign-in from another origin is refused; a wrong password says so and sets no cookie.
+            #expect(try await browser.post("/console/signin", [("email", ada.email), ("password", ada.password)], origin: "https://evil.example", withToken: false).status == 403)
+            #expect(try await browser.signIn(email: ada.email, password: "wrong password") == 401 && browser.cookie.isEmpty)
+            #expect(try await browser.signIn(email: ada.email, password: ada.password) == 303)
+            let signedIn = try await browser.raw(.post, "/console/signin", body: "email=\(ConsolePath.segment(ada.email))&password=\(ConsolePath.segment(ada.password))",
+                                                 headers: [.contentType: "application/x-www-form-urlencoded", .origin: Self.origin])
+            let cookie = try #require(signedIn.headers[.setCookie])
+            #expect(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict") && cookie.contains("Path=/console") && !cookie.contains("Secure"), "\(cookie)")
+            let home = try await browser.get("/console")
+            #expect(home.status == 200 && home.html.contains(ada.email), "\(home.html.prefix(500))")
+            #expect(home.headers[.cacheControl] == "no-store")
+            #expect(!browser.csrf.isEmpty)
+
+            // Changes need the page's token and the console's origin; without either, nothing changes.
+            let name = "iCloud.com.example.Console\(UInt32.random(in: 0...UInt32.max))"
+            #expect(try await browser.post("/console/containers", [("name", name)], withToken: false).status == 403)
+            #expect(try await browser.post("/console/containers", [("name", name)], csrf: String(repeating: "0", count: 64)).status == 403)
+            #expect(try await browser.post("/console/containers", [("name", name)], origin: "https://evil.example").status == 403)
+            #expect(try await browser.post("/console/containers", [("name", name)], origin: nil).status == 403)
+            #expect(try await harness.admin(.get, "containers").json["containers"]?.arrayValue?.contains { $0["name"]?.stringValue == name } == false)
+            // No GET changes anything: a GET of an action's path is no action.
+            #expect(try await browser.get("/console/containers").status == 404)
+            let created = try await browser.post("/console/containers", [("name", name)])
+            #expect(created.status == 303, "\(created.html.prefix(400))")
+            #expect(try await harness.admin(.get, "containers").json["containers"]?.arrayValue?.contains { $0["name"]?.stringValue == name } == true)
+            // The audit log names the operator and the console session's credential.
+            let audit = try await harness.admin(.get, "containers/\(name)/audit")
+            #expect(audit.json["entries"]?.arrayValue?.first?["actor"]?.stringValue?.hasPrefix("operator \(ada.email) (credential ") == true, "\(audit.json)")
+
+            // Signing out ends the session on the server: the old cookie opens nothing.
+            let old = browser
+            let out = try await browser.post("/console/signout", [])
+            #expect(out.status == 303 && out.headers[.setCookie]?.contains("Max-Age=0") == true)
+            var replay = old
+            #expect(try await replay.get("/console").status == 303)
+
+            // A session unused for longer than the idle limit has ended.
+            var idle = Browser(harness: harness)
+            #expect(try await idle.signIn(email: ada.email, password: ada.password) == 303)
+            #expect(try await idle.get("/console").status == 200)
+            try await harness.database.withConnection { connection in
+                try await connection.statement("UPDATE operator_credentials SET last_used_at = now() - interval '31 minutes' WHERE kind = 'console'", logger: TestCluster.logger)
+            }
+            #expect(try await idle.get("/console").status == 303)
+
+            // The admin token signs in too (as a superuser); a wrong one does not.
+            var root = Browser(harness: harness)
+            #expect(try await root.signIn(adminToken: "not the token") == 401)
+            #expect(try await root.signIn(adminToken: Harness.adminToken) == 303)
+            let rootHome = try await root.get("/console")
+            #expect(rootHome.status == 200 && rootHome.html.contains("the admin token") && rootHome.html.contains(name))
+        }
+    }
+
+    @Test func everyValueIsEscapedWherever() async throws {
+        try await Harness.run { harness in
+            let hostile = #"<script>alert(1)</script>"#
+            let attribute = #""><img src=x onerror=alert(2)>"#
+            let session = try await harness.container()
+            let container = session.container
+            // Hostile text wherever the console shows data it did not write itself.
+            let user = try await session.signedUp("\(hostile)@example.com")
+            _ = user
+            let token = try await harness.admin(.post, "containers/\(container)/tokens", json: ["environment": "development", "name": .string(attribute)])
+            #expect(token.status == 201, "\(token.json)")
+            var signer = Signer()
+            let key = try await harness.admin(.post, "containers/\(container)/keys", json: ["environment": "development", "publicKey": .string(signer.publicKeyPEM), "name": .string(hostile)])
+            signer.keyID = key.json["keyID"]?.stringValue ?? ""
+            #expect(key.status == 201)
+            let member = try await harness.signedInOperator("\(hostile)@example.com", teams: [(container, .viewer)])
+            _ = member
+            let subscription = try await user.post("private", "subscriptions/modify", ["operations": [["operationType": "create", "subscription": [
+                "subscriptionID": .string(attribute), "subscriptionType": "zone", "zoneID": ["zoneName": "_defaultZone"]]]]])
+            #expect(subscription.status == 200, "\(subscription.json)")
+            var browser = Browser(harness: harness)
+            #expect(try await browser.signIn(adminToken: Harness.adminToken) == 303)
+            let pages = ["", "/schema", "/deploy", "/users", "/tokens", "/subscriptions", "/shares", "/usage", "/audit", "/team"].map {
+                "/console/c/\(ConsolePath.segment(container))\($0)"
+            } + ["/console"]
+            for page in pages {
+                let answer = try await browser.get(page)
+                #expect(answer.status == 200, "\(page): \(answer.status) \(answer.html.prefix(300))")
+                #expect(!answer.html.contains(hostile) && !answer.html.contains(attribute) && !answer.html.contains("<img"), "\(page) shows raw markup")
+            }
+            // And the escaped forms are there: the values are shown, as text.
+            #expect(try await browser.get("/console/c/\(container)/users").html.contains("&lt;script&gt;alert(1)&lt;/script&gt;@example.com"))
+            #expect(try await browser.get("/console/c/\(container)/tokens").html.contains("&quot;&gt;&lt;img src=x onerror=alert(2)&gt;"))
+            #expect(try await browser.get("/console/c/\(container)/team").html.contains("&lt;script&gt;"))
+            #expect(try await browser.get("/console/c/\(container)/audit").html.contains("&lt;script&gt;"))
+            // A schema's text with markup in a comment comes back as text in the editor.
+            let text = "DEFINE SCHEMA\n  RECORD TYPE Note (title STRING QUERYABLE); // </textarea>\(hostile)\n"
+            let checked = try await browser.post("/console/c/\(container)/schema", [("schema", text), ("action", "check")])
+            #expect(!checked.html.contains(hostile) && checked.html.contains("&lt;/textarea&gt;"), "\(checked.html.suffix(800))")
+        }
+    }
+
+    @Test func theSchemaIsEditedAndDeployedThroughForms() async throws {
+        try await Harness.run { harness in
+            let session = try await harness.container()
+            let container = session.container
+            var browser = Browser(harness: harness)
+            #expect(try await browser.signIn(adminToken: Harness.adminToken) == 303)
+            let base = "/console/c/\(container)"
+            _ = try await browser.get(base + "/schema")
+            #expect(try await browser.post(base + "/schema/edit", [("edit", "type"), ("type", "Note")]).headers[.location]?.contains("notice=") == true)
+            for (field, kind) in [("title", "STRING"), ("count", "INT64"), ("tags", "LIST<STRING>")] {
+                let added = try await browser.post(base + "/schema/edit", [("edit", "field"), ("type", "Note"), ("field", field), ("fieldType", kind), ("queryable", "on")])
+                #expect(added.headers[.location]?.contains("notice=") == true, "\(added.headers)")
+            }
+            _ = try await browser.post(base + "/schema/edit", [("edit", "role"), ("role", "Editor")])
+            _ = try await browser.post(base + "/schema/edit", [("edit", "grant"), ("permission", "READ"), ("role", "_world"), ("type", "Note")])
+            _ = try await browser.post(base + "/schema/edit", [("edit", "index"), ("field", "Note.count"), ("queryable", "on"), ("sortable", "on")])
+            let refused = try await browser.post(base + "/schema/edit", [("edit", "field"), ("type", "Note"), ("field", "bad name"), ("fieldType", "STRING")])
+            #expect(refused.headers[.location]?.contains("error=") == true)
+            let schema = try await harness.admin(.get, "containers/\(container)/schema?environment=development").json["schema"]?.stringValue ?? ""
+            #expect(schema.contains("count INT64 QUERYABLE SORTABLE") && schema.contains("tags LIST<STRING> QUERYABLE") && schema.contains("CREATE ROLE Editor")
+                    && schema.contains("GRANT READ TO \"_world\""), "\(schema)")
+            // Text with a mistake: the validator's line and column, beside the text.
+            let bad = try await browser.post(base + "/schema", [("schema", "DEFINE SCHEMA\n  RECORD TYPE Note (title STRNG);\n"), ("action", "check")])
+            #expect(bad.status == 200 && bad.html.contains("line 2, column") && bad.html.contains("aria-invalid"), "\(bad.html.suffix(1500))")
+            // The deploy: the plan, a dry run, a confirmation that names the container.
+            let plan = try await browser.get(base + "/deploy")
+            #expect(plan.html.contains("Note") && plan.html.contains("type the container"), "\(plan.html.suffix(1500))")
+            let dry = try await browser.post(base + "/deploy", [("action", "dry-run")])
+            #expect(dry.status == 200 && dry.html.contains("Dry run: nothing was changed"))
+            let unconfirmed = try await browser.post(base + "/deploy", [("action", "deploy"), ("confirm", "something else")])
+            #expect(unconfirmed.headers[.location]?.contains("error=") == true)
+            #expect(try await harness.admin(.get, "containers/\(container)/schema?environment=production").json["schema"]?.stringValue?.contains("Note") == false)
+            let deployed = try await browser.post(base + "/deploy", [("action", "deploy"), ("confirm", container)])
+            #expect(deployed.status == 303 && deployed.headers[.location]?.contains("/deploy/progress") == true, "\(deployed.headers)")
+            #expect(try await harness.admin(.get, "containers/\(container)/schema?environment=production").json["schema"]?.stringValue?.contains("Note") == true)
+            // The progress page's script asks for steps with the CSRF header and gets JSON.
+            let progress = try await browser.get(base + "/deploy/progress")
+            #expect(progress.html.contains("data-index-build"))
+            let step = try await browser.raw(.post, base + "/indexes", body: "", headers: [.cookie: browser.cookie, .origin: Self.origin,
+                                                                                         HTTPField.Name("X-CSRF-Token")!: browser.csrf])
+            #expect(step.status == 200 && step.html.contains("\"done\":true"), "\(step.html)")
+        }
+    }
+
+    /// Each console page and action answers each kind of team member as the management API does.
+    @Test func consolePagesFollowTheRoleTable() async throws {
+        try await Harness.run { harness in
+            let session = try await harness.container().signedUp()
+            let container = session.container
+            let user = session.userRecordName ?? ""
+            var callers: [(String, TeamRole?, Browser)] = []
+            for (name, role) in [("owner", TeamRole.owner), ("developer", .developer), ("viewer", .viewer), ("outsider", nil)] as [(String, TeamRole?)] {
+                let person = try await harness.signedInOperator(teams: role.map { [(container, $0)] } ?? [])
+                var browser = Browser(harness: harness)
+                #expect(try await browser.signIn(email: person.email, password: person.password) == 303, "\(name)")
+                _ = try await browser.get("/console")
+                callers.append((name, role, browser))
+            }
+            let base = "/console/c/\(container)"
+            // Page or action → the management route whose rule decides it (and the environment it acts on).
+            let cases: [(method: String, path: String, fields: [(String, String)], rule: String, environment: ContainerEnvironment?)] = [
+                ("GET", base, [], "GET /management/1/containers/:container/schema", nil),
+                ("GET", base + "/schema?environment=production", [], "GET /management/1/containers/:container/schema", nil),
+                ("GET", base + "/deploy", [], "GET /management/1/containers/:container/schema/diff", nil),
+                ("GET", base + "/users", [], "GET /management/1/containers/:container/users", nil),
+                ("GET", base + "/tokens", [], "GET /management/1/containers/:container/keys", nil),
+                ("GET", base + "/usage", [], "GET /management/1/containers/:container/usage", nil),
+                ("GET", base + "/audit", [], "GET /management/1/containers/:container/audit", nil),
+                ("GET", base + "/team", [], "GET /management/1/containers/:container/team", nil),
+                ("GET", base + "/users/\(user)/export", [], "GET /management/1/containers/:container/users/:user/export", nil),
+                ("POST", base + "/schema/edit", [("edit", "role"), ("role", "NEWROLE")], "POST /management/1/containers/:container/schema/import", nil),
+                ("POST", base + "/tokens", [("environment", "development"), ("name", "t")], "POST /management/1/containers/:container/tokens", .development),
+                ("POST", base + "/tokens", [("environment", "production"), ("name", "t")], "POST /management/1/containers/:container/tokens", .production),
+                ("POST", base + "/deploy", [("action", "deploy"), ("confirm", container)], "POST /management/1/containers/:container/schema/deploy", nil),
+                ("POST", base + "/quota", [("environment", "development"), ("maxRecords", "100000")], "PATCH /management/1/containers/:container/quota", nil),
+                ("POST", base + "/users/\(user)/disable", [("environment", "development")], "POST /management/1/containers/:container/users/:user/disable", nil),
+            ]
+            var mismatches: [String] = []
+            for (method, path, fields, rule, environment) in cases {
+                let requirement = try #require(ManagementAccess.routes[rule], "\(rule)")
+                for (name, role, browser) in callers {
+                    var copy = browser
+                    // A new role's name for each (a taken one is refused before the management API is asked).
+                    let filled = fields.map { ($0.0, $0.1 == "NEWROLE" ? "Role\(UInt32.random(in: 0...UInt32.max))" : $0.1) }
+                    let answer = method == "GET" ? try await copy.get(path) : try await browser.post(path, filled)
+                    let expected = ManagementAccess.decide(requirement, caller: ManagementCaller(isSuperuser: false, operatorID: 1), role: role,
+                                                           environment: environment, container: container)
+                    let fine: Bool
+                    switch expected {
+                    case .allowed: fine = answer.status == 200 || answer.status == 303
+                    case .notFound: fine = answer.status == 404 && answer.html.contains("does not exist")
+                    case .denied: fine = answer.status == 403 && answer.html.contains("needs the")
+                    case .unauthenticated: fine = answer.status == 303
+                    }
+                    if !fine { mismatches.append("\(method) \(path) by the \(name): \(answer.status), expected \(expected)") }
+                    #expect(answer.status != 500, "\(method) \(path) by the \(name)")
+                }
+            }
+            print("console access: \(cases.count) pages and actions × \(callers.count) team members, \(mismatches.count) answers unlike the management API's")
+            #expect(mismatches.isEmpty, "\(mismatches.joined(separator: "\n"))")
+        }
+    }
+}
