@@ -98,6 +98,7 @@ public final class StratusApp: Sendable {
         addAuthRoutes(to: router)
         addManagementRoutes(to: router)
         addOperatorRoutes(to: router)
+        addManagedRecordRoutes(to: router)
         addCourierRoutes(to: router)
         addSchemaRoutes(to: router)
         addAssetRoutes(to: router)

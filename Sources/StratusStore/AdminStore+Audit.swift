@@ -60,6 +60,11 @@ extension AuditEntry {
 }
 
 extension AdminStore {
+    /// Writes an entry on its own (for actions that are not one transaction of the store's).
+    public func audit(_ entry: AuditEntry) async throws {
+        try await database.withConnection { connection in try await entry.write(on: connection, logger: logger) }
+    }
+
     /// Audit entries of a container since `since` (all when `nil`), oldest first, at most `limit`.
     public func auditLog(containerID: Int64, since: Date?, limit: Int) async throws -> [AuditEntry] {
         let rows = try await database.withConnection { connection in

@@ -215,6 +215,7 @@ import Testing
             let session = try await harness.container().signedUp()
             let container = session.container
             let user = session.userRecordName ?? ""
+            #expect(try await harness.admin(.post, "containers/\(container)/schema/import", json: ["schema": "DEFINE SCHEMA RECORD TYPE Note (title STRING);"]).status == 200)
             var callers: [(String, TeamRole?, Browser)] = []
             for (name, role) in [("owner", TeamRole.owner), ("developer", .developer), ("viewer", .viewer), ("outsider", nil)] as [(String, TeamRole?)] {
                 let person = try await harness.signedInOperator(teams: role.map { [(container, $0)] } ?? [])
@@ -241,6 +242,9 @@ import Testing
                 ("POST", base + "/deploy", [("action", "deploy"), ("confirm", container)], "POST /management/1/containers/:container/schema/deploy", nil),
                 ("POST", base + "/quota", [("environment", "development"), ("maxRecords", "100000")], "PATCH /management/1/containers/:container/quota", nil),
                 ("POST", base + "/users/\(user)/disable", [("environment", "development")], "POST /management/1/containers/:container/users/:user/disable", nil),
+                ("GET", base + "/records?type=Note", [], "POST /management/1/containers/:container/records/query", nil),
+                ("POST", base + "/records/save", [("environment", "development"), ("type", "Note"), ("field.title", "x")],
+                 "POST /management/1/containers/:container/records/modify", .development),
             ]
             var mismatches: [String] = []
             for (method, path, fields, rule, environment) in cases {
@@ -265,6 +269,80 @@ import Testing
             }
             print("console access: \(cases.count) pages and actions × \(callers.count) team members, \(mismatches.count) answers unlike the management API's")
             #expect(mismatches.isEmpty, "\(mismatches.joined(separator: "\n"))")
+        }
+    }
+
+    @Test func recordsAreFoundShownAndChangedAsAPersonWould() async throws {
+        try await Harness.run { harness in
+            let session = try await harness.container()
+            let container = session.container
+            let schema = """
+                DEFINE SCHEMA
+                  RECORD TYPE Note (title STRING QUERYABLE SORTABLE SEARCHABLE, count INT64 QUERYABLE SORTABLE, due TIMESTAMP QUERYABLE SORTABLE,
+                                    place LOCATION QUERYABLE, parent REFERENCE QUERYABLE, tags LIST<STRING> QUERYABLE,
+                                    GRANT WRITE TO "_creator", GRANT CREATE TO "_icloud", GRANT READ TO "_world");
+                """
+            #expect(try await harness.admin(.post, "containers/\(container)/schema/import", json: ["schema": .string(schema)]).status == 200)
+            let ada = try await session.signedUp("ada@example.com")
+            var operations: [JSON] = []
+            for index in 0..<5 {
+                operations.append(["operationType": "create", "record": ["recordType": "Note", "recordName": .string("note-\(index)"), "fields": [
+                    "title": ["value": .string(index == 4 ? "<script>alert(3)</script>" : "note \(index)")], "count": ["value": .int(Int64(index))],
+                    "due": ["value": 1_795_000_000_000], "place": ["value": ["latitude": 52.5, "longitude": 13.4]],
+                    "parent": ["value": ["recordName": "note-0", "action": "NONE"]], "tags": ["value": ["a", "b"]]]]])
+            }
+            #expect(try await ada.post("public", "records/modify", ["operations": .array(operations)]).status == 200)
+            #expect(try await ada.post("private", "records/modify", ["operations": [["operationType": "create", "record": [
+                "recordType": "Note", "recordName": "secret", "fields": ["title": ["value": "Ada's own"]]]]]]).status == 200)
+            var browser = Browser(harness: harness)
+            #expect(try await browser.signIn(adminToken: Harness.adminToken) == 303)
+            let base = "/console/c/\(container)/records"
+            // The schema's types link to their records; the builder's filters and sort reach the API.
+            #expect(try await browser.get(base).html.contains("type=Note"))
+            let all = try await browser.get(base + "?type=Note&sort=count&order=descending&limit=2")
+            #expect(all.status == 200 && all.html.contains("note-4") && all.html.contains("note-3") && !all.html.contains(">note-1<"), "\(all.html.suffix(2000))")
+            #expect(!all.html.contains("<script>alert(3)") && all.html.contains("&lt;script&gt;alert(3)"))
+            let next = try #require(all.html.firstMatch(of: /rel="next" href="([^"]+)"/).map { String($0.output.1).replacingOccurrences(of: "&amp;", with: "&") })
+            let second = try await browser.get(next)
+            #expect(second.html.contains("note-2") && second.html.contains("note-1") && !second.html.contains(">note-4<"), "\(second.html.suffix(1500))")
+            let filtered = try await browser.get(base + "?type=Note&f1=count&o1=GREATER_THAN_OR_EQUALS&v1=3&f2=tags&o2=LIST_CONTAINS&v2=a")
+            #expect(filtered.html.contains(">note-3<") && filtered.html.contains(">note-4<") && !filtered.html.contains(">note-2<"), "\(filtered.html.suffix(1500))")
+            let near = try await browser.get(base + "?type=Note&f1=place&o1=NEAR&v1=52.5,13.4,1000")
+            #expect(near.html.contains(">note-0<"), "\(near.html.suffix(1500))")
+            let bad = try await browser.get(base + "?type=Note&f1=count&o1=EQUALS&v1=many")
+            #expect(bad.html.contains("is not a whole number"))
+            // A record by type: dates as dates, locations as coordinates, references as links.
+            let view = try await browser.get(base + "/view?name=note-1")
+            #expect(view.html.contains("2026-11-18T") && view.html.contains("52.5, 13.4") && view.html.contains("name=note-0\">note-0</a>"), "\(view.html.suffix(3000))")
+            // Change, create, delete in development.
+            let tag = try #require(view.html.firstMatch(of: /name="tag" value="([^"]+)"/).map { String($0.output.1) })
+            let saved = try await browser.post(base + "/save", [("environment", "development"), ("database", "public"), ("zone", "_defaultZone"), ("type", "Note"),
+                                                                 ("name", "note-1"), ("tag", tag), ("field.title", "changed in the console"), ("field.count", "41")])
+            #expect(saved.status == 303 && saved.headers[.location]?.contains("notice=") == true, "\(saved.headers)")
+            #expect(try await browser.get(base + "/view?name=note-1").html.contains("changed in the console"))
+            let created = try await browser.post(base + "/save", [("environment", "development"), ("database", "public"), ("zone", "_defaultZone"), ("type", "Note"),
+                                                                   ("name", "from-console"), ("field.title", "new"), ("field.due", "2026-11-26T10:00:00Z"), ("field.tags", "x, y")])
+            #expect(created.headers[.location]?.contains("name=from-console") == true, "\(created.headers)")
+            let lookup = try await ada.post("public", "records/lookup", ["records": [["recordName": "from-console"]]])
+            #expect(lookup.json["records"]?.arrayValue?.first?["fields"]?["tags"]?["value"] == ["x", "y"], "\(lookup.json)")
+            let unticked = try await browser.post(base + "/delete", [("environment", "development"), ("database", "public"), ("name", "from-console")])
+            #expect(unticked.headers[.location]?.contains("error=") == true)
+            let deleted = try await browser.post(base + "/delete", [("environment", "development"), ("database", "public"), ("name", "from-console"), ("really", "on")])
+            #expect(deleted.headers[.location]?.contains("notice=") == true, "\(deleted.headers)")
+            #expect(try await ada.post("public", "records/lookup", ["records": [["recordName": "from-console"]]]).json["records"]?.arrayValue?.first?["serverErrorCode"] == "NOT_FOUND")
+            // A user's private database, read as them: audited.
+            let mine = try await browser.get(base + "?type=Note&database=private&user=ada@example.com")
+            #expect(mine.html.contains(">secret<"), "\(mine.html.suffix(1500))")
+            let audit = try await harness.admin(.get, "containers/\(container)/audit")
+            #expect(audit.json["entries"]?.arrayValue?.contains { $0["action"] == "records.read" && $0["target"] == .string(ada.userRecordName ?? "") } == true, "\(audit.json)")
+            #expect(audit.json["entries"]?.arrayValue?.contains { $0["action"] == "records.modify" } == true)
+            // Production changes need the container's identifier typed.
+            try await harness.deploy(schema, to: container)
+            let unconfirmed = try await browser.post(base + "/save", [("environment", "production"), ("database", "public"), ("type", "Note"), ("field.title", "p")])
+            #expect(unconfirmed.headers[.location]?.contains("error=") == true)
+            let confirmed = try await browser.post(base + "/save", [("environment", "production"), ("database", "public"), ("type", "Note"), ("field.title", "p"),
+                                                                     ("confirm", container)])
+            #expect(confirmed.headers[.location]?.contains("notice=") == true, "\(confirmed.headers)")
         }
     }
 }

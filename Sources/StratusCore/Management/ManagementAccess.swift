@@ -145,6 +145,12 @@ public enum ManagementAccess {
             ("POST", "\(container)/users/:user/erase", .member(.owner)),
             ("GET", "\(container)/shares", .member(.viewer)),
             ("GET", "\(container)/subscriptions", .member(.viewer)),
+            // Records of any database, as the console's records browser reads and changes them (a
+            // user's private or shared database is read as that user, and audited).
+            ("POST", "\(container)/records/query", .member(.viewer)),
+            ("POST", "\(container)/records/lookup", .member(.viewer)),
+            ("POST", "\(container)/zones/list", .member(.viewer)),
+            ("POST", "\(container)/records/modify", developmentOrOwner(.body(default: .development))),
             // Custom roles' members.
             ("GET", "\(container)/roles", .member(.viewer)),
             ("GET", "\(container)/roles/:role/members", .member(.viewer)),

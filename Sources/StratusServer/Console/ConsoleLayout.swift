@@ -5,7 +5,7 @@ import StratusCore
 enum ConsoleLayout {
     /// The sections of a container's pages: path below the container, and title.
     static let sections: [(path: String, title: String)] = [
-        ("", "Overview"), ("schema", "Schema"), ("deploy", "Deploy"), ("users", "Users"), ("tokens", "Tokens & keys"),
+        ("", "Overview"), ("schema", "Schema"), ("deploy", "Deploy"), ("records", "Records"), ("users", "Users"), ("tokens", "Tokens & keys"),
         ("subscriptions", "Subscriptions"), ("shares", "Shares"), ("usage", "Usage & quotas"), ("audit", "Audit log"), ("team", "Team"),
     ]
 

@@ -43,6 +43,7 @@ extension StratusApp {
                 cards.append("""
                     <section class="card"><h2>\(env)</h2><ul>
                     <li><a href="\(ConsolePath.make("c", container, "schema") + ConsolePath.query([("environment", env)]))">Schema</a></li>
+                    <li><a href="\(ConsolePath.make("c", container, "records") + ConsolePath.query([("environment", env)]))">Records</a></li>
                     <li><a href="\(ConsolePath.make("c", container, "users") + ConsolePath.query([("environment", env)]))">Users</a></li>
                     <li><a href="\(ConsolePath.make("c", container, "usage") + ConsolePath.query([("environment", env)]))">Usage and quotas</a></li>
                     </ul></section>
@@ -53,6 +54,7 @@ extension StratusApp {
         }
         addConsoleSchemaPages(router)
         addConsoleAdminPages(router)
+        addConsoleRecordPages(router)
     }
 
     // MARK: Schema and deploy
@@ -170,11 +172,12 @@ extension StratusApp {
                 let flags = [field.queryable ? "QUERYABLE" : nil, field.sortable ? "SORTABLE" : nil, field.searchable ? "SEARCHABLE" : nil].compactMap { $0 }
                 return ["\(name)", "\(SchemaLanguage.typeName(field))", "\(flags.joined(separator: " "))"]
             }
+            let records = ConsolePath.make("c", container, "records") + ConsolePath.query([("environment", environment.rawValue), ("type", type)])
             let grants = (schema.grants[type] ?? [:]).keys.sorted().map { role -> String in
                 "\((schema.grants[type]?[role] ?? []).sorted().map(\.rawValue).joined(separator: ", ")) to \(role)"
             }
             parts.append("""
-                <section class="record-type"><h2 id="type-\(type)">\(type)</h2>
+                <section class="record-type"><h2 id="type-\(type)">\(type)</h2><p><a href="\(records)">Browse \(type) records</a></p>
                 \(ConsoleLayout.table("Fields of \(type)", ["Field", "Type", "Indexes"], rows, empty: "No fields yet."))
                 <p>Grants: \(grants.isEmpty ? "none (no role may use it in the public database)" : grants.joined(separator: "; ")).</p></section>
                 """)

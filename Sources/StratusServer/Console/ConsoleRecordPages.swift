@@ -1,0 +1,396 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import StratusCore
+
+/// Where a records page looks: environment, database, whose (for private and shared), zone.
+struct RecordPlace: Sendable {
+    var environment: ContainerEnvironment
+    var database: String
+    var user: String?
+    var zone: String
+
+    init(_ read: (String) -> String?) {
+        environment = read("environment").flatMap(ContainerEnvironment.init(rawValue:)) ?? .development
+        database = ["private", "shared"].contains(read("database") ?? "") ? read("database")! : "public"
+        user = database == "public" ? nil : read("user")
+        zone = read("zone") ?? Names.defaultZone
+    }
+
+    /// The management body's keys for this place.
+    var body: [String: JSON] {
+        var members: [String: JSON] = ["environment": .string(environment.rawValue), "database": .string(database),
+                                       "zoneID": ["zoneName": .string(zone)]]
+        if let user { members["user"] = .string(user) }
+        return members
+    }
+
+    /// Query-string pairs for links that stay here.
+    var pairs: [(String, String)] {
+        [("environment", environment.rawValue), ("database", database), ("zone", zone)] + (user.map { [("user", $0)] } ?? [])
+    }
+
+    /// Hidden form fields that carry the place.
+    var hidden: HTML {
+        HTML.join(pairs.map { "<input type=\"hidden\" name=\"\($0.0)\" value=\"\($0.1)\">" })
+    }
+}
+
+/// The records browser: a query builder over any database, a record's fields by type, and its
+/// creation, change and deletion.
+extension StratusApp {
+    /// The comparators the query builder offers (every one the API has).
+    static let consoleComparators = FilterComparator.allCases.map(\.rawValue)
+
+    func addConsoleRecordPages(_ router: Router<BasicRequestContext>) {
+        console(router, .get, "/console/c/:container/records") { call in
+            let container = call.container
+            let place = RecordPlace(call.query)
+            let schema = try await self.consoleSchema(call, container: container, environment: place.environment)
+            var body = Self.placeForm(call, place: place, schema: schema, container: container)
+            guard let type = call.query("type"), let fields = schema.recordTypes[type] else {
+                let links = schema.recordTypes.keys.sorted().map { type -> HTML in
+                    "<li><a href=\"\(ConsolePath.make("c", container, "records") + ConsolePath.query(place.pairs + [("type", type)]))\">\(type)</a></li>"
+                }
+                body = "\(body)\(links.isEmpty ? "<p class=\"empty\">The \(place.environment.rawValue) schema has no record types yet.</p>" : "<h2>Record types</h2><ul>\(links)</ul>" as HTML)"
+                return call.page("Records", container: container, section: "records", body)
+            }
+            // The query, from the builder's fields.
+            var filters: [JSON] = []
+            var problems: [String] = []
+            for index in 1...3 {
+                guard let field = call.query("f\(index)"), let comparator = call.query("o\(index)") else { continue }
+                guard let definition = fields[field] else { problems.append("\(type) has no field \(field)"); continue }
+                do {
+                    filters.append(try Self.filterJSON(field: field, comparator: comparator, text: call.query("v\(index)") ?? "", definition: definition))
+                } catch let error as StratusError {
+                    problems.append(error.reason)
+                }
+            }
+            var query: [String: JSON] = ["recordType": .string(type), "filterBy": .array(filters)]
+            if let sort = call.query("sort"), fields[sort] != nil {
+                query["sortBy"] = [["fieldName": .string(sort), "ascending": .bool(call.query("order") != "descending")]]
+            }
+            var request = place.body
+            request["query"] = .object(query)
+            request["resultsLimit"] = .int(Int64(min(200, max(1, Int(call.query("limit") ?? "") ?? 50))))
+            if let marker = call.query("marker") { request["continuationMarker"] = .string(marker) }
+            var results: HTML = ""
+            if problems.isEmpty {
+                let answer = try await call.api(.post, Self.api(container, "records/query"), .object(request))
+                if answer.status == 401 || answer.status == 403 || (answer.status == 404 && answer.reason.hasPrefix("container ")) {
+                    throw ConsoleFailure(status: answer.status, reason: answer.reason)
+                }
+                if answer.ok {
+                    results = Self.recordTable(answer.json, type: type, fields: fields, place: place, container: container)
+                    if let marker = answer.json["continuationMarker"]?.stringValue {
+                        let kept = call.request.uri.queryParameters.filter { $0.key != "marker" }.map { (String($0.key), String($0.value)) }
+                        results = "\(results)<p><a rel=\"next\" href=\"\(ConsolePath.make("c", container, "records") + ConsolePath.query(kept + [("marker", marker)]))\">Next page</a></p>"
+                    }
+                } else {
+                    results = "<p class=\"error\" role=\"alert\">\(answer.reason)</p>"
+                }
+            } else {
+                results = "<p class=\"error\" role=\"alert\">\(problems.joined(separator: "; "))</p>"
+            }
+            let new = ConsolePath.make("c", container, "records", "new") + ConsolePath.query(place.pairs + [("type", type)])
+            body = "\(body)\(Self.queryForm(call, place: place, type: type, fields: fields, container: container))<p><a href=\"\(new)\">New \(type) record</a></p>\(results)"
+            return call.page("\(type) records", container: container, section: "records", body)
+        }
+        console(router, .get, "/console/c/:container/records/view") { call in
+            let container = call.container
+            let place = RecordPlace(call.query)
+            guard let name = call.query("name") else { throw ConsoleFailure(status: 400, reason: "which record? (name= is missing)") }
+            var request = place.body
+            request["records"] = [["recordName": .string(name)]]
+            let answer = try await call.api(.post, Self.api(container, "records/lookup"), .object(request))
+            guard answer.ok else { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
+            guard let record = answer.json["records"]?.arrayValue?.first, record["serverErrorCode"] == nil else {
+                throw ConsoleFailure(status: 404, reason: answer.json["records"]?.arrayValue?.first?["reason"]?.stringValue ?? "no such record")
+            }
+            let type = record["recordType"]?.stringValue ?? ""
+            let schema = try await self.consoleSchema(call, container: container, environment: place.environment)
+            let body: HTML = """
+                \(Self.recordDetails(record, place: place, container: container))
+                \(Self.recordForm(call, place: place, type: type, fields: schema.recordTypes[type] ?? [:], record: record, container: container))
+                <form method="post" action="\(ConsolePath.make("c", container, "records", "delete"))" class="stack">\(ConsoleLayout.csrf(call.user))\(place.hidden)
+                <h2>Delete</h2><input type="hidden" name="name" value="\(name)"><input type="hidden" name="tag" value="\(record["recordChangeTag"]?.stringValue ?? "")">
+                <label><input type="checkbox" name="really" value="on"> Delete \(name) for good</label>\(Self.productionConfirmation(place, container: container))
+                <button type="submit" class="danger">Delete the record</button></form>
+                """
+            return call.page(name, container: container, section: "records", body)
+        }
+        console(router, .get, "/console/c/:container/records/new") { call in
+            let container = call.container
+            let place = RecordPlace(call.query)
+            let schema = try await self.consoleSchema(call, container: container, environment: place.environment)
+            guard let type = call.query("type"), let fields = schema.recordTypes[type] else { throw ConsoleFailure(status: 404, reason: "choose a record type of the schema") }
+            return call.page("New \(type) record", container: container, section: "records",
+                             Self.recordForm(call, place: place, type: type, fields: fields, record: nil, container: container))
+        }
+        console(router, .post, "/console/c/:container/records/save") { call in
+            let container = call.container
+            let place = RecordPlace { call.form.text($0) }
+            let schema = try await self.consoleSchema(call, container: container, environment: place.environment)
+            guard let type = call.form.text("type"), let fields = schema.recordTypes[type] else { throw ConsoleFailure(status: 400, reason: "choose a record type of the schema") }
+            let back = ConsolePath.make("c", container, "records") + ConsolePath.query(place.pairs + [("type", type)])
+            if place.environment == .production, call.form.text("confirm") != container {
+                return Self.seeOther(back + "&error=" + ConsolePath.segment("a change in production needs the container's identifier typed to confirm; nothing was changed"))
+            }
+            var values: [String: JSON] = [:]
+            do {
+                for (field, definition) in fields where !field.hasPrefix("___") {
+                    guard let text = call.form.text("field." + field) else { continue }
+                    values[field] = ["value": try Self.fieldValue(text, definition.type)]
+                }
+            } catch let error as StratusError {
+                return Self.seeOther(back + "&error=" + ConsolePath.segment(error.reason))
+            }
+            var record: [String: JSON] = ["recordType": .string(type), "fields": .object(values)]
+            let name = call.form.text("name")
+            if let name { record["recordName"] = .string(name) }
+            let tag = call.form.text("tag")
+            if let tag { record["recordChangeTag"] = .string(tag) }
+            var request = place.body
+            request["operations"] = [["operationType": .string(tag == nil ? "create" : "update"), "record": .object(record)]]
+            let answer = try await call.api(.post, Self.api(container, "records/modify"), .object(request))
+            guard answer.ok else { return try Self.actionFailed(answer, back: back) }
+            let saved = answer.json["records"]?.arrayValue?.first
+            if let reason = saved?["reason"]?.stringValue { return Self.seeOther(back + "&error=" + ConsolePath.segment(reason)) }
+            let savedName = saved?["recordName"]?.stringValue ?? name ?? ""
+            return Self.seeOther(ConsolePath.make("c", container, "records", "view") + ConsolePath.query(place.pairs + [("name", savedName), ("notice", "saved \(savedName)")]))
+        }
+        console(router, .post, "/console/c/:container/records/delete") { call in
+            let container = call.container
+            let place = RecordPlace { call.form.text($0) }
+            let name = call.form.text("name") ?? ""
+            let view = ConsolePath.make("c", container, "records", "view") + ConsolePath.query(place.pairs + [("name", name)])
+            guard call.form["really"] == "on" else { return Self.seeOther(view + "&error=" + ConsolePath.segment("tick the box to delete; nothing was deleted")) }
+            if place.environment == .production, call.form.text("confirm") != container {
+                return Self.seeOther(view + "&error=" + ConsolePath.segment("a change in production needs the container's identifier typed to confirm; nothing was changed"))
+            }
+            // With the change tag the page showed, a record changed since is not deleted (CONFLICT).
+            var record: [String: JSON] = ["recordName": .string(name)]
+            let tag = call.form.text("tag")
+            if let tag { record["recordChangeTag"] = .string(tag) }
+            var request = place.body
+            request["operations"] = [["operationType": tag == nil ? "forceDelete" : "delete", "record": .object(record)]]
+            let answer = try await call.api(.post, Self.api(container, "records/modify"), .object(request))
+            guard answer.ok else { return try Self.actionFailed(answer, back: view) }
+            if let reason = answer.json["records"]?.arrayValue?.first?["reason"]?.stringValue { return Self.seeOther(view + "&error=" + ConsolePath.segment(reason)) }
+            return Self.seeOther(ConsolePath.make("c", container, "records") + ConsolePath.query(place.pairs + [("notice", "deleted \(name)")]))
+        }
+    }
+
+    /// The environment's schema, through the management API.
+    func consoleSchema(_ call: ConsoleCall, container: String, environment: ContainerEnvironment) async throws -> Schema {
+        let exported = try await call.require(.get, Self.api(container, "schema?environment=\(environment.rawValue)"))
+        return (try? SchemaLanguage.parse(exported["schema"]?.stringValue ?? "")) ?? Schema()
+    }
+
+    /// Chooses environment, database, user and zone.
+    static func placeForm(_ call: ConsoleCall, place: RecordPlace, schema: Schema, container: String) -> HTML {
+        let databases = ["public", "private", "shared"].map { "<option\($0 == place.database ? " selected" : "")>\($0)</option>" as HTML }
+        let type: HTML = call.query("type").map { "<input type=\"hidden\" name=\"type\" value=\"\($0)\">" } ?? ""
+        return """
+            <form method="get" action="\(ConsolePath.make("c", container, "records"))" class="inline">\(type)
+            <label for="environment">Environment</label> \(ConsoleLayout.environmentSelect(place.environment))
+            <label for="database">Database</label> <select id="database" name="database">\(databases)</select>
+            <label for="user">User (private and shared: email or record name; reading is audited)</label> <input id="user" name="user" value="\(place.user ?? "")">
+            <label for="zone">Zone</label> <input id="zone" name="zone" value="\(place.zone)">
+            <button type="submit">Open</button></form>
+            """
+    }
+
+    /// The query builder: three filters, a sort, a page size.
+    static func queryForm(_ call: ConsoleCall, place: RecordPlace, type: String, fields: [String: FieldSchema], container: String) -> HTML {
+        let names = fields.keys.sorted()
+        func fieldSelect(_ id: String, _ chosen: String?, empty: String) -> HTML {
+            let options = names.map { "<option\($0 == chosen ? " selected" : "")>\($0)</option>" as HTML }
+            return "<select id=\"\(id)\" name=\"\(id)\"><option value=\"\">\(empty)</option>\(options)</select>"
+        }
+        let rows = (1...3).map { index -> HTML in
+            let comparators = consoleComparators.map { "<option\($0 == call.query("o\(index)") ? " selected" : "")>\($0)</option>" as HTML }
+            return """
+                <div class="filter"><label for="f\(index)">Filter \(index) field</label> \(fieldSelect("f\(index)", call.query("f\(index)"), empty: "(none)"))
+                <label for="o\(index)">comparator</label> <select id="o\(index)" name="o\(index)">\(comparators)</select>
+                <label for="v\(index)">value</label> <input id="v\(index)" name="v\(index)" value="\(call.query("v\(index)") ?? "")"></div>
+                """
+        }
+        let order = ["ascending", "descending"].map { "<option\($0 == (call.query("order") ?? "ascending") ? " selected" : "")>\($0)</option>" as HTML }
+        return """
+            <form method="get" action="\(ConsolePath.make("c", container, "records"))" class="stack query">\(place.hidden)<input type="hidden" name="type" value="\(type)">
+            <h2>Query</h2>\(rows)
+            <p class="hint">Values: text, numbers, dates as 2026-11-26T10:00:00Z, locations as latitude,longitude (NEAR: latitude,longitude,metres), references as a record name; IN and the LIST_…_ANY/ALL comparators take values separated by commas.</p>
+            <div><label for="sort">Sort by</label> \(fieldSelect("sort", call.query("sort"), empty: "(record order)"))
+            <label for="order">order</label> <select id="order" name="order">\(order)</select>
+            <label for="limit">per page</label> <input id="limit" name="limit" value="\(call.query("limit") ?? "50")" inputmode="numeric" size="4"></div>
+            <button type="submit">Run the query</button></form>
+            """
+    }
+
+    /// One filter of the query builder as the API takes it.
+    static func filterJSON(field: String, comparator: String, text: String, definition: FieldSchema) throws(StratusError) -> JSON {
+        guard let kind = FilterComparator(rawValue: comparator) else { throw .badRequest("unknown comparator \(comparator)") }
+        var filter: [String: JSON] = ["fieldName": .string(field), "comparator": .string(kind.rawValue)]
+        let element = FieldType(definition.type.scalar)
+        switch kind {
+        case .near:
+            let parts = text.split(separator: ",").map { Double($0.trimmingCharacters(in: .whitespaces)) }
+            guard parts.count == 3, let latitude = parts[0], let longitude = parts[1], let metres = parts[2] else {
+                throw .badRequest("NEAR takes latitude,longitude,metres")
+            }
+            filter["fieldValue"] = ["value": ["latitude": .double(latitude), "longitude": .double(longitude)]]
+            filter["distance"] = .double(metres)
+        case .in, .notIn, .listContainsAny, .notListContainsAny, .listContainsAll, .notListContainsAll:
+            let items = try text.split(separator: ",").map { piece throws(StratusError) in try fieldValue(piece.trimmingCharacters(in: .whitespaces), element) }
+            filter["fieldValue"] = ["value": .array(items)]
+        default:
+            filter["fieldValue"] = ["value": try fieldValue(text, element)]
+        }
+        return .object(filter)
+    }
+
+    /// A field's value from what a person typed, by the field's type.
+    static func fieldValue(_ text: String, _ type: FieldType) throws(StratusError) -> JSON {
+        if type.isList {
+            let items = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            return .array(try items.map { item throws(StratusError) in try fieldValue(item, FieldType(type.scalar)) })
+        }
+        switch type.scalar {
+        case .string:
+            return .string(text)
+        case .int64:
+            guard let value = Int64(text) else { throw .badRequest("'\(text)' is not a whole number") }
+            return .int(value)
+        case .double:
+            guard let value = Double(text), value.isFinite else { throw .badRequest("'\(text)' is not a number") }
+            return .double(value)
+        case .timestamp:
+            if let milliseconds = Int64(text) { return .int(milliseconds) }
+            guard let date = ISO8601DateFormatter().date(from: text) else { throw .badRequest("'\(text)' is not a date such as 2026-11-26T10:00:00Z") }
+            return .int(Int64(date.timeIntervalSince1970 * 1000))
+        case .reference:
+            try Names.validateRecordName(text)
+            return ["recordName": .string(text), "action": "NONE"]
+        case .location:
+            let parts = text.split(separator: ",").map { Double($0.trimmingCharacters(in: .whitespaces)) }
+            guard parts.count == 2, let latitude = parts[0], let longitude = parts[1] else { throw .badRequest("a location is latitude,longitude") }
+            return ["latitude": .double(latitude), "longitude": .double(longitude)]
+        case .bytes:
+            guard Data(base64Encoded: text) != nil else { throw .badRequest("bytes are given as base64") }
+            return .string(text)
+        case .asset:
+            throw .badRequest("assets are uploaded by apps, not typed here")
+        }
+    }
+
+    /// A field's value as a person reads it: dates as dates, locations as coordinates, references
+    /// as links to their record, assets as a download link.
+    static func renderValue(_ field: JSON, place: RecordPlace, container: String) -> HTML {
+        let type = field["type"]?.stringValue ?? ""
+        let value = field["value"] ?? .null
+        func one(_ value: JSON, _ type: String) -> HTML {
+            switch type {
+            case "TIMESTAMP":
+                if case .int(let milliseconds) = value { return "<time>\(ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000)))</time>" }
+            case "LOCATION":
+                if let latitude = value["latitude"], let longitude = value["longitude"] { return "\(JSONWriter.string(latitude)), \(JSONWriter.string(longitude))" }
+            case "REFERENCE":
+                if let name = value["recordName"]?.stringValue {
+                    var target = place
+                    if let zone = value["zoneID"]?["zoneName"]?.stringValue { target.zone = zone }
+                    return "<a href=\"\(ConsolePath.make("c", container, "records", "view") + ConsolePath.query(target.pairs + [("name", name)]))\">\(name)</a>"
+                }
+            case "ASSETID":
+                if let url = value["downloadURL"]?.stringValue, url.hasPrefix("http://") || url.hasPrefix("https://") {
+                    return "<a href=\"\(url)\">download (\(value["size"]?.intValue ?? 0) bytes)</a>"
+                }
+                return "asset (\(value["size"]?.intValue ?? 0) bytes)"
+            case "BYTES":
+                return "\(((value.stringValue ?? "").count * 3) / 4) bytes"
+            default:
+                if let text = value.stringValue { return "\(text)" }
+            }
+            return "\(JSONWriter.string(value))"
+        }
+        if type.hasSuffix("_LIST"), let items = value.arrayValue {
+            let scalar = String(type.dropLast(5))
+            return "<ul class=\"list\">\(items.map { "<li>\(one($0, scalar))</li>" as HTML })</ul>"
+        }
+        return one(value, type)
+    }
+
+    /// A page of query results.
+    static func recordTable(_ answer: JSON, type: String, fields: [String: FieldSchema], place: RecordPlace, container: String) -> HTML {
+        let shown = fields.keys.filter { !$0.hasPrefix("___") }.sorted().prefix(6)
+        let rows = (answer["records"]?.arrayValue ?? []).map { record -> [HTML] in
+            let name = record["recordName"]?.stringValue ?? ""
+            let link: HTML = "<a href=\"\(ConsolePath.make("c", container, "records", "view") + ConsolePath.query(place.pairs + [("name", name)]))\">\(name)</a>"
+            let modified = record["modified"]?["timestamp"]?.intValue.map { ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double($0) / 1000)) } ?? ""
+            return [link] + shown.map { field in record["fields"]?[field].map { renderValue($0, place: place, container: container) } ?? "" } + ["\(modified)"]
+        }
+        return ConsoleLayout.table("\(type) records", ["Record"] + shown + ["Modified"], rows, empty: "No records match.")
+    }
+
+    /// A record's fields and metadata.
+    static func recordDetails(_ record: JSON, place: RecordPlace, container: String) -> HTML {
+        let fields = record["fields"]?.objectValue ?? [:]
+        let rows = fields.keys.sorted().map { name -> [HTML] in
+            ["\(name)", "\(fields[name]?["type"]?.stringValue ?? "")", renderValue(fields[name]!, place: place, container: container)]
+        }
+        func stamp(_ key: String) -> String {
+            let when = record[key]?["timestamp"]?.intValue.map { ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double($0) / 1000)) } ?? ""
+            return "\(when) by \(record[key]?["userRecordName"]?.stringValue ?? "")"
+        }
+        let share: HTML = record["share"]?["recordName"]?.stringValue.map { "<dt>Share</dt><dd>\($0)</dd>" } ?? ""
+        return """
+            <dl class="meta"><dt>Type</dt><dd>\(record["recordType"]?.stringValue ?? "")</dd><dt>Created</dt><dd>\(stamp("created"))</dd>
+            <dt>Modified</dt><dd>\(stamp("modified"))</dd><dt>Change tag</dt><dd><code>\(record["recordChangeTag"]?.stringValue ?? "")</code></dd>
+            <dt>Where</dt><dd>\(place.environment.rawValue), \(place.database)\(place.user.map { " of \($0)" } ?? ""), zone \(place.zone)</dd>\(share)</dl>
+            \(ConsoleLayout.table("Fields", ["Field", "Type", "Value"], rows, empty: "No fields."))
+            """
+    }
+
+    /// The form that creates a record (`record` nil) or changes one.
+    static func recordForm(_ call: ConsoleCall, place: RecordPlace, type: String, fields: [String: FieldSchema], record: JSON?, container: String) -> HTML {
+        let inputs = fields.keys.filter { !$0.hasPrefix("___") }.sorted().map { name -> HTML in
+            let definition = fields[name]!
+            let current = record?["fields"]?[name]?["value"].map { editText($0, definition.type) } ?? ""
+            if definition.type.scalar == .asset || definition.type.scalar == .bytes {
+                return "<p>\(name) (\(SchemaLanguage.typeName(definition))): apps set it.</p>"
+            }
+            return "<label for=\"field-\(name)\">\(name) (\(SchemaLanguage.typeName(definition)))</label><input id=\"field-\(name)\" name=\"field.\(name)\" value=\"\(current)\">"
+        }
+        let identity: HTML = record.map {
+            "<input type=\"hidden\" name=\"name\" value=\"\($0["recordName"]?.stringValue ?? "")\"><input type=\"hidden\" name=\"tag\" value=\"\($0["recordChangeTag"]?.stringValue ?? "")\">"
+        } ?? "<label for=\"record-name\">Record name (empty: a new UUID)</label><input id=\"record-name\" name=\"name\">"
+        return """
+            <form method="post" action="\(ConsolePath.make("c", container, "records", "save"))" class="stack">\(ConsoleLayout.csrf(call.user))\(place.hidden)
+            <h2>\(record == nil ? "Create" : "Change")</h2><input type="hidden" name="type" value="\(type)">\(identity)\(inputs)
+            \(productionConfirmation(place, container: container))<button type="submit">Save</button></form>
+            """
+    }
+
+    /// In production, the field that confirms a change by the container's identifier.
+    static func productionConfirmation(_ place: RecordPlace, container: String) -> HTML {
+        guard place.environment == .production else { return "" }
+        return "<label for=\"confirm\">This changes production: type the container's identifier, \(container), to confirm</label><input id=\"confirm\" name=\"confirm\" autocomplete=\"off\">"
+    }
+
+    /// A value as the edit form shows it (what `fieldValue` reads back).
+    static func editText(_ value: JSON, _ type: FieldType) -> String {
+        if type.isList, let items = value.arrayValue { return items.map { editText($0, FieldType(type.scalar)) }.joined(separator: ", ") }
+        switch type.scalar {
+        case .timestamp:
+            if case .int(let milliseconds) = value { return ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000)) }
+        case .location:
+            if let latitude = value["latitude"], let longitude = value["longitude"] { return "\(JSONWriter.string(latitude)),\(JSONWriter.string(longitude))" }
+        case .reference:
+            return value["recordName"]?.stringValue ?? ""
+        default:
+            if let text = value.stringValue { return text }
+        }
+        return JSONWriter.string(value)
+    }
+}
