@@ -28,28 +28,11 @@ swift build --package-path Deploy/openapi-client --scratch-path .build/openapi-c
   exit 1
 }
 
-work=$(mktemp -d /tmp/stratus-contract.XXXXXX)
-chmod 755 "$work"
-admin=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 log="$reports/server.log"
-STRATUS_ADMIN_TOKEN=$admin "$binary" serve --data-dir "$work/data" --port "$port" --bcrypt-cost 4 >"$log" 2>&1 &
-server=$!
-stop() {
-  kill -TERM "$server" 2>/dev/null || true
-  wait "$server" 2>/dev/null || true
-  rm -rf "$work"
-}
-trap stop EXIT
-for _ in $(seq 1 120); do
-  if python3 -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" "http://127.0.0.1:$port/health" 2>/dev/null; then break; fi
-  if ! kill -0 "$server" 2>/dev/null; then
-    echo "contract: stratus serve exited; its log:" >&2
-    tail -40 "$log" >&2
-    exit 1
-  fi
-  sleep 0.5
-done
+trap stop_test_server EXIT
+start_test_server "$binary" "$log"
+admin=$SERVER_ADMIN
+port=${SERVER_URL##*:}
 status=0
 .build/openapi-client/debug/StratusClientCheck "http://127.0.0.1:$port" "$admin" || status=1
 "$PYTHON_TOOLS/python" Deploy/fuzz/api.py "http://127.0.0.1:$port" "$admin" "$seconds" "$reports" || status=1

@@ -51,7 +51,7 @@ check_logs_for_secrets() {
 # reachable then). Sets PYTHON_TOOLS to its bin folder and puts it first on PATH.
 ensure_python_tools() {
   local venv=.build/python-tools
-  local wanted="schemathesis==4.32.5 hypothesis==6.155.2 openapi-spec-validator==0.9.0 cryptography==48.0.0"
+  local wanted="schemathesis==4.32.5 hypothesis==6.155.2 openapi-spec-validator==0.9.0 cryptography==48.0.0 playwright==1.65.2"
   if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$wanted" ]; then
     rm -rf "$venv"
     if ! python3 -m venv "$venv" >/dev/null 2>&1; then
@@ -68,4 +68,38 @@ ensure_python_tools() {
   fi
   PYTHON_TOOLS=$(cd "$venv/bin" && pwd)
   export PATH="$PYTHON_TOOLS:$PATH"
+}
+
+# Starts the built `stratus serve` ($1: the binary) on a free port, with its own embedded
+# PostgreSQL in a temporary folder, a random admin token and cheap bcrypt; its log goes to $2.
+# Sets SERVER_URL, SERVER_ADMIN, SERVER_PID and SERVER_WORK; `stop_test_server` ends it and
+# removes the folder. Returns non-zero (with the log's tail) when it does not come up.
+start_test_server() {
+  local binary=$1 log=$2
+  SERVER_WORK=$(mktemp -d /tmp/stratus-server.XXXXXX)
+  chmod 755 "$SERVER_WORK"
+  SERVER_ADMIN=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  local port
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  SERVER_URL="http://127.0.0.1:$port"
+  STRATUS_ADMIN_TOKEN=$SERVER_ADMIN "$binary" serve --data-dir "$SERVER_WORK/data" --port "$port" --bcrypt-cost 4 \
+    --public-url "$SERVER_URL" >"$log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 1 120); do
+    if python3 -c "import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)" "$SERVER_URL/health" 2>/dev/null; then return 0; fi
+    if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+      echo "Deploy: stratus serve exited; its log:" >&2
+      tail -40 "$log" >&2
+      return 1
+    fi
+    sleep 0.5
+  done
+  echo "Deploy: stratus serve did not answer /health within a minute" >&2
+  return 1
+}
+
+stop_test_server() {
+  kill -TERM "$SERVER_PID" 2>/dev/null || true
+  wait "$SERVER_PID" 2>/dev/null || true
+  rm -rf "$SERVER_WORK"
 }

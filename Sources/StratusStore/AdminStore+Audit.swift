@@ -65,13 +65,17 @@ extension AdminStore {
         try await database.withConnection { connection in try await entry.write(on: connection, logger: logger) }
     }
 
-    /// Audit entries of a container since `since` (all when `nil`), oldest first, at most `limit`.
-    public func auditLog(containerID: Int64, since: Date?, limit: Int) async throws -> [AuditEntry] {
+    /// Audit entries of a container since `since` (all when `nil`), oldest first (or newest
+    /// first), at most `limit`; only those of `action` and of an actor containing `actor` (any
+    /// case) when given.
+    public func auditLog(containerID: Int64, since: Date?, limit: Int, newestFirst: Bool = false, action: String? = nil,
+                         actor: String? = nil) async throws -> [AuditEntry] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT audit_id, at, actor, address, action, environment, target, detail FROM audit_log
                 WHERE container_id = \(containerID) AND (\(since)::timestamptz IS NULL OR at >= \(since))
-                ORDER BY audit_id LIMIT \(limit)
+                  AND (\(action)::text IS NULL OR action = \(action)) AND (\(actor)::text IS NULL OR strpos(lower(actor), lower(\(actor))) > 0)
+                ORDER BY audit_id \(unescaped: newestFirst ? "DESC" : "ASC") LIMIT \(limit)
                 """, logger: logger)
         }
         return try rows.map { row in

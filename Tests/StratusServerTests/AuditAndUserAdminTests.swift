@@ -41,6 +41,14 @@ import Testing
             #expect(!JSONWriter.string(log.json).contains("laptop") && !JSONWriter.string(log.json).contains("bob@desk"))
             // No secret is ever in the log.
             #expect(!JSONWriter.string(log.json).contains(second.json["apiToken"]?.stringValue ?? "unset"))
+            // Newest first, by action, by actor.
+            let newest = try await harness.admin(.get, "containers/\(container)/audit?order=newest&limit=1")
+            #expect(newest.json["entries"]?.arrayValue?.map { $0["action"] } == ["schema.import"], "\(newest.json)")
+            let creations = try await harness.admin(.get, "containers/\(container)/audit?action=token.create")
+            #expect(creations.json["entries"]?.arrayValue?.count == 2, "\(creations.json)")
+            let hers = try await harness.admin(.get, "containers/\(container)/audit?actor=\(ada.email.uppercased())")
+            #expect(hers.json["entries"]?.arrayValue?.map { $0["action"] } == ["token.create"], "\(hers.json)")
+            #expect(try await harness.admin(.get, "containers/\(container)/audit?order=sideways").status == 400)
             // Filtering by time, and bad input.
             let future = try await harness.admin(.get, "containers/\(container)/audit?since=2999-01-01T00:00:00Z")
             #expect(future.json["entries"]?.arrayValue?.isEmpty == true)

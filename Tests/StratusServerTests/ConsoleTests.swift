@@ -307,6 +307,9 @@ import Testing
             #expect(second.html.contains("note-2") && second.html.contains("note-1") && !second.html.contains(">note-4<"), "\(second.html.suffix(1500))")
             let filtered = try await browser.get(base + "?type=Note&f1=count&o1=GREATER_THAN_OR_EQUALS&v1=3&f2=tags&o2=LIST_CONTAINS&v2=a")
             #expect(filtered.html.contains(">note-3<") && filtered.html.contains(">note-4<") && !filtered.html.contains(">note-2<"), "\(filtered.html.suffix(1500))")
+            // Browsers send a form's spaces as '+'.
+            let spaced = try await browser.get(base + "?type=Note&f1=title&o1=EQUALS&v1=note+2")
+            #expect(spaced.html.contains(">note-2<") && !spaced.html.contains(">note-3<"), "\(spaced.html.suffix(1500))")
             let near = try await browser.get(base + "?type=Note&f1=place&o1=NEAR&v1=52.5,13.4,1000")
             #expect(near.html.contains(">note-0<"), "\(near.html.suffix(1500))")
             let bad = try await browser.get(base + "?type=Note&f1=count&o1=EQUALS&v1=many")

@@ -153,6 +153,8 @@ extension StratusApp {
 /// An `application/x-www-form-urlencoded` body.
 struct ConsoleForm: Sendable {
     var values: [String: [String]] = [:]
+    /// Every pair, in order.
+    var pairs: [(String, String)] = []
 
     init(_ buffer: ByteBuffer) {
         let text = String(buffer: buffer)
@@ -161,6 +163,7 @@ struct ConsoleForm: Sendable {
             let name = Self.decode(parts[0])
             let value = parts.count > 1 ? Self.decode(parts[1]) : ""
             values[name, default: []].append(value)
+            pairs.append((name, value))
         }
     }
 

@@ -258,17 +258,14 @@ extension StratusApp {
         }
         console(router, .get, "/console/c/:container/audit") { call in
             let container = call.container
-            let entries = try await call.require(.get, Self.api(container, "audit?limit=10000"))["entries"]?.arrayValue ?? []
             let action = call.query("action")
-            let actor = call.query("actor")?.lowercased()
-            let shown = entries.reversed().filter { entry in
-                (action == nil || entry["action"]?.stringValue == action)
-                    && (actor == nil || (entry["actor"]?.stringValue ?? "").lowercased().contains(actor!))
-            }
-            let actions = Set(entries.compactMap { $0["action"]?.stringValue }).sorted().map { name -> HTML in
-                "<option\(name == action ? " selected" : "")>\(name)</option>"
-            }
-            let rows = shown.prefix(1000).map { entry -> [HTML] in
+            let actor = call.query("actor")
+            var filters = [("order", "newest"), ("limit", "200")]
+            if let action { filters.append(("action", action)) }
+            if let actor { filters.append(("actor", actor)) }
+            let shown = try await call.require(.get, Self.api(container, "audit" + ConsolePath.query(filters)))["entries"]?.arrayValue ?? []
+            let actions = Self.auditActions.map { name -> HTML in "<option\(name == action ? " selected" : "")>\(name)</option>" }
+            let rows = shown.map { entry -> [HTML] in
                 ["\(entry["at"]?.stringValue ?? "")", "\(entry["actor"]?.stringValue ?? "")", "\(entry["action"]?.stringValue ?? "")",
                  "\(entry["environment"]?.stringValue ?? "")", "\(entry["target"]?.stringValue ?? "")", "\(entry["detail"]?.stringValue ?? "")",
                  "\(entry["address"]?.stringValue ?? "")"]
@@ -278,11 +275,16 @@ extension StratusApp {
                 <label for="action">Action</label> <select id="action" name="action"><option value="">any</option>\(actions)</select>
                 <label for="actor">Operator</label> <input id="actor" name="actor" value="\(call.query("actor") ?? "")" type="search">
                 <button type="submit">Filter</button></form>
-                \(ConsoleLayout.table("Audit log, newest first", ["When", "Who", "Action", "Environment", "Target", "Detail", "From"], Array(rows), empty: "No entries match."))
+                \(ConsoleLayout.table("Audit log, newest first (the latest 200 that match)", ["When", "Who", "Action", "Environment", "Target", "Detail", "From"], rows, empty: "No entries match."))
                 """
             return call.page("Audit log", container: container, section: "audit", body)
         }
     }
+
+    /// The actions the audit log records, for its filter.
+    static let auditActions = ["container.create", "container.import", "token.create", "token.update", "token.revoke", "key.add", "key.revoke", "schema.import",
+                               "schema.deploy", "schema.reset", "user.disable", "user.enable", "user.erase", "role.assign", "role.unassign",
+                               "quota.set", "team.add", "team.role", "team.remove", "records.read", "records.modify"]
 
     // MARK: Team
 

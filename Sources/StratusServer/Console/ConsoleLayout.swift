@@ -55,8 +55,8 @@ enum ConsoleLayout {
         "<p class=\"error\" role=\"alert\">\(failure.reason)</p><p><a href=\"/console\">Back to your containers</a></p>"
     }
 
-    static func signIn(error: String?, email: String? = nil) -> HTML {
-        let message: HTML = error.map { "<p class=\"error\" role=\"alert\">\($0)</p>" } ?? ""
+    static func signIn(error: String?, notice: String? = nil, email: String? = nil) -> HTML {
+        let message: HTML = error.map { "<p class=\"error\" role=\"alert\">\($0)</p>" } ?? notice.map { "<p class=\"notice\" role=\"status\">\($0)</p>" } ?? ""
         return bare(title: "Sign in", """
             <h1>Sign in</h1>\(message)
             <form method="post" action="/console/signin" class="stack">

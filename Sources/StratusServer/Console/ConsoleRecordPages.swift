@@ -84,7 +84,7 @@ extension StratusApp {
                 if answer.ok {
                     results = Self.recordTable(answer.json, type: type, fields: fields, place: place, container: container)
                     if let marker = answer.json["continuationMarker"]?.stringValue {
-                        let kept = call.request.uri.queryParameters.filter { $0.key != "marker" }.map { (String($0.key), String($0.value)) }
+                        let kept = call.queryForm.pairs.filter { $0.0 != "marker" }
                         results = "\(results)<p><a rel=\"next\" href=\"\(ConsolePath.make("c", container, "records") + ConsolePath.query(kept + [("marker", marker)]))\">Next page</a></p>"
                     }
                 } else {

@@ -27,9 +27,12 @@ struct ConsoleCall: Sendable {
         return answer.json
     }
 
-    /// A query parameter.
+    /// The query string, decoded as browsers encode forms (`+` for a space).
+    var queryForm: ConsoleForm { ConsoleForm(ByteBuffer(string: request.uri.query ?? "")) }
+
+    /// A query parameter (`nil` when missing or empty).
     func query(_ name: String) -> String? {
-        request.uri.queryParameters.get(name).map { String($0) }.flatMap { $0.isEmpty ? nil : $0 }
+        queryForm[name].flatMap { $0.isEmpty ? nil : $0 }
     }
 
     /// The path's `:container`, percent-decoded.
@@ -64,7 +67,8 @@ extension StratusApp {
         }
         router.get("/console/signin") { request, _ -> Response in
             if try await self.consoleUser(request) != nil { return Self.seeOther("/console") }
-            return Self.page(ConsoleLayout.signIn(error: request.uri.queryParameters.get("error").map { String($0) }))
+            let query = ConsoleForm(ByteBuffer(string: request.uri.query ?? ""))
+            return Self.page(ConsoleLayout.signIn(error: query.text("error"), notice: query.text("notice")))
         }
         router.post("/console/signin") { request, _ -> Response in
             guard self.isSameOrigin(request) else { return Self.forbidden("this sign-in did not come from the console's own page") }

@@ -53,7 +53,15 @@ extension StratusApp {
                 guard let value = Int(text), (1...10_000).contains(value) else { throw .badRequest("'limit' must be 1–10000") }
                 return value
             } ?? 1000
-            let entries = try await self.admin.auditLog(containerID: container.id, since: since, limit: limit)
+            let order = query.get("order").map { String($0) } ?? "oldest"
+            guard order == "oldest" || order == "newest" else { throw StratusError.badRequest("'order' must be oldest or newest") }
+            let action = query.get("action").map { String($0) }
+            let actor = query.get("actor").map { String($0) }
+            for (name, value) in [("action", action), ("actor", actor)] {
+                if let value, !Names.isPrintableName(value, maximumBytes: 200) { throw StratusError.badRequest("'\(name)' must be 1–200 printable characters") }
+            }
+            let entries = try await self.admin.auditLog(containerID: container.id, since: since, limit: limit, newestFirst: order == "newest",
+                                                        action: action, actor: actor)
             return .json(["container": .string(container.name), "entries": .array(entries.map(Self.auditJSON))])
         }
         manage(router, .get, "\(base)/containers/:container/users") { request, context, grant -> Response in

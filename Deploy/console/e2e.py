@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""Drives the console in Debian's Chromium with Playwright, as a person would, and fails on the
+first thing that does not work.
+
+    e2e.py SERVER_URL ADMIN_TOKEN OUTPUT_DIR
+
+A superuser operator is added with the admin token (as `stratus operator add` does); everything
+after is done in the browser: sign in (keyboard), create a container, add a record type and
+fields in development, create, find (query builder) and edit a record, review the deploy plan,
+dry-run, deploy and watch the index build finish (twice: the second over a production record),
+disable a user, find each action in the audit log, sign out. A record holding markup is shown on
+the way and no script of it may run (any dialog fails the run). Screenshots of every page go to
+OUTPUT_DIR, and one page is also taken at a phone's width.
+"""
+import json
+import os
+import re
+import sys
+import urllib.request
+
+from playwright.sync_api import expect, sync_playwright
+
+BASE, ADMIN, OUT = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3]
+EMAIL, PASSWORD = "ada@example.com", "console password 1"
+CONTAINER = "iCloud.com.example.Console"
+os.makedirs(OUT, exist_ok=True)
+shots = []
+
+
+def api(method, path, body=None, query=""):
+    request = urllib.request.Request(BASE + path + query, data=json.dumps(body).encode() if body is not None else None, method=method)
+    request.add_header("Content-Type", "application/json")
+    if path.startswith("/management/"):
+        request.add_header("Authorization", "Bearer " + ADMIN)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read() or b"null")
+
+
+def shot(page, name):
+    path = os.path.join(OUT, f"{len(shots) + 1:02d}-{name}.png")
+    page.screenshot(path=path, full_page=True)
+    shots.append(path)
+
+
+def step(text):
+    print(f"console e2e: {text}", flush=True)
+
+
+def main():
+    api("POST", "/management/1/operators", {"emailAddress": EMAIL, "password": PASSWORD, "superuser": True})
+    dialogs = []
+    with sync_playwright() as playwright:
+        arguments = ["--no-sandbox"] if os.geteuid() == 0 else []
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=arguments)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        errors = []
+        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+
+        step("sign in with the keyboard")
+        page.goto(BASE + "/console")
+        expect(page).to_have_url(re.compile(r"/console/signin$"))
+        expect(page.locator("#email")).to_have_attribute("autocomplete", "username")
+        expect(page.locator("#password")).to_have_attribute("autocomplete", "current-password")
+        shot(page, "sign-in")
+        page.locator("#email").focus()
+        page.keyboard.type(EMAIL)
+        page.keyboard.press("Tab")
+        page.keyboard.type(PASSWORD)
+        page.keyboard.press("Tab")
+        page.keyboard.press("Enter")
+        expect(page.locator("header .who")).to_contain_text(EMAIL)
+        shot(page, "containers-empty")
+
+        step("create a container")
+        page.get_by_label("Container identifier").fill(CONTAINER)
+        page.get_by_role("button", name="Create").click()
+        expect(page.locator("h1")).to_have_text(CONTAINER)
+        shot(page, "container")
+
+        step("add a record type and fields in development")
+        page.get_by_role("link", name="Schema", exact=True).first.click()
+        page.locator("#new-type").fill("Note")
+        page.get_by_role("button", name="Add the type").click()
+        expect(page.locator(".notice")).to_contain_text("added record type Note")
+        for field, kind, flags in [("title", "STRING", ["QUERYABLE", "SORTABLE"]), ("count", "INT64", ["QUERYABLE", "SORTABLE"])]:
+            form = page.locator("form", has=page.get_by_role("button", name="Add the field"))
+            form.get_by_label("Record type").select_option("Note")
+            form.get_by_label("Field name").fill(field)
+            form.get_by_label("Field type").select_option(kind)
+            for flag in flags:
+                form.get_by_label(flag).check()
+            form.get_by_role("button", name="Add the field").click()
+            expect(page.locator(".notice")).to_contain_text(f"added field Note.{field}")
+        grant = page.locator("form", has=page.get_by_role("button", name="Grant"))
+        grant.get_by_label("Permission").select_option("READ")
+        grant.get_by_label("To role").select_option("_world")
+        grant.get_by_label("On record type").select_option("Note")
+        grant.get_by_role("button", name="Grant").click()
+        expect(page.locator(".notice")).to_contain_text("granted READ on Note to _world")
+        expect(page.locator("table", has_text="Fields of Note")).to_contain_text("QUERYABLE SORTABLE")
+        shot(page, "schema")
+
+        step("create, find and edit a record")
+        page.get_by_role("link", name="Browse Note records").click()
+        page.get_by_role("link", name="New Note record").click()
+        page.get_by_label("Record name").fill("first-note")
+        page.get_by_label("title (STRING)").fill("Hello from the console")
+        page.get_by_label("count (INT64)").fill("7")
+        page.get_by_role("button", name="Save").click()
+        expect(page.locator(".notice")).to_contain_text("saved first-note")
+        shot(page, "record")
+        page.get_by_role("link", name="Records", exact=True).click()
+        page.get_by_role("link", name="Note").first.click()
+        page.get_by_role("link", name="New Note record").click()
+        page.get_by_label("Record name").fill("markup")
+        page.get_by_label("title (STRING)").fill('<img src=x onerror=alert("ran")><script>alert("ran")</script>')
+        page.get_by_role("button", name="Save").click()
+        expect(page.locator(".notice")).to_contain_text("saved markup")
+        page.get_by_role("link", name="Records", exact=True).click()
+        page.get_by_role("link", name="Note").first.click()
+        page.get_by_label("Filter 1 field").select_option("title")
+        page.get_by_label("comparator").first.select_option("EQUALS")
+        page.get_by_label("value").first.fill("Hello from the console")
+        page.get_by_role("button", name="Run the query").click()
+        results = page.locator("table", has_text="Note records")
+        expect(results).to_contain_text("first-note")
+        expect(results).not_to_contain_text("markup")
+        shot(page, "query")
+        results.get_by_role("link", name="first-note").click()
+        page.get_by_label("title (STRING)").fill("Hello, edited")
+        page.get_by_role("button", name="Save").click()
+        expect(page.locator("table", has_text="Fields")).to_contain_text("Hello, edited")
+
+        step("review the deploy plan, dry-run, deploy, watch the index build")
+        page.get_by_role("link", name="Deploy", exact=True).click()
+        expect(page.locator("#plan")).to_contain_text("Note")
+        shot(page, "deploy-plan")
+        page.get_by_role("button", name="Dry run").click()
+        expect(page.locator(".notice")).to_contain_text("Dry run: nothing was changed")
+        page.get_by_label("To deploy, type").fill(CONTAINER)
+        page.get_by_role("button", name="Deploy to production").click()
+        expect(page.locator("#builds-done")).to_be_visible(timeout=30000)
+        shot(page, "index-builds-first")
+        # A production record, then a new index over it: the build has work to show.
+        page.goto(BASE + f"/console/c/{CONTAINER}/records/new?environment=production&type=Note")
+        page.get_by_label("title (STRING)").fill("in production")
+        page.get_by_label("count (INT64)").fill("1")
+        page.get_by_label("This changes production").fill(CONTAINER)
+        page.get_by_role("button", name="Save").click()
+        expect(page.locator(".notice")).to_contain_text("saved")
+        page.get_by_role("link", name="Schema", exact=True).click()
+        index = page.locator("form", has=page.get_by_role("button", name="Set the indexes"))
+        index.get_by_label("Field", exact=True).select_option("Note.title")
+        for flag in ["QUERYABLE", "SORTABLE", "SEARCHABLE"]:
+            index.get_by_label(flag).check()
+        index.get_by_role("button", name="Set the indexes").click()
+        expect(page.locator(".notice")).to_contain_text("set the indexes of Note.title")
+        page.get_by_role("link", name="Deploy", exact=True).click()
+        expect(page.locator("table", has_text="Index builds after the deploy")).to_contain_text("Note.title")
+        page.get_by_label("To deploy, type").fill(CONTAINER)
+        page.get_by_role("button", name="Deploy to production").click()
+        expect(page.locator("#builds-done")).to_be_visible(timeout=30000)
+        expect(page.locator("#index-builds")).to_contain_text("Note.title")
+        shot(page, "index-builds")
+
+        step("disable a user")
+        token = api("POST", f"/management/1/containers/{CONTAINER}/tokens", {"environment": "development", "name": "e2e"})["apiToken"]
+        api("POST", f"/auth/1/{CONTAINER}/development/signup", {"emailAddress": "lee@example.com", "password": "lee's password"}, f"?ckAPIToken={token}")
+        page.get_by_role("link", name="Users", exact=True).click()
+        row = page.locator("tr", has_text="lee@example.com")
+        row.get_by_role("button", name="Disable").click()
+        expect(page.locator(".notice")).to_contain_text("is disabled")
+        expect(page.locator("tr", has_text="lee@example.com")).to_contain_text("disabled")
+        shot(page, "users")
+
+        step("find each action in the audit log")
+        page.get_by_role("link", name="Audit log", exact=True).click()
+        log = page.locator("table", has_text="Audit log")
+        for action in ["container.create", "schema.import", "records.modify", "schema.deploy", "user.disable"]:
+            expect(log).to_contain_text(action)
+        expect(log).to_contain_text(f"operator {EMAIL}")
+        page.get_by_label("Action").select_option("user.disable")
+        page.get_by_role("button", name="Filter").click()
+        expect(page.locator("table", has_text="Audit log").locator("tbody tr")).to_have_count(1)
+        shot(page, "audit")
+
+        step("every other page")
+        for section in ["Tokens & keys", "Subscriptions", "Shares", "Usage & quotas", "Team", "Overview"]:
+            page.get_by_role("link", name=section, exact=True).click()
+            expect(page.locator("h1")).to_be_visible()
+            shot(page, section.lower().replace(" & ", "-").replace(" ", "-"))
+        page.set_viewport_size({"width": 390, "height": 844})
+        page.goto(BASE + f"/console/c/{CONTAINER}/records?type=Note")
+        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+        shot(page, "records-phone")
+        if overflow > 0:
+            raise SystemExit(f"console e2e: the records page is {overflow} px wider than a phone's screen")
+        page.set_viewport_size({"width": 1280, "height": 900})
+
+        step("sign out")
+        page.get_by_role("button", name="Sign out").click()
+        expect(page).to_have_url(re.compile(r"/console/signin"))
+        page.goto(BASE + "/console")
+        expect(page).to_have_url(re.compile(r"/console/signin$"))
+        browser.close()
+    if dialogs:
+        raise SystemExit(f"console e2e: a script from the data ran (dialogs: {dialogs})")
+    csp = [text for text in errors if "Content Security Policy" in text]
+    if csp:
+        raise SystemExit(f"console e2e: the page broke its own Content-Security-Policy: {csp}")
+    print(f"console e2e: every step passed; {len(shots)} screenshots in {OUT}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
