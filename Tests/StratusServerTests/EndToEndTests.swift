@@ -102,6 +102,11 @@ import FoundationNetworking
         let serveLog = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(health?.0 == 200, "server log: \(serveLog.suffix(2000))")
         #expect(health?.1.contains("\"status\":\"ok\"") == true)
+        // The console comes with it, its page, style sheet and script compiled in.
+        let console = await Self.get(server + "/console/signin")
+        #expect(console?.0 == 200 && console?.1.contains("autocomplete=\"current-password\"") == true, "\(String(describing: console))")
+        #expect(await Self.get(server + "/console/assets/console.js")?.1.contains("index-build") == true)
+        #expect(await Self.get(server + "/console/assets/console.css")?.0 == 200)
 
         // CLI verbs
         let create = try await Self.cli(["container", "create", "iCloud.com.example.E2E"], server: server)
