@@ -10,7 +10,7 @@ fields in development, create, find (query builder) and edit a record, review th
 dry-run, deploy and watch the index build finish (twice: the second over a production record),
 disable a user, find each action in the audit log, sign out. A record holding markup is shown on
 the way and no script of it may run (any dialog fails the run). Screenshots of every page go to
-OUTPUT_DIR, and one page is also taken at a phone's width.
+OUTPUT_DIR, and one page is also taken at a phone's width; every page's controls must have labels.
 """
 import json
 import os
@@ -36,7 +36,16 @@ def api(method, path, body=None, query=""):
         return json.loads(response.read() or b"null")
 
 
+UNLABELLED = """[...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
+  .filter(e => (e.tagName === 'BUTTON' ? !e.textContent.trim() : e.labels.length === 0) && !e.getAttribute('aria-label'))
+  .map(e => e.outerHTML.slice(0, 120))"""
+
+
 def shot(page, name):
+    """A screenshot of the page, after checking that each of its controls has a label."""
+    unlabelled = page.evaluate(UNLABELLED)
+    if unlabelled:
+        raise SystemExit(f"console e2e: controls without a label on the {name} page: {unlabelled}")
     path = os.path.join(OUT, f"{len(shots) + 1:02d}-{name}.png")
     page.screenshot(path=path, full_page=True)
     shots.append(path)
