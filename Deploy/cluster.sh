@@ -38,29 +38,6 @@ done
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
 PRIMARY_PORT=$((PORT + 10))
 REPLICA_PORT=$((PORT + 11))
-as_postgres() {
-  if [ "$(id -u)" = "0" ]; then runuser -u postgres -- "$@"; else "$@"; fi
-}
-
-ensure_haproxy() {
-  command -v haproxy >/dev/null 2>&1 && command -v curl >/dev/null 2>&1 && return 0
-  echo "cluster.sh: haproxy or curl not found; installing Debian's haproxy and curl packages" >&2
-  local sudo=""
-  if [ "$(id -u)" != "0" ]; then sudo="sudo"; fi
-  $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends haproxy curl >/dev/null
-}
-
-wait_for() {  # wait_for URL SECONDS
-  local i
-  for i in $(seq 1 $(($2 * 10))); do
-    if curl -fsS -o /dev/null "$1" 2>/dev/null; then return 0; fi
-    sleep 0.1
-  done
-  echo "cluster.sh: $1 did not answer within $2 s" >&2
-  return 1
-}
-
 up() {
   if [ -f "$DIR/cluster.env" ]; then
     echo "cluster.sh: a cluster is already up in $DIR (Deploy/cluster.sh down --dir $DIR first)" >&2
@@ -125,34 +102,7 @@ EOF
     wait_for "http://127.0.0.1:$port/health" 120
   done
 
-  cat >"$DIR/haproxy.cfg" <<EOF
-global
-    maxconn 4000
-defaults
-    mode http
-    option http-server-close
-    timeout connect 2s
-    timeout client 75s
-    timeout server 75s
-    timeout tunnel 1h
-    timeout http-keep-alive 60s
-    # No Stratus server to send a request to (both restarting, or out of rotation while
-    # PostgreSQL is unreachable), or one that died mid-answer: the client gets a CloudKit error
-    # dictionary it knows to retry (TRY_AGAIN_LATER with retryAfter), not HAProxy's HTML page.
-    http-error status 502 content-type application/json string '{"serverErrorCode":"TRY_AGAIN_LATER","reason":"the Stratus server answering this request went away; retry shortly","retryAfter":1}' hdr Retry-After 1
-    http-error status 503 content-type application/json string '{"serverErrorCode":"TRY_AGAIN_LATER","reason":"no Stratus server is available right now; retry shortly","retryAfter":1}' hdr Retry-After 1
-    http-error status 504 content-type application/json string '{"serverErrorCode":"TRY_AGAIN_LATER","reason":"the Stratus server did not answer in time; retry shortly","retryAfter":1}' hdr Retry-After 1
-frontend stratus
-    bind 127.0.0.1:$PORT
-    default_backend servers
-backend servers
-    balance roundrobin
-    option httpchk GET /health
-    http-check expect status 200
-    default-server inter 1s fall 2 rise 2
-    server stratus-1 127.0.0.1:$((PORT + 1)) check
-    server stratus-2 127.0.0.1:$((PORT + 2)) check
-EOF
+  write_haproxy_config "$DIR" "$PORT"
   haproxy -f "$DIR/haproxy.cfg" -D -p "$DIR/haproxy.pid"
   wait_for "$lb/health" 30
 

@@ -103,3 +103,61 @@ stop_test_server() {
   wait "$SERVER_PID" 2>/dev/null || true
   rm -rf "$SERVER_WORK"
 }
+
+# Helpers of the cluster scripts (Deploy/cluster.sh, Deploy/citus/cluster.sh).
+as_postgres() {
+  if [ "$(id -u)" = "0" ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+ensure_haproxy() {
+  command -v haproxy >/dev/null 2>&1 && command -v curl >/dev/null 2>&1 && return 0
+  echo "cluster.sh: haproxy or curl not found; installing Debian's haproxy and curl packages" >&2
+  local sudo=""
+  if [ "$(id -u)" != "0" ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends haproxy curl >/dev/null
+}
+
+wait_for() {  # wait_for URL SECONDS
+  local i
+  for i in $(seq 1 $(($2 * 10))); do
+    if curl -fsS -o /dev/null "$1" 2>/dev/null; then return 0; fi
+    sleep 0.1
+  done
+  echo "cluster.sh: $1 did not answer within $2 s" >&2
+  return 1
+}
+
+# HAProxy in front of two `stratus serve` processes on PORT+1 and PORT+2, health-checking each on
+# /health, listening on PORT: writes DIR/haproxy.cfg (Deploy/cluster.sh, Deploy/citus/cluster.sh).
+write_haproxy_config() {  # write_haproxy_config DIR PORT
+  local DIR=$1 PORT=$2
+  cat >"$DIR/haproxy.cfg" <<EOF
+global
+    maxconn 4000
+defaults
+    mode http
+    option http-server-close
+    timeout connect 2s
+    timeout client 75s
+    timeout server 75s
+    timeout tunnel 1h
+    timeout http-keep-alive 60s
+    # No Stratus server to send a request to (both restarting, or out of rotation while
+    # PostgreSQL is unreachable), or one that died mid-answer: the client gets a CloudKit error
+    # dictionary it knows to retry (TRY_AGAIN_LATER with retryAfter), not HAProxy's HTML page.
+    http-error status 502 content-type application/json string '{"serverErrorCode":"TRY_AGAIN_LATER","reason":"the Stratus server answering this request went away; retry shortly","retryAfter":1}' hdr Retry-After 1
+    http-error status 503 content-type application/json string '{"serverErrorCode":"TRY_AGAIN_LATER","reason":"no Stratus server is available right now; retry shortly","retryAfter":1}' hdr Retry-After 1
+    http-error status 504 content-type application/json string '{"serverErrorCode":"TRY_AGAIN_LATER","reason":"the Stratus server did not answer in time; retry shortly","retryAfter":1}' hdr Retry-After 1
+frontend stratus
+    bind 127.0.0.1:$PORT
+    default_backend servers
+backend servers
+    balance roundrobin
+    option httpchk GET /health
+    http-check expect status 200
+    default-server inter 1s fall 2 rise 2
+    server stratus-1 127.0.0.1:$((PORT + 1)) check
+    server stratus-2 127.0.0.1:$((PORT + 2)) check
+EOF
+}

@@ -247,15 +247,16 @@ public struct AdminStore: Sendable {
     /// `stratus serve` on the same database, so tokens one process signs, the others accept.
     public func serverSecret(named name: String) async throws -> [UInt8] {
         let fresh = Data((0..<32).map { _ in UInt8.random(in: 0...255) })
+        // Two statements: Citus cannot plan a data-modifying CTE on a reference table combined
+        // with a read of it (found starting `stratus serve` on a live Citus cluster). Whoever
+        // inserts first wins; everyone then reads the same row.
         let row = try await database.withConnection { connection in
-            try await connection.rows("""
-                WITH inserted AS (
-                    INSERT INTO server_secrets (name, secret) VALUES (\(name), \(fresh))
-                    ON CONFLICT (name) DO NOTHING RETURNING secret
-                )
-                SELECT secret FROM inserted UNION ALL SELECT secret FROM server_secrets WHERE name = \(name)
+            try await connection.statement("""
+                INSERT INTO server_secrets (name, secret) VALUES (\(name), \(fresh)) ON CONFLICT (name) DO NOTHING
                 """, logger: logger)
-        }.first!
+            return try await connection.rows("SELECT secret FROM server_secrets WHERE name = \(name)", logger: logger).first
+        }
+        guard let row else { throw StratusError(.tryAgainLater, "the server secret '\(name)' could not be read; retry shortly") }
         return Array(try row.decode(Data.self))
     }
 }
