@@ -168,13 +168,13 @@ public struct AdminStore: Sendable {
         return try rows.map(Self.token)
     }
 
-    /// The token with this hash (revoked ones included, so callers can say so).
-    public func apiToken(hash: [UInt8]) async throws -> APITokenInfo? {
+    /// The container's token with this hash (revoked ones included, so callers can say so).
+    public func apiToken(containerID: Int64, hash: [UInt8]) async throws -> APITokenInfo? {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT \(unescaped: Self.tokenColumns(table: "t", container: "c.name"))
                 FROM api_tokens t JOIN containers c ON c.container_id = t.container_id
-                WHERE t.token_hash = \(Data(hash))
+                WHERE t.container_id = \(containerID) AND t.token_hash = \(Data(hash))
                 """, logger: logger)
         }.first.map(Self.token)
     }

@@ -30,6 +30,13 @@ public struct DatabaseConfiguration: Sendable {
     /// for its own transaction (`Database.allowLongStatements`).
     public var statementTimeout: Duration?
 
+    /// How PostgreSQL plans the service's prepared statements (`plan_cache_mode`). The generic plan
+    /// by default (see `clientConfiguration`); on Citus, a custom plan for every execution: Citus
+    /// cannot plan a join of distributed tables with parameters as a generic plan ("could not
+    /// create distributed plan"), even one that names the container. `stratus serve` and
+    /// `stratus migrate` choose it when the database has the citus extension.
+    public var planCacheMode = "force_generic_plan"
+
     /// The default lock wait: 10 seconds, far above how long the service's own transactions hold
     /// locks (a whole 100-record modify took ~260 ms at p50 under the batch benchmark's load).
     public static let defaultLockTimeout: Duration = .seconds(10)
@@ -100,7 +107,7 @@ public struct DatabaseConfiguration: Sendable {
         // planning each: forcing the generic plan cut PostgreSQL's CPU per `changes/zone` page
         // from ~1,000–1,150 to ~620 µs (Deploy/PERFORMANCE-HISTORY.md). The risk it takes: a value-skewed
         // predicate (a rare against a common indexed value) no longer gets a plan of its own.
-        configuration.options.additionalStartupParameters = [("plan_cache_mode", "force_generic_plan")]
+        configuration.options.additionalStartupParameters = [("plan_cache_mode", planCacheMode)]
         for (name, limit) in [("lock_timeout", lockTimeout), ("statement_timeout", statementTimeout)] {
             guard let limit else { continue }
             let milliseconds = limit.components.seconds * 1000 + limit.components.attoseconds / 1_000_000_000_000_000
@@ -153,6 +160,22 @@ public final class Database: Sendable {
 
     /// Whether requests are being answered TRY_AGAIN_LATER because PostgreSQL was unreachable.
     public var isRecovering: Bool { pools.values.contains { $0.isRecovering } }
+
+    /// Whether the database has the citus extension (Stratus on a Citus coordinator): asked over
+    /// one connection of a pool of its own, closed afterwards.
+    public static func hasCitus(_ configuration: DatabaseConfiguration, logger: Logger) async throws -> Bool {
+        var single = configuration
+        single.maximumConnections = 1
+        let probe = Database(configuration: single, logger: logger)
+        return try await withThrowingTaskGroup(of: Bool?.self) { group in
+            group.addTask { await probe.run(); return nil }
+            let found = try await probe.withConnection { connection in
+                try await connection.rows("SELECT 1 FROM pg_extension WHERE extname = 'citus'", logger: logger).first != nil
+            }
+            group.cancelAll()
+            return found
+        }
+    }
 
     /// Keeps the pools' connections open until the task is cancelled (`PostgresClient.run`), and
     /// replaces a pool after PostgreSQL was unreachable (`RecoveringPool`).

@@ -25,8 +25,11 @@ extension StratusApp {
     /// Whether `origin` may call with the request's API token: the token exists, is live and
     /// allows it. A request with no API token gets no CORS answer.
     func allowsOrigin(_ origin: String, for request: Request) async -> Bool {
-        guard Self.isCrossOriginPath(request.uri.path), let tokenText = request.uri.queryParameters.get("ckAPIToken"),
-              let token = try? await authenticator.apiToken(String(tokenText)), token.revokedAt == nil else { return false }
+        // `/database/1/<container>/…` or `/auth/1/<container>/…`: the token is looked up in that container.
+        let parts = request.uri.path.split(separator: "/", maxSplits: 4, omittingEmptySubsequences: false)
+        guard Self.isCrossOriginPath(request.uri.path), parts.count > 3, let tokenText = request.uri.queryParameters.get("ckAPIToken"),
+              let container = try? await authenticator.container(named: String(parts[3])),
+              let token = try? await authenticator.apiToken(String(tokenText), containerID: container.id), token.revokedAt == nil else { return false }
         return Authenticator.allows(origin: origin, token: token)
     }
 

@@ -293,8 +293,8 @@ extension StratusApp {
         let environment = try ContainerEnvironment(segment: context.parameters.get("environment") ?? "")
         let container = try await authenticator.container(named: context.parameters.get("container") ?? "")
         guard let token = request.uri.queryParameters.get("ckAPIToken") else { return (container, environment, nil) }
-        guard let info = try await authenticator.apiToken(String(token)), info.revokedAt == nil,
-              info.containerID == container.id, info.environment == environment else {
+        guard let info = try await authenticator.apiToken(String(token), containerID: container.id), info.revokedAt == nil,
+              info.environment == environment else {
             throw StratusError(.authenticationFailed, "the ckAPIToken is not valid for this container and environment")
         }
         try Authenticator.checkOrigin(request, token: info)

@@ -118,6 +118,10 @@ struct Serve: AsyncParsableCommand {
         defer { cluster?.stop() }
         configuration.lockTimeout = lockWait == 0 ? nil : .seconds(lockWait)
         configuration.statementTimeout = statementLimit == 0 ? nil : .seconds(statementLimit)
+        if try await Database.hasCitus(configuration, logger: logger) {
+            configuration.planCacheMode = "force_custom_plan"
+            logger.notice("the database is a Citus coordinator: statements get a plan of their own each time (Citus cannot run generic plans of joins)")
+        }
         let db = Database(configuration: configuration, logger: logger)
         var serverConfiguration = ServerConfiguration(adminToken: admin, maximumBodyBytes: maxBody, bcryptCost: cost,
                                                       publicURL: setting(publicURL, "STRATUS_PUBLIC_URL", default: "http://\(host):\(port)")!)
@@ -172,8 +176,9 @@ struct Migrate: AsyncParsableCommand {
     func run() async throws {
         let logger = makeLogger(logLevel)
         let migrations = try loadMigrations()
-        let (configuration, cluster) = try database.open(logger: logger)
+        var (configuration, cluster) = try database.open(logger: logger)
         defer { cluster?.stopIfStarted() }
+        if try await Database.hasCitus(configuration, logger: logger) { configuration.planCacheMode = "force_custom_plan" }
         let db = Database(configuration: configuration, logger: logger)
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await db.run() }
