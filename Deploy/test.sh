@@ -7,8 +7,8 @@ cd "$(dirname "$0")/.."
 ensure_postgres
 ensure_browser
 swift build --build-tests
-# After the build the suite takes two to four minutes here (2 cores), the contract and fuzzing
-# checks after it about four and a half more. Each suite that talks to PostgreSQL has a time limit
+# After the build the suite takes two to four minutes here (2 cores), the contract, console and
+# fuzzing checks after it about five more. Each suite that talks to PostgreSQL has a time limit
 # that names a test running past it; a run that still hangs is stopped after 30 minutes rather
 # than holding CI to its own limit.
 # At most six test apps run at a time (STRATUS_TEST_WIDTH; `HarnessSlots` in the tests' harness):
