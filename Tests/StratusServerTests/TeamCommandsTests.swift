@@ -44,6 +44,9 @@ import FoundationNetworking
                 let joined = try await run(["team", "add", "--container", "iCloud.com.example.TeamA", "--operator", email, "--role", role], as: root, admin: true)
                 #expect(joined.status == 0 && joined.text.contains("as \(role)"), "\(joined.text)")
             }
+            // The server-wide log holds the accounts' creation, by whom.
+            let serverLog = try await run(["operator", "audit"], as: root, admin: true)
+            #expect(serverLog.status == 0 && serverLog.text.contains("admin token") && serverLog.text.contains("operator.add\tdev@example.com"), "\(serverLog.text)")
             let operators = try await run(["operator", "list"], as: root, admin: true)
             #expect(operators.text.contains("dev@example.com\tno\tactive\tiCloud.com.example.TeamA:developer"), "\(operators.text)")
 

@@ -121,6 +121,7 @@ public enum ManagementAccess {
             ("POST", "\(base)/operators/:operator/disable", .superuser),
             ("POST", "\(base)/operators/:operator/enable", .superuser),
             ("POST", "\(base)/operators/:operator/password", .selfOrSuperuser),
+            ("GET", "\(base)/audit", .superuser),
             // Containers and their teams.
             ("POST", "\(base)/containers", .superuser),
             ("GET", "\(base)/containers", .signedIn),

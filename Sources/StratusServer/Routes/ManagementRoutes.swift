@@ -39,30 +39,15 @@ extension StratusApp {
                                                            by: grant.actor)
             return .json(["apiToken": .string(secret), "token": Self.tokenJSON(info)], status: .created)
         }
-        manage(router, .get, "\(base)/containers/:container/audit") { request, context, grant -> Response in
+        manage(router, .get, "\(base)/containers/:container/audit") { request, _, grant -> Response in
             let container = try grant.container
-            let query = request.uri.queryParameters
-            var since: Date?
-            if let text = query.get("since") {
-                guard let date = ISO8601DateFormatter().date(from: String(text)) else {
-                    throw StratusError.badRequest("'since' must be an ISO 8601 time such as 2026-11-24T10:00:00Z")
-                }
-                since = date
-            }
-            let limit = try query.get("limit").map { text throws(StratusError) -> Int in
-                guard let value = Int(text), (1...10_000).contains(value) else { throw .badRequest("'limit' must be 1–10000") }
-                return value
-            } ?? 1000
-            let order = query.get("order").map { String($0) } ?? "oldest"
-            guard order == "oldest" || order == "newest" else { throw StratusError.badRequest("'order' must be oldest or newest") }
-            let action = query.get("action").map { String($0) }
-            let actor = query.get("actor").map { String($0) }
-            for (name, value) in [("action", action), ("actor", actor)] {
-                if let value, !Names.isPrintableName(value, maximumBytes: 200) { throw StratusError.badRequest("'\(name)' must be 1–200 printable characters") }
-            }
-            let entries = try await self.admin.auditLog(containerID: container.id, since: since, limit: limit, newestFirst: order == "newest",
-                                                        action: action, actor: actor)
+            let entries = try await self.auditEntries(request, containerID: container.id)
             return .json(["container": .string(container.name), "entries": .array(entries.map(Self.auditJSON))])
+        }
+        // The server-wide log: operator accounts added, removed, disabled, enabled, their passwords set.
+        manage(router, .get, "\(base)/audit") { request, _, _ -> Response in
+            let entries = try await self.auditEntries(request, containerID: serverAuditContainerID)
+            return .json(["entries": .array(entries.map(Self.auditJSON))])
         }
         manage(router, .get, "\(base)/containers/:container/users") { request, context, grant -> Response in
             let container = try grant.container
@@ -309,6 +294,31 @@ extension StratusApp {
     static func userJSON(_ user: UserSummary) -> JSON {
         ["userRecordName": .string(user.userRecordName), "emailAddress": .string(user.email), "createdAt": iso(user.createdAt),
          "disabledAt": user.disabledAt.map(iso) ?? .null, "liveSessions": .int(user.liveSessions)]
+    }
+
+    /// A log's entries as the query asks: `since` (ISO 8601), `limit` (1–10000, default 1000),
+    /// `order` (oldest or newest first), `action`, `actor` (contained, any case).
+    func auditEntries(_ request: Request, containerID: Int64) async throws -> [AuditEntry] {
+        let query = request.uri.queryParameters
+        var since: Date?
+        if let text = query.get("since") {
+            guard let date = ISO8601DateFormatter().date(from: String(text)) else {
+                throw StratusError.badRequest("'since' must be an ISO 8601 time such as 2026-11-24T10:00:00Z")
+            }
+            since = date
+        }
+        let limit = try query.get("limit").map { text throws(StratusError) -> Int in
+            guard let value = Int(text), (1...10_000).contains(value) else { throw .badRequest("'limit' must be 1–10000") }
+            return value
+        } ?? 1000
+        let order = query.get("order").map { String($0) } ?? "oldest"
+        guard order == "oldest" || order == "newest" else { throw StratusError.badRequest("'order' must be oldest or newest") }
+        let action = query.get("action").map { String($0) }
+        let actor = query.get("actor").map { String($0) }
+        for (name, value) in [("action", action), ("actor", actor)] {
+            if let value, !Names.isPrintableName(value, maximumBytes: 200) { throw StratusError.badRequest("'\(name)' must be 1–200 printable characters") }
+        }
+        return try await admin.auditLog(containerID: containerID, since: since, limit: limit, newestFirst: order == "newest", action: action, actor: actor)
     }
 
     static func auditJSON(_ entry: AuditEntry) -> JSON {

@@ -204,7 +204,26 @@ struct OperatorCommand: AsyncParsableCommand {
               stratus operator add bob@example.com --password-file bob.txt
               stratus operator list
             """,
-        subcommands: [Add.self, List.self, Remove.self, Passwd.self, Disable.self, Enable.self])
+        subcommands: [Add.self, List.self, Remove.self, Passwd.self, Disable.self, Enable.self, Audit.self])
+
+    struct Audit: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "The server-wide audit log: operators added, removed, disabled, enabled, their passwords set (superusers).")
+        @Option(help: "Only entries at or after this ISO 8601 time, e.g. 2026-11-24T10:00:00Z.") var since: String?
+        @Option(help: "At most this many entries (1–10000, default 1000).") var limit: Int?
+        @OptionGroup var options: ClientOptions
+
+        func run() async throws {
+            try await runAdmin {
+                var pairs: [(String, String)] = []
+                if let since { pairs.append(("since", since)) }
+                if let limit { pairs.append(("limit", String(limit))) }
+                let query = pairs.isEmpty ? "" : "?" + pairs.map { "\($0.0)=\(pathComponent($0.1))" }.joined(separator: "&")
+                let response = try await options.client.send("GET", "management/1/audit" + query)
+                options.output(response) { AuditCommand.table(response) }
+            }
+        }
+    }
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Add an operator (the password from the terminal, or --password-file).")

@@ -209,14 +209,17 @@ struct AuditCommand: AsyncParsableCommand {
             var path = "management/1/containers/\(pathComponent(container))/audit?limit=\(limit ?? 1000)"
             if let since { path += "&since=" + pathComponent(since) }
             let response = try await options.client.send("GET", path)
-            options.output(response) {
-                let rows = (response["entries"]?.arrayValue ?? []).map { entry -> String in
-                    let environment = entry["environment"]?.stringValue.map { " [\($0)]" } ?? ""
-                    let detail = entry["detail"]?.stringValue.flatMap { $0.isEmpty ? nil : $0.split(separator: "\n").first.map(String.init) } ?? ""
-                    return "\(entry["at"]?.stringValue ?? "")\t\(entry["actor"]?.stringValue ?? "")\t\(entry["address"]?.stringValue ?? "")\t\(entry["action"]?.stringValue ?? "")\(environment)\t\(entry["target"]?.stringValue ?? "")\t\(detail)"
-                }
-                return rows.isEmpty ? "no audit entries" : (["AT\tACTOR\tADDRESS\tACTION\tTARGET\tDETAIL"] + rows).joined(separator: "\n")
-            }
+            options.output(response) { Self.table(response) }
         }
+    }
+
+    /// An audit log's entries as text, one a line.
+    static func table(_ response: JSON) -> String {
+        let rows = (response["entries"]?.arrayValue ?? []).map { entry -> String in
+            let environment = entry["environment"]?.stringValue.map { " [\($0)]" } ?? ""
+            let detail = entry["detail"]?.stringValue.flatMap { $0.isEmpty ? nil : $0.split(separator: "\n").first.map(String.init) } ?? ""
+            return "\(entry["at"]?.stringValue ?? "")\t\(entry["actor"]?.stringValue ?? "")\t\(entry["address"]?.stringValue ?? "")\t\(entry["action"]?.stringValue ?? "")\(environment)\t\(entry["target"]?.stringValue ?? "")\t\(detail)"
+        }
+        return rows.isEmpty ? "no audit entries" : (["AT\tACTOR\tADDRESS\tACTION\tTARGET\tDETAIL"] + rows).joined(separator: "\n")
     }
 }
