@@ -148,13 +148,6 @@ extension StratusApp {
                 """
             return call.page("New API token", container: container, section: "tokens", body)
         }
-        console(router, .post, "/console/c/:container/tokens/:token/revoke") { call in
-            let container = call.container
-            let token = Self.pathParameter(call.context, "token")
-            let answer = try await call.api(.post, Self.api(container, "tokens/\(ConsolePath.segment(token))/revoke"))
-            guard answer.ok else { return try Self.actionFailed(answer, back: ConsolePath.make("c", container, "tokens")) }
-            return Self.seeOther(ConsolePath.make("c", container, "tokens") + ConsolePath.query([("notice", "revoked token \(token)")]))
-        }
         console(router, .post, "/console/c/:container/keys") { call in
             let container = call.container
             let answer = try await call.api(.post, Self.api(container, "keys"), [
@@ -164,12 +157,17 @@ extension StratusApp {
             guard answer.ok else { return try Self.actionFailed(answer, back: ConsolePath.make("c", container, "tokens")) }
             return Self.seeOther(ConsolePath.make("c", container, "tokens") + ConsolePath.query([("notice", "added key \(answer.json["keyID"]?.stringValue ?? "")")]))
         }
-        console(router, .post, "/console/c/:container/keys/:key/revoke") { call in
-            let container = call.container
-            let key = Self.pathParameter(call.context, "key")
-            let answer = try await call.api(.post, Self.api(container, "keys/\(ConsolePath.segment(key))/revoke"))
-            guard answer.ok else { return try Self.actionFailed(answer, back: ConsolePath.make("c", container, "tokens")) }
-            return Self.seeOther(ConsolePath.make("c", container, "tokens") + ConsolePath.query([("notice", "revoked key \(String(key.prefix(16)))…")]))
+        // Revoking an API token or a server-to-server key: the same form, the same way back.
+        for (kind, parameter, noun) in [("tokens", "token", "token"), ("keys", "key", "key")] {
+            console(router, .post, "/console/c/:container/\(kind)/:\(parameter)/revoke") { call in
+                let container = call.container
+                let target = Self.pathParameter(call.context, parameter)
+                let back = ConsolePath.make("c", container, "tokens")
+                let answer = try await call.api(.post, Self.api(container, "\(kind)/\(ConsolePath.segment(target))/revoke"))
+                guard answer.ok else { return try Self.actionFailed(answer, back: back) }
+                let shown = target.count > 16 ? String(target.prefix(16)) + "…" : target
+                return Self.seeOther(back + ConsolePath.query([("notice", "revoked \(noun) \(shown)")]))
+            }
         }
         console(router, .get, "/console/c/:container/subscriptions") { call in
             let container = call.container

@@ -202,6 +202,12 @@ extension StratusApp {
         let permissionOptions = Permission.allCases.map { "<option>\($0.rawValue)</option>" as HTML }
         let errorLine: HTML = error.map { "<p class=\"error\" role=\"alert\" id=\"schema-error\">\($0)</p>" } ?? ""
         let tok = ConsoleLayout.csrf(user)
+        let indexFlags: HTML = """
+            <fieldset><legend>Indexes</legend>
+            <label><input type="checkbox" name="queryable" value="on"> QUERYABLE</label>
+            <label><input type="checkbox" name="sortable" value="on"> SORTABLE</label>
+            <label><input type="checkbox" name="searchable" value="on"> SEARCHABLE</label></fieldset>
+            """
         return """
             <h2>Change the development schema</h2>
             <div class="forms">
@@ -212,17 +218,11 @@ extension StratusApp {
             <h3>Add a field</h3><label for="field-type">Record type</label><select id="field-type" name="type">\(typeOptions)</select>
             <label for="field-name">Field name</label><input id="field-name" name="field" required pattern="[A-Za-z][A-Za-z0-9_]*">
             <label for="field-kind">Field type</label><select id="field-kind" name="fieldType">\(fieldTypes)</select>
-            <fieldset><legend>Indexes</legend>
-            <label><input type="checkbox" name="queryable" value="on"> QUERYABLE</label>
-            <label><input type="checkbox" name="sortable" value="on"> SORTABLE</label>
-            <label><input type="checkbox" name="searchable" value="on"> SEARCHABLE</label></fieldset>
+            \(indexFlags)
             <button type="submit">Add the field</button></form>
             <form method="post" action="\(edit)" class="stack">\(tok)<input type="hidden" name="edit" value="index">
             <h3>Set a field's indexes</h3><label for="index-field">Field</label><select id="index-field" name="field">\(fieldOptions)</select>
-            <fieldset><legend>Indexes</legend>
-            <label><input type="checkbox" name="queryable" value="on"> QUERYABLE</label>
-            <label><input type="checkbox" name="sortable" value="on"> SORTABLE</label>
-            <label><input type="checkbox" name="searchable" value="on"> SEARCHABLE</label></fieldset>
+            \(indexFlags)
             <button type="submit">Set the indexes</button></form>
             <form method="post" action="\(edit)" class="stack">\(tok)<input type="hidden" name="edit" value="role">
             <h3>Add a security role</h3><label for="new-role">Name</label><input id="new-role" name="role" required pattern="[A-Za-z][A-Za-z0-9_]*">

@@ -225,6 +225,14 @@ struct OperatorCommand: AsyncParsableCommand {
         }
     }
 
+    /// Sends `method` to the operator `email`'s path (and `suffix`), then prints `done` (or the JSON answer).
+    static func act(_ options: ClientOptions, _ method: String, _ email: String, _ suffix: String, done: String) async throws {
+        try await runAdmin {
+            let response = try await options.client.send(method, "management/1/operators/\(pathComponent(email))\(suffix)")
+            options.output(response) { done }
+        }
+    }
+
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Add an operator (the password from the terminal, or --password-file).")
         @Argument(help: "Their email address.") var email: String
@@ -268,10 +276,7 @@ struct OperatorCommand: AsyncParsableCommand {
         @OptionGroup var options: ClientOptions
 
         func run() async throws {
-            try await runAdmin {
-                let response = try await options.client.send("DELETE", "management/1/operators/\(pathComponent(email))")
-                options.output(response) { "removed operator \(email)" }
-            }
+            try await OperatorCommand.act(options, "DELETE", email, "", done: "removed operator \(email)")
         }
     }
 
@@ -307,10 +312,7 @@ struct OperatorCommand: AsyncParsableCommand {
         @OptionGroup var options: ClientOptions
 
         func run() async throws {
-            try await runAdmin {
-                let response = try await options.client.send("POST", "management/1/operators/\(pathComponent(email))/disable")
-                options.output(response) { "disabled operator \(email); their sign-ins were revoked" }
-            }
+            try await OperatorCommand.act(options, "POST", email, "/disable", done: "disabled operator \(email); their sign-ins were revoked")
         }
     }
 
@@ -320,10 +322,7 @@ struct OperatorCommand: AsyncParsableCommand {
         @OptionGroup var options: ClientOptions
 
         func run() async throws {
-            try await runAdmin {
-                let response = try await options.client.send("POST", "management/1/operators/\(pathComponent(email))/enable")
-                options.output(response) { "enabled operator \(email)" }
-            }
+            try await OperatorCommand.act(options, "POST", email, "/enable", done: "enabled operator \(email)")
         }
     }
 }
