@@ -22,13 +22,14 @@ if [ "$status" -eq 124 ]; then
 fi
 # Only for a whole run: a filtered one sees too little to be worth checking, and the contract
 # checks (the OpenAPI document, a client generated from it, schemathesis against a live server),
-# the console in a browser (Playwright on Chromium)
+# the console and the sign-in page's origin rules in a browser (Playwright on Chromium)
 # and the parsers' fuzzers (repeatable: a fixed seed and number of inputs) are not tests a
 # filter names.
 if [ "$#" -eq 0 ]; then
     check_logs_for_secrets || status=1
     Deploy/contract.sh || status=1
     Deploy/console/e2e.sh || status=1
+    Deploy/signin/e2e.sh || status=1
     STRATUS_FUZZ_REPEATABLE=1 Deploy/fuzz/parsers.sh || status=1
 fi
 exit "$status"

@@ -50,6 +50,7 @@ SELECT create_distributed_table('share_moves', 'container_id', colocate_with => 
 SELECT create_distributed_table('share_participants', 'container_id', colocate_with => 'records');
 SELECT create_distributed_table('shares', 'container_id', colocate_with => 'records');
 SELECT create_distributed_table('signature_replays', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('signup_attempts', 'container_id', colocate_with => 'records');
 SELECT create_distributed_table('signin_failures', 'container_id', colocate_with => 'records');
 SELECT create_distributed_table('subscriptions', 'container_id', colocate_with => 'records');
 SELECT create_distributed_table('usage_counters', 'container_id', colocate_with => 'records');

@@ -9,26 +9,38 @@ public struct QuotaLimits: Sendable, Equatable {
     /// Notifications queued per second for the container-environment's subscribers; past it, a
     /// write's notifications are dropped (and counted), the write itself is not refused.
     public var notificationsPerSecond: Int64
+    /// Sign-up attempts one client address may make in an hour, each counted whether it creates
+    /// an account or is answered `EXISTS`; past it, `THROTTLED`.
+    public var signupsPerAddressPerHour: Int64
+    /// Sign-up attempts the whole environment takes in an hour (only those within their
+    /// address's limit count, so one address cannot use up everyone's).
+    public var signupsPerHour: Int64
 
     public init(maxRecords: Int64, maxStorageBytes: Int64, requestsPerSecond: Int64, userRequestsPerSecond: Int64,
-                userPrivateStorageBytes: Int64, notificationsPerSecond: Int64) {
+                userPrivateStorageBytes: Int64, notificationsPerSecond: Int64, signupsPerAddressPerHour: Int64, signupsPerHour: Int64) {
         self.maxRecords = maxRecords
         self.maxStorageBytes = maxStorageBytes
         self.requestsPerSecond = requestsPerSecond
         self.userRequestsPerSecond = userRequestsPerSecond
         self.userPrivateStorageBytes = userPrivateStorageBytes
         self.notificationsPerSecond = notificationsPerSecond
+        self.signupsPerAddressPerHour = signupsPerAddressPerHour
+        self.signupsPerHour = signupsPerHour
     }
 
-    /// Generous: a new app never meets them by surprise.
+    /// Generous: a new app never meets them by surprise. The sign-up limits are the exception
+    /// that matters: 20 an hour is more than a household behind one address needs, and far
+    /// fewer than a script farming accounts wants.
     public static let defaults = QuotaLimits(maxRecords: 10_000_000, maxStorageBytes: 10 << 30, requestsPerSecond: 50_000,
-                                             userRequestsPerSecond: 10_000, userPrivateStorageBytes: 1 << 30, notificationsPerSecond: 10_000)
+                                             userRequestsPerSecond: 10_000, userPrivateStorageBytes: 1 << 30, notificationsPerSecond: 10_000,
+                                             signupsPerAddressPerHour: 20, signupsPerHour: 10_000)
 
     /// The wire names of the limits, in order, with their key paths (immutable; key paths are not Sendable).
     nonisolated(unsafe) public static let keys: [(name: String, path: WritableKeyPath<QuotaLimits, Int64>)] = [
         ("maxRecords", \.maxRecords), ("maxStorageBytes", \.maxStorageBytes), ("requestsPerSecond", \.requestsPerSecond),
         ("userRequestsPerSecond", \.userRequestsPerSecond), ("userPrivateStorageBytes", \.userPrivateStorageBytes),
-        ("notificationsPerSecond", \.notificationsPerSecond),
+        ("notificationsPerSecond", \.notificationsPerSecond), ("signupsPerAddressPerHour", \.signupsPerAddressPerHour),
+        ("signupsPerHour", \.signupsPerHour),
     ]
 
     /// The largest value a limit may take.

@@ -144,6 +144,45 @@ extension AdminStore {
         }
     }
 
+    // MARK: Sign-up limits
+
+    /// Counts a sign-up attempt against its client address (when known) and, if that is within
+    /// `perAddress`, against the environment's `total`, each in an hour-long window. Returns the
+    /// seconds until the refusing window ends, or nil when the attempt may go on. Either way the
+    /// attempt is added to `stratus usage`'s counts (of the 10-second bucket of `second`).
+    public func admitSignup(containerID: Int64, environment: ContainerEnvironment, address: String?, perAddress: Int64, total: Int64,
+                            second: Int64) async throws -> Int? {
+        try await database.withConnection { connection in
+            func count(_ key: String) async throws -> (attempts: Int64, remaining: Int64) {
+                try await connection.rows("""
+                    INSERT INTO signup_attempts AS a (container_id, environment, key, window_start, attempts)
+                    VALUES (\(containerID), \(environment.code), \(key), now(), 1)
+                    ON CONFLICT (container_id, environment, key) DO UPDATE SET
+                        attempts = CASE WHEN a.window_start > now() - interval '1 hour' THEN a.attempts + 1 ELSE 1 END,
+                        window_start = CASE WHEN a.window_start > now() - interval '1 hour' THEN a.window_start ELSE now() END
+                    RETURNING attempts::int8, ceil(extract(epoch FROM window_start + interval '1 hour' - now()))::int8
+                    """, logger: self.logger).first!.decode((Int64, Int64).self)
+            }
+            var wait: Int?
+            if let address {
+                let window = try await count("address:" + address)
+                if window.attempts > perAddress { wait = Int(max(1, window.remaining)) }
+            }
+            if wait == nil {
+                let window = try await count("")
+                if window.attempts > total { wait = Int(max(1, window.remaining)) }
+            }
+            let (admitted, throttled) = wait == nil ? (1, 0) : (0, 1)
+            try await connection.statement("""
+                INSERT INTO request_counts AS r (container_id, environment, bucket, requests, throttled, refused, signups, signups_throttled)
+                VALUES (\(containerID), \(environment.code), \(second / 10 * 10), 0, 0, 0, \(admitted), \(throttled))
+                ON CONFLICT (container_id, environment, bucket) DO UPDATE
+                SET signups = r.signups + excluded.signups, signups_throttled = r.signups_throttled + excluded.signups_throttled
+                """, logger: self.logger)
+            return wait
+        }
+    }
+
     /// Forgets the failures counted against `key` (after a successful sign-in).
     public func clearSignInFailures(containerID: Int64, key: String) async throws {
         try await database.withConnection { connection in

@@ -19,6 +19,9 @@ public struct UsageReport: Sendable {
         public var notifications: Int64 = 0
         /// Notifications dropped past the container-environment's `notificationsPerSecond`.
         public var notificationsDropped: Int64 = 0
+        /// Sign-up attempts let through (accounts made, and `EXISTS` answers), and refused past a sign-up limit.
+        public var signups: Int64 = 0
+        public var signupsThrottled: Int64 = 0
     }
     public var records: Int64
     public var bytes: Int64
@@ -64,16 +67,19 @@ extension AdminStore {
             let second = Int64(now.timeIntervalSince1970)
             var periods = [UsageReport.Requests(), UsageReport.Requests(), UsageReport.Requests()]
             for row in try await connection.rows("""
-                SELECT bucket, requests, throttled, refused, notifications, notifications_dropped FROM request_counts
+                SELECT bucket, requests, throttled, refused, notifications, notifications_dropped, signups, signups_throttled FROM request_counts
                 WHERE container_id = \(containerID) AND environment = \(environment.code) AND bucket > \(second - 86_400)
                 """, logger: self.logger) {
-                let (bucket, requests, throttled, refused, notifications, dropped) = try row.decode((Int64, Int64, Int64, Int64, Int64, Int64).self)
+                let (bucket, requests, throttled, refused, notifications, dropped, signups, signupsThrottled)
+                    = try row.decode((Int64, Int64, Int64, Int64, Int64, Int64, Int64, Int64).self)
                 for (index, span) in [Int64(60), 3_600, 86_400].enumerated() where bucket > second - span {
                     periods[index].requests += requests
                     periods[index].throttled += throttled
                     periods[index].refused += refused
                     periods[index].notifications += notifications
                     periods[index].notificationsDropped += dropped
+                    periods[index].signups += signups
+                    periods[index].signupsThrottled += signupsThrottled
                 }
             }
             return UsageReport(records: totals.0, bytes: totals.1, limits: settings.limits, topUsers: owners,
@@ -209,6 +215,7 @@ extension AdminStore {
         try await database.withConnection { connection in
             try await connection.statement("DELETE FROM rate_windows WHERE window_start < \(second - 10)", logger: logger)
             try await connection.statement("DELETE FROM request_counts WHERE bucket < \(second - 2 * 86_400)", logger: logger)
+            try await connection.statement("DELETE FROM signup_attempts WHERE window_start < now() - interval '1 hour'", logger: logger)
         }
     }
 }

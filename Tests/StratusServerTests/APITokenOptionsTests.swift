@@ -110,4 +110,46 @@ import Testing
             #expect(odd.status == 400 || odd.status == 404, "\(odd.json)")
         }
     }
+
+    /// The page never hands a session to `*`: a token's origins, else (in development only) the
+    /// opener's origin when its `Referer` is on this computer; otherwise it explains instead of
+    /// offering the form.
+    @Test func theSignInPageHandsSessionsOnlyToNamedOrLocalOrigins() async throws {
+        try await Harness.run { harness in
+            let session = try await harness.container()
+            func token(_ options: JSON) async throws -> String {
+                try #require(try await harness.admin(.post, "containers/\(session.container)/tokens", json: options).json["apiToken"]?.stringValue)
+            }
+            let bareDevelopment = try await token(["environment": "development"])
+            let bareProduction = try await token(["environment": "production"])
+            let namedProduction = try await token(["environment": "production", "allowedOrigins": ["https://notes.example.com"]])
+            func page(_ environment: String, _ token: String, referer: String?) async throws -> String {
+                var headers: HTTPFields = [:]
+                if let referer { headers[.referer] = referer }
+                let answer = try await harness.client.execute(uri: "/auth/1/\(session.container)/\(environment)/signin?ckAPIToken=\(token)", method: .get,
+                                                              headers: headers) { $0 }
+                #expect(answer.status.code == 200)
+                return String(buffer: answer.body).replacingOccurrences(of: "\\/", with: "/")
+            }
+            let refusal = "Sign-in is not available"
+            for (referer, origin) in [("http://localhost:5173/notes/index.html", "http://localhost:5173"), ("http://127.0.0.1:8080/", "http://127.0.0.1:8080"),
+                                      ("http://[::1]:3000/app", "http://[::1]:3000"), ("https://LOCALHOST/", "https://localhost")] {
+                let html = try await page("development", bareDevelopment, referer: referer)
+                #expect(html.contains(#""origins":["\#(origin)"]"#) && html.contains(#"id="form""#) && !html.contains(refusal), "\(referer): \(html.suffix(3000))")
+            }
+            for referer in ["https://evil.example/", "http://127.0.0.1.evil.example/", "http://localhost.evil.example:5173/", "not a url", nil] as [String?] {
+                let html = try await page("development", bareDevelopment, referer: referer)
+                #expect(html.contains(refusal) && !html.contains(#"id="form""#) && html.contains("on this computer (localhost)"), "\(referer ?? "no referer"): \(html)")
+            }
+            let production = try await page("production", bareProduction, referer: "http://localhost:5173/")
+            #expect(production.contains(refusal) && production.contains("registered address") && !production.contains(#"id="form""#), "\(production)")
+            #expect(production.contains("stratus token update --container \(session.container)"), "\(production)")
+            let named = try await page("production", namedProduction, referer: "https://elsewhere.example/")
+            #expect(named.contains(#""origins":["https://notes.example.com"]"#) && named.contains(#"id="form""#), "\(named.suffix(3000))")
+            // No page the server makes addresses a message to every origin.
+            for html in [production, named, try await page("development", bareDevelopment, referer: "http://localhost:1/")] {
+                #expect(!html.contains("'*'") && !html.contains(#""*""#))
+            }
+        }
+    }
 }

@@ -181,6 +181,17 @@ import Testing
             _ = try await browser.post(base + "/schema/edit", [("edit", "role"), ("role", "Editor")])
             _ = try await browser.post(base + "/schema/edit", [("edit", "grant"), ("permission", "READ"), ("role", "_world"), ("type", "Note")])
             _ = try await browser.post(base + "/schema/edit", [("edit", "index"), ("field", "Note.count"), ("queryable", "on"), ("sortable", "on")])
+            // A production token names its app's origins, or says any origin (then flagged in the list).
+            let unnamed = try await browser.post(base + "/tokens", [("environment", "production"), ("name", "web")])
+            #expect(unnamed.headers[.location]?.contains("error=") == true && unnamed.headers[.location]?.contains("origins") == true, "\(unnamed.headers)")
+            let named = try await browser.post(base + "/tokens", [("environment", "production"), ("name", "web"), ("origins", "https://notes.example.com\nhttp://localhost:5173")])
+            #expect(named.status == 200 && named.html.contains("Copy the token now"), "\(named.html.suffix(800))")
+            TestSecrets.record(named.html.firstMatch(of: /value="([0-9a-f]{64})"/).map { String($0.1) })
+            let anyOrigin = try await browser.post(base + "/tokens", [("environment", "production"), ("name", "ios"), ("anyOrigin", "1")])
+            #expect(anyOrigin.status == 200, "\(anyOrigin.html.suffix(800))")
+            TestSecrets.record(anyOrigin.html.firstMatch(of: /value="([0-9a-f]{64})"/).map { String($0.1) })
+            let listed = try await browser.get(base + "/tokens").html
+            #expect(listed.contains("https://notes.example.com http://localhost:5173") && listed.contains("the sign-in page hands its sessions to no page"), "\(listed)")
             let refused = try await browser.post(base + "/schema/edit", [("edit", "field"), ("type", "Note"), ("field", "bad name"), ("fieldType", "STRING")])
             #expect(refused.headers[.location]?.contains("error=") == true)
             let schema = try await harness.admin(.get, "containers/\(container)/schema?environment=development").json["schema"]?.stringValue ?? ""
@@ -238,7 +249,7 @@ import Testing
                 ("GET", base + "/users/\(user)/export", [], "GET /management/1/containers/:container/users/:user/export", nil),
                 ("POST", base + "/schema/edit", [("edit", "role"), ("role", "NEWROLE")], "POST /management/1/containers/:container/schema/import", nil),
                 ("POST", base + "/tokens", [("environment", "development"), ("name", "t")], "POST /management/1/containers/:container/tokens", .development),
-                ("POST", base + "/tokens", [("environment", "production"), ("name", "t")], "POST /management/1/containers/:container/tokens", .production),
+                ("POST", base + "/tokens", [("environment", "production"), ("name", "t"), ("anyOrigin", "1")], "POST /management/1/containers/:container/tokens", .production),
                 ("POST", base + "/deploy", [("action", "deploy"), ("confirm", container)], "POST /management/1/containers/:container/schema/deploy", nil),
                 ("POST", base + "/quota", [("environment", "development"), ("maxRecords", "100000")], "PATCH /management/1/containers/:container/quota", nil),
                 ("POST", base + "/users/\(user)/disable", [("environment", "development")], "POST /management/1/containers/:container/users/:user/disable", nil),

@@ -143,11 +143,28 @@ import FoundationNetworking
         #expect(revoke.status == 0, "\(revoke.text)")
         let help = try await Self.cli(["token", "create", "--help"], server: server)
         #expect(help.text.contains("--environment"))
+        // A production token names its app's origins, or says --any-origin: warned about, and flagged in the list.
+        let unnamed = try await Self.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "production"], server: server)
+        #expect(unnamed.status != 0 && unnamed.text.contains("--allowed-origin") && unnamed.text.contains("--any-origin"), "\(unnamed.text)")
+        let anyOrigin = try await Self.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "production", "--any-origin"],
+                                           server: server)
+        #expect(anyOrigin.status == 0 && anyOrigin.text.contains("warning: this production token may be used from any web page"), "\(anyOrigin.text)")
+        TestSecrets.record(anyOrigin.text.split(separator: "\n").first { $0.count == 64 }.map(String.init))
+        let flagged = try await Self.cli(["token", "list", "--container", "iCloud.com.example.E2E"], server: server)
+        #expect(flagged.text.contains("production\tweb") == false && flagged.text.contains("active\tany (!)")
+                && flagged.text.contains("1 active production token(s) name no origins"), "\(flagged.text)")
+        // Sign-up limits are set like the other limits, and usage counts sign-ups.
+        let signupLimit = try await Self.cli(["quota", "set", "--container", "iCloud.com.example.E2E", "--environment", "production",
+                                              "--signups-per-address-per-hour", "3", "--signups-per-hour", "1_000"], server: server)
+        #expect(signupLimit.status == 0 && signupLimit.text.contains("signupsPerAddressPerHour\t3\tset")
+                && signupLimit.text.contains("signupsPerHour\t1000\tset") && signupLimit.text.contains("signupsPerAddressPerHour") , "\(signupLimit.text)")
+        let usageTable = try await Self.cli(["usage", "--container", "iCloud.com.example.E2E", "--environment", "production"], server: server)
+        #expect(usageTable.status == 0 && usageTable.text.contains("SIGN-UPS\tSIGN-UPS THROTTLED"), "\(usageTable.text)")
         // The audit log names the credential the CLI used (here the admin token) and holds the token's creation and revocation.
         let audit = try await Self.cli(["audit", "--container", "iCloud.com.example.E2E", "--json"], server: server)
         #expect(audit.status == 0, "\(audit.text)")
         let auditActions = ((try? JSONParser.parse(Array(audit.text.utf8)))?["entries"]?.arrayValue ?? []).compactMap { $0["action"]?.stringValue }
-        #expect(auditActions == ["container.create", "token.create", "token.revoke"], "\(audit.text)")
+        #expect(auditActions == ["container.create", "token.create", "token.revoke", "token.create", "quota.set"], "\(audit.text)")
         #expect(audit.text.contains(#""actor":"admin token""#), "\(audit.text)")
         let badSince = try await Self.cli(["audit", "--container", "iCloud.com.example.E2E", "--since", "yesterday"], server: server)
         #expect(badSince.status != 0 && badSince.text.contains("ISO 8601"), "\(badSince.text)")

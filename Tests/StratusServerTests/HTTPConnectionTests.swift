@@ -263,11 +263,15 @@ final class RawConnection: Sendable {
     /// When the connection opened, each write, read and end came: for a failure's message.
     var timeline: String { received.events.withLock { $0.joined(separator: ", ") } }
 
-    init(port: Int) async throws {
+    /// Connects to the server on this machine's `port`, from `address` when given (any
+    /// 127.x.y.z is this machine's loopback: a client address of its own, as the server sees it).
+    init(port: Int, from address: String? = nil) async throws {
         let received = self.received
         // The server shuts its side after refusing a request, while the client may still be
         // writing it: like curl, keep writing until the server closes the connection.
-        channel = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        var bootstrap = ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        if let address { bootstrap = bootstrap.bind(to: try SocketAddress(ipAddress: address, port: 0)) }
+        channel = try await bootstrap
             .channelOption(.allowRemoteHalfClosure, value: true)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture { try channel.pipeline.syncOperations.addHandler(Collector(connection: received)) }

@@ -82,7 +82,7 @@ import FoundationNetworking
             let token = try await run(["token", "create", "--container", "iCloud.com.example.TeamA", "--environment", "development", "--json"], as: dev)
             #expect(token.status == 0, "\(token.text)")
             TestSecrets.record((try? JSONParser.parse(token.text))?["apiToken"]?.stringValue)
-            let production = try await run(["token", "create", "--container", "iCloud.com.example.TeamA", "--environment", "production"], as: dev)
+            let production = try await run(["token", "create", "--container", "iCloud.com.example.TeamA", "--environment", "production", "--any-origin"], as: dev)
             #expect(production.status != 0 && production.text.contains("ACCESS_DENIED"), "\(production.text)")
             let notSuperuser = try await run(["operator", "list"], as: dev)
             #expect(notSuperuser.status != 0 && notSuperuser.text.contains("superuser"), "\(notSuperuser.text)")

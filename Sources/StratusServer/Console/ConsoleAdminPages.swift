@@ -109,8 +109,10 @@ extension StratusApp {
                 let live = token["revokedAt"] == .null
                 let revoke: HTML = live ? ConsoleLayout.button(call.user, action: ConsolePath.make("c", container, "tokens", String(id), "revoke"), label: "Revoke", danger: true) : "revoked"
                 let origins = (token["allowedOrigins"]?.arrayValue ?? []).compactMap(\.stringValue)
+                let production = token["environment"]?.stringValue == ContainerEnvironment.production.rawValue
+                let any: HTML = live && production ? "any (the sign-in page hands its sessions to no page: name the app's origins with stratus token update)" : "any"
                 return ["\(id)", "\(token["name"]?.stringValue ?? "")", "\(token["environment"]?.stringValue ?? "")", "<code>\(token["prefix"]?.stringValue ?? "")…</code>",
-                        "\(origins.isEmpty ? "any" : origins.joined(separator: " "))", revoke]
+                        origins.isEmpty ? any : "\(origins.joined(separator: " "))", revoke]
             }
             let keyRows = keys.map { key -> [HTML] in
                 let id = key["keyID"]?.stringValue ?? ""
@@ -124,6 +126,9 @@ extension StratusApp {
                 <form method="post" action="\(ConsolePath.make("c", container, "tokens"))" class="stack">\(tok)<h2>Create an API token</h2>
                 <label for="environment">Environment</label>\(ConsoleLayout.environmentSelect(.development))
                 <label for="token-name">Name</label><input id="token-name" name="name" value="console" maxlength="200">
+                <label for="token-origins">Allowed origins, one per line (such as https://app.example.com; a production token needs them, or any origin)</label>
+                <textarea id="token-origins" name="origins" rows="2"></textarea>
+                <label class="check"><input id="token-any-origin" type="checkbox" name="anyOrigin" value="1"> Any origin (native apps; the sign-in page then hands sessions to no page)</label>
                 <button type="submit">Create</button></form>
                 \(ConsoleLayout.table("Server-to-server keys", ["Key ID", "Name", "Environment", ""], keyRows, empty: "No server-to-server keys yet."))
                 <form method="post" action="\(ConsolePath.make("c", container, "keys"))" class="stack">\(tok)<h2>Add a server-to-server key</h2>
@@ -136,9 +141,21 @@ extension StratusApp {
         }
         console(router, .post, "/console/c/:container/tokens") { call in
             let container = call.container
-            let answer = try await call.api(.post, Self.api(container, "tokens"),
-                                            ["environment": .string(call.form["environment"] ?? ""), "name": .string(call.form.text("name") ?? "console")])
-            guard answer.ok else { return try Self.actionFailed(answer, back: ConsolePath.make("c", container, "tokens")) }
+            let environment = call.form["environment"] ?? ""
+            let origins = (call.form["origins"] ?? "").split(whereSeparator: \.isWhitespace).map { JSON.string(String($0)) }
+            let anyOrigin = call.form["anyOrigin"] != nil
+            let back = ConsolePath.make("c", container, "tokens")
+            if anyOrigin, !origins.isEmpty {
+                return Self.seeOther(back + ConsolePath.query([("error", "give allowed origins or tick any origin, not both")]))
+            }
+            if environment == ContainerEnvironment.production.rawValue, origins.isEmpty, !anyOrigin {
+                return Self.seeOther(back + ConsolePath.query([("error", "a production token names the web origins its app runs on; "
+                                                                + "give them, or tick any origin for a token of native apps")]))
+            }
+            var request: [String: JSON] = ["environment": .string(environment), "name": .string(call.form.text("name") ?? "console")]
+            if !origins.isEmpty { request["allowedOrigins"] = .array(origins) }
+            let answer = try await call.api(.post, Self.api(container, "tokens"), .object(request))
+            guard answer.ok else { return try Self.actionFailed(answer, back: back) }
             let secret = answer.json["apiToken"]?.stringValue ?? ""
             let body: HTML = """
                 <p class="notice" role="status">Copy the token now: it is not shown again (only its hash is kept).</p>
@@ -218,7 +235,7 @@ extension StratusApp {
             let requests = ["lastMinute", "lastHour", "lastDay"].map { period -> [HTML] in
                 let counts = usage["requests"]?[period]
                 return ["\(period)", "\(counts?["requests"]?.intValue ?? 0)", "\(counts?["throttled"]?.intValue ?? 0)", "\(counts?["refused"]?.intValue ?? 0)",
-                        "\(counts?["notifications"]?.intValue ?? 0)"]
+                        "\(counts?["notifications"]?.intValue ?? 0)", "\(counts?["signups"]?.intValue ?? 0)", "\(counts?["signupsThrottled"]?.intValue ?? 0)"]
             }
             let top = (usage["topUsers"]?.arrayValue ?? []).map { user -> [HTML] in
                 ["<code>\(user["userRecordName"]?.stringValue ?? "")</code>", "\(user["records"]?.intValue ?? 0)", "\(user["bytes"]?.intValue ?? 0)"]
@@ -233,7 +250,7 @@ extension StratusApp {
                 \(ConsoleLayout.bar("Records", value: usage["records"]?.intValue ?? 0, limit: limits["maxRecords"]?.intValue ?? 0))
                 \(ConsoleLayout.bar("Bytes", value: usage["bytes"]?.intValue ?? 0, limit: limits["maxStorageBytes"]?.intValue ?? 0))
                 </section>
-                \(ConsoleLayout.table("Requests", ["Period", "Requests", "Throttled", "Refused", "Notifications"], requests, empty: ""))
+                \(ConsoleLayout.table("Requests", ["Period", "Requests", "Throttled", "Refused", "Notifications", "Sign-ups", "Sign-ups throttled"], requests, empty: ""))
                 \(ConsoleLayout.table("Top users by storage", ["User", "Records", "Bytes"], top, empty: "No user stores anything yet."))
                 <form method="post" action="\(ConsolePath.make("c", container, "quota"))" class="stack">\(ConsoleLayout.csrf(call.user))
                 <h2>Limits of \(environment.rawValue) (owners)</h2><input type="hidden" name="environment" value="\(environment.rawValue)">

@@ -22,4 +22,16 @@ enum WebOrigin {
               let host = components.host, !host.isEmpty, components.fragment == nil else { return false }
         return text.unicodeScalars.allSatisfy { $0.value > 0x20 && $0.value < 0x7F }
     }
+
+    /// The origin of a `Referer` when its host is this machine's loopback (`localhost`,
+    /// `127.0.0.1`, `[::1]`), else nil.
+    static func loopbackOrigin(ofReferer text: String) -> String? {
+        guard text.utf8.count <= 2000, let components = URLComponents(string: text),
+              let scheme = components.scheme?.lowercased(), scheme == "http" || scheme == "https",
+              let host = components.host?.lowercased(), components.user == nil, components.password == nil else { return nil }
+        let bare = host.hasPrefix("[") && host.hasSuffix("]") ? String(host.dropFirst().dropLast()) : host
+        guard ["localhost", "127.0.0.1", "::1"].contains(bare) else { return nil }
+        let port = components.port.flatMap { ($0 == 443 && scheme == "https") || ($0 == 80 && scheme == "http") ? nil : $0 }
+        return "\(scheme)://\(bare == "::1" ? "[::1]" : bare)" + (port.map { ":\($0)" } ?? "")
+    }
 }

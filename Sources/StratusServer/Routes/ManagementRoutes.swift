@@ -254,7 +254,8 @@ extension StratusApp {
     static func usageJSON(_ report: UsageReport, container: String, environment: ContainerEnvironment) -> JSON {
         func requests(_ period: UsageReport.Requests) -> JSON {
             ["requests": .int(period.requests), "throttled": .int(period.throttled), "refused": .int(period.refused),
-             "notifications": .int(period.notifications), "notificationsDropped": .int(period.notificationsDropped)]
+             "notifications": .int(period.notifications), "notificationsDropped": .int(period.notificationsDropped),
+             "signups": .int(period.signups), "signupsThrottled": .int(period.signupsThrottled)]
         }
         var limits: [String: JSON] = [:]
         for key in QuotaLimits.keys { limits[key.name] = .int(report.limits[keyPath: key.path]) }

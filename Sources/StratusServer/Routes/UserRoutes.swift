@@ -332,12 +332,27 @@ extension StratusApp {
         let (email, password) = try Self.credentials(body)
         try Self.validateNewPassword(password)
         let change = try Self.profileChange(body)
+        try await admitSignup(containerID: container.id, environment: environment)
         let cost = configuration.bcryptCost
         let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: cost) }
         let userRecordName = UserRecordName.random()
         try await admin.createUser(UserAccount(containerID: container.id, userRecordName: userRecordName, email: email, passwordHash: hash),
                                    discoverable: change.discoverable ?? false, givenName: change.givenName ?? nil, familyName: change.familyName ?? nil)
         return try await sessionResponse(user: userRecordName, container: container, environment: environment)
+    }
+
+    /// Counts a well-formed sign-up attempt against the container-environment's sign-up limits
+    /// (`signupsPerAddressPerHour`, `signupsPerHour`), before anything is looked up or hashed:
+    /// past one, `THROTTLED` with the seconds left in its hour, whether or not the address has an
+    /// account, so sign-up cannot be used to test many addresses.
+    func admitSignup(containerID: Int64, environment: ContainerEnvironment) async throws {
+        let limits = try await rateLimiter.limits(containerID: containerID, environment: environment)
+        if let wait = try await admin.admitSignup(containerID: containerID, environment: environment, address: ClientAddress.current,
+                                                  perAddress: limits.signupsPerAddressPerHour, total: limits.signupsPerHour,
+                                                  second: rateLimiter.nowSecond()) {
+            throw StratusError(.throttled, "too many sign-ups from this address or for this app in the last hour; try again in \(wait) seconds",
+                               retryAfter: wait)
+        }
     }
 
     /// What a sign-up or profile body changes: `discoverable` (bool), `givenName` and
@@ -385,11 +400,13 @@ extension StratusApp {
     }
 
     /// The page `redirectURL` points at (see `SignInPage`). With the `ckAPIToken` CloudKit JS's
-    /// redirect URL carries, it knows the token's sign-in callback and allowed origins.
+    /// redirect URL carries, it knows the token's sign-in callback and allowed origins; where
+    /// neither says where a session may go, the page says so instead of offering the form.
     func signInPage(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let (container, environment, token) = try await authContainer(request, context)
+        let delivery = SignInPage.Delivery.of(token, environment: environment, referer: request.headers[.referer], container: container.name)
         let page = SignInPage(container: container.name, environment: environment, apiToken: request.uri.queryParameters.get("ckAPIToken").map { String($0) },
-                              callback: token?.signInCallback, origins: token?.allowedOrigins ?? [])
+                              delivery: delivery)
         return page.response()
     }
 }

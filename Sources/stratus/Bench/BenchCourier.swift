@@ -38,6 +38,7 @@ extension Bench {
             }
             let (host, port) = try options.hostAndPort()
             let state = try BenchState(json: try JSONParser.parse(try String(contentsOfFile: options.stateFile, encoding: .utf8)))
+            let admin = try options.admin()
             let started = Date()
             let counts = try parallelMap(state.tenants, concurrency: concurrency) { tenant -> Int in
                 let connection = BenchConnection(host: host, port: port)
@@ -59,6 +60,13 @@ extension Bench {
                 let writers = writerSubscriptions ?? perUser
                 try subscribe("private", tenant.query, Array(own.prefix(writers)))
                 let token = tenant.query.split(separator: "&").first { $0.hasPrefix("ckAPIToken=") }.map { String($0.dropFirst("ckAPIToken=".count)) } ?? ""
+                if users > QuotaLimits.defaults.signupsPerAddressPerHour {
+                    // Every subscriber signs up from this one address: past the default sign-up limit.
+                    let (status, body) = try connection.request("PATCH", "/management/1/containers/\(tenant.container)/quota",
+                                                                body: Array(#"{"environment":"development","signupsPerAddressPerHour":\#(users)}"#.utf8),
+                                                                headers: "Authorization: Bearer \(admin)\r\n")
+                    guard status == 200 else { throw CLIError("raising the sign-up limit of \(tenant.container): \(String(decoding: body.prefix(300), as: UTF8.self))") }
+                }
                 for user in 1..<users {
                     let (status, body) = try connection.request("POST", "/auth/1/\(tenant.container)/development/signup?ckAPIToken=\(token)",
                                                                 body: Array(#"{"emailAddress":"subscriber-\#(user)-\#(UInt32.random(in: 0...UInt32.max))@example.com","password":"bench-password"}"#.utf8))

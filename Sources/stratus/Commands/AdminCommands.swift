@@ -179,29 +179,56 @@ struct TokenCommand: AsyncParsableCommand {
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Create an API token for one container-environment. The token is shown once; only its hash is stored.",
-            discussion: "Example: stratus token create --container iCloud.com.example.Notes --environment development --name web")
+            discussion: """
+                A production token names the web origins its app runs on (--allowed-origin, repeat for
+                several): browsers elsewhere may not call with it, and the sign-in page hands sessions
+                only to those origins. A token for native apps only, or one that must be usable from
+                any web page, says --any-origin instead; the sign-in page then hands sessions to no
+                web page (use --signin-callback, or name the origins later with 'stratus token update').
+                A development token without origins lets pages on localhost receive sessions.
+
+                Examples:
+                  stratus token create --container iCloud.com.example.Notes --environment development --name web
+                  stratus token create --container iCloud.com.example.Notes --environment production --name web --allowed-origin https://notes.example.com
+                  stratus token create --container iCloud.com.example.Notes --environment production --name ios --any-origin
+                """)
         @Option(help: "Container identifier.") var container: String
         @Option(help: "development or production.") var environment: String
         @Option(help: "A name to recognise the token by.") var name: String?
-        @Option(help: "A web origin browsers may call from, e.g. https://app.example.com (repeat for several; none: any origin).")
+        @Option(help: "A web origin browsers may call from, e.g. https://app.example.com (repeat for several). A production token needs one, or --any-origin.")
         var allowedOrigin: [String] = []
+        @Flag(help: "Let any origin call (a production token must say this or name its origins; the sign-in page then posts sessions to no page).")
+        var anyOrigin = false
         @Option(help: "Where the sign-in page sends a user who signed in, with ?ckWebAuthToken=… (none: the page hands the token to the window that opened it).")
         var signinCallback: String?
         @OptionGroup var options: ClientOptions
 
         func validate() throws {
-            guard ContainerEnvironment(rawValue: environment) != nil else {
+            guard let environment = ContainerEnvironment(rawValue: environment) else {
                 throw ValidationError("--environment must be 'development' or 'production'")
+            }
+            if anyOrigin, !allowedOrigin.isEmpty { throw ValidationError("give --allowed-origin or --any-origin, not both") }
+            if environment == .production, allowedOrigin.isEmpty, !anyOrigin {
+                throw ValidationError("""
+                    a production token names the web origins its app runs on: give --allowed-origin https://app.example.com \
+                    (repeat for several), or --any-origin for a token of native apps or one any web page may use
+                    """)
             }
         }
 
         func run() async throws {
+            if anyOrigin, environment == ContainerEnvironment.production.rawValue {
+                printError("""
+                    warning: this production token may be used from any web page, and the sign-in page will hand its sessions to no web page; \
+                    name the app's origins with 'stratus token update --allowed-origin' when it runs in a browser
+                    """)
+            }
             try await runAdmin {
                 var body: [String: JSON] = ["environment": .string(environment)]
                 if let name { body["name"] = .string(name) }
                 if !allowedOrigin.isEmpty { body["allowedOrigins"] = .array(allowedOrigin.map { .string($0) }) }
                 if let signinCallback { body["signInCallback"] = .string(signinCallback) }
-                let response = try await options.client.send("POST", "management/1/containers/\(container)/tokens", body: .object(body))
+                let response = try await options.client.send("POST", "management/1/containers/\(pathComponent(container))/tokens", body: .object(body))
                 options.output(response) {
                     """
                     \(response["apiToken"]?.stringValue ?? "")
@@ -223,11 +250,26 @@ struct TokenCommand: AsyncParsableCommand {
                 if let container { path += "?container=" + (container.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? container) }
                 let response = try await options.client.send("GET", path)
                 options.output(response) {
+                    var unnamed = 0
                     let rows = (response["tokens"]?.arrayValue ?? []).map { token -> String in
                         let state = token["revokedAt"] == .null ? "active" : "revoked"
-                        return "\(token["id"].map { JSONWriter.string($0) } ?? "")\t\(token["container"]?.stringValue ?? "")\t\(token["environment"]?.stringValue ?? "")\t\(token["name"]?.stringValue ?? "")\t\(token["prefix"]?.stringValue ?? "")…\t\(state)"
+                        let list = (token["allowedOrigins"]?.arrayValue ?? []).compactMap(\.stringValue)
+                        var origins = list.isEmpty ? "any" : list.joined(separator: " ")
+                        if list.isEmpty, state == "active", token["environment"]?.stringValue == ContainerEnvironment.production.rawValue {
+                            origins += " (!)"
+                            unnamed += 1
+                        }
+                        return "\(token["id"].map { JSONWriter.string($0) } ?? "")\t\(token["container"]?.stringValue ?? "")\t\(token["environment"]?.stringValue ?? "")\t\(token["name"]?.stringValue ?? "")\t\(token["prefix"]?.stringValue ?? "")…\t\(state)\t\(origins)"
                     }
-                    return rows.isEmpty ? "no API tokens" : (["ID\tCONTAINER\tENVIRONMENT\tNAME\tPREFIX\tSTATE"] + rows).joined(separator: "\n")
+                    guard !rows.isEmpty else { return "no API tokens" }
+                    var lines = ["ID\tCONTAINER\tENVIRONMENT\tNAME\tPREFIX\tSTATE\tORIGINS"] + rows
+                    if unnamed > 0 {
+                        lines.append("""
+                            (!) \(unnamed) active production token(s) name no origins: any web page may call with them, and the sign-in page \
+                            hands their sessions to no page. Name the app's origins: stratus token update --container C ID --allowed-origin https://…
+                            """)
+                    }
+                    return lines.joined(separator: "\n")
                 }
             }
         }

@@ -6,21 +6,25 @@ struct QuotaCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "quota", abstract: "Show and set a container's limits per environment.",
         discussion: """
-            Each container-environment has six limits: records, storage bytes, operations per
+            Each container-environment has eight limits: records, storage bytes, operations per
             second (for the container, and per user: without a user, per API token and client
-            address), each user's private storage, and notifications queued per second. Unset ones take the documented defaults;
-            'default' resets one. Every change is in the audit log and reaches every server process
-            at once.
+            address), each user's private storage, notifications queued per second, and sign-up
+            attempts per hour (per client address, and for the whole environment). Unset ones take
+            the documented defaults; 'default' resets one. Every change is in the audit log and
+            reaches every server process at once.
 
             Past a storage limit a write gets QUOTA_EXCEEDED and writes nothing of that record;
             past a rate limit a request gets THROTTLED with a retry hint; past the notification
-            limit a write's notifications are dropped (counted in 'stratus usage'), not the write. 'stratus usage' shows
-            what is used (see the README, "Quotas, rate limits and usage").
+            limit a write's notifications are dropped (counted in 'stratus usage'), not the write;
+            past a sign-up limit a sign-up gets THROTTLED and creates nothing, whether or not the
+            address already has an account. 'stratus usage' shows what is used (see the README,
+            "Quotas, rate limits and usage").
 
             Examples:
               stratus quota show --container iCloud.com.example.Notes --environment production
               stratus quota set --container iCloud.com.example.Notes --environment production --max-records 100000 --requests-per-second 200
               stratus quota set --container iCloud.com.example.Notes --max-records default
+              stratus quota set --container iCloud.com.example.Notes --environment production --signups-per-address-per-hour 5
             """,
         subcommands: [Show.self, Set.self])
 
@@ -57,13 +61,18 @@ struct QuotaCommand: AsyncParsableCommand {
         @Option(name: .customLong("user-requests-per-second"), help: "Requests per second for one user.") var userRequestsPerSecond: String?
         @Option(name: .customLong("user-private-storage-bytes"), help: "Most bytes in one user's private database (shared records count as their owner's).") var userPrivateStorageBytes: String?
         @Option(name: .customLong("notifications-per-second"), help: "Notifications queued per second for the environment's subscribers; past it they are dropped.") var notificationsPerSecond: String?
+        @Option(name: .customLong("signups-per-address-per-hour"),
+                help: "Sign-up attempts one client address may make in an hour (an answer that the address has an account counts too).")
+        var signupsPerAddressPerHour: String?
+        @Option(name: .customLong("signups-per-hour"), help: "Sign-up attempts the whole environment takes in an hour.") var signupsPerHour: String?
         @OptionGroup var options: ClientOptions
 
         func run() async throws {
             var body: [String: JSON] = ["environment": .string(target.environment)]
             for (name, given) in [("maxRecords", maxRecords), ("maxStorageBytes", maxStorageBytes), ("requestsPerSecond", requestsPerSecond),
                                   ("userRequestsPerSecond", userRequestsPerSecond), ("userPrivateStorageBytes", userPrivateStorageBytes),
-                                  ("notificationsPerSecond", notificationsPerSecond)] {
+                                  ("notificationsPerSecond", notificationsPerSecond), ("signupsPerAddressPerHour", signupsPerAddressPerHour),
+                                  ("signupsPerHour", signupsPerHour)] {
                 guard let given else { continue }
                 if given == "default" {
                     body[name] = .null

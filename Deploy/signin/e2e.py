@@ -1,0 +1,187 @@
+#!/usr/bin/env python3
+"""Where the sign-in page hands a session, in Debian's Chromium with Playwright, as a person signs in.
+
+    e2e.py SERVER_URL ADMIN_TOKEN OUTPUT_DIR
+
+Two small web apps on this machine open Stratus's sign-in page in a popup (a click, as CloudKit JS
+does with AUTHENTICATION_REQUIRED's redirectURL) and wait for the session to be posted back:
+- with a production API token that names the first app's origin: the first app receives the
+  session and uses it; the second, on an origin the token does not name, receives nothing, though
+  the person signed in on the genuine page;
+- with a production token that names no origins: the popup explains that the app must be
+  registered, and offers no form;
+- with a development token that names no origins: an app on localhost receives the session; the
+  same app under another host name (mapped to this machine in Chromium) gets the explanation.
+Screenshots go to OUTPUT_DIR. Fails (exit 1) on the first thing that is not so.
+"""
+import http.server
+import json
+import os
+import socketserver
+import sys
+import threading
+import urllib.parse
+import urllib.request
+
+from playwright.sync_api import sync_playwright
+
+BASE, ADMIN, OUT = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3]
+CONTAINER = "iCloud.com.example.Origins"
+OTHER_HOST = "app.example.test"
+os.makedirs(OUT, exist_ok=True)
+
+APP_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Notes (test app)</title></head>
+<body><h1>Notes</h1><p id="state">signed out</p><button id="signin">Sign in with Stratus</button>
+<script>
+const params = new URLSearchParams(location.search);
+window.received = null;
+window.addEventListener('message', (event) => { window.received = { origin: event.origin, data: event.data }; });
+document.getElementById('signin').addEventListener('click', () => {
+  window.popup = window.open(params.get('signin'), 'ckSignIn', 'width=480,height=640');
+});
+async function askCaller(webToken) {
+  const url = params.get('caller') + '&ckWebAuthToken=' + encodeURIComponent(webToken);
+  const response = await fetch(url);
+  const body = await response.json();
+  if (response.ok) document.getElementById('state').textContent = 'signed in as ' + body.userRecordName;
+  return { status: response.status, user: body.userRecordName || null };
+}
+</script></body></html>"""
+
+
+class AppHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if urllib.parse.urlparse(self.path).path != "/app.html":
+            self.send_error(404)
+            return
+        data = APP_PAGE.encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def serve_app():
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), AppHandler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.server_address[1]
+
+
+def api(method, path, body=None):
+    request = urllib.request.Request(BASE + path, data=json.dumps(body).encode() if body is not None else None, method=method)
+    request.add_header("Content-Type", "application/json")
+    request.add_header("Authorization", "Bearer " + ADMIN)
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read() or b"null")
+
+
+def fail(text):
+    raise SystemExit(f"sign-in origins e2e: {text}")
+
+
+def step(text):
+    print(f"sign-in origins e2e: {text}", flush=True)
+
+
+def open_sign_in(context, app_url, environment, token, name):
+    """Opens the app, clicks its sign-in button; returns the app page and the popup, loaded."""
+    query = urllib.parse.urlencode({
+        "signin": f"{BASE}/auth/1/{CONTAINER}/{environment}/signin?ckAPIToken={token}",
+        "caller": f"{BASE}/database/1/{CONTAINER}/{environment}/public/users/caller?ckAPIToken={token}"})
+    app = context.new_page()
+    app.goto(f"{app_url}/app.html?{query}")
+    with app.expect_popup() as info:
+        app.click("#signin")
+    popup = info.value
+    popup.wait_for_load_state()
+    popup.screenshot(path=os.path.join(OUT, f"{name}-popup.png"))
+    return app, popup
+
+
+def sign_up(popup, email):
+    popup.click("#switch")
+    popup.fill("#email", email)
+    popup.fill("#password", "correct horse battery")
+    popup.click("#submit")
+
+
+def expect_session(app, name):
+    """The app receives a session by postMessage and can use it."""
+    app.wait_for_function("window.received !== null", timeout=15000)
+    received = app.evaluate("window.received")
+    token = received["data"].get("ckSession")
+    if not token or received["data"].get("ckWebAuthToken") != token:
+        fail(f"{name}: the message holds no session: {received}")
+    caller = app.evaluate("(token) => askCaller(token)", token)
+    if caller["status"] != 200 or not (caller["user"] or "").startswith("_"):
+        fail(f"{name}: users/caller with the received session answered {caller}")
+    app.screenshot(path=os.path.join(OUT, f"{name}-app.png"))
+    step(f"{name}: the app received the session and is signed in as {caller['user']}")
+
+
+def expect_nothing(app, popup, name, email):
+    """The person signed in on the page, and the app on this origin received nothing."""
+    app.wait_for_timeout(2500)
+    if app.evaluate("window.received") is not None:
+        fail(f"{name}: the app received {app.evaluate('window.received')}")
+    users = api("GET", f"/management/1/containers/{CONTAINER}/users?environment=production")["users"]
+    if not any(user["emailAddress"] == email for user in users):
+        fail(f"{name}: the account of {email} was not made, so nothing was tested: {users}")
+    step(f"{name}: the person signed up on the page; the app received nothing")
+
+
+def expect_refusal(popup, name, words):
+    text = popup.inner_text("main")
+    if popup.query_selector("#form") is not None or "Sign-in is not available" not in text or words not in text:
+        fail(f"{name}: the popup should explain instead of offering the form; it shows: {text!r}")
+    step(f"{name}: the popup explains ({text.splitlines()[-1][:90]}…) and offers no form")
+
+
+def main():
+    registered_port, other_port = serve_app(), serve_app()
+    registered = f"http://127.0.0.1:{registered_port}"
+    unregistered = f"http://127.0.0.1:{other_port}"
+    api("POST", "/management/1/containers", {"name": CONTAINER})
+    named = api("POST", f"/management/1/containers/{CONTAINER}/tokens",
+                {"environment": "production", "name": "web", "allowedOrigins": [registered]})["apiToken"]
+    bare_production = api("POST", f"/management/1/containers/{CONTAINER}/tokens", {"environment": "production", "name": "legacy"})["apiToken"]
+    bare_development = api("POST", f"/management/1/containers/{CONTAINER}/tokens", {"environment": "development", "name": "dev"})["apiToken"]
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium",
+                                             args=[f"--host-resolver-rules=MAP {OTHER_HOST} 127.0.0.1", "--no-sandbox"])
+        try:
+            context = browser.new_context(viewport={"width": 900, "height": 800})
+            dialogs = []
+            context.on("page", lambda page: page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss())))
+
+            app, popup = open_sign_in(context, registered, "production", named, "registered")
+            sign_up(popup, "ada@example.com")
+            expect_session(app, "production, registered origin")
+
+            app, popup = open_sign_in(context, unregistered, "production", named, "unregistered")
+            sign_up(popup, "grace@example.com")
+            expect_nothing(app, popup, "production, an origin the token does not name", "grace@example.com")
+
+            app, popup = open_sign_in(context, registered, "production", bare_production, "production-no-origins")
+            expect_refusal(popup, "production, a token naming no origins", "registered address")
+
+            app, popup = open_sign_in(context, f"http://localhost:{other_port}", "development", bare_development, "development-localhost")
+            sign_up(popup, "lin@example.com")
+            expect_session(app, "development, an app on localhost")
+
+            app, popup = open_sign_in(context, f"http://{OTHER_HOST}:{other_port}", "development", bare_development, "development-elsewhere")
+            expect_refusal(popup, f"development, an app on {OTHER_HOST}", "on this computer (localhost)")
+            if dialogs:
+                fail(f"dialogs opened: {dialogs}")
+        finally:
+            browser.close()
+    print(f"sign-in origins e2e: passed; screenshots in {OUT}")
+
+
+if __name__ == "__main__":
+    main()
