@@ -8,6 +8,16 @@
 -- distributed table leads with container_id, and that each table is placed here.
 CREATE EXTENSION IF NOT EXISTS citus;
 
+-- Change positions. A write stores (transaction id, sequence); on Citus both are drawn on the
+-- coordinator, which evaluates a modification's stable functions itself before the statement
+-- goes to the worker, so every position comes from one counter whatever worker holds the
+-- container, and moving a container to another worker changes none of them. The sequence
+-- function is made STABLE here (one value per statement: Citus refuses volatile functions in an
+-- UPDATE of a distributed table); each nextval reserves a block of 65,536 (migration 0018) and
+-- a statement stamping several rows adds each one's ordinal. Change feeds read the coordinator's
+-- snapshot (`stratus serve` sees the citus extension and does so).
+CREATE OR REPLACE FUNCTION stratus_change_seq() RETURNS bigint LANGUAGE sql STABLE AS $$ SELECT nextval('change_seq') $$;
+
 -- Small, global, read through caches: copied to every node.
 SELECT create_reference_table('containers');
 SELECT create_reference_table('server_secrets');

@@ -132,14 +132,16 @@ extension AdminStore {
 
     /// Counts a failed sign-in against each key (a new window when the last one has passed).
     public func recordSignInFailure(containerID: Int64, keys: [String], window: Duration) async throws {
-        let seconds = Double(window.components.seconds)
+        // The time is bound, not now(): Citus allows only immutable functions in DO UPDATE SET.
+        let now = Date()
+        let windowStart = now.addingTimeInterval(-Double(window.components.seconds))
         try await database.withConnection { connection in
             try await connection.statement("""
                 INSERT INTO signin_failures (container_id, key, window_start, failures)
-                SELECT \(containerID), k, now(), 1 FROM unnest(\(keys)::text[]) AS k
+                SELECT \(containerID), k, \(now), 1 FROM unnest(\(keys)::text[]) AS k
                 ON CONFLICT (container_id, key) DO UPDATE SET
-                    failures = CASE WHEN signin_failures.window_start > now() - make_interval(secs => \(seconds)) THEN signin_failures.failures + 1 ELSE 1 END,
-                    window_start = CASE WHEN signin_failures.window_start > now() - make_interval(secs => \(seconds)) THEN signin_failures.window_start ELSE now() END
+                    failures = CASE WHEN signin_failures.window_start > \(windowStart) THEN signin_failures.failures + 1 ELSE 1 END,
+                    window_start = CASE WHEN signin_failures.window_start > \(windowStart) THEN signin_failures.window_start ELSE \(now) END
                 """, logger: logger)
         }
     }
@@ -153,15 +155,20 @@ extension AdminStore {
     public func admitSignup(containerID: Int64, environment: ContainerEnvironment, address: String?, perAddress: Int64, total: Int64,
                             second: Int64) async throws -> Int? {
         try await database.withConnection { connection in
+            // The seconds left are worked out here: Citus allows no `now()` in a RETURNING clause.
             func count(_ key: String) async throws -> (attempts: Int64, remaining: Int64) {
-                try await connection.rows("""
+                // The time is bound, not now(): Citus allows only immutable functions in DO UPDATE SET.
+                let now = Date()
+                let hourAgo = now.addingTimeInterval(-3_600)
+                let (attempts, start) = try await connection.rows("""
                     INSERT INTO signup_attempts AS a (container_id, environment, key, window_start, attempts)
-                    VALUES (\(containerID), \(environment.code), \(key), now(), 1)
+                    VALUES (\(containerID), \(environment.code), \(key), \(now), 1)
                     ON CONFLICT (container_id, environment, key) DO UPDATE SET
-                        attempts = CASE WHEN a.window_start > now() - interval '1 hour' THEN a.attempts + 1 ELSE 1 END,
-                        window_start = CASE WHEN a.window_start > now() - interval '1 hour' THEN a.window_start ELSE now() END
-                    RETURNING attempts::int8, ceil(extract(epoch FROM window_start + interval '1 hour' - now()))::int8
-                    """, logger: self.logger).first!.decode((Int64, Int64).self)
+                        attempts = CASE WHEN a.window_start > \(hourAgo) THEN a.attempts + 1 ELSE 1 END,
+                        window_start = CASE WHEN a.window_start > \(hourAgo) THEN a.window_start ELSE \(now) END
+                    RETURNING attempts::int8, window_start
+                    """, logger: self.logger).first!.decode((Int64, Date).self)
+                return (attempts, Int64((start.timeIntervalSinceNow + 3_600).rounded(.up)))
             }
             var wait: Int?
             if let address {

@@ -37,6 +37,19 @@ public struct DatabaseConfiguration: Sendable {
     /// `stratus migrate` choose it when the database has the citus extension.
     public var planCacheMode = "force_generic_plan"
 
+    /// Whether the database is a Citus coordinator. Writes there store the coordinator's
+    /// transaction id (Citus evaluates `pg_current_xact_id()` of a modification on the
+    /// coordinator), so change feeds take the coordinator's snapshot, in a statement of its own
+    /// before the rows are read on the worker (`RecordStore.readFeed`).
+    public var citusCoordinator = false
+
+    /// Settings for a Citus coordinator: a custom plan for every execution, and feeds that read
+    /// the coordinator's snapshot (see `planCacheMode`, `citusCoordinator`).
+    public mutating func useCitus() {
+        planCacheMode = "force_custom_plan"
+        citusCoordinator = true
+    }
+
     /// The default lock wait: 10 seconds, far above how long the service's own transactions hold
     /// locks (a whole 100-record modify took ~260 ms at p50 under the batch benchmark's load).
     public static let defaultLockTimeout: Duration = .seconds(10)

@@ -207,10 +207,10 @@ enum Prepared {
             ), ins AS (
                 INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
                                      created_at, created_by, modified_at, modified_by, deleted, size, parent)
-                SELECT $1, $2, u.n, u.t, pg_current_xact_id()::text::bigint, nextval('change_seq'), u.f,
+                SELECT $1, $2, u.n, u.t, pg_current_xact_id()::text::bigint, stratus_change_seq() + u.i, u.f,
                        u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f) + u.ab, NULLIF(u.p, '')
                 FROM unnest($3::text[], $4::text[], $5::text[], $6::bigint[], $7::text[], $8::bigint[], $9::text[], $39::text[], $46::bigint[])
-                     AS u(n, t, f, ca, cb, ma, mb, p, ab)
+                     WITH ORDINALITY AS u(n, t, f, ca, cb, ma, mb, p, ab, i)
                 WHERE NOT $32::bool OR EXISTS (SELECT 1 FROM live)
                 ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
                 RETURNING record_name, change_seq, size
@@ -220,13 +220,13 @@ enum Prepared {
                        modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
                        modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
                        deleted = u.d, size = octet_length(u.f) + u.ab,
-                       change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq'),
+                       change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq() + 32768 + u.i,
                        parent = CASE WHEN u.d THEN r.parent ELSE NULLIF(u.p, '') END,
                        share_name = CASE WHEN r.deleted THEN NULL ELSE r.share_name END,
                        short_guid = CASE WHEN r.deleted THEN NULL ELSE r.short_guid END,
                        share_root = CASE WHEN r.deleted THEN NULL ELSE r.share_root END
                 FROM unnest($10::text[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::bool[], $31::bigint[], $40::text[], $43::bigint[], $47::bigint[])
-                     AS u(n, t, f, ca, cb, ma, mb, d, s, p, o, ab)
+                     WITH ORDINALITY AS u(n, t, f, ca, cb, ma, mb, d, s, p, o, ab, i)
                 WHERE r.container_id = $1 AND r.zone_id = $2 AND r.record_name = u.n AND r.change_seq = u.s
                   AND (NOT $32::bool OR EXISTS (SELECT 1 FROM live))
                 RETURNING r.record_name, r.change_seq, r.size, u.d, u.o
@@ -254,7 +254,7 @@ enum Prepared {
                       FROM unnest($33::text[], $34::text[], $35::bigint[], $36::float8[], $37::float8[], $38::text[]) AS u(t, f, c, la, lo, n)
                 ) e WHERE e.n IN (SELECT record_name FROM written)
             ), zone AS (
-                UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
+                UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
                 WHERE container_id = $1 AND zone_id = $2 AND $30::bool AND EXISTS (SELECT 1 FROM written)
             ), delta AS (
                 SELECT coalesce(sum(x.r), 0)::bigint AS r, coalesce(sum(x.b), 0)::bigint AS b FROM (
@@ -265,9 +265,10 @@ enum Prepared {
             ), usage AS (
                 UPDATE usage_counters c SET records = c.records + d.r, bytes = c.bytes + d.b
                 FROM delta d, unnest(CASE WHEN $42::text = '' THEN ARRAY['']::text[] ELSE ARRAY['', $42::text] END,
-                                     CASE WHEN $42::text = '' THEN ARRAY[$44::int2] ELSE ARRAY[$44::int2, $45::int2] END) AS s(o, stripe)
+                                     CASE WHEN $42::text = '' THEN ARRAY[$44::int2] ELSE ARRAY[$44::int2, $45::int2] END) AS s(o, stripe),
+                     (SELECT pg_backend_pid() % 16 AS own) b
                 WHERE c.container_id = $1 AND c.environment = $41 AND c.owner = s.o
-                  AND c.stripe = CASE WHEN s.stripe >= 0 THEN s.stripe ELSE pg_backend_pid() % 16 END AND (d.r <> 0 OR d.b <> 0)
+                  AND c.stripe = CASE WHEN s.stripe >= 0 THEN s.stripe ELSE b.own END AND (d.r <> 0 OR d.b <> 0)
                 RETURNING c.records, c.bytes, c.records_cap, c.bytes_cap
             )
             SELECT record_name, change_seq, pg_current_xact_id()::text::bigint FROM written

@@ -41,7 +41,15 @@ extension RecordStore {
     /// - Returns: the page, and the zone row's id when `zoneRow` is set.
     func readFeed<Item>(source: String, columns: String, binds: Prepared.Binds, zoneRow: String? = nil, after cursor: FeedCursor, limit: Int,
                         on connection: PostgresConnection, decode: (inout RowReader) throws -> Item) async throws -> (zoneID: Int64?, page: ChangePage<Item>)? {
-        let (sql, binds) = Self.feedStatement(source: source, columns: columns, binds: binds, zoneRow: zoneRow, after: cursor, limit: limit)
+        // On Citus the positions are the coordinator's transaction ids: its snapshot, taken
+        // first, says which are done (a single-worker transaction commits on the worker before
+        // the coordinator, so what the snapshot calls done is visible to the read that follows).
+        var snapshot: String?
+        if database.configuration.citusCoordinator {
+            snapshot = try await connection.rows("SELECT pg_current_snapshot()::text", logger: logger).first?.decode(String.self)
+        }
+        let (sql, binds) = Self.feedStatement(source: source, columns: columns, binds: binds, zoneRow: zoneRow, after: cursor, limit: limit,
+                                              snapshot: snapshot)
         let rows = try await Prepared.Dynamic.rows(sql, binds, on: connection, logger: logger, shapes: .feeds)
         var zoneID: Int64?
         var items: [Item] = []
@@ -77,9 +85,18 @@ extension RecordStore {
     }
 
     /// The statement of one feed page (see `readFeed`), with its values bound after those of `binds`.
+    /// With `snapshot` (a Citus coordinator's, as text), rows and in-flight transactions are
+    /// judged by it instead of the statement's own snapshot: a row whose transaction it does not
+    /// show as done is left for a later read.
     static func feedStatement(source: String, columns: String, binds: Prepared.Binds, zoneRow: String?, after cursor: FeedCursor,
-                              limit: Int) -> (sql: String, binds: Prepared.Binds) {
+                              limit: Int, snapshot: String? = nil) -> (sql: String, binds: Prepared.Binds) {
         var binds = binds
+        var source = source
+        var snapshotExpression = "pg_current_snapshot()"
+        if let snapshot {
+            snapshotExpression = "\(binds.bind(snapshot))::pg_snapshot"
+            source += " AND pg_visible_in_snapshot(change_xid::text::xid8, \(snapshotExpression))"
+        }
         let xid = binds.bind(cursor.position.xid)
         let seq = binds.bind(cursor.position.seq)
         let inFlightXids = binds.bind(cursor.pending)
@@ -101,7 +118,7 @@ extension RecordStore {
             """
         let sql = if let zoneRow {
             """
-            SELECT z.zone_id, (SELECT array_agg(x::text::bigint) FROM pg_snapshot_xip(pg_current_snapshot()) x) AS xip, r.*
+            SELECT z.zone_id, (SELECT array_agg(x::text::bigint) FROM pg_snapshot_xip(\(snapshotExpression)) x) AS xip, r.*
             FROM zones z
             \(feed)
             WHERE \(zoneRow)
@@ -110,7 +127,7 @@ extension RecordStore {
         } else {
             """
             SELECT (SELECT array_agg(x::text::bigint) FROM pg_snapshot_xip(snap.s) x) AS xip, r.*
-            FROM (SELECT pg_current_snapshot() AS s) snap
+            FROM (SELECT \(snapshotExpression) AS s) snap
             \(feed)
             ORDER BY r.part, r.feed_xid, r.feed_seq
             """

@@ -341,9 +341,11 @@ enum QuerySQL {
             // Each matching entry fetches its record with one primary-key probe. As a plain join the
             // planner may merge-join the entries with all the zone's records in name order instead,
             // which reads the whole zone (3,500 records for 51 matches in the benchmark); the LATERAL
-            // subquery, kept apart by OFFSET 0, can only be probed.
+            // subquery, kept apart by OFFSET 0, can only be probed. It names the container itself
+            // ($1), not d's: Citus routes a statement to one worker only when every table in it
+            // is held to the same container by a constant.
             let probe = """
-                CROSS JOIN LATERAL (SELECT * FROM records r WHERE r.container_id = d.container_id
+                CROSS JOIN LATERAL (SELECT * FROM records r WHERE r.container_id = $1
                     AND r.zone_id = d.zone_id AND r.record_name = d.record_name OFFSET 0) r
                 """
             if filter.comparator == .near, let near = filter.near {

@@ -304,14 +304,19 @@ extension RecordStore {
             try await connection.statement("""
                 UPDATE shares SET deleted = true WHERE container_id = \(container) AND zone_id = \(zoneID) AND share_name = \(share)
                 """, logger: logger)
+            // Each row's ordinal is added to the sequence: on Citus it is drawn once per statement.
             try await connection.statement("""
-                UPDATE share_participants SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
-                WHERE container_id = \(container) AND zone_id = \(zoneID) AND share_name = \(share)
+                UPDATE share_participants p SET change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq() + s.i
+                FROM (SELECT participant_id, row_number() OVER () AS i FROM share_participants
+                      WHERE container_id = \(container) AND zone_id = \(zoneID) AND share_name = \(share)) s
+                WHERE p.container_id = \(container) AND p.zone_id = \(zoneID) AND p.share_name = \(share) AND p.participant_id = s.participant_id
                 """, logger: logger)
             let rows = try await connection.rows("""
-                UPDATE records SET share_name = NULL, change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
-                WHERE container_id = \(container) AND zone_id = \(zoneID) AND share_name = \(share) AND NOT deleted
-                RETURNING record_name
+                UPDATE records r SET share_name = NULL, change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq() + s.i
+                FROM (SELECT record_name, row_number() OVER () AS i FROM records
+                      WHERE container_id = \(container) AND zone_id = \(zoneID) AND share_name = \(share) AND NOT deleted) s
+                WHERE r.container_id = \(container) AND r.zone_id = \(zoneID) AND r.record_name = s.record_name
+                RETURNING r.record_name
                 """, logger: logger)
             for row in rows {
                 let name = try row.decode(String.self)
@@ -325,7 +330,7 @@ extension RecordStore {
                 // The root keeps the short GUID it had; otherwise it takes the share's.
                 let rows = try await connection.rows("""
                     UPDATE records SET share_name = \(upsert.shareName), short_guid = COALESCE(short_guid, \(guid)),
-                           change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
+                           change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
                     WHERE container_id = \(container) AND zone_id = \(zoneID) AND record_name = \(root) AND NOT deleted
                     RETURNING short_guid
                     """, logger: logger)
@@ -363,7 +368,7 @@ extension RecordStore {
         for share in sharing.leaves {
             try await connection.statement("""
                 UPDATE share_participants SET status = \(ParticipantStatus.removed.rawValue),
-                       change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
+                       change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
                 WHERE container_id = \(container) AND zone_id = \(zoneID) AND share_name = \(share)
                   AND user_record_name = \(sharing.participant?.user ?? "")
                 """, logger: logger)
@@ -395,17 +400,19 @@ extension RecordStore {
                              on connection: PostgresConnection) async throws {
         let ids = participants.map(\.participantID)
         try await connection.statement("""
-            UPDATE share_participants SET status = \(ParticipantStatus.removed.rawValue),
-                   change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
-            WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND share_name = \(share)
-              AND status <> \(ParticipantStatus.removed.rawValue) AND NOT (participant_id = ANY(\(ids)::text[]))
+            UPDATE share_participants p SET status = \(ParticipantStatus.removed.rawValue),
+                   change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq() + s.i
+            FROM (SELECT participant_id, row_number() OVER () AS i FROM share_participants
+                  WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND share_name = \(share)
+                    AND status <> \(ParticipantStatus.removed.rawValue) AND NOT (participant_id = ANY(\(ids)::text[]))) s
+            WHERE p.container_id = \(db.containerID) AND p.zone_id = \(zoneID) AND p.share_name = \(share) AND p.participant_id = s.participant_id
             """, logger: logger)
         guard !participants.isEmpty else { return }
         try await connection.statement("""
             INSERT INTO share_participants (container_id, zone_id, share_name, participant_id, user_record_name, email, permission, status, kind,
                                             change_xid, change_seq)
             SELECT \(db.containerID), \(zoneID), \(share), u.id, NULLIF(u.name, ''), NULLIF(u.email, ''), u.permission,
-                   \(ParticipantStatus.invited.rawValue), \(ParticipantType.user.rawValue), pg_current_xact_id()::text::bigint, nextval('change_seq')
+                   \(ParticipantStatus.invited.rawValue), \(ParticipantType.user.rawValue), pg_current_xact_id()::text::bigint, stratus_change_seq()
             FROM unnest(\(ids)::text[], \(participants.map { $0.userRecordName ?? "" })::text[], \(participants.map { $0.email ?? "" })::text[],
                         \(participants.map(\.permission.rawValue))::int2[]) AS u(id, name, email, permission)
             ON CONFLICT (container_id, zone_id, share_name, participant_id) DO UPDATE
@@ -476,7 +483,7 @@ extension RecordStore {
                 RETURNING r.record_name, d.root, d.old_root
             )
             INSERT INTO share_moves (container_id, zone_id, share_root, record_name, entered, change_xid, change_seq)
-            SELECT \(container), \(zoneID), m.share_root, m.record_name, m.entered, pg_current_xact_id()::text::bigint, nextval('change_seq')
+            SELECT \(container), \(zoneID), m.share_root, m.record_name, m.entered, pg_current_xact_id()::text::bigint, stratus_change_seq()
             FROM (SELECT old_root AS share_root, record_name, false AS entered FROM changed WHERE old_root IS NOT NULL
                   UNION ALL
                   SELECT root, record_name, true FROM changed WHERE root IS NOT NULL) m

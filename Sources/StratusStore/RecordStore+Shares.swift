@@ -140,7 +140,7 @@ extension RecordStore {
                 case .invited:
                     try await connection.statement("""
                         UPDATE share_participants SET status = \(ParticipantStatus.accepted.rawValue), user_record_name = \(user),
-                               change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
+                               change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
                         WHERE container_id = \(containerID) AND zone_id = \(zoneID) AND share_name = \(shareName)
                           AND participant_id = \(participant.participantID)
                         """, logger: logger)
@@ -151,7 +151,7 @@ extension RecordStore {
                                                     change_xid, change_seq)
                     VALUES (\(containerID), \(zoneID), \(shareName), \(user), \(user), \(share.publicPermission.rawValue),
                             \(ParticipantStatus.accepted.rawValue), \(ParticipantType.publicUser.rawValue),
-                            pg_current_xact_id()::text::bigint, nextval('change_seq'))
+                            pg_current_xact_id()::text::bigint, stratus_change_seq())
                     """, logger: logger)
             } else {
                 throw Self.notInvited

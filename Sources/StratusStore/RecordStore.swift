@@ -222,7 +222,7 @@ public final class RecordStore: Sendable {
                 rows = try await connection.rows("""
                     INSERT INTO zones (container_id, zone_id, environment, database_scope, owner, zone_name, change_xid, change_seq)
                     VALUES (\(db.containerID), nextval('zone_id_seq'), \(db.environment.code), \(db.scope.code), \(db.owner), \(name),
-                            pg_current_xact_id()::text::bigint, nextval('change_seq'))
+                            pg_current_xact_id()::text::bigint, stratus_change_seq())
                     ON CONFLICT (container_id, environment, database_scope, owner, zone_name) DO UPDATE SET deleted = false
                     RETURNING zone_id
                     """, logger: logger)
@@ -288,9 +288,9 @@ public final class RecordStore: Sendable {
             let rows = try await connection.rows("""
                 INSERT INTO zones (container_id, zone_id, environment, database_scope, owner, zone_name, change_xid, change_seq)
                 VALUES (\(db.containerID), nextval('zone_id_seq'), \(db.environment.code), \(db.scope.code), \(db.owner), \(name),
-                        pg_current_xact_id()::text::bigint, nextval('change_seq'))
+                        pg_current_xact_id()::text::bigint, stratus_change_seq())
                 ON CONFLICT (container_id, environment, database_scope, owner, zone_name) DO UPDATE
-                    SET zone_id = CASE WHEN zones.deleted THEN nextval('zone_id_seq') ELSE zones.zone_id END,
+                    SET zone_id = CASE WHEN zones.deleted THEN EXCLUDED.zone_id ELSE zones.zone_id END,
                         change_xid = CASE WHEN zones.deleted THEN EXCLUDED.change_xid ELSE zones.change_xid END,
                         change_seq = CASE WHEN zones.deleted THEN EXCLUDED.change_seq ELSE zones.change_seq END,
                         deleted = false
@@ -304,7 +304,7 @@ public final class RecordStore: Sendable {
     public func deleteZone(_ db: DatabaseRef, name: String) async throws -> ZoneInfo? {
         try await database.transaction { connection in
             let rows = try await connection.rows("""
-                UPDATE zones SET deleted = true, change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
+                UPDATE zones SET deleted = true, change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
                 WHERE container_id = \(db.containerID) AND environment = \(db.environment.code) AND database_scope = \(db.scope.code)
                   AND owner = \(db.owner) AND zone_name = \(name) AND NOT deleted
                 RETURNING zone_id, zone_name, deleted, change_xid, change_seq

@@ -119,8 +119,8 @@ struct Serve: AsyncParsableCommand {
         configuration.lockTimeout = lockWait == 0 ? nil : .seconds(lockWait)
         configuration.statementTimeout = statementLimit == 0 ? nil : .seconds(statementLimit)
         if try await Database.hasCitus(configuration, logger: logger) {
-            configuration.planCacheMode = "force_custom_plan"
-            logger.notice("the database is a Citus coordinator: statements get a plan of their own each time (Citus cannot run generic plans of joins)")
+            configuration.useCitus()
+            logger.notice("the database is a Citus coordinator: statements get a plan of their own each time (Citus cannot run generic plans of joins), and change feeds read the coordinator's snapshot")
         }
         let db = Database(configuration: configuration, logger: logger)
         var serverConfiguration = ServerConfiguration(adminToken: admin, maximumBodyBytes: maxBody, bcryptCost: cost,
@@ -178,7 +178,7 @@ struct Migrate: AsyncParsableCommand {
         let migrations = try loadMigrations()
         var (configuration, cluster) = try database.open(logger: logger)
         defer { cluster?.stopIfStarted() }
-        if try await Database.hasCitus(configuration, logger: logger) { configuration.planCacheMode = "force_custom_plan" }
+        if try await Database.hasCitus(configuration, logger: logger) { configuration.useCitus() }
         let db = Database(configuration: configuration, logger: logger)
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await db.run() }
