@@ -107,7 +107,7 @@ extension AdminStore {
                 INSERT INTO signature_replays (container_id, key_id, digest, expires_at)
                 VALUES (\(containerID), \(keyID), \(digest), \(expires))
                 ON CONFLICT (container_id, key_id, digest) DO UPDATE SET expires_at = excluded.expires_at
-                  WHERE signature_replays.expires_at < now()
+                  WHERE signature_replays.expires_at < \(Date())
                 RETURNING 1
                 """, logger: logger)
             return !inserted.isEmpty

@@ -135,14 +135,17 @@ extension AdminStore {
         // The time is bound, not now(): Citus allows only immutable functions in DO UPDATE SET.
         let now = Date()
         let windowStart = now.addingTimeInterval(-Double(window.components.seconds))
+        // One row per statement (two at most): Citus could not type the parameters of the
+        // INSERT … SELECT it sent on to the worker.
         try await database.withConnection { connection in
-            try await connection.statement("""
-                INSERT INTO signin_failures (container_id, key, window_start, failures)
-                SELECT \(containerID), k, \(now), 1 FROM unnest(\(keys)::text[]) AS k
-                ON CONFLICT (container_id, key) DO UPDATE SET
-                    failures = CASE WHEN signin_failures.window_start > \(windowStart) THEN signin_failures.failures + 1 ELSE 1 END,
-                    window_start = CASE WHEN signin_failures.window_start > \(windowStart) THEN signin_failures.window_start ELSE \(now) END
-                """, logger: logger)
+            for key in keys {
+                try await connection.statement("""
+                    INSERT INTO signin_failures (container_id, key, window_start, failures) VALUES (\(containerID), \(key), \(now), 1)
+                    ON CONFLICT (container_id, key) DO UPDATE SET
+                        failures = CASE WHEN signin_failures.window_start > \(windowStart) THEN signin_failures.failures + 1 ELSE 1 END,
+                        window_start = CASE WHEN signin_failures.window_start > \(windowStart) THEN signin_failures.window_start ELSE \(now) END
+                    """, logger: logger)
+            }
         }
     }
 

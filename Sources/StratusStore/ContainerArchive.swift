@@ -368,7 +368,7 @@ extension ContainerArchive {
                     try await flush()
                     try await connection.statement("""
                         INSERT INTO container_imports (container_id, source_container_id, source_name, sync_key, xid_shift, imported_at)
-                        SELECT \(containerID), source_container_id, source_name, sync_key, xid_shift + \(shift), imported_at
+                        SELECT \(containerID)::bigint, source_container_id, source_name, sync_key, xid_shift + \(shift), imported_at
                         FROM json_populate_record(NULL::container_imports, \(String(text))::json)
                         """, logger: logger)
                     restored.rows += 1

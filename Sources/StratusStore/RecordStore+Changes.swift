@@ -48,14 +48,15 @@ extension RecordStore {
         if database.configuration.citusCoordinator {
             snapshot = try await connection.rows("SELECT pg_current_snapshot()::text", logger: logger).first?.decode(String.self)
         }
+        var inFlight: [Int64] = []
         let (sql, binds) = Self.feedStatement(source: source, columns: columns, binds: binds, zoneRow: zoneRow, after: cursor, limit: limit,
                                               snapshot: snapshot)
         let rows = try await Prepared.Dynamic.rows(sql, binds, on: connection, logger: logger, shapes: .feeds)
+        if let snapshot { inFlight = Self.inFlight(snapshot) }
         var zoneID: Int64?
         var items: [Item] = []
         var position = cursor.position
         var mainCount = 0
-        var inFlight: [Int64] = []
         var sawRow = false
         for row in rows {
             var reader = RowReader(row)
@@ -65,7 +66,8 @@ extension RecordStore {
                 try reader.skip()
             } else {
                 if zoneRow != nil { zoneID = try reader.next(Int64.self) }
-                inFlight = try reader.next([Int64]?.self) ?? []
+                let statementsInFlight = try reader.next([Int64]?.self)
+                if snapshot == nil { inFlight = statementsInFlight ?? [] }
             }
             sawRow = true
             guard let part = try reader.next(Int32?.self) else { continue }  // no rows: only the snapshot
@@ -85,6 +87,13 @@ extension RecordStore {
     }
 
     /// The statement of one feed page (see `readFeed`), with its values bound after those of `binds`.
+    /// The in-flight transactions of a snapshot's text (`xmin:xmax:xip,…`).
+    static func inFlight(_ snapshot: String) -> [Int64] {
+        let fields = snapshot.split(separator: ":", omittingEmptySubsequences: false)
+        guard fields.count == 3 else { return [] }
+        return fields[2].split(separator: ",").compactMap { Int64($0) }
+    }
+
     /// With `snapshot` (a Citus coordinator's, as text), rows and in-flight transactions are
     /// judged by it instead of the statement's own snapshot: a row whose transaction it does not
     /// show as done is left for a later read.
@@ -105,23 +114,39 @@ extension RecordStore {
         // from flattening the probe into a join). Written as `change_xid = ANY(array)`, the
         // generic plan could not know the array's length, and in a small table it scanned the
         // whole table, other tenants' rows included (a test checks the plan).
-        let feed = """
-            LEFT JOIN LATERAL (
+        // On Citus (a snapshot given) part 0 is a plain filter: Citus cannot push down a LATERAL
+        // subquery with OFFSET over a table function, and plans each execution anyway.
+        let inFlightPart = snapshot == nil ? """
                 (SELECT 0 AS part, change_xid AS feed_xid, change_seq AS feed_seq, \(columns)
                  FROM unnest(\(inFlightXids)::bigint[]) AS pending(xid)
                  CROSS JOIN LATERAL (SELECT * \(source) AND change_xid = pending.xid OFFSET 0) AS in_flight)
+            """ : """
+                (SELECT 0 AS part, change_xid AS feed_xid, change_seq AS feed_seq, \(columns) \(source)
+                 AND change_xid = ANY(\(inFlightXids)::bigint[]))
+            """
+        let parts = """
+            \(inFlightPart)
                 UNION ALL
                 (SELECT 1 AS part, change_xid AS feed_xid, change_seq AS feed_seq, \(columns) \(source)
                  AND (change_xid, change_seq) > (\(xid), \(seq))
                  ORDER BY change_xid, change_seq LIMIT \(binds.bind(Int64(limit + 1))))
-            ) r ON true
             """
+        let feed = "LEFT JOIN LATERAL (\n\(parts)\n) r ON true"
+        // With a snapshot given, its in-flight transactions are read from its text (`inFlight`),
+        // not by the statement: Citus cannot push a join to a row without a table down to the worker.
+        let xip = snapshot == nil ? "(SELECT array_agg(x::text::bigint) FROM pg_snapshot_xip(\(snapshotExpression)) x)" : "NULL::bigint[]"
         let sql = if let zoneRow {
             """
-            SELECT z.zone_id, (SELECT array_agg(x::text::bigint) FROM pg_snapshot_xip(\(snapshotExpression)) x) AS xip, r.*
+            SELECT z.zone_id, \(xip) AS xip, r.*
             FROM zones z
             \(feed)
             WHERE \(zoneRow)
+            ORDER BY r.part, r.feed_xid, r.feed_seq
+            """
+        } else if snapshot != nil {
+            """
+            SELECT NULL::bigint[] AS xip, r.*
+            FROM (\(parts)) r
             ORDER BY r.part, r.feed_xid, r.feed_seq
             """
         } else {

@@ -28,7 +28,7 @@ extension RecordStore {
         guard !locations.column.values.isEmpty else { return }
         try await connection.statement("""
             INSERT INTO index_entries (container_id, zone_id, record_type, field, v_cell, v_lat, v_lon, record_name)
-            SELECT \(db.containerID), \(zoneID), t, f, c, la, lo, n
+            SELECT \(db.containerID)::bigint, \(zoneID)::bigint, t, f, c, la, lo, n
               FROM unnest(\(locations.column.types)::text[], \(locations.column.fields)::text[], \(locations.column.values)::bigint[],
                           \(locations.latitudes)::float8[], \(locations.longitudes)::float8[], \(locations.column.names)::text[]) AS u(t, f, c, la, lo, n)
             """, logger: logger)

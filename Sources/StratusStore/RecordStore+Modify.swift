@@ -150,8 +150,7 @@ extension RecordStore {
         let names = request.recordNames.compactMap { $0 }
         let outcome = try await database.withConnection { connection -> (results: [ModifyResult], changes: RecordChanges?)? in
             do {
-                guard let (zoneID, _, current) = try await zoneAndRecords(Prepared.ReadZoneAndRecords(db: db, zone: zone, names: names),
-                                                                          on: connection) else { return nil }
+                guard let (zoneID, _, current) = try await readZoneAndRecords(db, zone: zone, names: names, on: connection) else { return nil }
                 let schema = try await schemas.schema(containerID: db.containerID, environment: db.environment)
                 let plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
                                               caller: caller, now: now, render: render, access: access)
@@ -230,8 +229,39 @@ extension RecordStore {
 
     /// Locks a custom zone's row and then the current rows of `names` in it, in one round trip.
     /// `nil` when the zone does not exist.
+    /// On Citus it takes two (`zoneAndRecordsOnCitus`).
     func lockZoneAndRecords(_ db: DatabaseRef, zone: String, names: [String], on connection: PostgresConnection) async throws -> (zoneID: Int64, shared: Bool, current: [String: Record])? {
-        try await zoneAndRecords(Prepared.LockZoneAndRecords(db: db, zone: zone, names: names), on: connection)
+        guard database.configuration.citusCoordinator else {
+            return try await zoneAndRecords(Prepared.LockZoneAndRecords(db: db, zone: zone, names: names), on: connection)
+        }
+        return try await zoneAndRecordsOnCitus(db, zone: zone, names: names, locking: true, on: connection)
+    }
+
+    /// `lockZoneAndRecords` without the locks (`modifyOne`).
+    func readZoneAndRecords(_ db: DatabaseRef, zone: String, names: [String], on connection: PostgresConnection) async throws -> (zoneID: Int64, shared: Bool, current: [String: Record])? {
+        guard database.configuration.citusCoordinator else {
+            return try await zoneAndRecords(Prepared.ReadZoneAndRecords(db: db, zone: zone, names: names), on: connection)
+        }
+        return try await zoneAndRecordsOnCitus(db, zone: zone, names: names, locking: false, on: connection)
+    }
+
+    /// The zone, whether it has live shares, then its records, in three statements: Citus plans the zone part of the joined
+    /// statement on its own and then cannot join its result to the records, while each part alone
+    /// goes to the container's worker.
+    private func zoneAndRecordsOnCitus(_ db: DatabaseRef, zone: String, names: [String], locking: Bool,
+                                       on connection: PostgresConnection) async throws -> (zoneID: Int64, shared: Bool, current: [String: Record])? {
+        // Each statement names one table: Citus plans a subquery beside a row lock on its own.
+        let rows = try await connection.rows("""
+            SELECT zone_id FROM zones WHERE container_id = \(db.containerID) AND environment = \(db.environment.code)
+              AND database_scope = \(db.scope.code) AND owner = \(db.owner) AND zone_name = \(zone) AND NOT deleted
+            \(unescaped: locking ? "FOR NO KEY UPDATE" : "")
+            """, logger: logger)
+        guard let row = rows.first else { return nil }
+        let zoneID = try row.decode(Int64.self)
+        let shared = try await connection.rows("""
+            SELECT 1 FROM shares WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND NOT deleted LIMIT 1
+            """, logger: logger).first != nil
+        return (zoneID, shared, try await lockRecords(db, zoneID: zoneID, names: names, locking: locking, on: connection))
     }
 
     /// The zone id, whether the zone has live shares, and the current rows (live or tombstones,
@@ -251,14 +281,14 @@ extension RecordStore {
         return (zone.0, zone.1, current)
     }
 
-    /// Loads and locks the current rows (live or tombstones) of `names`.
-    func lockRecords(_ db: DatabaseRef, zoneID: Int64, names: [String], on connection: PostgresConnection) async throws -> [String: Record] {
+    /// Loads and locks (unless `locking` is false) the current rows (live or tombstones) of `names`.
+    func lockRecords(_ db: DatabaseRef, zoneID: Int64, names: [String], locking: Bool = true, on connection: PostgresConnection) async throws -> [String: Record] {
         guard !names.isEmpty else { return [:] }
         let rows = try await connection.rows("""
             SELECT \(unescaped: Self.currentColumns) FROM records
             WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND record_name = ANY(\(names)::text[])
             ORDER BY record_name
-            FOR UPDATE
+            \(unescaped: locking ? "FOR UPDATE" : "")
             """, logger: logger)
         var current: [String: Record] = [:]
         for row in rows {

@@ -347,7 +347,7 @@ extension RecordStore {
                     VALUES (\(container), \(zoneID), \(upsert.shareName), \(upsert.root), \(guid), \((upsert.publicPermission ?? .none).rawValue))
                     ON CONFLICT (container_id, zone_id, share_name) DO UPDATE
                         SET root_name = EXCLUDED.root_name, short_guid = EXCLUDED.short_guid,
-                            public_permission = EXCLUDED.public_permission, deleted = false, created_at = now()
+                            public_permission = EXCLUDED.public_permission, deleted = false, created_at = EXCLUDED.created_at
                     """, logger: logger)
                 // The share record belongs to its root's hierarchy: its participants may read it.
                 try await connection.statement("""
@@ -408,18 +408,20 @@ extension RecordStore {
             WHERE p.container_id = \(db.containerID) AND p.zone_id = \(zoneID) AND p.share_name = \(share) AND p.participant_id = s.participant_id
             """, logger: logger)
         guard !participants.isEmpty else { return }
+        // The states are written as literals, and the other values cast: Citus sends this
+        // statement on to the worker with its parameters, whose types it must be told.
         try await connection.statement("""
             INSERT INTO share_participants (container_id, zone_id, share_name, participant_id, user_record_name, email, permission, status, kind,
                                             change_xid, change_seq)
-            SELECT \(db.containerID), \(zoneID), \(share), u.id, NULLIF(u.name, ''), NULLIF(u.email, ''), u.permission,
-                   \(ParticipantStatus.invited.rawValue), \(ParticipantType.user.rawValue), pg_current_xact_id()::text::bigint, stratus_change_seq()
+            SELECT \(db.containerID)::bigint, \(zoneID)::bigint, \(share)::text, u.id, NULLIF(u.name, ''), NULLIF(u.email, ''), u.permission,
+                   \(unescaped: String(ParticipantStatus.invited.rawValue)), \(unescaped: String(ParticipantType.user.rawValue)), pg_current_xact_id()::text::bigint, stratus_change_seq()
             FROM unnest(\(ids)::text[], \(participants.map { $0.userRecordName ?? "" })::text[], \(participants.map { $0.email ?? "" })::text[],
                         \(participants.map(\.permission.rawValue))::int2[]) AS u(id, name, email, permission)
             ON CONFLICT (container_id, zone_id, share_name, participant_id) DO UPDATE
                 SET permission = EXCLUDED.permission,
-                    status = CASE WHEN share_participants.status = \(ParticipantStatus.removed.rawValue) THEN EXCLUDED.status ELSE share_participants.status END,
+                    status = CASE WHEN share_participants.status = \(unescaped: String(ParticipantStatus.removed.rawValue)) THEN EXCLUDED.status ELSE share_participants.status END,
                     change_xid = EXCLUDED.change_xid, change_seq = EXCLUDED.change_seq
-                WHERE share_participants.permission <> EXCLUDED.permission OR share_participants.status = \(ParticipantStatus.removed.rawValue)
+                WHERE share_participants.permission <> EXCLUDED.permission OR share_participants.status = \(unescaped: String(ParticipantStatus.removed.rawValue))
             """, logger: logger)
     }
 
@@ -455,6 +457,10 @@ extension RecordStore {
     func refreshHierarchy(_ db: DatabaseRef, zoneID: Int64, starts: [String], on connection: PostgresConnection) async throws {
         let container = db.containerID
         let depth = Self.maximumHierarchyDepth
+        if database.configuration.citusCoordinator {
+            try await refreshHierarchyOnCitus(db, zoneID: zoneID, starts: starts, on: connection)
+            return
+        }
         try await connection.statement("""
             WITH RECURSIVE starts AS (
                 SELECT DISTINCT unnest(\(starts)::text[]) AS name
@@ -483,10 +489,60 @@ extension RecordStore {
                 RETURNING r.record_name, d.root, d.old_root
             )
             INSERT INTO share_moves (container_id, zone_id, share_root, record_name, entered, change_xid, change_seq)
-            SELECT \(container), \(zoneID), m.share_root, m.record_name, m.entered, pg_current_xact_id()::text::bigint, stratus_change_seq()
+            SELECT \(container)::bigint, \(zoneID)::bigint, m.share_root, m.record_name, m.entered, pg_current_xact_id()::text::bigint, stratus_change_seq()
             FROM (SELECT old_root AS share_root, record_name, false AS entered FROM changed WHERE old_root IS NOT NULL
                   UNION ALL
                   SELECT root, record_name, true FROM changed WHERE root IS NOT NULL) m
+            """, logger: logger)
+    }
+
+    /// `refreshHierarchy` in three statements: Citus plans each CTE of a modifying statement on
+    /// its own, where `start_roots` cannot see `up`. The new roots are read (one statement, sent
+    /// whole to the container's worker), then written, then logged.
+    private func refreshHierarchyOnCitus(_ db: DatabaseRef, zoneID: Int64, starts: [String], on connection: PostgresConnection) async throws {
+        let container = db.containerID
+        let depth = Self.maximumHierarchyDepth
+        let moves = try await connection.rows("""
+            WITH RECURSIVE starts AS (
+                SELECT DISTINCT unnest(\(starts)::text[]) AS name
+            ), up(start, name, parent, share_name, depth) AS (
+                SELECT r.record_name, r.record_name, r.parent, r.share_name, 0
+                FROM starts s JOIN records r ON r.container_id = \(container) AND r.zone_id = \(zoneID) AND r.record_name = s.name AND NOT r.deleted
+                UNION ALL
+                SELECT up.start, p.record_name, p.parent, p.share_name, up.depth + 1
+                FROM up JOIN records p ON p.container_id = \(container) AND p.zone_id = \(zoneID) AND p.record_name = up.parent AND NOT p.deleted
+                WHERE up.share_name IS NULL AND up.depth < \(depth)
+            ), start_roots AS (
+                SELECT start, max(name) FILTER (WHERE share_name IS NOT NULL) AS root FROM up GROUP BY start
+            ), down(name, root, old_root, depth) AS (
+                SELECT s.name, sr.root, r.share_root, 0
+                FROM starts s JOIN records r ON r.container_id = \(container) AND r.zone_id = \(zoneID) AND r.record_name = s.name
+                LEFT JOIN start_roots sr ON sr.start = s.name
+                UNION ALL
+                SELECT c.record_name, CASE WHEN c.share_name IS NOT NULL THEN c.record_name ELSE down.root END, c.share_root, down.depth + 1
+                FROM down JOIN records c ON c.container_id = \(container) AND c.zone_id = \(zoneID) AND c.parent = down.name AND NOT c.deleted
+                WHERE down.depth < \(depth)
+            )
+            SELECT name, root, old_root FROM (SELECT DISTINCT ON (name) name, root, old_root FROM down ORDER BY name, depth) d
+            WHERE d.old_root IS DISTINCT FROM d.root
+            """, logger: logger).map { try $0.decode((String, String?, String?).self) }
+        guard !moves.isEmpty else { return }
+        let changed = Set(try await connection.rows("""
+            UPDATE records r SET share_root = NULLIF(u.root, '')
+            FROM unnest(\(moves.map(\.0))::text[], \(moves.map { $0.1 ?? "" })::text[]) AS u(name, root)
+            WHERE r.container_id = \(container) AND r.zone_id = \(zoneID) AND r.record_name = u.name AND NOT r.deleted
+            RETURNING r.record_name
+            """, logger: logger).map { try $0.decode(String.self) })
+        var roots: [String] = [], names: [String] = [], entered: [Bool] = []
+        for (name, root, oldRoot) in moves where changed.contains(name) {
+            if let oldRoot { roots.append(oldRoot); names.append(name); entered.append(false) }
+            if let root { roots.append(root); names.append(name); entered.append(true) }
+        }
+        guard !names.isEmpty else { return }
+        try await connection.statement("""
+            INSERT INTO share_moves (container_id, zone_id, share_root, record_name, entered, change_xid, change_seq)
+            SELECT \(container)::bigint, \(zoneID)::bigint, m.root, m.name, m.entered, pg_current_xact_id()::text::bigint, stratus_change_seq()
+            FROM unnest(\(roots)::text[], \(names)::text[], \(entered)::bool[]) AS m(root, name, entered)
             """, logger: logger)
     }
 }

@@ -68,7 +68,7 @@ extension RecordStore {
                     SELECT \(scope.owner), 1::bigint << 60, q.u FROM q WHERE \(scope.owner) <> ''
                 )
                 INSERT INTO usage_counters (container_id, environment, owner, stripe, records_cap, bytes_cap)
-                SELECT \(db.containerID), \(db.environment.code), s.o, g, s.r / 16, s.b / 16
+                SELECT \(db.containerID)::bigint, \(db.environment.code)::int2, s.o, g, s.r / 16, s.b / 16
                 FROM scopes s, generate_series(0, 15) g
                 WHERE NOT EXISTS (SELECT 1 FROM usage_counters x WHERE x.container_id = \(db.containerID)
                                   AND x.environment = \(db.environment.code) AND x.owner = s.o)

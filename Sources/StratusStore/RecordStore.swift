@@ -118,26 +118,28 @@ public final class RecordStore: Sendable {
         self.database = database
         self.logger = logger
         self.schemas = SchemaStore(database: database, logger: logger)
-        // A request may name up to 200 records; a statement serves up to 256 names.
-        self.lookups = StatementSharing(keysPerStatement: 256, keys: { max($0.names.count, 1) }) { requests, sending in
+        // A request may name up to 200 records; a statement serves up to 256 names. On Citus no
+        // statement is shared: each must name its one container for Citus to route it.
+        let shares = !database.configuration.citusCoordinator
+        self.lookups = StatementSharing(shares: shares, keysPerStatement: 256, keys: { max($0.names.count, 1) }) { requests, sending in
             try await database.withConnection { connection in
                 sending()
                 return try await Lookups.run(requests, on: connection, logger: logger)
             }
         }
-        self.notificationQueueing = StatementSharing(keysPerStatement: 5_000, keys: { $0.notifications.count }) { requests, sending in
+        self.notificationQueueing = StatementSharing(shares: shares, keysPerStatement: 5_000, keys: { $0.notifications.count }) { requests, sending in
             try await database.withConnection { connection in
                 sending()
                 return try await RecordStore.queueNotifications(requests, on: connection, logger: logger)
             }
         }
-        self.notificationTaking = StatementSharing(keysPerStatement: 128) { requests, sending in
+        self.notificationTaking = StatementSharing(shares: shares, keysPerStatement: 128) { requests, sending in
             try await database.withConnection { connection in
                 sending()
                 return try await RecordStore.takeNotifications(requests, on: connection, logger: logger)
             }
         }
-        self.dynamicReads = StatementSharing(keysPerStatement: 16, canShare: DynamicRead.canShare) { requests, sending in
+        self.dynamicReads = StatementSharing(shares: shares, keysPerStatement: 16, canShare: DynamicRead.canShare) { requests, sending in
             try await database.withConnection { connection in
                 sending()
                 return try await DynamicRead.run(requests, on: connection, logger: logger)
@@ -158,7 +160,7 @@ public final class RecordStore: Sendable {
         // they share across loops.
         let slots = max(1, ProcessInfo.processInfo.activeProcessorCount / database.pools.values.count)
         self.queriesByLoop = database.pools.map {
-            StatementSharing(maximumStatements: slots, keysPerStatement: 16, canShare: QueryRequest.canShare) { requests, sending in
+            StatementSharing(shares: shares, maximumStatements: slots, keysPerStatement: 16, canShare: QueryRequest.canShare) { requests, sending in
                 try await database.withConnection { connection in
                     sending()
                     return try await RecordStore.runQueries(requests, on: connection, logger: logger)

@@ -235,7 +235,7 @@ extension SchemaStore {
                 INSERT INTO schema_query_shapes (container_id, environment, record_type, field, usage)
                 SELECT DISTINCT c, 1, t, f, u FROM unnest(\(shapes.map(\.containerID))::bigint[], \(shapes.map(\.recordType))::text[],
                                                   \(shapes.map(\.field))::text[], \(shapes.map(\.usage))::text[]) AS x(c, t, f, u)
-                ON CONFLICT (container_id, environment, record_type, field, usage) DO UPDATE SET last_used = now()
+                ON CONFLICT (container_id, environment, record_type, field, usage) DO UPDATE SET last_used = excluded.last_used
                 """, logger: logger)
         }
     }

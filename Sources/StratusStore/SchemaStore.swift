@@ -132,7 +132,7 @@ public final class SchemaStore: Sendable {
         }
         try await connection.statement("""
             INSERT INTO schema_fields (container_id, environment, record_type, field, field_type, queryable, sortable, searchable, encrypted, number_declaration)
-            SELECT \(containerID), \(environment.code), t, f, ft, q, s, se, en, NULLIF(nd, '')
+            SELECT \(containerID)::bigint, \(environment.code)::int2, t, f, ft, q, s, se, en, NULLIF(nd, '')
             FROM unnest(\(rows.map(\.0))::text[], \(rows.map(\.1))::text[], \(rows.map { $0.2.type.wireName })::text[],
                         \(rows.map { $0.2.queryable })::bool[], \(rows.map { $0.2.sortable })::bool[], \(rows.map { $0.2.searchable })::bool[],
                         \(rows.map { $0.2.encrypted })::bool[], \(numbers)::text[]) AS u(t, f, ft, q, s, se, en, nd)
@@ -146,7 +146,7 @@ public final class SchemaStore: Sendable {
         // Arrays of arrays cannot be bound directly: send "READ,WRITE" and split in SQL.
         try await connection.statement("""
             INSERT INTO schema_grants (container_id, environment, record_type, role, permissions)
-            SELECT \(containerID), \(environment.code), t, r, string_to_array(p, ',')
+            SELECT \(containerID)::bigint, \(environment.code)::int2, t, r, string_to_array(p, ',')
             FROM unnest(\(rows.map(\.0))::text[], \(rows.map(\.1))::text[], \(rows.map { $0.2.joined(separator: ",") })::text[]) AS u(t, r, p)
             ON CONFLICT DO NOTHING
             """, logger: logger)

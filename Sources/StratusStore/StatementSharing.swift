@@ -101,13 +101,18 @@ final class StatementSharing<Request: Sendable, Answer: Sendable>: Sendable {
     private let canShare: @Sendable (Request, Request) -> Bool
     private let run: @Sendable ([Request], _ sending: @Sendable () -> Void) async throws -> [Answer]
     private let state = Mutex(State())
+    /// False: every request runs a statement of its own at once, without queueing (on a Citus
+    /// coordinator: a statement shared by several requests names their containers in arrays,
+    /// so Citus cannot route it to one worker).
+    private let shares: Bool
 
     /// - Parameters:
+    ///   - shares: whether requests share statements at all (see `shares`).
     ///   - keys: what a request adds to a statement, counted against `keysPerStatement`.
     ///   - canShare: whether two requests can be served by one statement.
     ///   - run: one statement for the requests; their answers, in order. It calls `sending`
     ///     when it has a connection, just before the statement goes out.
-    init(maximumStatements: Int = defaultMaximumStatements, keysPerStatement: Int,
+    init(shares: Bool = true, maximumStatements: Int = defaultMaximumStatements, keysPerStatement: Int,
          patience: Duration = .milliseconds(10), maximumSlowStatements: Int = 8,
          keys: @escaping @Sendable (Request) -> Int = { _ in 1 },
          canShare: @escaping @Sendable (Request, Request) -> Bool = { _, _ in true },
@@ -119,10 +124,12 @@ final class StatementSharing<Request: Sendable, Answer: Sendable>: Sendable {
         self.keys = keys
         self.canShare = canShare
         self.run = run
+        self.shares = shares
     }
 
     /// The answer to `request`, from a statement of its own or one it shares.
     func answer(_ request: Request) async throws -> Answer {
+        if !shares { return try await run([request], {})[0] }
         if state.withLock({ $0.claimSlot(maximum: maximumStatements) }) {
             return try await lead(request)
         }

@@ -168,7 +168,7 @@ extension StratusApp {
         do {
             if !pending.isEmpty { try await records.schemas.recordQueryShapes(pending) }
         } catch {
-            logger.warning("could not record development query shapes", metadata: ["stratus.error": "\(error)"])
+            logger.warning("could not record development query shapes", metadata: ["stratus.error": "\(String(reflecting: error))"])
         }
         queryShapes.withLock { $0.writing -= 1 }
     }

@@ -59,8 +59,16 @@ actor TestCluster {
 
     private var template: Task<Void, any Error>?
 
-    /// A new, migrated, empty database.
+    /// The ports of a Citus coordinator and its workers on this machine (`STRATUS_TEST_CITUS`,
+    /// such as `19090,19091,19092`: `Deploy/citus/cluster.sh up` makes them, user `postgres`
+    /// without a password), or nil: the embedded cluster.
+    static let citusPorts: [Int]? = ProcessInfo.processInfo.environment["STRATUS_TEST_CITUS"]
+        .map { $0.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) } }
+        .flatMap { $0.count >= 2 ? $0 : nil }
+
+    /// A new, migrated, empty database (on Citus, distributed as `Deploy/citus/distribute.sql` says).
     func newDatabase() async throws -> DatabaseConfiguration {
+        if let ports = Self.citusPorts { return try await newCitusDatabase(ports: ports) }
         let cluster = try await server()
         let base = cluster.configuration
         if template == nil {
@@ -82,6 +90,66 @@ actor TestCluster {
             try await db.withConnection { try await $0.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name) TEMPLATE stratus_template"), logger: Self.logger) }
         }
         return base.with(database: name)
+    }
+}
+
+extension TestCluster {
+    /// A database of the same name on the coordinator (`ports[0]`) and every worker, with the
+    /// citus extension in each, the workers added, the migrations run on the coordinator and
+    /// `distribute.sql` applied: what an operator does, once per test.
+    func newCitusDatabase(ports: [Int]) async throws -> DatabaseConfiguration {
+        counter += 1
+        let name = "citus_test_\(getpid())_\(counter)"
+        func node(_ port: Int, _ database: String) -> DatabaseConfiguration {
+            DatabaseConfiguration(host: "127.0.0.1", port: port, username: "postgres", password: nil, database: database)
+        }
+        for port in ports {
+            try await withDatabase(node(port, "postgres"), maximumConnections: 1) { db in
+                try await db.withConnection { try await $0.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: Self.logger) }
+            }
+            try await withDatabase(node(port, name), maximumConnections: 1) { db in
+                try await db.withConnection { try await $0.query("CREATE EXTENSION citus", logger: Self.logger) }
+            }
+        }
+        var coordinator = node(ports[0], name)
+        try await withDatabase(coordinator, maximumConnections: 1) { db in
+            try await db.withConnection { connection in
+                try await connection.query(PostgresQuery(unsafeSQL: "SELECT citus_set_coordinator_host('127.0.0.1', \(ports[0]))"), logger: Self.logger)
+                for port in ports.dropFirst() {
+                    try await connection.query(PostgresQuery(unsafeSQL: "SELECT citus_add_node('127.0.0.1', \(port))"), logger: Self.logger)
+                }
+            }
+        }
+        coordinator.useCitus()
+        let migrations = try Migration.load(from: Self.repositoryRoot.appendingPathComponent("Migrations"))
+        try await withDatabase(coordinator, maximumConnections: 1) { db in
+            try await MigrationRunner(migrations: migrations, logger: Self.logger).run(on: db)
+        }
+        let placing = try String(contentsOf: Self.repositoryRoot.appendingPathComponent("Deploy/citus/distribute.sql"), encoding: .utf8)
+        try await withDatabase(coordinator, maximumConnections: 1) { db in
+            try await db.withConnection { connection in
+                for statement in Self.statements(of: placing) {
+                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: Self.logger)
+                }
+            }
+        }
+        return coordinator
+    }
+
+    /// The statements of a SQL file whose statements each end a line with `;` (comments dropped).
+    static func statements(of text: String) -> [String] {
+        var statements: [String] = []
+        var current = ""
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            let trimmed = line.trimmingCharacters(in: .whitespaces)
+            if trimmed.hasPrefix("--") || trimmed.isEmpty { continue }
+            current += line + "\n"
+            if trimmed.hasSuffix(";") {
+                statements.append(current)
+                current = ""
+            }
+        }
+        return statements
     }
 }
 
