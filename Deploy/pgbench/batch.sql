@@ -1,5 +1,5 @@
 -- service-sql: lock ca3efae049510650
--- service-sql: write 1733714471ad430c
+-- service-sql: write c50ca330331e24b
 -- The SQL `stratus serve` runs for this records/modify, statement for statement (RecordStore+Modify.swift):
 -- zone and record locks in one statement, then one statement that writes records, index entries (title, rank: the bench
 -- schema) and the zone's change position. Regenerate when the service's SQL changes.
@@ -18,13 +18,13 @@ WITH live AS (
 ), ins AS (
     INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
                          created_at, created_by, modified_at, modified_by, deleted, size, parent)
-    SELECT :c, :z, u.n, u.t, pg_current_xact_id()::text::bigint, nextval('change_seq'), u.f,
+    SELECT :c, :z, u.n, u.t, pg_current_xact_id()::text::bigint, stratus_change_seq() + u.i, u.f,
            u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f) + u.ab, NULLIF(u.p, '')
     FROM unnest(ARRAY(SELECT 'pb-' || :b || '-' || g FROM generate_series(1, 100) g)::text[], ARRAY(SELECT 'Item' FROM generate_series(1, 100) g)::text[], ARRAY(SELECT '{"createdBy":{"type":"STRING","value":"user-1"},"done":{"type":"INT64","value":1},"notes":{"type":"STRING","value":"' || repeat('0123456789abcdef', 52) || '"},"rank":{"type":"INT64","value":' || (g * 7919 % 1048576) || '},"tags":{"type":"STRING_LIST","value":["a1","b1","c1"]},"title":{"type":"STRING","value":"new-title-' || (g % 25) || '"}}' FROM generate_series(1, 100) g)::text[],
                 ARRAY(SELECT 1735689600000 FROM generate_series(1, 100) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 100) g)::text[],
                 ARRAY(SELECT 1735689600000 FROM generate_series(1, 100) g)::bigint[], ARRAY(SELECT '_bench' FROM generate_series(1, 100) g)::text[],
                 ARRAY(SELECT '' FROM generate_series(1, 100) g)::text[], ARRAY(SELECT 0 FROM generate_series(1, 100) g)::bigint[])
-                     AS u(n, t, f, ca, cb, ma, mb, p, ab)
+                     WITH ORDINALITY AS u(n, t, f, ca, cb, ma, mb, p, ab, i)
     WHERE NOT false OR EXISTS (SELECT 1 FROM live)
     ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
     RETURNING record_name, change_seq, size
@@ -34,7 +34,7 @@ WITH live AS (
            modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
            modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
            deleted = u.d, size = octet_length(u.f) + u.ab,
-           change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq'),
+           change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq() + 32768 + u.i,
            parent = CASE WHEN u.d THEN r.parent ELSE NULLIF(u.p, '') END,
            share_name = CASE WHEN r.deleted THEN NULL ELSE r.share_name END,
            short_guid = CASE WHEN r.deleted THEN NULL ELSE r.short_guid END,
@@ -44,7 +44,7 @@ WITH live AS (
                 '{}'::bigint[], '{}'::text[],
                 '{}'::bool[], '{}'::bigint[], '{}'::text[],
                 '{}'::bigint[], '{}'::bigint[])
-                     AS u(n, t, f, ca, cb, ma, mb, d, s, p, o, ab)
+                     WITH ORDINALITY AS u(n, t, f, ca, cb, ma, mb, d, s, p, o, ab, i)
     WHERE r.container_id = :c AND r.zone_id = :z AND r.record_name = u.n AND r.change_seq = u.s
       AND (NOT false OR EXISTS (SELECT 1 FROM live))
     RETURNING r.record_name, r.change_seq, r.size, u.d, u.o
@@ -72,7 +72,7 @@ WITH live AS (
           FROM unnest('{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::float8[], '{}'::float8[], '{}'::text[]) AS u(t, f, c, la, lo, n)
     ) e WHERE e.n IN (SELECT record_name FROM written)
 ), zone AS (
-    UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
+    UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
     WHERE container_id = :c AND zone_id = :z AND true AND EXISTS (SELECT 1 FROM written)
 ), delta AS (
     SELECT coalesce(sum(x.r), 0)::bigint AS r, coalesce(sum(x.b), 0)::bigint AS b FROM (
@@ -83,9 +83,10 @@ WITH live AS (
 ), usage AS (
     UPDATE usage_counters c SET records = c.records + d.r, bytes = c.bytes + d.b
     FROM delta d, unnest(CASE WHEN (:o)::text = '' THEN ARRAY['']::text[] ELSE ARRAY['', (:o)::text] END,
-                         CASE WHEN (:o)::text = '' THEN ARRAY[:cs::int2] ELSE ARRAY[:cs::int2, :us::int2] END) AS s(o, stripe)
+                         CASE WHEN (:o)::text = '' THEN ARRAY[:cs::int2] ELSE ARRAY[:cs::int2, :us::int2] END) AS s(o, stripe),
+         (SELECT pg_backend_pid() % 16 AS own) b
     WHERE c.container_id = :c AND c.environment = 1 AND c.owner = s.o
-      AND c.stripe = CASE WHEN s.stripe >= 0 THEN s.stripe ELSE pg_backend_pid() % 16 END AND (d.r <> 0 OR d.b <> 0)
+      AND c.stripe = CASE WHEN s.stripe >= 0 THEN s.stripe ELSE b.own END AND (d.r <> 0 OR d.b <> 0)
     RETURNING c.records, c.bytes, c.records_cap, c.bytes_cap
 )
 SELECT record_name, change_seq, pg_current_xact_id()::text::bigint FROM written

@@ -1,5 +1,5 @@
 -- service-sql: read 793eb05f884a9108
--- service-sql: write 1733714471ad430c
+-- service-sql: write c50ca330331e24b
 -- The SQL `stratus serve` runs for this records/modify of one record, statement for statement (RecordStore+Modify.swift,
 -- `modifyOne`): no transaction; the zone and the record read unlocked in one statement, then one statement that writes
 -- the record if it is unchanged (its change sequence, from the read), its index entries (title, rank: the bench schema) and the zone's change position,
@@ -18,12 +18,12 @@ WITH live AS (
 ), ins AS (
     INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
                          created_at, created_by, modified_at, modified_by, deleted, size, parent)
-    SELECT :c, :z, u.n, u.t, pg_current_xact_id()::text::bigint, nextval('change_seq'), u.f,
+    SELECT :c, :z, u.n, u.t, pg_current_xact_id()::text::bigint, stratus_change_seq() + u.i, u.f,
            u.ca, u.cb, u.ma, u.mb, false, octet_length(u.f) + u.ab, NULLIF(u.p, '')
     FROM unnest('{}'::text[], '{}'::text[], '{}'::text[],
                 '{}'::bigint[], '{}'::text[],
                 '{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::bigint[])
-                     AS u(n, t, f, ca, cb, ma, mb, p, ab)
+                     WITH ORDINALITY AS u(n, t, f, ca, cb, ma, mb, p, ab, i)
     WHERE NOT true OR EXISTS (SELECT 1 FROM live)
     ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
     RETURNING record_name, change_seq, size
@@ -33,7 +33,7 @@ WITH live AS (
            modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
            modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
            deleted = u.d, size = octet_length(u.f) + u.ab,
-           change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq'),
+           change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq() + 32768 + u.i,
            parent = CASE WHEN u.d THEN r.parent ELSE NULLIF(u.p, '') END,
            share_name = CASE WHEN r.deleted THEN NULL ELSE r.share_name END,
            short_guid = CASE WHEN r.deleted THEN NULL ELSE r.short_guid END,
@@ -44,7 +44,7 @@ WITH live AS (
                 ARRAY(SELECT false FROM generate_series(1, 1) g)::bool[], ARRAY(SELECT :r_change_seq::bigint FROM generate_series(1, 1) g)::bigint[],
                 ARRAY(SELECT '' FROM generate_series(1, 1) g)::text[],
                 ARRAY(SELECT :r_size::bigint FROM generate_series(1, 1) g)::bigint[], ARRAY(SELECT 0 FROM generate_series(1, 1) g)::bigint[])
-                     AS u(n, t, f, ca, cb, ma, mb, d, s, p, o, ab)
+                     WITH ORDINALITY AS u(n, t, f, ca, cb, ma, mb, d, s, p, o, ab, i)
     WHERE r.container_id = :c AND r.zone_id = :z AND r.record_name = u.n AND r.change_seq = u.s
       AND (NOT true OR EXISTS (SELECT 1 FROM live))
     RETURNING r.record_name, r.change_seq, r.size, u.d, u.o
@@ -72,7 +72,7 @@ WITH live AS (
           FROM unnest('{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::float8[], '{}'::float8[], '{}'::text[]) AS u(t, f, c, la, lo, n)
     ) e WHERE e.n IN (SELECT record_name FROM written)
 ), zone AS (
-    UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = nextval('change_seq')
+    UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
     WHERE container_id = :c AND zone_id = :z AND true AND EXISTS (SELECT 1 FROM written)
 ), delta AS (
     SELECT coalesce(sum(x.r), 0)::bigint AS r, coalesce(sum(x.b), 0)::bigint AS b FROM (
@@ -83,9 +83,10 @@ WITH live AS (
 ), usage AS (
     UPDATE usage_counters c SET records = c.records + d.r, bytes = c.bytes + d.b
     FROM delta d, unnest(CASE WHEN (:o)::text = '' THEN ARRAY['']::text[] ELSE ARRAY['', (:o)::text] END,
-                         CASE WHEN (:o)::text = '' THEN ARRAY[-1::int2] ELSE ARRAY[-1::int2, -1::int2] END) AS s(o, stripe)
+                         CASE WHEN (:o)::text = '' THEN ARRAY[-1::int2] ELSE ARRAY[-1::int2, -1::int2] END) AS s(o, stripe),
+         (SELECT pg_backend_pid() % 16 AS own) b
     WHERE c.container_id = :c AND c.environment = 1 AND c.owner = s.o
-      AND c.stripe = CASE WHEN s.stripe >= 0 THEN s.stripe ELSE pg_backend_pid() % 16 END AND (d.r <> 0 OR d.b <> 0)
+      AND c.stripe = CASE WHEN s.stripe >= 0 THEN s.stripe ELSE b.own END AND (d.r <> 0 OR d.b <> 0)
     RETURNING c.records, c.bytes, c.records_cap, c.bytes_cap
 )
 SELECT record_name, change_seq, pg_current_xact_id()::text::bigint FROM written

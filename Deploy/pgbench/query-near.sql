@@ -1,4 +1,4 @@
--- service-sql: query-near 90107a0b0b3ff1c8
+-- service-sql: query-near 40240c9b4641e0e0
 -- The SQL `stratus serve` runs for the query-near workload (RecordStore+Query.swift, QuerySQL.build): NEAR on the
 -- LOCATION field 'place' of the seeded Place records (zone 'places', `bench seed --places`), sorted by distance from
 -- the same point. The circle and the index cell ranges covering it (Geo.cover, which pgbench cannot compute) come from
@@ -15,5 +15,5 @@ SELECT page.* FROM zones z LEFT JOIN LATERAL (SELECT * FROM (SELECT r.record_nam
           AND e.v_cell >= c.low AND e.v_cell <= c.high OFFSET 0) e) e
   WHERE e.distance <= :radius::float8
   GROUP BY e.container_id, e.zone_id, e.record_name) d
-CROSS JOIN LATERAL (SELECT * FROM records r WHERE r.container_id = d.container_id
+CROSS JOIN LATERAL (SELECT * FROM records r WHERE r.container_id = z.container_id
     AND r.zone_id = d.zone_id AND r.record_name = d.record_name OFFSET 0) r WHERE r.container_id = :c::bigint AND r.zone_id = z.zone_id AND r.record_type = 'Place' AND NOT r.deleted) q ORDER BY s0 ASC NULLS LAST, record_name COLLATE "C" ASC LIMIT 201) page ON true WHERE z.container_id = :c::bigint AND z.environment = 1 AND z.database_scope = 2 AND z.owner = :owner::text AND z.zone_name = 'places' AND NOT z.deleted;

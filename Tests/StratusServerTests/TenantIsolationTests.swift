@@ -88,8 +88,8 @@ import Testing
                     let zoneKeyed = condition.contains("zone_id = z.zone_id") || condition.contains("zone_id = $") || condition.contains("zone_id = '\(zoneID)'")
                         || condition.contains("zone_name = '\(Names.defaultZone)'")
                     let direct = condition.contains("container_id = '\(containerID)'") && zoneKeyed
-                    let viaEntry = condition.contains("container_id = d.container_id") && condition.contains("zone_id = d.zone_id")
-                        && condition.contains("record_name = d.record_name")
+                    let viaEntry = (condition.contains("container_id = d.container_id") || condition.contains("container_id = '\(containerID)'"))
+                        && condition.contains("zone_id = d.zone_id") && condition.contains("record_name = d.record_name")
                     #expect(direct || viaEntry, "\(label): scan condition \(condition)")
                 }
                 // …and touches at most this zone's own rows (25 records, 50 index entries): the other container
