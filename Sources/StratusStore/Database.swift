@@ -373,6 +373,12 @@ public final class Database: Sendable {
                 if state == "57014" {
                     return StratusError(.tryAgainLater, "the request took too long and was cancelled; retry with a smaller request", retryAfter: 1, underlying: error)
                 }
+                // Citus, while it moves a container's shards to another worker: a statement planned
+                // in parts finds the part it already ran gone with the old placement. The
+                // transaction is rolled back whole, so the request can be sent again.
+                if state == "CIINF", error.serverInfo?[.message]?.contains("intermediate result") == true {
+                    return StratusError(.tryAgainLater, "this app's data is being moved between database servers; retry shortly", retryAfter: 1, underlying: error)
+                }
             default:
                 break
             }

@@ -129,7 +129,13 @@ final class StatementSharing<Request: Sendable, Answer: Sendable>: Sendable {
 
     /// The answer to `request`, from a statement of its own or one it shares.
     func answer(_ request: Request) async throws -> Answer {
-        if !shares { return try await run([request], {})[0] }
+        if !shares {
+            state.withLock { state in
+                state.statistics.statements += 1
+                state.statistics.requests += 1
+            }
+            return try await run([request], {})[0]
+        }
         if state.withLock({ $0.claimSlot(maximum: maximumStatements) }) {
             return try await lead(request)
         }
