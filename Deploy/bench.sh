@@ -6,7 +6,7 @@
 # and under it, for each goal missed, by how much and why (from the run's CPU accounting).
 #
 #   Deploy/bench.sh [--containers N] [--records N] [--duration S] [--concurrency N]
-#                   [--workloads "lookup create modify …"] [--no-peer] [--rounds N] [--places N] [--scale | --cold]
+#                   [--workloads "lookup create modify …"] [--no-peer] [--rounds N] [--places N] [--scale | --cold | --citus]
 #
 #   create-subscribed (a workload name): after the table, creates just before and just after
 #             'stratus bench subscribe' (10,000 subscriptions across 1,000 users), the second with
@@ -38,6 +38,13 @@
 #             lookup-world (API token alone) from their first second (no warm-up); then
 #             VACUUM ANALYZE and the same again warm. Goal: cold within 20% of warm, the whole run
 #             and its first second (issue 29).
+#   --citus   instead: lookup, query-eq, create and changes (--workloads narrows them) on the one
+#             server as usual, then through a Citus cluster on the same machine
+#             (Deploy/citus/cluster.sh: a coordinator and two workers, the same release binary,
+#             measured on one of its two `stratus serve`), each seeded alike through the API; prints
+#             both rates, latencies and the machine's CPU per request side by side, and how many
+#             statements Citus ran on more than one worker meanwhile (none is the goal). One
+#             machine cannot show Citus's added capacity, only the cost of the extra hop.
 #
 # Everything runs on 127.0.0.1: a throwaway PostgreSQL cluster (tuned as in
 # shared/reference/performance.md §2.1), a release build of `stratus serve` and PocketBase
@@ -56,6 +63,7 @@ PLACES=100000
 PEER=1
 SCALE=0
 COLD=0
+CITUS=0
 ROUNDS=1
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -69,7 +77,8 @@ while [ $# -gt 0 ]; do
     --rounds) ROUNDS=$2; shift 2;;
     --scale) SCALE=1; shift;;
     --cold) COLD=1; shift;;
-    -h|--help) sed -n 2,37p "$0"; exit 0;;
+    --citus) CITUS=1; shift;;
+    -h|--help) sed -n 2,44p "$0"; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 64;;
   esac
 done
@@ -437,6 +446,89 @@ if [ "$SCALE" = 1 ]; then
             for (i = 1; i <= n; i++) { x = p50["100000/" ws[i]]; y = p50["1000000/" ws[i]]
               if (x > 0 && y > 0) printf "%-10s p50 %s ms at 1e5 -> %s ms at 1e6 = %.2fx (goal <= 1.5x: %s)\n", ws[i], x, y, y / x, (y / x <= 1.5 ? "met" : "MISSED") } }' "$PLACES_RESULTS"
   fi
+  exit 0
+fi
+
+if [ "$CITUS" = 1 ]; then
+  [ "$WORKLOADS_GIVEN" = 1 ] || WORKLOADS="lookup query-eq create changes"
+  CITUS_RESULTS="$WORK/citus.tsv"
+  : > "$CITUS_RESULTS"
+  # citus_mark <server pid> <postgres folder>: CPU ticks of the server, of every PostgreSQL process
+  # under the folder's postmasters, and of the machine.
+  citus_mark() {
+    local server=0 pg=0 postmaster child
+    for postmaster in $(for f in "$2"/*/postmaster.pid "$2"/postmaster.pid; do [ -f "$f" ] && head -1 "$f"; done); do
+      pg=$(( pg + $(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$postmaster/stat") ))
+      for child in $(pgrep -P "$postmaster"); do
+        pg=$(( pg + $(awk '{ print $14 + $15 }' "/proc/$child/stat" 2>/dev/null || echo 0) ))
+      done
+    done
+    server=$(awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0)
+    echo "$server $pg $(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat)"
+  }
+  # measure <label> <server pid> <postgres folder> <state file>: each workload once, after an unmeasured 5 s lookup pass.
+  measure() {
+    local label=$1 pid=$2 folder=$3 state=$4 workload json
+    "$BIN" bench --workload lookup --concurrency "$CONCURRENCY" --duration 5 --state-file "$state" >/dev/null 2>&1 || true
+    for workload in $WORKLOADS; do
+      local s0 t0 server0 pg0 machine0 server1 pg1 machine1
+      read -r s0 t0 < <(cpu_mark)
+      read -r server0 pg0 machine0 < <(citus_mark "$pid" "$folder")
+      json=$("$BIN" bench --workload "$workload" --concurrency "$CONCURRENCY" --duration "$DURATION" --state-file "$state" --json 2>/dev/null)
+      read -r server1 pg1 machine1 < <(citus_mark "$pid" "$folder")
+      local steal rps p50 p99 errors requests
+      steal=$(steal_since "$s0" "$t0")
+      rps=$(echo "$json" | sed -nE 's/.*"requestsPerSecond":([0-9.]+).*/\1/p')
+      p50=$(echo "$json" | sed -nE 's/.*"p50":([0-9.]+).*/\1/p')
+      p99=$(echo "$json" | sed -nE 's/.*"p99":([0-9.]+).*/\1/p')
+      errors=$(echo "$json" | sed -nE 's/.*"errors":([0-9]+).*/\1/p')
+      requests=$(echo "$json" | sed -nE 's/.*"requests":([0-9]+).*/\1/p')
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$label" "$workload" "${rps:-0}" "${p50:-0}" "${p99:-0}" "${errors:-0}" \
+        "$(cpu_per $(( server1 - server0 )) "${requests:-0}")" "$(cpu_per $(( pg1 - pg0 )) "${requests:-0}")" \
+        "$(cpu_per $(( machine1 - machine0 )) "${requests:-0}")" "$steal" >> "$CITUS_RESULTS"
+      echo "   $label $workload: ${rps:-0} req/s, p50 ${p50:-0} ms, errors ${errors:-0}; steal $steal %" >&2
+    done
+  }
+  echo "== one server: seeding $CONTAINERS containers x $RECORDS records through the API" >&2
+  "$BIN" bench seed --containers "$CONTAINERS" --records "$RECORDS" --state-file "$WORK/state.json" >&2
+  $PSQL -c "VACUUM ANALYZE"
+  measure "one server" "$SERVER_PID" "$WORK/pg" "$WORK/state.json"
+  kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
+  SERVER_PID=""
+  $AS "$PGBIN/pg_ctl" -D "$WORK/pg" -m fast stop >/dev/null 2>&1 || true
+  echo "== Citus: building it if needed, then a coordinator, two workers and two stratus serve" >&2
+  Deploy/citus/build.sh >&2
+  CITUS_DIR="$WORK/citus"
+  rm -rf "$CITUS_DIR"
+  trap 'Deploy/citus/cluster.sh down --dir "$CITUS_DIR" --port 19280 >/dev/null 2>&1 || true; cleanup' EXIT
+  STRATUS_BCRYPT_COST=4 Deploy/citus/cluster.sh up --dir "$CITUS_DIR" --port 19280 --bin "$BIN" >/dev/null
+  . "$CITUS_DIR/cluster.env"
+  coordinator_psql() { $AS "$PGBIN/psql" -X -qAt -h 127.0.0.1 -p 19290 -U postgres -d stratus "$@"; }
+  coordinator_psql -c "ALTER SYSTEM SET citus.multi_task_query_log_level = 'log'" -c "SELECT pg_reload_conf()" >/dev/null
+  (
+    export STRATUS_SERVER=$STRATUS_CLUSTER_SERVER_1 STRATUS_ADMIN_TOKEN=$STRATUS_ADMIN_TOKEN
+    echo "== Citus: seeding the same through $STRATUS_SERVER" >&2
+    "$BIN" bench seed --containers "$CONTAINERS" --records "$RECORDS" --state-file "$WORK/citus.json" >&2
+    coordinator_psql -c "VACUUM ANALYZE" >/dev/null
+    before=$(grep -c "multi-task query about to be executed" "$CITUS_DIR/postgres/coordinator.log" || true)
+    measure "Citus" "$STRATUS_CLUSTER_PID_1" "$CITUS_DIR/postgres" "$WORK/citus.json"
+    after=$(grep -c "multi-task query about to be executed" "$CITUS_DIR/postgres/coordinator.log" || true)
+    echo "$(( after - before ))" > "$WORK/citus-multi-task"
+    coordinator_psql -c "SELECT nodeport, count(DISTINCT c.container_id) FROM containers c, citus_shards s WHERE s.table_name = 'records'::regclass AND s.shardid = get_shard_id_for_distribution_column('records', c.container_id) GROUP BY nodeport ORDER BY nodeport" > "$WORK/citus-placement"
+  )
+  echo
+  echo "One server against Citus (a coordinator and two workers) on the same machine: $CONTAINERS containers x $RECORDS records,"
+  echo "$CONCURRENCY connections, ${DURATION}s each, one stratus serve measured in each; machine: $MACHINE"
+  echo "containers per worker (port, containers): $(tr '\n' ' ' < "$WORK/citus-placement")"
+  awk -F '\t' '
+    { key = $2; if ($1 == "one server") { order[++n] = key; one[key] = $0 } else { citus[key] = $0 } }
+    END {
+      printf "%-10s %12s %12s %7s %14s %14s %7s %22s %22s\n", "workload", "one r/s", "Citus r/s", "ratio", "p50 one/Citus", "p99 one/Citus", "errors", "CPU µs one (srv+PG/all)", "Citus (srv+PG/all)"
+      for (i = 1; i <= n; i++) {
+        split(one[order[i]], a, "\t"); split(citus[order[i]], b, "\t")
+        printf "%-10s %12s %12s %6.0f%% %14s %14s %7s %22s %22s\n", order[i], a[3], b[3], (a[3] > 0 ? 100 * b[3] / a[3] : 0), a[4] "/" b[4], a[5] "/" b[5], a[6] + b[6], a[7] "+" a[8] "/" a[9], b[7] "+" b[8] "/" b[9]
+      } }' "$CITUS_RESULTS"
+  echo "statements Citus ran on more than one worker during the measured runs: $(cat "$WORK/citus-multi-task")"
   exit 0
 fi
 

@@ -31,5 +31,13 @@ if [ "$#" -eq 0 ]; then
     Deploy/console/e2e.sh || status=1
     Deploy/signin/e2e.sh || status=1
     STRATUS_FUZZ_REPEATABLE=1 Deploy/fuzz/parsers.sh || status=1
+    # The end-to-end families again on a live Citus cluster, and a container moved between its
+    # workers under load, when Citus can be built here (its source sits beside the repository,
+    # as on CI) or is installed.
+    if [ -f ../shared/vendor/citus-13.2.2.tar.gz ] || [ -f /usr/lib/postgresql/15/lib/citus.so ]; then
+        Deploy/citus/suite.sh || status=1
+    else
+        echo "test.sh: no Citus source in ../shared/vendor and no Citus installed; the Citus suite did not run" >&2
+    fi
 fi
 exit "$status"
