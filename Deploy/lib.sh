@@ -161,3 +161,25 @@ backend servers
     server stratus-2 127.0.0.1:$((PORT + 2)) check
 EOF
 }
+
+# A check in a real browser: starts the built `stratus serve` ($STRATUS_BINARY, or the debug
+# build) with its own embedded PostgreSQL, runs the Playwright script $2 (arguments: the server's
+# URL, its admin token and $3, the folder for screenshots, emptied first) on Debian's Chromium,
+# and fails when the script does or the server logged an internal error. $1 names the check in
+# messages (Deploy/console/e2e.sh, Deploy/signin/e2e.sh).
+browser_check() {  # browser_check NAME SCRIPT OUTPUT_DIR
+  local name=$1 script=$2 out=$3 binary=${STRATUS_BINARY:-.build/debug/stratus} status=0
+  ensure_browser
+  ensure_python_tools
+  rm -rf "$out"
+  mkdir -p "$out"
+  trap stop_test_server EXIT
+  start_test_server "$binary" "$out/server.log"
+  "$PYTHON_TOOLS/python" "$script" "$SERVER_URL" "$SERVER_ADMIN" "$out" || status=1
+  if grep -q "internal error" "$out/server.log"; then
+    echo "$name: the server logged internal errors:" >&2
+    grep "internal error" "$out/server.log" | cut -c1-600 | head -20 >&2
+    status=1
+  fi
+  return "$status"
+}

@@ -7,19 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . Deploy/lib.sh
-ensure_browser
-ensure_python_tools
-binary=${STRATUS_BINARY:-.build/debug/stratus}
-out=.build/test-output/signin-origins
-rm -rf "$out"
-mkdir -p "$out"
-trap stop_test_server EXIT
-start_test_server "$binary" "$out/server.log"
-status=0
-"$PYTHON_TOOLS/python" Deploy/signin/e2e.py "$SERVER_URL" "$SERVER_ADMIN" "$out" || status=1
-if grep -q "internal error" "$out/server.log"; then
-  echo "sign-in origins: the server logged internal errors:" >&2
-  grep "internal error" "$out/server.log" | cut -c1-600 | head -20 >&2
-  status=1
-fi
-exit "$status"
+browser_check "sign-in origins" Deploy/signin/e2e.py .build/test-output/signin-origins

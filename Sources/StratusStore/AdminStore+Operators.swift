@@ -136,7 +136,7 @@ extension AdminStore {
     public func setOperatorDisabled(_ info: OperatorInfo, disabled: Bool, by actor: AuditActor) async throws -> OperatorInfo {
         try await database.transaction { connection in
             let row = try await connection.rows("""
-                UPDATE operators o SET disabled_at = CASE WHEN \(disabled) THEN coalesce(o.disabled_at, now()) END
+                UPDATE operators o SET disabled_at = CASE WHEN \(disabled) THEN coalesce(o.disabled_at, \(Date())) END
                 WHERE o.operator_id = \(info.operatorID) RETURNING \(unescaped: Self.operatorColumns)
                 """, logger: logger).first
             guard let row else { throw StratusError(.notFound, "there is no operator '\(info.email)'") }

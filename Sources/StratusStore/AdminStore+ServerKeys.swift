@@ -56,12 +56,13 @@ extension AdminStore {
         return try rows.map(Self.serverKey)
     }
 
-    /// The key with `keyID` in any container, or `nil`.
-    public func serverKey(keyID: String) async throws -> ServerKeyInfo? {
+    /// The key with `keyID` in the container, or `nil`. Looked up within the container the
+    /// request names, so that on Citus it is one worker's read.
+    public func serverKey(keyID: String, containerID: Int64) async throws -> ServerKeyInfo? {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT \(unescaped: Self.serverKeyColumns) FROM server_keys k JOIN containers c ON c.container_id = k.container_id
-                WHERE k.key_id = \(keyID)
+                WHERE k.container_id = \(containerID) AND k.key_id = \(keyID)
                 """, logger: logger)
         }
         return try rows.first.map(Self.serverKey)
@@ -74,7 +75,7 @@ extension AdminStore {
             let prefix = idOrPrefix.lowercased()
             let rows = try await connection.rows("""
                 WITH k AS (
-                    UPDATE server_keys SET revoked_at = coalesce(revoked_at, now())
+                    UPDATE server_keys SET revoked_at = coalesce(revoked_at, \(Date()))
                     WHERE container_id = \(containerID) AND key_id IN (
                         SELECT key_id FROM server_keys WHERE container_id = \(containerID) AND starts_with(key_id, \(prefix))
                         AND length(\(prefix)) >= 8 LIMIT 2)

@@ -218,7 +218,7 @@ extension AdminStore {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT u.user_record_name, u.email, u.created_at, u.disabled_at,
-                       (SELECT count(*) FROM sessions s WHERE s.container_id = u.container_id AND s.user_record_name = u.user_record_name
+                       (SELECT count(*) FROM sessions s WHERE s.container_id = \(containerID) AND s.user_record_name = u.user_record_name
                           AND s.environment = \(environment.code) AND s.ended_at IS NULL AND s.expires_at > now())
                 FROM users u
                 WHERE u.container_id = \(containerID) AND (\(user)::text IS NULL OR u.user_record_name = \(user) OR u.email = lower(\(user)))
@@ -236,7 +236,7 @@ extension AdminStore {
     public func setUserDisabled(containerID: Int64, user: String, disabled: Bool, by actor: AuditActor) async throws -> UserSummary {
         try await database.transaction { connection in
             let rows = try await connection.rows("""
-                UPDATE users SET disabled_at = CASE WHEN \(disabled) THEN coalesce(disabled_at, now()) ELSE NULL END
+                UPDATE users SET disabled_at = CASE WHEN \(disabled) THEN coalesce(disabled_at, \(Date())) ELSE NULL END
                 WHERE container_id = \(containerID) AND (user_record_name = \(user) OR email = lower(\(user)))
                 RETURNING user_record_name, email, created_at, disabled_at
                 """, logger: logger)

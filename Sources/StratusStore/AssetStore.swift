@@ -193,12 +193,13 @@ public final class AssetStore: Sendable {
                 WITH doomed AS (
                     SELECT container_id, checksum FROM assets a
                     WHERE used_at < now() - make_interval(secs => \(Double(unusedFor.components.seconds)))
-                      AND (\(container)::bigint IS NULL OR container_id = \(container)::bigint)
+                      \(unescaped: container.map { "AND container_id = \($0)" } ?? "")
                       AND NOT EXISTS (SELECT 1 FROM asset_references r WHERE r.container_id = a.container_id AND r.checksum = a.checksum)
                     ORDER BY used_at LIMIT \(limit)
                     FOR UPDATE SKIP LOCKED
                 )
                 DELETE FROM assets a USING doomed d WHERE a.container_id = d.container_id AND a.checksum = d.checksum
+                  \(unescaped: container.map { "AND a.container_id = \($0)" } ?? "")
                 RETURNING a.container_id, a.checksum, a.lo_oid::bigint
                 """, logger: logger)
             var count = 0

@@ -455,77 +455,66 @@ extension RecordStore {
     /// A record's share root is the nearest record, itself included, on its chain of live
     /// parents that is a shared root.
     func refreshHierarchy(_ db: DatabaseRef, zoneID: Int64, starts: [String], on connection: PostgresConnection) async throws {
-        let container = db.containerID
-        let depth = Self.maximumHierarchyDepth
+        var binds = PostgresBindings(capacity: 4)
+        binds.append(starts)
+        binds.append(db.containerID)
+        binds.append(zoneID)
+        binds.append(Int32(Self.maximumHierarchyDepth))
         if database.configuration.citusCoordinator {
-            try await refreshHierarchyOnCitus(db, zoneID: zoneID, starts: starts, on: connection)
+            try await refreshHierarchyOnCitus(db, zoneID: zoneID, binds: binds, on: connection)
             return
         }
-        try await connection.statement("""
-            WITH RECURSIVE starts AS (
-                SELECT DISTINCT unnest(\(starts)::text[]) AS name
-            ), up(start, name, parent, share_name, depth) AS (
-                SELECT r.record_name, r.record_name, r.parent, r.share_name, 0
-                FROM starts s JOIN records r ON r.container_id = \(container) AND r.zone_id = \(zoneID) AND r.record_name = s.name AND NOT r.deleted
-                UNION ALL
-                SELECT up.start, p.record_name, p.parent, p.share_name, up.depth + 1
-                FROM up JOIN records p ON p.container_id = \(container) AND p.zone_id = \(zoneID) AND p.record_name = up.parent AND NOT p.deleted
-                WHERE up.share_name IS NULL AND up.depth < \(depth)
-            ), start_roots AS (
-                SELECT start, max(name) FILTER (WHERE share_name IS NOT NULL) AS root FROM up GROUP BY start
-            ), down(name, root, old_root, depth) AS (
-                SELECT s.name, sr.root, r.share_root, 0
-                FROM starts s JOIN records r ON r.container_id = \(container) AND r.zone_id = \(zoneID) AND r.record_name = s.name
-                LEFT JOIN start_roots sr ON sr.start = s.name
-                UNION ALL
-                SELECT c.record_name, CASE WHEN c.share_name IS NOT NULL THEN c.record_name ELSE down.root END, c.share_root, down.depth + 1
-                FROM down JOIN records c ON c.container_id = \(container) AND c.zone_id = \(zoneID) AND c.parent = down.name AND NOT c.deleted
-                WHERE down.depth < \(depth)
-            ), changed AS (
+        try await connection.statement(PostgresQuery(unsafeSQL: Self.newShareRoots + """
+            , changed AS (
                 UPDATE records r SET share_root = d.root
                 FROM (SELECT DISTINCT ON (name) name, root, old_root FROM down ORDER BY name, depth) d
-                WHERE r.container_id = \(container) AND r.zone_id = \(zoneID) AND r.record_name = d.name AND NOT r.deleted
+                WHERE r.container_id = $2 AND r.zone_id = $3 AND r.record_name = d.name AND NOT r.deleted
                   AND d.old_root IS DISTINCT FROM d.root
                 RETURNING r.record_name, d.root, d.old_root
             )
             INSERT INTO share_moves (container_id, zone_id, share_root, record_name, entered, change_xid, change_seq)
-            SELECT \(container)::bigint, \(zoneID)::bigint, m.share_root, m.record_name, m.entered, pg_current_xact_id()::text::bigint, stratus_change_seq()
+            SELECT $2::bigint, $3::bigint, m.share_root, m.record_name, m.entered, pg_current_xact_id()::text::bigint, stratus_change_seq()
             FROM (SELECT old_root AS share_root, record_name, false AS entered FROM changed WHERE old_root IS NOT NULL
                   UNION ALL
                   SELECT root, record_name, true FROM changed WHERE root IS NOT NULL) m
-            """, logger: logger)
+            """, binds: binds), logger: logger)
     }
+
+    /// The CTEs of `refreshHierarchy` (values: `$1` the start names, `$2` the container, `$3` the
+    /// zone, `$4` the depth limit), ending with `down`: each start and every live record below it,
+    /// with its new share root (`root`) and its stored one (`old_root`), at its depth below the start.
+    static let newShareRoots = """
+        WITH RECURSIVE starts AS (
+            SELECT DISTINCT unnest($1::text[]) AS name
+        ), up(start, name, parent, share_name, depth) AS (
+            SELECT r.record_name, r.record_name, r.parent, r.share_name, 0
+            FROM starts s JOIN records r ON r.container_id = $2 AND r.zone_id = $3 AND r.record_name = s.name AND NOT r.deleted
+            UNION ALL
+            SELECT up.start, p.record_name, p.parent, p.share_name, up.depth + 1
+            FROM up JOIN records p ON p.container_id = $2 AND p.zone_id = $3 AND p.record_name = up.parent AND NOT p.deleted
+            WHERE up.share_name IS NULL AND up.depth < $4
+        ), start_roots AS (
+            SELECT start, max(name) FILTER (WHERE share_name IS NOT NULL) AS root FROM up GROUP BY start
+        ), down(name, root, old_root, depth) AS (
+            SELECT s.name, sr.root, r.share_root, 0
+            FROM starts s JOIN records r ON r.container_id = $2 AND r.zone_id = $3 AND r.record_name = s.name
+            LEFT JOIN start_roots sr ON sr.start = s.name
+            UNION ALL
+            SELECT c.record_name, CASE WHEN c.share_name IS NOT NULL THEN c.record_name ELSE down.root END, c.share_root, down.depth + 1
+            FROM down JOIN records c ON c.container_id = $2 AND c.zone_id = $3 AND c.parent = down.name AND NOT c.deleted
+            WHERE down.depth < $4
+        )
+        """
 
     /// `refreshHierarchy` in three statements: Citus plans each CTE of a modifying statement on
     /// its own, where `start_roots` cannot see `up`. The new roots are read (one statement, sent
     /// whole to the container's worker), then written, then logged.
-    private func refreshHierarchyOnCitus(_ db: DatabaseRef, zoneID: Int64, starts: [String], on connection: PostgresConnection) async throws {
+    private func refreshHierarchyOnCitus(_ db: DatabaseRef, zoneID: Int64, binds: PostgresBindings, on connection: PostgresConnection) async throws {
         let container = db.containerID
-        let depth = Self.maximumHierarchyDepth
-        let moves = try await connection.rows("""
-            WITH RECURSIVE starts AS (
-                SELECT DISTINCT unnest(\(starts)::text[]) AS name
-            ), up(start, name, parent, share_name, depth) AS (
-                SELECT r.record_name, r.record_name, r.parent, r.share_name, 0
-                FROM starts s JOIN records r ON r.container_id = \(container) AND r.zone_id = \(zoneID) AND r.record_name = s.name AND NOT r.deleted
-                UNION ALL
-                SELECT up.start, p.record_name, p.parent, p.share_name, up.depth + 1
-                FROM up JOIN records p ON p.container_id = \(container) AND p.zone_id = \(zoneID) AND p.record_name = up.parent AND NOT p.deleted
-                WHERE up.share_name IS NULL AND up.depth < \(depth)
-            ), start_roots AS (
-                SELECT start, max(name) FILTER (WHERE share_name IS NOT NULL) AS root FROM up GROUP BY start
-            ), down(name, root, old_root, depth) AS (
-                SELECT s.name, sr.root, r.share_root, 0
-                FROM starts s JOIN records r ON r.container_id = \(container) AND r.zone_id = \(zoneID) AND r.record_name = s.name
-                LEFT JOIN start_roots sr ON sr.start = s.name
-                UNION ALL
-                SELECT c.record_name, CASE WHEN c.share_name IS NOT NULL THEN c.record_name ELSE down.root END, c.share_root, down.depth + 1
-                FROM down JOIN records c ON c.container_id = \(container) AND c.zone_id = \(zoneID) AND c.parent = down.name AND NOT c.deleted
-                WHERE down.depth < \(depth)
-            )
+        let moves = try await connection.rows(PostgresQuery(unsafeSQL: Self.newShareRoots + """
             SELECT name, root, old_root FROM (SELECT DISTINCT ON (name) name, root, old_root FROM down ORDER BY name, depth) d
             WHERE d.old_root IS DISTINCT FROM d.root
-            """, logger: logger).map { try $0.decode((String, String?, String?).self) }
+            """, binds: binds), logger: logger).map { try $0.decode((String, String?, String?).self) }
         guard !moves.isEmpty else { return }
         let changed = Set(try await connection.rows("""
             UPDATE records r SET share_root = NULLIF(u.root, '')

@@ -171,7 +171,7 @@ extension RecordStore {
                            COALESCE(r.created_at, 0), COALESCE(r.created_by, ''), COALESCE(r.modified_at, 0), COALESCE(r.modified_by, ''),
                            r.record_name IS NULL, r.parent, r.share_name, r.short_guid
                     FROM share_moves m
-                    LEFT JOIN records r ON r.container_id = m.container_id AND r.zone_id = m.zone_id AND r.record_name = m.record_name
+                    LEFT JOIN records r ON r.container_id = \(container) AND r.zone_id = m.zone_id AND r.record_name = m.record_name
                          AND NOT r.deleted AND r.share_root = ANY(\(visible)::text[])
                     WHERE m.container_id = \(container) AND m.zone_id = \(zone) AND m.share_root = ANY(\(visible)::text[])
                       AND m.entered = (r.record_name IS NOT NULL)
@@ -196,7 +196,9 @@ extension RecordStore {
     }
 
     /// `changes/database` of `user`'s shared database: the zones shared with them whose records
-    /// or shares changed after `cursor`, and those no longer shared with them (deleted).
+    /// or shares changed after `cursor`, and those no longer shared with them (deleted). Every
+    /// table in it is held to the container by the value itself (not only through a join), as
+    /// Citus needs to send it to one worker.
     public func sharedDatabaseChanges(containerID: Int64, environment: ContainerEnvironment, user: String, after cursor: FeedCursor,
                                       limit: Int) async throws -> ChangePage<SharedZoneChange> {
         try await database.withConnection { connection in
@@ -212,11 +214,11 @@ extension RecordStore {
                            NOT z.deleted AND EXISTS (
                                SELECT 1 FROM share_participants p2 JOIN shares s2 ON s2.container_id = p2.container_id AND s2.zone_id = p2.zone_id
                                     AND s2.share_name = p2.share_name AND NOT s2.deleted
-                               WHERE p2.container_id = p.container_id AND p2.zone_id = p.zone_id AND p2.user_record_name = p.user_record_name
+                               WHERE p2.container_id = \(container) AND p2.zone_id = p.zone_id AND p2.user_record_name = p.user_record_name
                                  AND p2.status = \(binds.bind(accepted))) AS live
                     FROM share_participants p
                     JOIN zones z ON z.container_id = p.container_id AND z.zone_id = p.zone_id
-                    WHERE p.container_id = \(container) AND p.user_record_name = \(person) AND p.status <> \(binds.bind(ParticipantStatus.invited.rawValue))
+                    WHERE p.container_id = \(container) AND z.container_id = \(container) AND p.user_record_name = \(person) AND p.status <> \(binds.bind(ParticipantStatus.invited.rawValue))
                       AND z.environment = \(binds.bind(environment.code))
                 ) f WHERE true
                 """

@@ -93,7 +93,7 @@ extension RecordStore {
                 SELECT \(unescaped: Self.shareColumns) FROM shares s JOIN zones z ON z.container_id = s.container_id AND z.zone_id = s.zone_id
                 WHERE s.container_id = \(containerID) AND z.environment = \(environment.code)
                   AND (\(user)::text IS NULL OR z.owner = \(user) OR EXISTS (
-                      SELECT 1 FROM share_participants p WHERE p.container_id = s.container_id AND p.zone_id = s.zone_id
+                      SELECT 1 FROM share_participants p WHERE p.container_id = \(containerID) AND p.zone_id = s.zone_id
                         AND p.share_name = s.share_name AND p.user_record_name = \(user)))
                 ORDER BY z.owner, z.zone_name, s.share_name
                 """, logger: logger)

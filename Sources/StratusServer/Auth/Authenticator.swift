@@ -107,8 +107,8 @@ final class Authenticator: Sendable {
             forget(tokenID: tokenID)
         case .roles(let containerID, let environment):
             memberships.withLock { $0.removeAllKeys { $0.containerID == containerID && $0.environment == environment } }
-        case .serverKey(_, let keyID):
-            serverKeys.withLock { $0.remove(keyID) }
+        case .serverKey(let containerID, let keyID):
+            serverKeys.withLock { $0.remove("\(containerID)/\(keyID)") }
         case .all:
             serverKeys.withLock { $0.removeAll { _ in true } }
             liveSessions.withLock { $0.removeAll { _ in true } }
@@ -197,12 +197,13 @@ final class Authenticator: Sendable {
         return caller
     }
 
-    /// A server-to-server key by ID (cached; a miss for 5 seconds).
-    func serverKey(_ keyID: String) async throws -> ServerKeyInfo? {
+    /// A server-to-server key of the container by ID (cached by container and ID; a miss for 5 seconds).
+    func serverKey(_ keyID: String, containerID: Int64) async throws -> ServerKeyInfo? {
         let now = ContinuousClock.now
-        if let cached = serverKeys.withLock({ $0.value(for: keyID, now: now) }) { return cached }
-        let key = try await admin.serverKey(keyID: keyID)
-        serverKeys.withLock { $0.set(key, for: keyID, expires: now + (key == nil ? .seconds(5) : cacheLifetime), now: now) }
+        let cacheKey = "\(containerID)/\(keyID)"
+        if let cached = serverKeys.withLock({ $0.value(for: cacheKey, now: now) }) { return cached }
+        let key = try await admin.serverKey(keyID: keyID, containerID: containerID)
+        serverKeys.withLock { $0.set(key, for: cacheKey, expires: now + (key == nil ? .seconds(5) : cacheLifetime), now: now) }
         return key
     }
 
@@ -213,8 +214,8 @@ final class Authenticator: Sendable {
     func authenticateSigned(_ request: Request, body: ByteBuffer, container: ContainerInfo, environment: ContainerEnvironment) async throws -> Caller {
         let signature = try RequestSignature(headers: request.headers)
         try signature.checkDate(now: Date().timeIntervalSince1970)
-        guard let key = try await serverKey(signature.keyID) else {
-            throw StratusError(.authenticationFailed, "unknown server-to-server key \(signature.keyID.prefix(8))…; 'stratus key list' shows the container's keys")
+        guard let key = try await serverKey(signature.keyID, containerID: container.id) else {
+            throw StratusError(.authenticationFailed, "unknown server-to-server key \(signature.keyID.prefix(8))…: keys of another container or environment open nothing here; 'stratus key list' shows this container's keys")
         }
         guard key.revokedAt == nil else {
             throw StratusError(.authenticationFailed, "the server-to-server key \(signature.keyID.prefix(8))… was revoked; add a new one with 'stratus key add'")
