@@ -63,40 +63,45 @@ import Testing
             defer { harness.app.records.testHooks.beforeCommit = nil }
             let ledger = Ledger()
             let deadline = ContinuousClock.now + .seconds(8)
+            let everyone = sessions
             try await withThrowingTaskGroup(of: Void.self) { group in
                 // Three writers per container, each writing its own records in turn (so each record's
-                // versions commit in the order they are numbered).
-                for (index, session) in sessions.enumerated() {
-                    for writer in 0..<3 {
-                        group.addTask {
-                            var version = 0
-                            while ContinuousClock.now < deadline {
-                                version += 1
-                                let zone = Self.zones[version % Self.zones.count]
-                                let slow = Int.random(in: 0..<4) == 0
-                                // A held write makes a record of its own, written once: a change
-                                // skipped by a reader would never be overwritten into view.
-                                let name = slow ? "w\(writer)-\(version)-slow" : "w\(writer)-r\(version % Self.recordsPerWriter)"
-                                let answer = try await session.modify("private", zone: zone, [op("forceReplace", name, fields: ["v": ["value": .int(Int64(version))]])])
-                                guard answer.status == 200, answer.json.record(0)?["recordChangeTag"] != nil else {
-                                    Issue.record("write \(name) in container \(index): \(answer.json)")
-                                    return
+                // versions commit in the order they are numbered); the readers are told when the
+                // last write has been answered, not before (a held write may end well after the deadline).
+                group.addTask {
+                    try await withThrowingTaskGroup(of: Void.self) { writers in
+                        for (index, session) in everyone.enumerated() {
+                            for writer in 0..<3 {
+                                writers.addTask {
+                                    var version = 0
+                                    while ContinuousClock.now < deadline {
+                                        version += 1
+                                        let zone = Self.zones[version % Self.zones.count]
+                                        let slow = Int.random(in: 0..<4) == 0
+                                        // A held write makes a record of its own, written once: a change
+                                        // skipped by a reader would never be overwritten into view.
+                                        let name = slow ? "w\(writer)-\(version)-slow" : "w\(writer)-r\(version % Self.recordsPerWriter)"
+                                        let answer = try await session.modify("private", zone: zone, [op("forceReplace", name, fields: ["v": ["value": .int(Int64(version))]])])
+                                        guard answer.status == 200, answer.json.record(0)?["recordChangeTag"] != nil else {
+                                            Issue.record("write \(name) in container \(index): \(answer.json)")
+                                            return
+                                        }
+                                        await ledger.acknowledge("\(index)/\(zone)/\(name)", version, slow: slow)
+                                    }
                                 }
-                                await ledger.acknowledge("\(index)/\(zone)/\(name)", version, slow: slow)
                             }
                         }
+                        try await writers.waitForAll()
                     }
+                    await ledger.finish()
                 }
                 // A reader per zone, following its feed until the writers are done and it is drained.
-                for (index, session) in sessions.enumerated() {
+                for (index, session) in everyone.enumerated() {
                     for zone in Self.zones {
                         group.addTask { try await Self.follow(session, zone: zone, key: "\(index)/\(zone)", ledger: ledger) }
                     }
                     group.addTask { try await Self.followDatabase(session) }
                 }
-                // The writers end at the deadline; then the readers drain.
-                try await Task.sleep(for: .seconds(9))
-                await ledger.finish()
                 try await group.waitForAll()
             }
             let acknowledged = await ledger.acknowledged
