@@ -79,6 +79,9 @@ up() {
       echo "max_replication_slots = 20"
       echo "max_wal_senders = 20"
       echo "max_connections = 300"
+      echo "# Citus runs a maintenance process per database, and the test suite makes a database per"
+      echo "# test (kept: some tests read theirs afterwards)."
+      echo "max_worker_processes = 160"
       echo "shared_buffers = 128MB"
     } | as_postgres tee -a "$DIR/postgres/$node/postgresql.conf" >/dev/null
     as_postgres "$PG_BIN/pg_ctl" -D "$DIR/postgres/$node" -l "$DIR/postgres/$node.log" -w start >/dev/null

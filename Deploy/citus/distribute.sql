@@ -18,6 +18,31 @@ CREATE EXTENSION IF NOT EXISTS citus;
 -- snapshot (`stratus serve` sees the citus extension and does so).
 CREATE OR REPLACE FUNCTION stratus_change_seq() RETURNS bigint LANGUAGE sql STABLE AS $$ SELECT nextval('change_seq') $$;
 
+-- Change feeds and two-phase commits. Citus commits a request's transaction in two phases when
+-- it wrote through more than one connection (intermediate results of a statement planned in
+-- parts go to every worker) or on the coordinator too: the worker PREPAREs, the coordinator
+-- commits, then the worker runs COMMIT PREPARED. Between the last two the coordinator's snapshot
+-- shows the transaction done while its rows are not yet visible on the worker. A feed therefore
+-- calls this function, delegated to the worker that holds its container (distributed below),
+-- after taking the coordinator's snapshot and before reading: it waits until every transaction
+-- prepared on that worker at the call has been committed or rolled back (milliseconds), and gives
+-- up after 5 seconds with SQLSTATE SP001 (a prepared transaction left behind by a crash, until
+-- Citus's recovery resolves it), which the service answers TRY_AGAIN_LATER.
+CREATE OR REPLACE FUNCTION stratus_settle_prepared(container bigint) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+  waiting text[];
+  deadline timestamptz := clock_timestamp() + interval '5 seconds';
+BEGIN
+  SELECT array_agg(gid) INTO waiting FROM pg_prepared_xacts WHERE database = current_database();
+  WHILE waiting IS NOT NULL AND EXISTS (SELECT 1 FROM pg_prepared_xacts WHERE gid = ANY (waiting)) LOOP
+    IF clock_timestamp() > deadline THEN
+      RAISE EXCEPTION 'a transaction prepared on this worker has not finished after 5 seconds'
+        USING ERRCODE = 'SP001';
+    END IF;
+    PERFORM pg_sleep(0.001);
+  END LOOP;
+END $$;
+
 -- Small, global, read through caches: copied to every node.
 SELECT create_reference_table('containers');
 SELECT create_reference_table('server_secrets');
@@ -66,3 +91,6 @@ SELECT create_distributed_table('subscriptions', 'container_id', colocate_with =
 SELECT create_distributed_table('usage_counters', 'container_id', colocate_with => 'records');
 SELECT create_distributed_table('users', 'container_id', colocate_with => 'records');
 SELECT create_distributed_table('zones', 'container_id', colocate_with => 'records');
+
+-- Delegated to the worker that holds the container named by its argument.
+SELECT create_distributed_function('stratus_settle_prepared(bigint)', 'container', colocate_with => 'records');

@@ -34,19 +34,24 @@ extension RecordStore {
     /// in-flight transactions come from the same snapshot.
     ///
     /// - Parameters:
+    ///   - container: the container whose rows the feed reads (on Citus, the worker that settles).
     ///   - source: `FROM … WHERE …` of the feed's rows, with its values in `binds`.
     ///   - columns: the columns `decode` reads (after the feed's own position columns).
     ///   - zoneRow: when set, the feed is read inside the zone row `z` this condition selects, in
     ///     the same statement (`source` may use `z.zone_id`). No zone row: the result is `nil`.
     /// - Returns: the page, and the zone row's id when `zoneRow` is set.
-    func readFeed<Item>(source: String, columns: String, binds: Prepared.Binds, zoneRow: String? = nil, after cursor: FeedCursor, limit: Int,
+    func readFeed<Item>(container: Int64, source: String, columns: String, binds: Prepared.Binds, zoneRow: String? = nil, after cursor: FeedCursor, limit: Int,
                         on connection: PostgresConnection, decode: (inout RowReader) throws -> Item) async throws -> (zoneID: Int64?, page: ChangePage<Item>)? {
         // On Citus the positions are the coordinator's transaction ids: its snapshot, taken
         // first, says which are done (a single-worker transaction commits on the worker before
         // the coordinator, so what the snapshot calls done is visible to the read that follows).
+        // A transaction Citus commits in two phases is done on the coordinator before its rows are
+        // visible on the worker: the worker first settles what it has prepared
+        // (`stratus_settle_prepared`, Deploy/citus/distribute.sql).
         var snapshot: String?
         if database.configuration.citusCoordinator {
             snapshot = try await connection.rows("SELECT pg_current_snapshot()::text", logger: logger).first?.decode(String.self)
+            try await connection.statement("SELECT stratus_settle_prepared(\(container))", logger: logger)
         }
         var inFlight: [Int64] = []
         let (sql, binds) = Self.feedStatement(source: source, columns: columns, binds: binds, zoneRow: zoneRow, after: cursor, limit: limit,
@@ -172,7 +177,7 @@ extension RecordStore {
                 defaultZoneID = zoneID
             }
             let (source, binds, zoneRow) = Self.zoneFeedSource(db, zone: zone, defaultZoneID: defaultZoneID, recordTypes: recordTypes)
-            guard let (zoneID, page) = try await readFeed(source: source, columns: Self.recordColumns, binds: binds, zoneRow: zoneRow,
+            guard let (zoneID, page) = try await readFeed(container: db.containerID, source: source, columns: Self.recordColumns, binds: binds, zoneRow: zoneRow,
                                                           after: cursor, limit: limit, on: connection, decode: Self.storedRecord) else {
                 return nil
             }
@@ -215,7 +220,7 @@ extension RecordStore {
                 FROM zones WHERE container_id = \(binds.bind(db.containerID)) AND environment = \(binds.bind(db.environment.code))
                   AND database_scope = \(binds.bind(db.scope.code)) AND owner = \(binds.bind(db.owner))
                 """
-            return try await readFeed(source: source, columns: "zone_id, zone_name, deleted, change_xid, change_seq", binds: binds,
+            return try await readFeed(container: db.containerID, source: source, columns: "zone_id, zone_name, deleted, change_xid, change_seq", binds: binds,
                                       after: cursor, limit: limit, on: connection, decode: Self.zone)!.page
         }
     }

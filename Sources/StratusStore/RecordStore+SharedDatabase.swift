@@ -177,7 +177,7 @@ extension RecordStore {
                       AND m.entered = (r.record_name IS NOT NULL)
                 ) f WHERE true\(typeCondition)
                 """
-            guard var (_, page) = try await readFeed(source: source, columns: columns, binds: binds, after: cursor, limit: limit,
+            guard var (_, page) = try await readFeed(container: access.ownerDB.containerID, source: source, columns: columns, binds: binds, after: cursor, limit: limit,
                                                      on: connection, decode: Self.storedRecord) else { throw Self.zoneNotFound(access.zone) }
             // A record that entered the share in the same write that saved it has two feed rows
             // (the record's and the move's), both read as it is now: it is listed once, last.
@@ -222,7 +222,7 @@ extension RecordStore {
                       AND z.environment = \(binds.bind(environment.code))
                 ) f WHERE true
                 """
-            let page = try await readFeed(source: source, columns: "owner, zone_name, live", binds: binds, after: cursor, limit: limit,
+            let page = try await readFeed(container: containerID, source: source, columns: "owner, zone_name, live", binds: binds, after: cursor, limit: limit,
                                           on: connection) { reader in
                 SharedZoneChange(owner: try reader.next(String.self), zone: try reader.next(String.self), deleted: !(try reader.next(Bool.self)))
             }!.page

@@ -19,6 +19,11 @@ import StratusCore
 /// next execution plans again on true numbers. Autovacuum still does the finer, later analyzes.
 /// With several server processes on one database, a transaction-scoped advisory lock lets one
 /// of them analyze a table at a time.
+///
+/// On a Citus coordinator the tables hold no rows; their shards on the workers do, each with its
+/// own counters and statistics, and each worker plans the statements it is sent on them. There the
+/// keeper reads the shards' counters on every worker (`run_command_on_workers`) and analyzes, on
+/// its worker, each shard that doubled: the same rule, per shard.
 public struct StatisticsKeeper: Sendable {
     /// The tables whose plans depend on their size and distribution.
     public static let tables = ["records", "index_entries", "zones", "record_references"]
@@ -73,6 +78,7 @@ public struct StatisticsKeeper: Sendable {
     /// table's lock skips it).
     @discardableResult
     public func analyzeStaleTables() async throws -> [String] {
+        if database.configuration.citusCoordinator { return try await analyzeStaleShards() }
         var analyzed: [String] = []
         for table in try await staleTables() {
             let done = try await database.transaction { connection in
@@ -89,6 +95,58 @@ public struct StatisticsKeeper: Sendable {
             }
         }
         return analyzed
+    }
+
+    /// The shards of `tables` on a worker that changed by their own size since their last analyze.
+    var staleShardsCondition: String {
+        """
+        s.schemaname = current_schema() AND s.relname ~ '^(\(Self.tables.joined(separator: "|")))_[0-9]+$'
+        AND s.n_mod_since_analyze >= \(minimumChanges) AND s.n_mod_since_analyze >= c.reltuples
+        """
+    }
+
+    /// The Citus form of `analyzeStaleTables`: one statement per worker finds the stale shards
+    /// (nothing more runs while there are none); a second analyzes them there, each under the
+    /// worker's advisory lock for that shard, so that several server processes analyze it once.
+    /// Returns the shards found stale, as `worker:port/shard`.
+    func analyzeStaleShards() async throws -> [String] {
+        let find = """
+            SELECT coalesce(string_agg(s.relname, ' '), '') FROM pg_stat_user_tables s
+            JOIN pg_class c ON c.oid = s.relid WHERE \(staleShardsCondition)
+            """
+        let analyze = """
+            DO $stratus$ DECLARE shard record; BEGIN
+            FOR shard IN SELECT s.relid::regclass AS rel, s.relname FROM pg_stat_user_tables s
+              JOIN pg_class c ON c.oid = s.relid WHERE \(staleShardsCondition)
+            LOOP
+              IF pg_try_advisory_xact_lock(\(Self.lockKey), hashtext(shard.relname)) THEN
+                EXECUTE format('ANALYZE %s', shard.rel);
+              END IF;
+            END LOOP; END $stratus$
+            """
+        let rows = try await database.withConnection { connection in
+            try await connection.rows("SELECT nodename, nodeport, success, result FROM run_command_on_workers(\(find))", logger: logger)
+        }
+        var stale: [String] = []
+        for row in rows {
+            let (node, port, success, result) = try row.decode((String, Int32, Bool, String).self)
+            guard success else {
+                logger.debug("statistics check failed on a worker", metadata: ["stratus.worker": "\(node):\(port)", "stratus.error": "\(result)"])
+                continue
+            }
+            stale += result.split(separator: " ").map { "\(node):\(port)/\($0)" }
+        }
+        guard !stale.isEmpty else { return [] }
+        let done = try await database.transaction { connection in
+            try await Database.allowLongStatements(on: connection, logger: logger)
+            return try await connection.rows("SELECT success, result FROM run_command_on_workers(\(analyze))", logger: logger)
+        }
+        for row in done {
+            let (success, result) = try row.decode((Bool, String).self)
+            if !success { logger.debug("analyze failed on a worker", metadata: ["stratus.error": "\(result)"]) }
+        }
+        logger.debug("analyzed shards that had grown", metadata: ["stratus.shards": "\(stale.joined(separator: ", "))"])
+        return stale
     }
 
     /// The first key of the advisory locks (`hashtext('stratus.analyze')`, fixed).

@@ -27,6 +27,8 @@ actor TestCluster {
 
     private var cluster: Task<EmbeddedPostgres, any Error>?
     private var counter = 0
+    /// The last Citus database whose nodes are being added (`newCitusDatabase`).
+    private var addingNodes: Task<Void, Never>?
 
     /// The repository root (for Migrations/ and the built binary).
     static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -100,51 +102,60 @@ extension TestCluster {
     func newCitusDatabase(ports: [Int]) async throws -> DatabaseConfiguration {
         counter += 1
         let name = "citus_test_\(getpid())_\(counter)"
-        func node(_ port: Int, _ database: String) -> DatabaseConfiguration {
-            DatabaseConfiguration(host: "127.0.0.1", port: port, username: "postgres", password: nil, database: database)
-        }
         for port in ports {
-            try await withDatabase(node(port, "postgres"), maximumConnections: 1) { db in
-                try await db.withConnection { try await $0.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name)"), logger: Self.logger) }
-            }
-            try await withDatabase(node(port, name), maximumConnections: 1) { db in
-                try await db.withConnection { try await $0.query("CREATE EXTENSION citus", logger: Self.logger) }
-            }
+            try await Self.run(["CREATE DATABASE \(name)"], on: Self.citusNode(port, "postgres"))
+            try await Self.run(["CREATE EXTENSION citus"], on: Self.citusNode(port, name))
         }
-        var coordinator = node(ports[0], name)
-        try await withDatabase(coordinator, maximumConnections: 1) { db in
-            try await db.withConnection { connection in
-                try await connection.query(PostgresQuery(unsafeSQL: "SELECT citus_set_coordinator_host('127.0.0.1', \(ports[0]))"), logger: Self.logger)
-                for port in ports.dropFirst() {
-                    try await connection.query(PostgresQuery(unsafeSQL: "SELECT citus_add_node('127.0.0.1', \(port))"), logger: Self.logger)
-                }
-            }
+        var coordinator = Self.citusNode(ports[0], name)
+        // One database's nodes are added at a time: adding a node copies the role `postgres` to
+        // it (ALTER ROLE, a catalog shared by every database), and two at once fail with
+        // "tuple concurrently updated".
+        let previous = addingNodes
+        let adding = Task { [coordinator] in
+            _ = await previous?.result
+            try await Self.run(["SELECT citus_set_coordinator_host('127.0.0.1', \(ports[0]))"]
+                               + ports.dropFirst().map { "SELECT citus_add_node('127.0.0.1', \($0))" }, on: coordinator)
         }
+        addingNodes = Task { _ = await adding.result }
+        try await adding.value
         coordinator.useCitus()
         let migrations = try Migration.load(from: Self.repositoryRoot.appendingPathComponent("Migrations"))
         try await withDatabase(coordinator, maximumConnections: 1) { db in
             try await MigrationRunner(migrations: migrations, logger: Self.logger).run(on: db)
         }
         let placing = try String(contentsOf: Self.repositoryRoot.appendingPathComponent("Deploy/citus/distribute.sql"), encoding: .utf8)
-        try await withDatabase(coordinator, maximumConnections: 1) { db in
-            try await db.withConnection { connection in
-                for statement in Self.statements(of: placing) {
-                    try await connection.query(PostgresQuery(unsafeSQL: statement), logger: Self.logger)
-                }
-            }
-        }
+        try await Self.run(Self.statements(of: placing), on: coordinator)
         return coordinator
     }
 
-    /// The statements of a SQL file whose statements each end a line with `;` (comments dropped).
+    static func citusNode(_ port: Int, _ database: String) -> DatabaseConfiguration {
+        DatabaseConfiguration(host: "127.0.0.1", port: port, username: "postgres", password: nil, database: database)
+    }
+
+    /// Runs each statement to its end, rows read (a statement whose answer is left unread can be
+    /// cut off when the connection closes: a worker was once left out of a cluster that way).
+    static func run(_ statements: [String], on node: DatabaseConfiguration) async throws {
+        try await withDatabase(node, maximumConnections: 1) { db in
+            try await db.withConnection { connection in
+                for statement in statements {
+                    for try await _ in try await connection.query(PostgresQuery(unsafeSQL: statement), logger: Self.logger) {}
+                }
+            }
+        }
+    }
+
+    /// The statements of a SQL file whose statements each end a line with `;` (comments dropped;
+    /// a function body between `$$` lines is one statement with the line that closes it).
     static func statements(of text: String) -> [String] {
         var statements: [String] = []
         var current = ""
+        var inBody = false
         for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
             let trimmed = line.trimmingCharacters(in: .whitespaces)
-            if trimmed.hasPrefix("--") || trimmed.isEmpty { continue }
+            if !inBody && (trimmed.hasPrefix("--") || trimmed.isEmpty) { continue }
             current += line + "\n"
-            if trimmed.hasSuffix(";") {
+            if line.components(separatedBy: "$$").count % 2 == 0 { inBody.toggle() }
+            if !inBody && trimmed.hasSuffix(";") {
                 statements.append(current)
                 current = ""
             }
