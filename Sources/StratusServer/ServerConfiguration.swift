@@ -32,6 +32,16 @@ public struct ServerConfiguration: Sendable {
     public var maximumConnectionsPerAddress = ServerConfiguration.defaultMaximumConnectionsPerAddress
     public static let defaultMaximumConnectionsPerAddress = 1024
 
+    /// The certificate the server's port speaks TLS with, or nil: plain HTTP (behind a proxy
+    /// that terminates TLS, or on loopback).
+    public var tls: TLSCertificate?
+    /// Seconds of `Strict-Transport-Security` on every response, or nil for none. `stratus serve`
+    /// sets it when the public URL is https (a year by default).
+    public var strictTransportSecurity: Int?
+    public static let defaultStrictTransportSecurity = 31_536_000
+    /// Load balancers whose `X-Forwarded-For` names the client (none by default).
+    public var trustedProxies: TrustedProxies = .none
+
     /// Where asset bytes are kept (`stratus serve`: files under the data folder by default).
     public var assetStorage: AssetStorage = .postgres(stagingDirectory: NSTemporaryDirectory() + "stratus-asset-staging")
     /// Largest asset one upload may carry (CloudKit documents 50 MB for web uploads).

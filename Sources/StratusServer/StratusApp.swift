@@ -114,8 +114,10 @@ public final class StratusApp: Sendable {
     public func httpServer(idleTimeout: Duration?) -> HTTPServerBuilder {
         let responder = router().buildResponder()
         let channel = StratusHTTPChannel(responder: responder, maximumBodyBytes: configuration.maximumBodyBytes,
-                                         idleTimeout: idleTimeout.map { TimeAmount($0) }, serverName: "Stratus",
-                                         connections: ConnectionCounts(limit: configuration.maximumConnectionsPerAddress))
+                                         idleTimeout: idleTimeout.map { TimeAmount($0) },
+                                         serverHeaders: HTTPWire.serverHeaders(name: "Stratus", strictTransportSecurity: configuration.strictTransportSecurity),
+                                         connections: ConnectionCounts(limit: configuration.maximumConnectionsPerAddress),
+                                         tls: configuration.tls, trustedProxies: configuration.trustedProxies)
         return HTTPServerBuilder { _ in channel }
     }
 

@@ -13,7 +13,22 @@ public struct DatabaseConfiguration: Sendable {
     public var username: String
     public var password: String?
     public var database: String
+    /// Whether connections use TLS (`sslmode` other than `disable`).
     public var requireTLS: Bool
+    /// How far the server's certificate is checked over TLS, as libpq's `sslmode` says.
+    public var tlsVerification: TLSVerification = .fullVerification
+    /// PEM file of the certificate authorities trusted for the server's certificate (libpq's
+    /// `sslrootcert`); nil: the system's.
+    public var rootCertificatePath: String?
+
+    /// libpq's `sslmode` values above `disable`: `require` encrypts without checking whom it
+    /// speaks to, `verify-ca` checks the certificate against the trusted authorities,
+    /// `verify-full` also that it names the host connected to.
+    public enum TLSVerification: String, Sendable {
+        case none = "require"
+        case certificateAuthority = "verify-ca"
+        case fullVerification = "verify-full"
+    }
     /// Pool size; 8–16 backends is the sweet spot on a 2-core machine (performance.md §2.3).
     public var maximumConnections: Int
     /// How long one statement may wait for a row or table lock before it fails and the request is
@@ -72,7 +87,9 @@ public struct DatabaseConfiguration: Sendable {
         self.statementTimeout = statementTimeout
     }
 
-    /// Parses `postgres://user:password@host:port/database[?sslmode=disable|require]`.
+    /// Parses `postgres://user:password@host:port/database[?sslmode=…&sslrootcert=FILE]`, `sslmode`
+    /// as libpq reads it: `disable` (the default), `require`, `verify-ca`, `verify-full`
+    /// (`allow` and `prefer` are taken as `require`: this client never falls back to plain).
     public init(url: String) throws(StratusError) {
         guard let components = URLComponents(string: url), let scheme = components.scheme,
               scheme == "postgres" || scheme == "postgresql", let host = components.host, !host.isEmpty
@@ -81,9 +98,35 @@ public struct DatabaseConfiguration: Sendable {
         }
         let database = components.path.trimmingCharacters(in: CharacterSet(charactersIn: "/"))
         let sslmode = components.queryItems?.first(where: { $0.name == "sslmode" })?.value ?? "disable"
+        let verification: TLSVerification?
+        switch sslmode {
+        case "disable": verification = nil
+        case "allow", "prefer", "require": verification = TLSVerification.none
+        case "verify-ca": verification = .certificateAuthority
+        case "verify-full": verification = .fullVerification
+        default: throw .badRequest("sslmode=\(sslmode) in the database URL: use disable, require, verify-ca or verify-full")
+        }
         self.init(host: host, port: components.port ?? 5432, username: components.user ?? "postgres",
                   password: components.password?.removingPercentEncoding ?? components.password,
-                  database: database.isEmpty ? "postgres" : database, requireTLS: sslmode == "require" || sslmode == "verify-full")
+                  database: database.isEmpty ? "postgres" : database, requireTLS: verification != nil)
+        if let verification { tlsVerification = verification }
+        rootCertificatePath = components.queryItems?.first(where: { $0.name == "sslrootcert" })?.value
+        if let path = rootCertificatePath, !FileManager.default.isReadableFile(atPath: path) {
+            throw .badRequest("sslrootcert=\(path) in the database URL: no readable file there")
+        }
+    }
+
+    /// The TLS settings of a connection: nil without TLS.
+    func tlsConfiguration() -> TLSConfiguration? {
+        guard requireTLS else { return nil }
+        var tls = TLSConfiguration.makeClientConfiguration()
+        switch tlsVerification {
+        case .none: tls.certificateVerification = .none
+        case .certificateAuthority: tls.certificateVerification = .noHostnameVerification
+        case .fullVerification: tls.certificateVerification = .fullVerification
+        }
+        if let rootCertificatePath { tls.trustRoots = .file(rootCertificatePath) }
+        return tls
     }
 
     /// How long a new connection may take to log in. Generous on purpose: a timed-out attempt
@@ -104,7 +147,7 @@ public struct DatabaseConfiguration: Sendable {
     func clientConfiguration() -> PostgresClient.Configuration {
         var configuration = PostgresClient.Configuration(
             host: host, port: port, username: username, password: password, database: database,
-            tls: requireTLS ? .require(.makeClientConfiguration()) : .disable)
+            tls: tlsConfiguration().map { .require($0) } ?? .disable)
         // The pool keeps all its connections open and sends no keep-alive pings: PostgresNIO's pool
         // schedules an idle-timeout and a keep-alive timer (each a task sleeping on a clock) every
         // time a connection is handed back, which cost more CPU than the query itself. A
@@ -187,6 +230,25 @@ public final class Database: Sendable {
             }
             group.cancelAll()
             return found
+        }
+    }
+
+    /// What a Citus coordinator lacks of `Deploy/citus/distribute.sql`'s functions that the
+    /// service calls (a cluster distributed before they were added), or nil.
+    public static func missingCitusFunctions(_ configuration: DatabaseConfiguration, logger: Logger) async throws -> [String] {
+        var single = configuration
+        single.maximumConnections = 1
+        let probe = Database(configuration: single, logger: logger)
+        return try await withThrowingTaskGroup(of: [String]?.self) { group in
+            group.addTask { await probe.run(); return nil }
+            let missing = try await probe.withConnection { connection in
+                try await connection.rows("""
+                    SELECT f FROM unnest(ARRAY['stratus_settle_prepared(bigint)']) f
+                    WHERE NOT EXISTS (SELECT 1 FROM pg_dist_object WHERE objid = to_regprocedure(f))
+                    """, logger: logger).map { try $0.decode(String.self) }
+            }
+            group.cancelAll()
+            return missing
         }
     }
 
@@ -376,6 +438,11 @@ public final class Database: Sendable {
                 // Citus, while it moves a container's shards to another worker: a statement planned
                 // in parts finds the part it already ran gone with the old placement. The
                 // transaction is rolled back whole, so the request can be sent again.
+                // Citus: a change feed waited 5 seconds for a transaction prepared on its worker
+                // (`stratus_settle_prepared`); Citus's recovery resolves one a crash left behind.
+                if state == "SP001" {
+                    return StratusError(.tryAgainLater, "a write to this app's database server is still being committed; retry shortly", retryAfter: 1, underlying: error)
+                }
                 if state == "CIINF", error.serverInfo?[.message]?.contains("intermediate result") == true {
                     return StratusError(.tryAgainLater, "this app's data is being moved between database servers; retry shortly", retryAfter: 1, underlying: error)
                 }

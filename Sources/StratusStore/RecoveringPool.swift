@@ -199,8 +199,8 @@ final class RecoveringPool: Sendable {
     /// Whether a new connection (not pooled) logs in and runs `SELECT 1`.
     private func answers() async -> Bool {
         do {
-            let tls: PostgresConnection.Configuration.TLS = configuration.requireTLS
-                ? .require(try NIOSSLContext(configuration: .makeClientConfiguration())) : .disable
+            let tls: PostgresConnection.Configuration.TLS = try configuration.tlsConfiguration()
+                .map { .require(try NIOSSLContext(configuration: $0)) } ?? .disable
             var settings = PostgresConnection.Configuration(host: configuration.host, port: configuration.port, username: configuration.username,
                                                             password: configuration.password, database: configuration.database, tls: tls)
             settings.options.connectTimeout = .seconds(DatabaseConfiguration.connectTimeout.components.seconds)

@@ -24,7 +24,7 @@ enum HTTPTarget {
         let box = PortBox()
         Thread.detachNewThread {
             let channel = StratusHTTPChannel(responder: FuzzResponder(), maximumBodyBytes: 64 * 1024, idleTimeout: .seconds(2),
-                                             serverName: "Stratus", connections: ConnectionCounts(limit: 1024))
+                                             serverHeaders: HTTPWire.serverHeaders(name: "Stratus"), connections: ConnectionCounts(limit: 1024))
             var logger = Logger(label: "stratus-fuzz")
             logger.logLevel = .critical
             let application = Application(responder: FuzzResponder(), server: HTTPServerBuilder { _ in channel },

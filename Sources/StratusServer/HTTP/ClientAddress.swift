@@ -2,9 +2,10 @@ import NIOCore
 import Synchronization
 
 /// The address of the client whose request the current task serves, as the connection shows it
-/// (`StratusHTTPChannel` sets it per request). `nil` outside a request, or in the in-process
-/// router tests. Used for sign-in throttling and the audit log; never taken from a header a
-/// client could forge.
+/// (`StratusHTTPChannel` sets it per request), or, for a connection from a trusted proxy, as the
+/// proxy says in `X-Forwarded-For` (`TrustedProxies`). `nil` outside a request, or in the
+/// in-process router tests. Used for sign-in and sign-up limits and the audit log; never taken
+/// from a header a client could forge.
 enum ClientAddress {
     @TaskLocal static var current: String?
 }

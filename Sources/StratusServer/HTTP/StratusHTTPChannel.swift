@@ -5,6 +5,7 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import NIOHTTP1
+import NIOSSL
 import NIOWebSocket
 import StratusCore
 import Synchronization
@@ -46,20 +47,28 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
     let responder: Responder
     let maximumBodyBytes: Int
     let idleTimeout: TimeAmount?
-    let serverName: String
+    let serverHeaders: String
     /// Open connections per client address, against `ServerConfiguration.maximumConnectionsPerAddress`.
     let connections: ConnectionCounts
+    /// With a certificate, connections speak TLS (`ServerConfiguration.tls`).
+    var tls: TLSCertificate? = nil
+    /// Proxies whose `X-Forwarded-For` names the client (`ServerConfiguration.trustedProxies`).
+    var trustedProxies: TrustedProxies = .none
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Connection> {
         channel.eventLoop.makeCompletedFuture {
             let (requests, continuation) = AsyncStream.makeStream(of: StratusHTTPHandler.Inbound.self, bufferingPolicy: .unbounded)
             let operations = channel.pipeline.syncOperations
+            if let tls {
+                try operations.addHandler(PlainHTTPOnTLSPortHandler(serverHeaders: serverHeaders))
+                try operations.addHandler(NIOSSLServerHandler(context: tls.current))
+            }
             try operations.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)), name: HTTPWire.decoderName)
             if let idleTimeout {
                 try operations.addHandler(IdleStateHandler(readTimeout: idleTimeout))
             }
             let state = RequestConnection(channel: channel)
-            let handler = StratusHTTPHandler(continuation: continuation, maximumBodyBytes: maximumBodyBytes, serverName: serverName, state: state)
+            let handler = StratusHTTPHandler(continuation: continuation, maximumBodyBytes: maximumBodyBytes, serverHeaders: serverHeaders, state: state)
             try operations.addHandler(handler, name: HTTPWire.handlerName)
             return Connection(channel: channel, handler: NIOLoopBound(handler, eventLoop: channel.eventLoop), requests: requests, state: state)
         }
@@ -67,7 +76,9 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
 
     func handle(value connection: Connection, logger: Logger) async {
         let address = connection.channel.remoteAddress?.ipAddress ?? ""
-        guard connections.open(address) else {
+        // A trusted proxy carries many clients' connections: it is not held to one client's limit.
+        let counted = !trustedProxies.contains(address)
+        guard !counted || connections.open(address) else {
             // Answered before the request is read, then closed: the client reads the answer to what it sent.
             let error = StratusError(.throttled, "too many connections from this address (at most \(connections.limit) at once); close idle ones or retry later",
                                      retryAfter: 1)
@@ -75,12 +86,12 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
             let sink = BodySink()
             try? await response.body.write(sink)
             let bytes = HTTPWire.wire(status: response.status.code, headers: response.headers, body: sink.body, length: sink.body.readableBytes,
-                                  http10: false, close: true, serverName: serverName)
+                                  http10: false, close: true, serverHeaders: serverHeaders)
             let handler = connection.handler
             connection.channel.eventLoop.execute { handler.value.send(bytes, close: true) }
             return
         }
-        defer { connections.close(address) }
+        defer { if counted { connections.close(address) } }
         await withTaskExecutorPreference(EventLoopTaskExecutor(connection.channel.eventLoop)) {
             await serve(connection, logger: logger)
         }
@@ -169,7 +180,7 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
         let handler = connection.handler
         let loop = connection.channel.eventLoop
         let start = HTTPWire.wire(status: response.status.code, headers: response.headers, body: nil, length: length,
-                              http10: head.version.major == 1 && head.version.minor == 0, close: close, serverName: serverName)
+                              http10: head.version.major == 1 && head.version.minor == 0, close: close, serverHeaders: serverHeaders)
         let writer = ChannelBodyWriter(handler: handler, loop: loop)
         do {
             try await writer.write(start)
@@ -189,7 +200,9 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
         }
         let context = BasicRequestContext(source: ApplicationRequestContextSource(channel: channel, logger: logger))
         do {
-            return try await ClientAddress.$current.withValue(channel.remoteAddress?.ipAddress) {
+            let peer = channel.remoteAddress?.ipAddress
+            let client = trustedProxies.isEmpty ? peer : trustedProxies.client(peer: peer, forwardedFor: head.headers["X-Forwarded-For"])
+            return try await ClientAddress.$current.withValue(client) {
                 try await ErrorMiddleware<BasicRequestContext>().handle(request, context: context) { request, context in
                     try await responder.respond(to: request, context: context)
                 }
@@ -211,7 +224,7 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
         }
         return HTTPWire.wire(status: response.status.code, headers: response.headers, body: head.method == .HEAD ? nil : sink.body,
                          length: sink.body.readableBytes, http10: head.version.major == 1 && head.version.minor == 0,
-                         close: close, serverName: serverName)
+                         close: close, serverHeaders: serverHeaders)
     }
 }
 
@@ -222,8 +235,17 @@ enum HTTPWire {
 
     /// A response as sent: status line, `headers` (less any framing of their own), length,
     /// date, server and connection headers, then `body` (none for HEAD).
+    /// The header lines every response carries after `Date`: `Server`, and with
+    /// `strictTransportSecurity` (seconds) `Strict-Transport-Security`, which tells browsers to
+    /// reach this host over https only for that long.
+    static func serverHeaders(name: String, strictTransportSecurity: Int? = nil) -> String {
+        var lines = "Server: \(name)\r\n"
+        if let strictTransportSecurity { lines += "Strict-Transport-Security: max-age=\(strictTransportSecurity)\r\n" }
+        return lines
+    }
+
     static func wire(status code: Int, headers: HTTPFields, body: ByteBuffer?, length: Int, http10: Bool, close: Bool,
-                     serverName: String) -> ByteBuffer {
+                     serverHeaders: String) -> ByteBuffer {
         var out = ByteBuffer()
         out.reserveCapacity(256 + (body?.readableBytes ?? 0))
         func header(_ name: String, _ value: String) {
@@ -246,7 +268,7 @@ enum HTTPWire {
         }
         header("Content-Length", String(length))
         header("Date", HTTPDate.now)
-        header("Server", serverName)
+        out.writeString(serverHeaders)
         if close {
             header("Connection", "close")
         } else if http10 {
@@ -318,7 +340,7 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// What long polls on this connection watch (is the client still there).
     private let state: RequestConnection
     private let maximumBodyBytes: Int
-    private let serverName: String
+    private let serverHeaders: String
     private var context: ChannelHandlerContext?
     private var loop: (any EventLoop)?
     private var head: HTTPRequestHead?
@@ -353,11 +375,11 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     private var lingering = false
     static let lingerTime: TimeAmount = .seconds(2)
 
-    init(continuation: AsyncStream<Inbound>.Continuation, maximumBodyBytes: Int, serverName: String, state: RequestConnection) {
+    init(continuation: AsyncStream<Inbound>.Continuation, maximumBodyBytes: Int, serverHeaders: String, state: RequestConnection) {
         self.state = state
         self.continuation = continuation
         self.maximumBodyBytes = maximumBodyBytes
-        self.serverName = serverName
+        self.serverHeaders = serverHeaders
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -538,7 +560,7 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             .dictionary(uuid: newUUID())
         let body = ByteBuffer(bytes: JSONWriter.bytes(json))
         let out = HTTPWire.wire(status: 400, headers: [.contentType: "application/json; charset=utf-8"], body: body,
-                                          length: body.readableBytes, http10: false, close: true, serverName: serverName)
+                                          length: body.readableBytes, http10: false, close: true, serverHeaders: serverHeaders)
         context.writeAndFlush(wrapOutboundOut(out), promise: nil)
         linger(context)
     }

@@ -81,6 +81,11 @@ struct Serve: AsyncParsableCommand {
     @OptionGroup var assets: AssetOptions
     @Option(name: .customLong("max-asset-bytes"), help: "Largest asset one upload may carry (env STRATUS_MAX_ASSET_BYTES, default 52428800: 50 MiB).") var maxAssetBytes: Int64?
     @Option(name: .customLong("replica-urls"), help: "PostgreSQL streaming replicas, comma-separated postgres:// URLs: queries and custom zones' change feeds go to one that has replayed every acknowledged write, else to the primary (env STRATUS_REPLICA_URLS).") var replicaURLs: String?
+    @Option(name: .customLong("tls-cert"), help: "PEM file of the server's TLS certificate, then its intermediates: the port speaks HTTPS (TLS 1.2 and 1.3) instead of HTTP (env STRATUS_TLS_CERT). Needs --tls-key. SIGHUP reads both files again; connections already open keep theirs.") var tlsCert: String?
+    @Option(name: .customLong("tls-key"), help: "PEM file of the TLS certificate's private key, unencrypted (env STRATUS_TLS_KEY).") var tlsKey: String?
+    @Option(name: .customLong("redirect-http-port"), help: "Also listen on this port in plain HTTP and redirect every request there to https (308, same path) (env STRATUS_REDIRECT_HTTP_PORT). Needs --tls-cert, or a proxy in front that serves https.") var redirectHTTPPort: Int?
+    @Option(name: .customLong("hsts-max-age"), help: "Seconds browsers are told to use only https for this host (Strict-Transport-Security), sent when the public URL is https; 0 sends none (env STRATUS_HSTS_MAX_AGE, default 31536000: a year).") var hstsMaxAge: Int?
+    @Option(name: .customLong("trusted-proxies"), help: "Addresses and CIDR blocks of load balancers in front (comma-separated, e.g. 10.0.0.0/8,::1): from these, the client's address is read from X-Forwarded-For, and their connections are not held to --max-connections-per-address (env STRATUS_TRUSTED_PROXIES, default none: the connection's address).") var trustedProxies: String?
     @OptionGroup var database: DatabaseOptions
 
     func run() async throws {
@@ -120,11 +125,32 @@ struct Serve: AsyncParsableCommand {
         configuration.statementTimeout = statementLimit == 0 ? nil : .seconds(statementLimit)
         if try await Database.hasCitus(configuration, logger: logger) {
             configuration.useCitus()
+            let missing = try await Database.missingCitusFunctions(configuration, logger: logger)
+            guard missing.isEmpty else {
+                throw CLIError("the Citus coordinator lacks \(missing.joined(separator: ", ")), which change feeds call on the workers: run its CREATE FUNCTION and create_distributed_function statements from Deploy/citus/distribute.sql on the coordinator, then start again")
+            }
             logger.notice("the database is a Citus coordinator: statements get a plan of their own each time (Citus cannot run generic plans of joins), and change feeds read the coordinator's snapshot")
         }
         let db = Database(configuration: configuration, logger: logger)
-        var serverConfiguration = ServerConfiguration(adminToken: admin, maximumBodyBytes: maxBody, bcryptCost: cost,
-                                                      publicURL: setting(publicURL, "STRATUS_PUBLIC_URL", default: "http://\(host):\(port)")!)
+        let tls = try tlsCertificate(logger: logger)
+        let publicURL = setting(publicURL, "STRATUS_PUBLIC_URL", default: "\(tls == nil ? "http" : "https")://\(host):\(port)")!
+        var serverConfiguration = ServerConfiguration(adminToken: admin, maximumBodyBytes: maxBody, bcryptCost: cost, publicURL: publicURL)
+        serverConfiguration.tls = tls
+        do {
+            serverConfiguration.trustedProxies = try TrustedProxies(parsing: setting(trustedProxies, "STRATUS_TRUSTED_PROXIES") ?? "")
+        } catch let error as TrustedProxiesError {
+            throw ValidationError("--trusted-proxies (STRATUS_TRUSTED_PROXIES): \(error.description)")
+        }
+        let hsts = try seconds(hstsMaxAge, "STRATUS_HSTS_MAX_AGE", default: ServerConfiguration.defaultStrictTransportSecurity,
+                               option: "--hsts-max-age", allowZero: true, maximum: 2 * 31_536_000)
+        if publicURL.lowercased().hasPrefix("https://"), hsts > 0 { serverConfiguration.strictTransportSecurity = hsts }
+        let redirectText = setting(redirectHTTPPort.map(String.init), "STRATUS_REDIRECT_HTTP_PORT")
+        let redirectPort = try redirectText.map { text in
+            guard let value = Int(text), (0...65535).contains(value), value != port else {
+                throw ValidationError("--redirect-http-port (STRATUS_REDIRECT_HTTP_PORT) must be a port 0–65535 other than --port; got '\(text)'")
+            }
+            return value
+        }
         serverConfiguration.statisticsInterval = statistics == 0 ? nil : .seconds(statistics)
         serverConfiguration.sessionLifetime = .seconds(lifetime)
         serverConfiguration.sessionIdleTimeout = .seconds(idleLimit)
@@ -149,12 +175,58 @@ struct Serve: AsyncParsableCommand {
             let app = Application(router: stratus.router(), server: stratus.httpServer(idleTimeout: .seconds(idle)),
                                   configuration: .init(address: .hostname(host, port: port), serverName: "Stratus"),
                                   services: [stratus.background], logger: logger)
+            var services: [any Service] = [app]
+            if let redirectPort {
+                services.append(Application(responder: HTTPSRedirectResponder(publicURL: publicURL, httpsPort: port), server: .http1(configuration: .init(idleTimeout: .seconds(10))),
+                                            configuration: .init(address: .hostname(host, port: redirectPort), serverName: "Stratus"), logger: logger))
+                logger.notice("plain HTTP on port \(redirectPort) redirects to https")
+            }
+            let reloads = tls.map { Self.reloadOnHangup($0, logger: logger) }
+            defer { reloads?.cancel() }
             // On SIGTERM/SIGINT the server stops accepting, finishes the requests in flight and
             // closes idle connections; past the deadline, what is left is cancelled.
-            var group = ServiceGroupConfiguration(services: [app], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+            var group = ServiceGroupConfiguration(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
             group.maximumGracefulShutdownDuration = .seconds(shutdown)
             try await ServiceGroup(configuration: group).run()
         }
+    }
+}
+
+extension Serve {
+    /// The certificate of `--tls-cert` and `--tls-key`, or nil when neither is set.
+    func tlsCertificate(logger: Logger) throws -> TLSCertificate? {
+        let certificate = setting(tlsCert, "STRATUS_TLS_CERT"), key = setting(tlsKey, "STRATUS_TLS_KEY")
+        switch (certificate, key) {
+        case (nil, nil):
+            return nil
+        case let (certificate?, key?):
+            do {
+                let tls = try TLSCertificate(certificatePath: certificate, keyPath: key)
+                logger.notice("serving HTTPS", metadata: ["stratus.certificate": "\(tls.summary)"])
+                return tls
+            } catch let error as TLSSetupError {
+                throw ValidationError(error.description)
+            }
+        default:
+            throw ValidationError("--tls-cert (STRATUS_TLS_CERT) and --tls-key (STRATUS_TLS_KEY) go together: give both, or neither for plain HTTP")
+        }
+    }
+
+    /// Reads the certificate and key again on each SIGHUP (a renewed certificate); a pair that
+    /// does not load is logged and the one in use stays.
+    static func reloadOnHangup(_ tls: TLSCertificate, logger: Logger) -> any DispatchSourceSignal {
+        signal(SIGHUP, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: .global())
+        source.setEventHandler {
+            do {
+                try tls.reload()
+                logger.notice("reloaded the TLS certificate on SIGHUP", metadata: ["stratus.certificate": "\(tls.summary)"])
+            } catch {
+                logger.error("SIGHUP: the TLS certificate was not reloaded; the one in use stays", metadata: ["stratus.error": "\(error)"])
+            }
+        }
+        source.resume()
+        return source
     }
 }
 
