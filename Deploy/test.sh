@@ -22,7 +22,7 @@ if [ "$status" -eq 124 ]; then
 fi
 # Only for a whole run: a filtered one sees too little to be worth checking, and the contract
 # checks (the OpenAPI document, a client generated from it, schemathesis against a live server),
-# the console and the sign-in page's origin rules in a browser (Playwright on Chromium)
+# the console and the sign-in page's origin rules in a browser (Playwright on Chromium), HTTPS
 # and the parsers' fuzzers (repeatable: a fixed seed and number of inputs) are not tests a
 # filter names.
 if [ "$#" -eq 0 ]; then
@@ -30,6 +30,8 @@ if [ "$#" -eq 0 ]; then
     Deploy/contract.sh || status=1
     Deploy/console/e2e.sh || status=1
     Deploy/signin/e2e.sh || status=1
+    Deploy/tls/e2e.sh || status=1
+    Deploy/tls/postgres.sh || status=1
     STRATUS_FUZZ_REPEATABLE=1 Deploy/fuzz/parsers.sh || status=1
     # The end-to-end families again on a live Citus cluster, and a container moved between its
     # workers under load, when Citus can be built here (its source sits beside the repository,

@@ -6,6 +6,12 @@ import PostgresNIO
 import _ConnectionPoolModule
 import StratusCore
 
+/// A database that cannot be used as configured, said so that the operator can fix it.
+public struct DatabaseSetupError: Error, CustomStringConvertible {
+    public let description: String
+    init(_ description: String) { self.description = description }
+}
+
 /// Where the PostgreSQL server is and how to log in.
 public struct DatabaseConfiguration: Sendable {
     public var host: String
@@ -116,6 +122,14 @@ public struct DatabaseConfiguration: Sendable {
         }
     }
 
+    /// The settings of one connection outside the pool (probes, first contact).
+    func connectionSettings() throws -> PostgresConnection.Configuration {
+        let tls: PostgresConnection.Configuration.TLS = try tlsConfiguration().map { .require(try NIOSSLContext(configuration: $0)) } ?? .disable
+        var settings = PostgresConnection.Configuration(host: host, port: port, username: username, password: password, database: database, tls: tls)
+        settings.options.connectTimeout = .seconds(Self.connectTimeout.components.seconds)
+        return settings
+    }
+
     /// The TLS settings of a connection: nil without TLS.
     func tlsConfiguration() -> TLSConfiguration? {
         guard requireTLS else { return nil }
@@ -220,35 +234,61 @@ public final class Database: Sendable {
     /// Whether the database has the citus extension (Stratus on a Citus coordinator): asked over
     /// one connection of a pool of its own, closed afterwards.
     public static func hasCitus(_ configuration: DatabaseConfiguration, logger: Logger) async throws -> Bool {
-        var single = configuration
-        single.maximumConnections = 1
-        let probe = Database(configuration: single, logger: logger)
-        return try await withThrowingTaskGroup(of: Bool?.self) { group in
-            group.addTask { await probe.run(); return nil }
-            let found = try await probe.withConnection { connection in
-                try await connection.rows("SELECT 1 FROM pg_extension WHERE extname = 'citus'", logger: logger).first != nil
-            }
-            group.cancelAll()
-            return found
+        try await withSingleConnection(configuration, logger: logger) { connection in
+            try await connection.query("SELECT 1 FROM pg_extension WHERE extname = 'citus'", logger: logger).collect().first != nil
         }
+    }
+
+    /// Runs `body` on one connection of its own, not pooled: the first contact of `stratus serve`
+    /// and `stratus migrate`, so that a server that refuses them (a certificate that does not
+    /// check out, no TLS where the URL asks for it) is reported at once, and plainly, instead of
+    /// as an outage after the pool's retries.
+    static func withSingleConnection<T: Sendable>(_ configuration: DatabaseConfiguration, logger: Logger,
+                                                  _ body: (PostgresConnection) async throws -> T) async throws -> T {
+        let quiet = Logger(label: "stratus.probe", factory: { _ in SwiftLogNoOpLogHandler() })
+        let connection: PostgresConnection
+        do {
+            connection = try await PostgresConnection.connect(configuration: try configuration.connectionSettings(), id: 0, logger: quiet)
+        } catch {
+            throw explainConnectFailure(error, configuration)
+        }
+        do {
+            let result = try await body(connection)
+            try? await connection.close()
+            return result
+        } catch {
+            try? await connection.close()
+            throw error
+        }
+    }
+
+    /// A first connection's failure said so that the operator can act on it: TLS problems name
+    /// the `sslmode` rule at stake; anything else is passed on.
+    static func explainConnectFailure(_ error: any Error, _ configuration: DatabaseConfiguration) -> any Error {
+        guard let failure = error as? PSQLError else { return error }
+        let server = "PostgreSQL at \(configuration.host):\(configuration.port)"
+        if failure.code == .sslUnsupported {
+            return DatabaseSetupError("\(server) does not offer TLS, which the database URL's sslmode requires: turn ssl on in its postgresql.conf, or use sslmode=disable on a trusted network")
+        }
+        if let underlying = failure.underlying, String(reflecting: underlying).contains("SSL") {
+            let rule = switch configuration.tlsVerification {
+            case .fullVerification: "sslmode=verify-full wants a certificate signed by an authority in sslrootcert (or the system's when it is unset) that names '\(configuration.host)'"
+            case .certificateAuthority: "sslmode=verify-ca wants a certificate signed by an authority in sslrootcert (or the system's when it is unset)"
+            case .none: "sslmode=require checks no certificate, so the handshake itself failed"
+            }
+            return DatabaseSetupError("\(server): the TLS handshake failed (\(String(reflecting: underlying).prefix(300))); \(rule)")
+        }
+        return error
     }
 
     /// What a Citus coordinator lacks of `Deploy/citus/distribute.sql`'s functions that the
     /// service calls (a cluster distributed before they were added), or nil.
     public static func missingCitusFunctions(_ configuration: DatabaseConfiguration, logger: Logger) async throws -> [String] {
-        var single = configuration
-        single.maximumConnections = 1
-        let probe = Database(configuration: single, logger: logger)
-        return try await withThrowingTaskGroup(of: [String]?.self) { group in
-            group.addTask { await probe.run(); return nil }
-            let missing = try await probe.withConnection { connection in
-                try await connection.rows("""
-                    SELECT f FROM unnest(ARRAY['stratus_settle_prepared(bigint)']) f
-                    WHERE NOT EXISTS (SELECT 1 FROM pg_dist_object WHERE objid = to_regprocedure(f))
-                    """, logger: logger).map { try $0.decode(String.self) }
-            }
-            group.cancelAll()
-            return missing
+        try await withSingleConnection(configuration, logger: logger) { connection in
+            try await connection.query("""
+                SELECT f FROM unnest(ARRAY['stratus_settle_prepared(bigint)']) f
+                WHERE NOT EXISTS (SELECT 1 FROM pg_dist_object WHERE objid = to_regprocedure(f))
+                """, logger: logger).collect().map { try $0.decode(String.self) }
         }
     }
 

@@ -199,11 +199,7 @@ final class RecoveringPool: Sendable {
     /// Whether a new connection (not pooled) logs in and runs `SELECT 1`.
     private func answers() async -> Bool {
         do {
-            let tls: PostgresConnection.Configuration.TLS = try configuration.tlsConfiguration()
-                .map { .require(try NIOSSLContext(configuration: $0)) } ?? .disable
-            var settings = PostgresConnection.Configuration(host: configuration.host, port: configuration.port, username: configuration.username,
-                                                            password: configuration.password, database: configuration.database, tls: tls)
-            settings.options.connectTimeout = .seconds(DatabaseConfiguration.connectTimeout.components.seconds)
+            let settings = try configuration.connectionSettings()
             let quiet = Logger(label: "stratus.probe", factory: { _ in SwiftLogNoOpLogHandler() })
             let connection = try await PostgresConnection.connect(configuration: settings, id: 0, logger: quiet)
             let answered = (try? await connection.query("SELECT 1", logger: quiet).collect()) != nil

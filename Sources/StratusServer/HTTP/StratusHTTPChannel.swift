@@ -60,7 +60,7 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
             let (requests, continuation) = AsyncStream.makeStream(of: StratusHTTPHandler.Inbound.self, bufferingPolicy: .unbounded)
             let operations = channel.pipeline.syncOperations
             if let tls {
-                try operations.addHandler(PlainHTTPOnTLSPortHandler(serverHeaders: serverHeaders))
+                try operations.addHandler(PlainHTTPOnTLSPortHandler(serverHeaders: HTTPWire.serverHeaders(name: "Stratus")))
                 try operations.addHandler(NIOSSLServerHandler(context: tls.current))
             }
             try operations.addHandler(ByteToMessageHandler(HTTPRequestDecoder(leftOverBytesStrategy: .dropBytes)), name: HTTPWire.decoderName)
