@@ -4,7 +4,7 @@
 # processes on the primary (reading from the replica once it has caught up: STRATUS_REPLICA_URLS),
 # and HAProxy in front of them, health-checking each on /health.
 #
-#   Deploy/cluster.sh up     [--dir D] [--port P] [--bin PATH]
+#   Deploy/cluster.sh up     [--dir D] [--port P] [--bin PATH] [--tls]
 #   Deploy/cluster.sh status [--dir D]
 #   Deploy/cluster.sh down   [--dir D]
 #
@@ -12,6 +12,9 @@
 #   --port  the load balancer's port (default 18080); the servers take P+1 and P+2, PostgreSQL
 #           P+10 (primary) and P+11 (replica)
 #   --bin   the stratus binary (default: .build/release/stratus, else .build/debug/stratus)
+#   --tls   the load balancer speaks HTTPS with a certificate from a throwaway authority made
+#           for the cluster (Deploy/tls/make-certs.sh, in <dir>/tls; trust <dir>/tls/ca.pem:
+#           curl --cacert, STRATUS_CLUSTER_CA); for local use only
 #
 # `up` prints, and writes to <dir>/cluster.env, what a client or a test needs: the load balancer's
 # URL, each server's URL and pid, the primary's and the replica's URLs, the admin token.
@@ -25,12 +28,14 @@ shift || true
 DIR=/tmp/stratus-cluster
 PORT=18080
 BIN=""
+TLS=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) DIR=$2; shift 2 ;;
     --port) PORT=$2; shift 2 ;;
     --bin) BIN=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    --tls) TLS=1; shift ;;
+    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
     *) echo "cluster.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -89,22 +94,28 @@ EOF
   token="adm_$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
   local primary_url="postgres://postgres@127.0.0.1:$PRIMARY_PORT/stratus"
   local replica_url="postgres://postgres@127.0.0.1:$REPLICA_PORT/stratus"
-  local lb="http://127.0.0.1:$PORT"
+  local lb="http://127.0.0.1:$PORT" cert="" ca=""
+  if [ "$TLS" = 1 ]; then
+    Deploy/tls/make-certs.sh "$DIR/tls"
+    cert="$DIR/tls/combined.pem"
+    ca="$DIR/tls/ca.pem"
+    lb="https://localhost:$PORT"
+  fi
   local pids=()
   for n in 1 2; do
     local port=$((PORT + n))
     echo "cluster.sh: stratus serve $n on 127.0.0.1:$port" >&2
     STRATUS_ADMIN_TOKEN=$token STRATUS_DATABASE_URL=$primary_url STRATUS_REPLICA_URLS=$replica_url STRATUS_PUBLIC_URL=$lb STRATUS_ASSET_STORE=postgres \
       STRATUS_ASSET_DIR="$DIR/assets-$n" STRATUS_DATA_DIR="$DIR/data-$n" STRATUS_BCRYPT_COST=${STRATUS_BCRYPT_COST:-10} \
-      nohup "$BIN" serve --port "$port" >"$DIR/serve-$n.log" 2>&1 &
+      STRATUS_TRUSTED_PROXIES=127.0.0.1 nohup "$BIN" serve --port "$port" >"$DIR/serve-$n.log" 2>&1 &
     echo $! >"$DIR/serve-$n.pid"
     pids+=("$!")
     wait_for "http://127.0.0.1:$port/health" 120
   done
 
-  write_haproxy_config "$DIR" "$PORT"
+  write_haproxy_config "$DIR" "$PORT" "$cert"
   haproxy -f "$DIR/haproxy.cfg" -D -p "$DIR/haproxy.pid"
-  wait_for "$lb/health" 30
+  wait_for "$lb/health" 30 "$ca"
 
   cat >"$DIR/cluster.env" <<EOF
 STRATUS_CLUSTER_URL=$lb
@@ -116,6 +127,7 @@ STRATUS_CLUSTER_PRIMARY_URL=$primary_url
 STRATUS_CLUSTER_REPLICA_URL=$replica_url
 STRATUS_ADMIN_TOKEN=$token
 EOF
+  if [ -n "$ca" ]; then echo "STRATUS_CLUSTER_CA=$ca" >>"$DIR/cluster.env"; fi
   cat "$DIR/cluster.env"
   echo "cluster.sh: up; the load balancer is $lb (Deploy/cluster.sh down --dir $DIR stops it all)" >&2
 }
@@ -123,8 +135,10 @@ EOF
 status() {
   [ -f "$DIR/cluster.env" ] || { echo "cluster.sh: no cluster in $DIR" >&2; exit 1; }
   . "$DIR/cluster.env"
+  local ca=()
+  if [ -n "${STRATUS_CLUSTER_CA:-}" ]; then ca=(--cacert "$STRATUS_CLUSTER_CA"); fi
   for url in "$STRATUS_CLUSTER_URL" "$STRATUS_CLUSTER_SERVER_1" "$STRATUS_CLUSTER_SERVER_2"; do
-    printf '%s\t%s\n' "$url" "$(curl -s -o /dev/null -w '%{http_code}' "$url/health" || true)"
+    printf '%s\t%s\n' "$url" "$(curl -s "${ca[@]}" -o /dev/null -w '%{http_code}' "$url/health" || true)"
   done
   as_postgres "$PG_BIN/psql" "$STRATUS_CLUSTER_PRIMARY_URL" -Atc \
     "SELECT 'replica ' || client_addr || ' ' || state || ' replay lag ' || coalesce(replay_lag::text, '0') FROM pg_stat_replication" || true
@@ -152,9 +166,9 @@ down() {
 }
 
 case "$command" in
-  -h|--help|help) sed -n '2,17p' "$0" ;;
+  -h|--help|help) sed -n '2,20p' "$0" ;;
   up) up ;;
   status) status ;;
   down) down ;;
-  *) echo "usage: Deploy/cluster.sh up|status|down [--dir D] [--port P] [--bin PATH] (see --help)" >&2; exit 2 ;;
+  *) echo "usage: Deploy/cluster.sh up|status|down [--dir D] [--port P] [--bin PATH] [--tls] (see --help)" >&2; exit 2 ;;
 esac

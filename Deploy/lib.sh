@@ -118,10 +118,11 @@ ensure_haproxy() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends haproxy curl >/dev/null
 }
 
-wait_for() {  # wait_for URL SECONDS
-  local i
+wait_for() {  # wait_for URL SECONDS [CA_FILE: trusted for an https URL]
+  local i ca=()
+  if [ -n "${3:-}" ]; then ca=(--cacert "$3"); fi
   for i in $(seq 1 $(($2 * 10))); do
-    if curl -fsS -o /dev/null "$1" 2>/dev/null; then return 0; fi
+    if curl -fsS "${ca[@]}" -o /dev/null "$1" 2>/dev/null; then return 0; fi
     sleep 0.1
   done
   echo "cluster.sh: $1 did not answer within $2 s" >&2
@@ -130,11 +131,18 @@ wait_for() {  # wait_for URL SECONDS
 
 # HAProxy in front of two `stratus serve` processes on PORT+1 and PORT+2, health-checking each on
 # /health, listening on PORT: writes DIR/haproxy.cfg (Deploy/cluster.sh, Deploy/citus/cluster.sh).
-write_haproxy_config() {  # write_haproxy_config DIR PORT
-  local DIR=$1 PORT=$2
+# With CERT (a PEM holding the certificate chain and its key) it listens in HTTPS, TLS 1.2 and up,
+# and tells the servers so (X-Forwarded-Proto). Either way it appends the client's address to
+# X-Forwarded-For, which the servers believe from 127.0.0.1 (--trusted-proxies).
+write_haproxy_config() {  # write_haproxy_config DIR PORT [CERT]
+  local DIR=$1 PORT=$2 CERT=${3:-} bind
+  bind="bind 127.0.0.1:$PORT"
+  if [ -n "$CERT" ]; then bind="$bind ssl crt $CERT alpn http/1.1"; fi
   cat >"$DIR/haproxy.cfg" <<EOF
 global
     maxconn 4000
+    ssl-default-bind-ciphers ECDHE-ECDSA-AES128-GCM-SHA256:ECDHE-RSA-AES128-GCM-SHA256:ECDHE-ECDSA-AES256-GCM-SHA384:ECDHE-RSA-AES256-GCM-SHA384:ECDHE-ECDSA-CHACHA20-POLY1305:ECDHE-RSA-CHACHA20-POLY1305
+    ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets
 defaults
     mode http
     option http-server-close
@@ -150,7 +158,10 @@ defaults
     http-error status 503 content-type application/json string '{"serverErrorCode":"TRY_AGAIN_LATER","reason":"no Stratus server is available right now; retry shortly","retryAfter":1}' hdr Retry-After 1
     http-error status 504 content-type application/json string '{"serverErrorCode":"TRY_AGAIN_LATER","reason":"the Stratus server did not answer in time; retry shortly","retryAfter":1}' hdr Retry-After 1
 frontend stratus
-    bind 127.0.0.1:$PORT
+    $bind
+    option forwardfor
+    http-request set-header X-Forwarded-Proto https if { ssl_fc }
+    http-request set-header X-Forwarded-Proto http if !{ ssl_fc }
     default_backend servers
 backend servers
     balance roundrobin

@@ -73,10 +73,10 @@ import Testing
     }
 
     /// Brings a cluster up in a scratch folder, runs `body` with what `up` printed, and takes it down.
-    static func withCluster(_ body: (_ settings: [String: String], _ folder: String) async throws -> Void) async throws {
+    static func withCluster(tls: Bool = false, _ body: (_ settings: [String: String], _ folder: String) async throws -> Void) async throws {
         let folder = try EndToEndTests.scratchFolder("cluster")
         let base = Self.freeBase()
-        let up = try await Self.script(["up", "--dir", folder + "/c", "--port", String(base), "--bin", EndToEndTests.binary])
+        let up = try await Self.script(["up", "--dir", folder + "/c", "--port", String(base), "--bin", EndToEndTests.binary] + (tls ? ["--tls"] : []))
         defer {
             let down = try? Subprocess.run([TestCluster.repositoryRoot.appendingPathComponent("Deploy/cluster.sh").path, "down", "--dir", folder + "/c"])
             if down?.status != 0 { print("cluster.sh down: \(down?.text ?? "")") }
@@ -103,6 +103,33 @@ import Testing
         }
         #expect(output.status == 0, "psql: \(output.text)")
         return output.text.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// `cluster.sh up --tls`: HAProxy terminates TLS with a certificate from the cluster's
+    /// throwaway authority, and the servers behind it, trusting it (`--trusted-proxies`), see the
+    /// client's own address: a management call made from 127.0.0.5 is audited as from 127.0.0.5,
+    /// not from the balancer. A client that does not trust the authority is refused.
+    @Test func theBalancerServesHTTPSAndPassesOnTheClientsAddress() async throws {
+        try await Self.withCluster(tls: true) { settings, _ in
+            let lb = try #require(settings["STRATUS_CLUSTER_URL"])
+            let ca = try #require(settings["STRATUS_CLUSTER_CA"])
+            let admin = try #require(settings["STRATUS_ADMIN_TOKEN"])
+            #expect(lb.hasPrefix("https://localhost:"), "\(lb)")
+            func curl(_ arguments: [String]) async throws -> Subprocess.Output {
+                try await Subprocess.runDetached(["/usr/bin/env", "curl", "-sS", "--max-time", "20"] + arguments)
+            }
+            let health = try await curl(["-i", "--cacert", ca, lb + "/health"])
+            #expect(health.status == 0 && health.text.contains(" 200 ") && health.text.lowercased().contains("strict-transport-security: max-age="), "\(health.text)")
+            let untrusted = try await curl([lb + "/health"])
+            #expect(untrusted.status == 60, "a client without the authority: \(untrusted.text)")
+            let created = try await curl(["--interface", "127.0.0.5", "--cacert", ca, "-H", "Authorization: Bearer \(admin)", "-H", "Content-Type: application/json",
+                                          "--data", #"{"name":"iCloud.com.example.Forwarded"}"#, lb + "/management/1/containers"])
+            #expect(created.status == 0 && created.text.contains("iCloud.com.example.Forwarded"), "\(created.text)")
+            let audit = try await curl(["--cacert", ca, "-H", "Authorization: Bearer \(admin)", lb + "/management/1/containers/iCloud.com.example.Forwarded/audit"])
+            let entries = try JSONParser.parse(Array(audit.text.utf8))["entries"]?.arrayValue ?? []
+            let addresses = Set(entries.compactMap { $0["address"]?.stringValue })
+            #expect(addresses == ["127.0.0.5"], "audited from \(addresses): \(audit.text.prefix(600))")
+        }
     }
 
     @Test func twoServersBehindTheBalancerLoseNoAcknowledgedWriteWhenOneIsKilled() async throws {
