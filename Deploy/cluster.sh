@@ -14,7 +14,8 @@
 #   --bin   the stratus binary (default: .build/release/stratus, else .build/debug/stratus)
 #   --tls   the load balancer speaks HTTPS with a certificate from a throwaway authority made
 #           for the cluster (Deploy/tls/make-certs.sh, in <dir>/tls; trust <dir>/tls/ca.pem:
-#           curl --cacert, STRATUS_CLUSTER_CA); for local use only
+#           curl --cacert, STRATUS_CLUSTER_CA), and the primary and the replica speak TLS, which
+#           the servers verify (sslmode=verify-full); for local use only
 #
 # `up` prints, and writes to <dir>/cluster.env, what a client or a test needs: the load balancer's
 # URL, each server's URL and pid, the primary's and the replica's URLs, the admin token.
@@ -82,6 +83,16 @@ max_connections = 100
 shared_buffers = 256MB
 EOF
   echo "host replication postgres 127.0.0.1/32 trust" >>"$pg/primary/pg_hba.conf"
+  if [ "$TLS" = 1 ]; then
+    # PostgreSQL speaks TLS too (the replica copies the files), and the servers check its
+    # certificate: sslmode=verify-full against the throwaway authority.
+    Deploy/tls/make-certs.sh "$DIR/tls"
+    cp "$DIR/tls/server.pem" "$pg/primary/server.crt"
+    cp "$DIR/tls/server.key" "$pg/primary/server.key"
+    chmod 600 "$pg/primary/server.key"
+    if [ "$(id -u)" = "0" ]; then chown postgres "$pg/primary/server.crt" "$pg/primary/server.key"; fi
+    echo "ssl = on" >>"$pg/primary/postgresql.conf"
+  fi
   as_postgres "$PG_BIN/pg_ctl" -D "$pg/primary" -l "$pg/primary.log" -w start >/dev/null
   as_postgres "$PG_BIN/createdb" -h 127.0.0.1 -p "$PRIMARY_PORT" -U postgres stratus
 
@@ -96,7 +107,8 @@ EOF
   local replica_url="postgres://postgres@127.0.0.1:$REPLICA_PORT/stratus"
   local lb="http://127.0.0.1:$PORT" cert="" ca=""
   if [ "$TLS" = 1 ]; then
-    Deploy/tls/make-certs.sh "$DIR/tls"
+    primary_url="$primary_url?sslmode=verify-full&sslrootcert=$DIR/tls/ca.pem"
+    replica_url="$replica_url?sslmode=verify-full&sslrootcert=$DIR/tls/ca.pem"
     cert="$DIR/tls/combined.pem"
     ca="$DIR/tls/ca.pem"
     lb="https://localhost:$PORT"

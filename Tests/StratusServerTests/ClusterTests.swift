@@ -108,7 +108,8 @@ import Testing
     /// `cluster.sh up --tls`: HAProxy terminates TLS with a certificate from the cluster's
     /// throwaway authority, and the servers behind it, trusting it (`--trusted-proxies`), see the
     /// client's own address: a management call made from 127.0.0.5 is audited as from 127.0.0.5,
-    /// not from the balancer. A client that does not trust the authority is refused.
+    /// not from the balancer. A client that does not trust the authority is refused. The primary
+    /// and the replica speak TLS as well, and the servers verify them (`sslmode=verify-full`).
     @Test func theBalancerServesHTTPSAndPassesOnTheClientsAddress() async throws {
         try await Self.withCluster(tls: true) { settings, _ in
             let lb = try #require(settings["STRATUS_CLUSTER_URL"])
@@ -129,6 +130,20 @@ import Testing
             let entries = try JSONParser.parse(Array(audit.text.utf8))["entries"]?.arrayValue ?? []
             let addresses = Set(entries.compactMap { $0["address"]?.stringValue })
             #expect(addresses == ["127.0.0.5"], "audited from \(addresses): \(audit.text.prefix(600))")
+            // The servers reach the primary and the replica over TLS, verifying their certificate
+            // (sslmode=verify-full against the cluster's authority): every client connection on
+            // each is encrypted, the servers' pools among them.
+            for key in ["STRATUS_CLUSTER_PRIMARY_URL", "STRATUS_CLUSTER_REPLICA_URL"] {
+                let url = try #require(settings[key])
+                #expect(url.contains("sslmode=verify-full&sslrootcert="), "\(key)=\(url)")
+                let counts = try await Self.psql(url, """
+                    SELECT count(*) FILTER (WHERE s.ssl) || ' ' || count(*) FILTER (WHERE NOT s.ssl)
+                    FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid)
+                    WHERE a.backend_type = 'client backend' AND a.datname = 'stratus' AND a.pid <> pg_backend_pid()
+                    """)
+                let parts = counts.split(separator: " ").compactMap { Int($0) }
+                #expect(parts.count == 2 && parts[0] >= 2 && parts[1] == 0, "\(key): encrypted, plain connections: \(counts)")
+            }
         }
     }
 
