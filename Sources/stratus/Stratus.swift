@@ -2,11 +2,19 @@ import ArgumentParser
 import Foundation
 import Logging
 import StratusCore
+import StratusServer
 
 @main
 struct Stratus: AsyncParsableCommand {
     static func main() async {
-        LoggingSystem.bootstrap(StderrLogHandler.init)
+        // Before the arguments are parsed: `serve --log-format json` (or STRATUS_LOG_FORMAT) picks
+        // the lines' format for every logger the process makes.
+        let json = logFormat(CommandLine.arguments) == "json"
+        LoggingSystem.bootstrap({ label, provider in
+            var handler = StderrLogHandler(label: label, json: json)
+            handler.metadataProvider = provider
+            return handler
+        }, metadataProvider: RequestID.metadataProvider)
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? any AsyncParsableCommand {
@@ -17,6 +25,15 @@ struct Stratus: AsyncParsableCommand {
         } catch {
             exit(withError: error)
         }
+    }
+
+    /// `--log-format`'s value among the arguments, else STRATUS_LOG_FORMAT's.
+    static func logFormat(_ arguments: [String]) -> String? {
+        for (index, argument) in arguments.enumerated() {
+            if argument == "--log-format", index + 1 < arguments.count { return arguments[index + 1] }
+            if argument.hasPrefix("--log-format=") { return String(argument.dropFirst("--log-format=".count)) }
+        }
+        return setting(nil, "STRATUS_LOG_FORMAT")
     }
 
     static let configuration = CommandConfiguration(

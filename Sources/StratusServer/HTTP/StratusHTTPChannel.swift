@@ -82,7 +82,9 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
             // Answered before the request is read, then closed: the client reads the answer to what it sent.
             let error = StratusError(.throttled, "too many connections from this address (at most \(connections.limit) at once); close idle ones or retry later",
                                      retryAfter: 1)
-            let response = error.response(uuid: newUUID())
+            let id = RandomUUID.string()
+            var response = error.response(uuid: id)
+            response.headers[RequestID.header] = id
             let sink = BodySink()
             try? await response.body.write(sink)
             let bytes = HTTPWire.wire(status: response.status.code, headers: response.headers, body: sink.body, length: sink.body.readableBytes,
@@ -116,7 +118,10 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
                     let pending = connection.channel.eventLoop.inEventLoop ? connection.handler.value.bodyPending : true
                     close = !head.isKeepAlive || pending
                 case .tooLarge:
-                    response = StratusError.bodyTooLarge(limit: maximumBodyBytes).response(uuid: newUUID())
+                    let id = RandomUUID.string()
+                    var refused = StratusError.bodyTooLarge(limit: maximumBodyBytes).response(uuid: id)
+                    refused.headers[RequestID.header] = id
+                    response = refused
                     close = true
                 }
                 if connection.state.takeStreamAnswer(), let length = response.body.contentLength {
@@ -193,8 +198,27 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
         return true
     }
 
-    /// Answers one request through the responder, with the router's error rendering around it.
+    /// Answers one request under its id (`RequestID`): the response carries it in `X-Request-ID`,
+    /// an error dictionary's `uuid` is it, and so is every log line's `stratus.request_id`. At
+    /// `debug` level each request is logged once answered (method, path, status, milliseconds).
     private func answer(_ head: HTTPRequestHead, body: RequestBody, on channel: any Channel, logger: Logger) async -> Response {
+        let id = RequestID.accepted(head.headers.first(name: "X-Request-ID")) ?? RandomUUID.string()
+        return await RequestID.$current.withValue(id) {
+            let started = logger.logLevel <= .debug ? ContinuousClock.now : nil
+            var response = await respond(head, body: body, on: channel, logger: logger)
+            response.headers[RequestID.header] = id
+            if let started {
+                let elapsed = ContinuousClock.now - started
+                let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+                logger.debug("answered", metadata: ["stratus.method": "\(head.method.rawValue)", "stratus.path": "\(head.uri.prefix { $0 != "?" }.prefix(200))",
+                                                    "stratus.status": "\(response.status.code)", "stratus.ms": "\(Int(milliseconds.rounded()))"])
+            }
+            return response
+        }
+    }
+
+    /// Answers one request through the responder, with the router's error rendering around it.
+    private func respond(_ head: HTTPRequestHead, body: RequestBody, on channel: any Channel, logger: Logger) async -> Response {
         guard let request = HTTPWire.request(head, body: body) else {
             return StratusError.badRequest("the request method '\(head.method.rawValue.prefix(40))' is not valid HTTP").response(uuid: newUUID())
         }
@@ -556,10 +580,10 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
             closeWhenAnswered = true
             return
         }
-        let json = StratusError.badRequest("the request is not valid HTTP/1.1 (\(error)); the connection is closed")
-            .dictionary(uuid: newUUID())
+        let id = RandomUUID.string()
+        let json = StratusError.badRequest("the request is not valid HTTP/1.1 (\(error)); the connection is closed").dictionary(uuid: id)
         let body = ByteBuffer(bytes: JSONWriter.bytes(json))
-        let out = HTTPWire.wire(status: 400, headers: [.contentType: "application/json; charset=utf-8"], body: body,
+        let out = HTTPWire.wire(status: 400, headers: [.contentType: "application/json; charset=utf-8", RequestID.header: id], body: body,
                                           length: body.readableBytes, http10: false, close: true, serverHeaders: serverHeaders)
         context.writeAndFlush(wrapOutboundOut(out), promise: nil)
         linger(context)

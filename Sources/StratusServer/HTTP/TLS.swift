@@ -111,9 +111,10 @@ final class PlainHTTPOnTLSPortHandler: ChannelInboundHandler, RemovableChannelHa
             return
         }
         refused = true
-        let json = StratusError.badRequest("this port speaks HTTPS: send the request to https:// instead of http://").dictionary(uuid: newUUID())
+        let id = RandomUUID.string()
+        let json = StratusError.badRequest("this port speaks HTTPS: send the request to https:// instead of http://").dictionary(uuid: id)
         let body = ByteBuffer(bytes: JSONWriter.bytes(json))
-        let out = HTTPWire.wire(status: 400, headers: [.contentType: "application/json; charset=utf-8"], body: body,
+        let out = HTTPWire.wire(status: 400, headers: [.contentType: "application/json; charset=utf-8", RequestID.header: id], body: body,
                                 length: body.readableBytes, http10: false, close: true, serverHeaders: serverHeaders)
         context.writeAndFlush(wrapOutboundOut(out)).whenComplete { _ in context.close(promise: nil) }
     }

@@ -60,5 +60,5 @@ extension StratusError {
     }
 }
 
-/// A new request/error id.
-func newUUID() -> String { RandomUUID.string() }
+/// The id of an error dictionary: the current request's (`RequestID`), else a new one.
+func newUUID() -> String { RequestID.current ?? RandomUUID.string() }

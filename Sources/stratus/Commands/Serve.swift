@@ -68,7 +68,8 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("admin-token"), help: "Token the management API requires (env STRATUS_ADMIN_TOKEN).") var adminToken: String?
     @Option(name: .customLong("max-body-bytes"), help: "Largest request body accepted (env STRATUS_MAX_BODY_BYTES, default 8388608).") var maxBodyBytes: Int?
     @Option(name: .customLong("public-url"), help: "URL clients reach this server at, for sign-in redirects (env STRATUS_PUBLIC_URL).") var publicURL: String?
-    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env STRATUS_LOG_LEVEL, default info).") var logLevel: String?
+    @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error (env STRATUS_LOG_LEVEL, default info). At debug, each request is logged once answered.") var logLevel: String?
+    @Option(name: .customLong("log-format"), help: "text, or json: one JSON object per line, with a request's id as stratus.request_id (env STRATUS_LOG_FORMAT, default text).") var logFormat: String?
     @Option(name: .customLong("bcrypt-cost"), help: "bcrypt work factor for user passwords, 4–16 (env STRATUS_BCRYPT_COST, default 12; each step doubles the CPU a sign-up or sign-in costs).") var bcryptCost: Int?
     @Option(name: .customLong("idle-timeout"), help: "Seconds a connection may sit idle, or send nothing of a request it started, before it is closed (env STRATUS_IDLE_TIMEOUT, default 60).") var idleTimeout: Int?
     @Option(name: .customLong("statement-timeout"), help: "Seconds one database statement may run before it is cancelled and the request answered TRY_AGAIN_LATER; 0 never cancels (env STRATUS_STATEMENT_TIMEOUT, default 30). Migrations, index builds and zone deletions are not limited.") var statementTimeout: Int?
@@ -89,6 +90,8 @@ struct Serve: AsyncParsableCommand {
     @OptionGroup var database: DatabaseOptions
 
     func run() async throws {
+        let format = setting(logFormat, "STRATUS_LOG_FORMAT", default: "text")!
+        guard format == "text" || format == "json" else { throw ValidationError("--log-format (STRATUS_LOG_FORMAT) must be text or json; got '\(format)'") }
         let logger = makeLogger(logLevel)
         let assetStorage = try assets.storage(dataDir: database.resolvedDataDir)
         let assetLimitText = setting(maxAssetBytes.map(String.init), "STRATUS_MAX_ASSET_BYTES", default: String(ServerConfiguration.defaultMaximumAssetBytes))!
