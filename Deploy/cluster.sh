@@ -4,7 +4,7 @@
 # processes on the primary (reading from the replica once it has caught up: STRATUS_REPLICA_URLS),
 # and HAProxy in front of them, health-checking each on /health.
 #
-#   Deploy/cluster.sh up     [--dir D] [--port P] [--bin PATH] [--tls]
+#   Deploy/cluster.sh up     [--dir D] [--port P] [--bin PATH] [--tls] [--with-prometheus]
 #   Deploy/cluster.sh status [--dir D]
 #   Deploy/cluster.sh down   [--dir D]
 #
@@ -16,6 +16,9 @@
 #           for the cluster (Deploy/tls/make-certs.sh, in <dir>/tls; trust <dir>/tls/ca.pem:
 #           curl --cacert, STRATUS_CLUSTER_CA), and the primary and the replica speak TLS, which
 #           the servers verify (sslmode=verify-full); for local use only
+#   --with-prometheus
+#           also Debian's prometheus on P+20, scraping both servers' /metrics every 2 s with
+#           their metrics token (installed when missing; STRATUS_CLUSTER_PROMETHEUS_URL)
 #
 # `up` prints, and writes to <dir>/cluster.env, what a client or a test needs: the load balancer's
 # URL, each server's URL and pid, the primary's and the replica's URLs, the admin token.
@@ -30,13 +33,15 @@ DIR=/tmp/stratus-cluster
 PORT=18080
 BIN=""
 TLS=0
+PROMETHEUS=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) DIR=$2; shift 2 ;;
     --port) PORT=$2; shift 2 ;;
     --bin) BIN=$2; shift 2 ;;
     --tls) TLS=1; shift ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    --with-prometheus) PROMETHEUS=1; shift ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
     *) echo "cluster.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -101,8 +106,11 @@ EOF
   sed -i "s/^port = $PRIMARY_PORT$/port = $REPLICA_PORT/" "$pg/replica/postgresql.conf"
   as_postgres "$PG_BIN/pg_ctl" -D "$pg/replica" -l "$pg/replica.log" -w start >/dev/null
 
-  local token
+  local token metrics_token
   token="adm_$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+  metrics_token="met_$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+  echo "$metrics_token" >"$DIR/metrics-token"
+  chmod 644 "$DIR/metrics-token"
   local primary_url="postgres://postgres@127.0.0.1:$PRIMARY_PORT/stratus"
   local replica_url="postgres://postgres@127.0.0.1:$REPLICA_PORT/stratus"
   local lb="http://127.0.0.1:$PORT" cert="" ca=""
@@ -119,7 +127,7 @@ EOF
     echo "cluster.sh: stratus serve $n on 127.0.0.1:$port" >&2
     STRATUS_ADMIN_TOKEN=$token STRATUS_DATABASE_URL=$primary_url STRATUS_REPLICA_URLS=$replica_url STRATUS_PUBLIC_URL=$lb STRATUS_ASSET_STORE=postgres \
       STRATUS_ASSET_DIR="$DIR/assets-$n" STRATUS_DATA_DIR="$DIR/data-$n" STRATUS_BCRYPT_COST=${STRATUS_BCRYPT_COST:-10} \
-      STRATUS_TRUSTED_PROXIES=127.0.0.1 nohup "$BIN" serve --port "$port" >"$DIR/serve-$n.log" 2>&1 &
+      STRATUS_TRUSTED_PROXIES=127.0.0.1 STRATUS_METRICS_TOKEN=$metrics_token nohup "$BIN" serve --port "$port" >"$DIR/serve-$n.log" 2>&1 &
     echo $! >"$DIR/serve-$n.pid"
     pids+=("$!")
     wait_for "http://127.0.0.1:$port/health" 120
@@ -128,6 +136,28 @@ EOF
   write_haproxy_config "$DIR" "$PORT" "$cert"
   haproxy -f "$DIR/haproxy.cfg" -D -p "$DIR/haproxy.pid"
   wait_for "$lb/health" 30 "$ca"
+
+  local prometheus=""
+  if [ "$PROMETHEUS" = 1 ]; then
+    ensure_promtool
+    prometheus="http://127.0.0.1:$((PORT + 20))"
+    cat >"$DIR/prometheus.yml" <<EOF
+global:
+  scrape_interval: 2s
+scrape_configs:
+  - job_name: stratus
+    authorization:
+      type: Bearer
+      credentials_file: $DIR/metrics-token
+    static_configs:
+      - targets: ["127.0.0.1:$((PORT + 1))", "127.0.0.1:$((PORT + 2))"]
+EOF
+    echo "cluster.sh: prometheus on $prometheus" >&2
+    nohup prometheus --config.file="$DIR/prometheus.yml" --storage.tsdb.path="$DIR/prometheus" \
+      --web.listen-address="127.0.0.1:$((PORT + 20))" >"$DIR/prometheus.log" 2>&1 &
+    echo $! >"$DIR/prometheus.pid"
+    wait_for "$prometheus/-/ready" 60
+  fi
 
   cat >"$DIR/cluster.env" <<EOF
 STRATUS_CLUSTER_URL=$lb
@@ -140,6 +170,8 @@ STRATUS_CLUSTER_REPLICA_URL=$replica_url
 STRATUS_ADMIN_TOKEN=$token
 EOF
   if [ -n "$ca" ]; then echo "STRATUS_CLUSTER_CA=$ca" >>"$DIR/cluster.env"; fi
+  echo "STRATUS_CLUSTER_METRICS_TOKEN=$metrics_token" >>"$DIR/cluster.env"
+  if [ -n "$prometheus" ]; then echo "STRATUS_CLUSTER_PROMETHEUS_URL=$prometheus" >>"$DIR/cluster.env"; fi
   cat "$DIR/cluster.env"
   echo "cluster.sh: up; the load balancer is $lb (Deploy/cluster.sh down --dir $DIR stops it all)" >&2
 }
@@ -159,6 +191,7 @@ status() {
 down() {
   [ -d "$DIR" ] || { echo "cluster.sh: nothing in $DIR" >&2; return 0; }
   if [ -f "$DIR/haproxy.pid" ]; then kill "$(cat "$DIR/haproxy.pid")" 2>/dev/null || true; fi
+  if [ -f "$DIR/prometheus.pid" ]; then kill "$(cat "$DIR/prometheus.pid")" 2>/dev/null || true; fi
   for n in 1 2; do
     if [ -f "$DIR/serve-$n.pid" ]; then
       local pid
@@ -178,7 +211,7 @@ down() {
 }
 
 case "$command" in
-  -h|--help|help) sed -n '2,20p' "$0" ;;
+  -h|--help|help) sed -n '2,24p' "$0" ;;
   up) up ;;
   status) status ;;
   down) down ;;

@@ -109,6 +109,16 @@ as_postgres() {
   if [ "$(id -u)" = "0" ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }
 
+# promtool (Debian's prometheus package), which MetricsTests runs on `/metrics`'s output.
+ensure_promtool() {
+  command -v promtool >/dev/null 2>&1 && return 0
+  echo "Deploy: promtool not found; installing Debian's prometheus package" >&2
+  local sudo=""
+  if [ "$(id -u)" != "0" ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+}
+
 ensure_haproxy() {
   command -v haproxy >/dev/null 2>&1 && command -v curl >/dev/null 2>&1 && return 0
   echo "cluster.sh: haproxy or curl not found; installing Debian's haproxy and curl packages" >&2

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 . Deploy/lib.sh
 ensure_postgres
 ensure_browser
+ensure_promtool
 swift build --build-tests
 # After the build the suite takes two to four minutes here (2 cores), the contract, console and
 # fuzzing checks after it about five more. Each suite that talks to PostgreSQL has a time limit

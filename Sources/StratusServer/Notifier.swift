@@ -64,6 +64,8 @@ public final class Notifier: RecordChangeObserver {
     private let tokensGeneration = Atomic<Int>(0)
     /// Notifications handed straight to a parked poll since start (the rest were queued).
     let handedOver = Atomic<Int>(0)
+    /// Notifications written to the queue since start (`/metrics`).
+    let queuedTotal = Atomic<Int>(0)
     /// Names this process in the wake-ups it sends, so it does not wake its own polls twice.
     let origin = String(UInt32.random(in: 0...UInt32.max), radix: 36)
     /// Owners with newly queued notifications, for the next batch of wake-ups to the other processes.
@@ -325,6 +327,7 @@ public final class Notifier: RecordChangeObserver {
         if handed > 0 { handedOver.add(handed, ordering: .relaxed) }
         let queued = try await records.queueNotifications(containerID: key.containerID, environment: key.environment, rows)
         if !queued.isEmpty {
+            queuedTotal.add(queued.values.reduce(0, +), ordering: .relaxed)
             // This process's polls at once; the other processes' with the next batch of wake-ups.
             let owners = Set(rows.map(\.owner))
             for owner in owners { couriers.wake(CourierKey(containerID: key.containerID, environment: key.environment, owner: owner)) }

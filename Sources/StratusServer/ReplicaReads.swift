@@ -35,6 +35,8 @@ final class ReplicaReads: Sendable {
     /// Reads served by a replica, and reads that wanted one but went to the primary.
     let servedByReplica = Atomic<Int>(0)
     let servedByPrimary = Atomic<Int>(0)
+    /// The primary's WAL position as last read by a request (`/metrics`: each replica's lag behind it).
+    let primaryPosition = Atomic<Int64>(0)
     private let next = Atomic<Int>(0)
     /// How often each replica's replayed position is read.
     static let pollInterval: Duration = .milliseconds(5)
@@ -90,6 +92,7 @@ final class ReplicaReads: Sendable {
         guard !replicas.isEmpty else { return nil }
         do {
             let needed = try await primary.currentWALPosition()
+            primaryPosition.max(needed, ordering: .relaxed)
             let start = next.add(1, ordering: .relaxed).newValue
             for offset in 0..<replicas.count {
                 let replica = replicas[(start + offset) % replicas.count]

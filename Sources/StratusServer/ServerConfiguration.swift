@@ -39,6 +39,9 @@ public struct ServerConfiguration: Sendable {
     /// sets it when the public URL is https (a year by default).
     public var strictTransportSecurity: Int?
     public static let defaultStrictTransportSecurity = 31_536_000
+    /// A token that reads `GET /metrics` and nothing else (a Prometheus scrape job's), or nil:
+    /// the admin token or a superuser's credential only.
+    public var metricsToken: String?
     /// Load balancers whose `X-Forwarded-For` names the client (none by default).
     public var trustedProxies: TrustedProxies = .none
 

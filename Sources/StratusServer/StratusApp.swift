@@ -25,6 +25,8 @@ public final class StratusApp: Sendable {
     let invalidations: Invalidations
     let configuration: ServerConfiguration
     let logger: Logger
+    /// Requests, latencies and errors counted for `GET /metrics`.
+    public let metrics = Metrics()
     /// Development query shapes: when each was last noted, and those not yet written (see `noteQueryShape`).
     struct QueryShapeState {
         var seen: [SchemaStore.QueryShape: Date] = [:]
@@ -94,6 +96,7 @@ public final class StratusApp: Sendable {
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: ErrorMiddleware())
         router.get("/health") { _, _ in try await self.health() }
+        router.get("/metrics") { request, _ in try await self.metricsResponse(request) }
         addDataRoutes(to: router)
         addAuthRoutes(to: router)
         addManagementRoutes(to: router)
@@ -117,7 +120,7 @@ public final class StratusApp: Sendable {
                                          idleTimeout: idleTimeout.map { TimeAmount($0) },
                                          serverHeaders: HTTPWire.serverHeaders(name: "Stratus", strictTransportSecurity: configuration.strictTransportSecurity),
                                          connections: ConnectionCounts(limit: configuration.maximumConnectionsPerAddress),
-                                         tls: configuration.tls, trustedProxies: configuration.trustedProxies)
+                                         tls: configuration.tls, trustedProxies: configuration.trustedProxies, metrics: metrics)
         return HTTPServerBuilder { _ in channel }
     }
 

@@ -227,6 +227,8 @@ public final class Database: Sendable {
 
     /// The pool on the caller's event loop (TRY_AGAIN_LATER while PostgreSQL is unreachable).
     private var pool: RecoveringPool { pools.current }
+    /// How the pool's connections are used (`/metrics`).
+    public let usage = PoolUsage()
 
     /// Whether requests are being answered TRY_AGAIN_LATER because PostgreSQL was unreachable.
     public var isRecovering: Bool { pools.values.contains { $0.isRecovering } }
@@ -341,9 +343,13 @@ public final class Database: Sendable {
         while true {
             attempt += 1
             do {
-                return try await pool.withConnection { connection in
-                    try await Database.$held.withValue(Held(owner: ObjectIdentifier(self), connection: connection, inTransaction: true)) {
-                        try await inTransaction(on: connection, body)
+                return try await usage.count { started in
+                    try await pool.withConnection { connection in
+                        usage.acquired(since: started)
+                        defer { usage.released() }
+                        return try await Database.$held.withValue(Held(owner: ObjectIdentifier(self), connection: connection, inTransaction: true)) {
+                            try await inTransaction(on: connection, body)
+                        }
                     }
                 }
             } catch let error as PSQLError where Database.isRetryable(error) && attempt < 4 {
@@ -405,7 +411,9 @@ public final class Database: Sendable {
             var attempt = 0
             while true {
                 attempt += 1
-                let leased: T? = try await pool.withConnection { connection in
+                let leased: T? = try await usage.count { started in try await pool.withConnection { connection in
+                    usage.acquired(since: started)
+                    defer { usage.released() }
                     if connection.isClosed, attempt < 4 {
                         // Its channel is down but the pool has not heard yet (it does when the
                         // close future completes, an event-loop turn later): wait for that.
@@ -415,7 +423,7 @@ public final class Database: Sendable {
                     return try await Database.$held.withValue(Held(owner: ObjectIdentifier(self), connection: connection, inTransaction: false)) {
                         try await body(connection)
                     }
-                }
+                } }
                 if let leased { return leased }
             }
         } catch {

@@ -1,6 +1,7 @@
 import Logging
 import PostgresNIO
 import StratusCore
+import Synchronization
 
 /// Keeps PostgreSQL's planner statistics on the service's tables current, so that no request is
 /// planned on statistics that no longer describe its tables.
@@ -47,7 +48,9 @@ public struct StatisticsKeeper: Sendable {
         while !Task.isCancelled {
             do {
                 try await Task.sleep(for: interval)
-                _ = try await analyzeStaleTables()
+                let analyzed = try await analyzeStaleTables()
+                Self.checks.add(1, ordering: .relaxed)
+                if !analyzed.isEmpty { Self.analyses.add(analyzed.count, ordering: .relaxed) }
             } catch is CancellationError {
                 return
             } catch where Database.sqlState(error) == "42501" {
@@ -148,6 +151,10 @@ public struct StatisticsKeeper: Sendable {
         logger.debug("analyzed shards that had grown", metadata: ["stratus.shards": "\(stale.joined(separator: ", "))"])
         return stale
     }
+
+    /// Checks made and tables (or, on Citus, shards) analyzed by this process's keepers (`/metrics`).
+    public static let checks = Atomic<Int>(0)
+    public static let analyses = Atomic<Int>(0)
 
     /// The first key of the advisory locks (`hashtext('stratus.analyze')`, fixed).
     static let lockKey: Int32 = 0x5354_4154

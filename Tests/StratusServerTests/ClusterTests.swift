@@ -16,7 +16,7 @@ import Testing
         while true {
             // Below Linux's ephemeral ports (32768 and up), which the other tests' servers take.
             let base = Int.random(in: 2_000...3_190) * 10
-            if [0, 1, 2, 10, 11].allSatisfy({ portIsFree(base + $0) }) { return base }
+            if [0, 1, 2, 10, 11, 20].allSatisfy({ portIsFree(base + $0) }) { return base }
         }
     }
 
@@ -73,10 +73,11 @@ import Testing
     }
 
     /// Brings a cluster up in a scratch folder, runs `body` with what `up` printed, and takes it down.
-    static func withCluster(tls: Bool = false, _ body: (_ settings: [String: String], _ folder: String) async throws -> Void) async throws {
+    static func withCluster(tls: Bool = false, prometheus: Bool = false, _ body: (_ settings: [String: String], _ folder: String) async throws -> Void) async throws {
         let folder = try EndToEndTests.scratchFolder("cluster")
         let base = Self.freeBase()
-        let up = try await Self.script(["up", "--dir", folder + "/c", "--port", String(base), "--bin", EndToEndTests.binary] + (tls ? ["--tls"] : []))
+        let up = try await Self.script(["up", "--dir", folder + "/c", "--port", String(base), "--bin", EndToEndTests.binary] + (tls ? ["--tls"] : [])
+                                    + (prometheus ? ["--with-prometheus"] : []))
         defer {
             let down = try? Subprocess.run([TestCluster.repositoryRoot.appendingPathComponent("Deploy/cluster.sh").path, "down", "--dir", folder + "/c"])
             if down?.status != 0 { print("cluster.sh down: \(down?.text ?? "")") }
@@ -111,7 +112,7 @@ import Testing
     /// not from the balancer. A client that does not trust the authority is refused. The primary
     /// and the replica speak TLS as well, and the servers verify them (`sslmode=verify-full`).
     @Test func theBalancerServesHTTPSAndPassesOnTheClientsAddress() async throws {
-        try await Self.withCluster(tls: true) { settings, _ in
+        try await Self.withCluster(tls: true, prometheus: true) { settings, _ in
             let lb = try #require(settings["STRATUS_CLUSTER_URL"])
             let ca = try #require(settings["STRATUS_CLUSTER_CA"])
             let admin = try #require(settings["STRATUS_ADMIN_TOKEN"])
@@ -144,6 +145,22 @@ import Testing
                 let parts = counts.split(separator: " ").compactMap { Int($0) }
                 #expect(parts.count == 2 && parts[0] >= 2 && parts[1] == 0, "\(key): encrypted, plain connections: \(counts)")
             }
+            // `--with-prometheus`: Debian's prometheus scrapes both servers' /metrics with their
+            // metrics token, and the requests above are in it.
+            let prometheus = try #require(settings["STRATUS_CLUSTER_PROMETHEUS_URL"])
+            var up: [JSON] = []
+            var requests = 0.0
+            for _ in 0..<40 {
+                let answer = try await curl(["-G", prometheus + "/api/v1/query", "--data-urlencode", #"query=up{job="stratus"}"#])
+                up = (try? JSONParser.parse(Array(answer.text.utf8)))?["data"]?["result"]?.arrayValue ?? []
+                let total = try await curl(["-G", prometheus + "/api/v1/query", "--data-urlencode", #"query=sum(stratus_requests_total{family="management"})"#])
+                requests = (try? JSONParser.parse(Array(total.text.utf8)))?["data"]?["result"]?.arrayValue?.first?["value"]?.arrayValue?.last?.stringValue
+                    .flatMap(Double.init) ?? 0
+                if up.count == 2, up.allSatisfy({ $0["value"]?.arrayValue?.last == "1" }), requests >= 2 { break }
+                try await Task.sleep(for: .milliseconds(500))
+            }
+            #expect(up.count == 2 && up.allSatisfy { $0["value"]?.arrayValue?.last == "1" }, "prometheus's targets: \(up)")
+            #expect(requests >= 2, "the management requests made through the balancer, as prometheus counted them: \(requests)")
         }
     }
 

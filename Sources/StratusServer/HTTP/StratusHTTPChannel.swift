@@ -54,6 +54,8 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
     var tls: TLSCertificate? = nil
     /// Proxies whose `X-Forwarded-For` names the client (`ServerConfiguration.trustedProxies`).
     var trustedProxies: TrustedProxies = .none
+    /// Where answered requests are counted (`GET /metrics`).
+    var metrics: Metrics? = nil
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Connection> {
         channel.eventLoop.makeCompletedFuture {
@@ -203,15 +205,18 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
     /// `debug` level each request is logged once answered (method, path, status, milliseconds).
     private func answer(_ head: HTTPRequestHead, body: RequestBody, on channel: any Channel, logger: Logger) async -> Response {
         let id = RequestID.accepted(head.headers.first(name: "X-Request-ID")) ?? RandomUUID.string()
+        let outcome = Metrics.Outcome()
         return await RequestID.$current.withValue(id) {
-            let started = logger.logLevel <= .debug ? ContinuousClock.now : nil
-            var response = await respond(head, body: body, on: channel, logger: logger)
+            let started = ContinuousClock.now
+            var response = await Metrics.$outcome.withValue(outcome) { await respond(head, body: body, on: channel, logger: logger) }
             response.headers[RequestID.header] = id
-            if let started {
-                let elapsed = ContinuousClock.now - started
-                let milliseconds = Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
-                logger.debug("answered", metadata: ["stratus.method": "\(head.method.rawValue)", "stratus.path": "\(head.uri.prefix { $0 != "?" }.prefix(200))",
-                                                    "stratus.status": "\(response.status.code)", "stratus.ms": "\(Int(milliseconds.rounded()))"])
+            let elapsed = ContinuousClock.now - started
+            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let path = head.uri.prefix { $0 != "?" }
+            metrics?.request(path: path, status: response.status.code, seconds: seconds, errorCode: outcome.code)
+            if logger.logLevel <= .debug {
+                logger.debug("answered", metadata: ["stratus.method": "\(head.method.rawValue)", "stratus.path": "\(path.prefix(200))",
+                                                    "stratus.status": "\(response.status.code)", "stratus.ms": "\(Int((seconds * 1000).rounded()))"])
             }
             return response
         }

@@ -45,8 +45,9 @@ extension StratusError {
         return kept.isEmpty ? nil : .object(kept)
     }
 
-    /// The whole-request error response.
+    /// The whole-request error response (its code noted for `/metrics`).
     func response(uuid: String) -> Response {
+        Metrics.outcome?.code = code.name
         var headers: HTTPFields = [:]
         if let retryAfter { headers[.retryAfter] = String(retryAfter) }
         return .json(dictionary(uuid: uuid), status: HTTPResponse.Status(code: code.httpStatus), headers: headers)

@@ -87,6 +87,7 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("redirect-http-port"), help: "Also listen on this port in plain HTTP and redirect every request there to https (308, same path) (env STRATUS_REDIRECT_HTTP_PORT). Needs --tls-cert, or a proxy in front that serves https.") var redirectHTTPPort: Int?
     @Option(name: .customLong("hsts-max-age"), help: "Seconds browsers are told to use only https for this host (Strict-Transport-Security), sent when the public URL is https; 0 sends none (env STRATUS_HSTS_MAX_AGE, default 31536000: a year).") var hstsMaxAge: Int?
     @Option(name: .customLong("trusted-proxies"), help: "Addresses and CIDR blocks of load balancers in front (comma-separated, e.g. 10.0.0.0/8,::1): from these, the client's address is read from X-Forwarded-For, and their connections are not held to --max-connections-per-address (env STRATUS_TRUSTED_PROXIES, default none: the connection's address).") var trustedProxies: String?
+    @Option(name: .customLong("metrics-token"), help: "A token that reads GET /metrics (Prometheus text) and nothing else, for a scrape job; the admin token reads it too (env STRATUS_METRICS_TOKEN).") var metricsToken: String?
     @OptionGroup var database: DatabaseOptions
 
     func run() async throws {
@@ -139,6 +140,7 @@ struct Serve: AsyncParsableCommand {
         let publicURL = setting(publicURL, "STRATUS_PUBLIC_URL", default: "\(tls == nil ? "http" : "https")://\(host):\(port)")!
         var serverConfiguration = ServerConfiguration(adminToken: admin, maximumBodyBytes: maxBody, bcryptCost: cost, publicURL: publicURL)
         serverConfiguration.tls = tls
+        serverConfiguration.metricsToken = setting(metricsToken, "STRATUS_METRICS_TOKEN")
         do {
             serverConfiguration.trustedProxies = try TrustedProxies(parsing: setting(trustedProxies, "STRATUS_TRUSTED_PROXIES") ?? "")
         } catch let error as TrustedProxiesError {
