@@ -14,63 +14,21 @@ does with AUTHENTICATION_REQUIRED's redirectURL) and wait for the session to be 
   same app under another host name (mapped to this machine in Chromium) gets the explanation.
 Screenshots go to OUTPUT_DIR. Fails (exit 1) on the first thing that is not so.
 """
-import http.server
 import json
 import os
-import socketserver
 import sys
-import threading
 import urllib.parse
 import urllib.request
 
 from playwright.sync_api import sync_playwright
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import testapp  # noqa: E402
+
 BASE, ADMIN, OUT = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3]
 CONTAINER = "iCloud.com.example.Origins"
 OTHER_HOST = "app.example.test"
 os.makedirs(OUT, exist_ok=True)
-
-APP_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Notes (test app)</title></head>
-<body><h1>Notes</h1><p id="state">signed out</p><button id="signin">Sign in with Stratus</button>
-<script>
-const params = new URLSearchParams(location.search);
-window.received = null;
-window.addEventListener('message', (event) => { window.received = { origin: event.origin, data: event.data }; });
-document.getElementById('signin').addEventListener('click', () => {
-  window.popup = window.open(params.get('signin'), 'ckSignIn', 'width=480,height=640');
-});
-async function askCaller(webToken) {
-  const url = params.get('caller') + '&ckWebAuthToken=' + encodeURIComponent(webToken);
-  const response = await fetch(url);
-  const body = await response.json();
-  if (response.ok) document.getElementById('state').textContent = 'signed in as ' + body.userRecordName;
-  return { status: response.status, user: body.userRecordName || null };
-}
-</script></body></html>"""
-
-
-class AppHandler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        if urllib.parse.urlparse(self.path).path != "/app.html":
-            self.send_error(404)
-            return
-        data = APP_PAGE.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-def serve_app():
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), AppHandler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server.server_address[1]
-
 
 def api(method, path, body=None):
     request = urllib.request.Request(BASE + path, data=json.dumps(body).encode() if body is not None else None, method=method)
@@ -89,25 +47,7 @@ def step(text):
 
 
 def open_sign_in(context, app_url, environment, token, name):
-    """Opens the app, clicks its sign-in button; returns the app page and the popup, loaded."""
-    query = urllib.parse.urlencode({
-        "signin": f"{BASE}/auth/1/{CONTAINER}/{environment}/signin?ckAPIToken={token}",
-        "caller": f"{BASE}/database/1/{CONTAINER}/{environment}/public/users/caller?ckAPIToken={token}"})
-    app = context.new_page()
-    app.goto(f"{app_url}/app.html?{query}")
-    with app.expect_popup() as info:
-        app.click("#signin")
-    popup = info.value
-    popup.wait_for_load_state()
-    popup.screenshot(path=os.path.join(OUT, f"{name}-popup.png"))
-    return app, popup
-
-
-def sign_up(popup, email):
-    popup.click("#switch")
-    popup.fill("#email", email)
-    popup.fill("#password", "correct horse battery")
-    popup.click("#submit")
+    return testapp.open_sign_in(context, BASE, CONTAINER, app_url, environment, token, OUT, name)
 
 
 def expect_session(app, name):
@@ -143,7 +83,7 @@ def expect_refusal(popup, name, words):
 
 
 def main():
-    registered_port, other_port = serve_app(), serve_app()
+    registered_port, other_port = testapp.serve_app(), testapp.serve_app()
     registered = f"http://127.0.0.1:{registered_port}"
     unregistered = f"http://127.0.0.1:{other_port}"
     api("POST", "/management/1/containers", {"name": CONTAINER})
@@ -160,18 +100,18 @@ def main():
             context.on("page", lambda page: page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss())))
 
             app, popup = open_sign_in(context, registered, "production", named, "registered")
-            sign_up(popup, "ada@example.com")
+            testapp.sign_up(popup, "ada@example.com")
             expect_session(app, "production, registered origin")
 
             app, popup = open_sign_in(context, unregistered, "production", named, "unregistered")
-            sign_up(popup, "grace@example.com")
+            testapp.sign_up(popup, "grace@example.com")
             expect_nothing(app, popup, "production, an origin the token does not name", "grace@example.com")
 
             app, popup = open_sign_in(context, registered, "production", bare_production, "production-no-origins")
             expect_refusal(popup, "production, a token naming no origins", "registered address")
 
             app, popup = open_sign_in(context, f"http://localhost:{other_port}", "development", bare_development, "development-localhost")
-            sign_up(popup, "lin@example.com")
+            testapp.sign_up(popup, "lin@example.com")
             expect_session(app, "development, an app on localhost")
 
             app, popup = open_sign_in(context, f"http://{OTHER_HOST}:{other_port}", "development", bare_development, "development-elsewhere")

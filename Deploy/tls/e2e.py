@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import socketserver
 import ssl
 import subprocess
 import sys
@@ -32,7 +31,9 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-import http.server
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "signin"))
+import testapp  # noqa: E402
 
 BASE, ADMIN, OUT, CERTS = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3], sys.argv[4]
 PID, REDIRECT_PORT = int(sys.argv[5]), int(sys.argv[6])
@@ -168,34 +169,6 @@ def check_reload(api_token, web_token):
     step("files that do not load: the server kept the certificate in use; the good pair serves again")
 
 
-class AppHandler(http.server.BaseHTTPRequestHandler):
-    PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Notes (https test app)</title></head>
-<body><h1>Notes</h1><p id="state">signed out</p><button id="signin">Sign in with Stratus</button>
-<script>
-const params = new URLSearchParams(location.search);
-window.received = null;
-window.addEventListener('message', (event) => { window.received = { origin: event.origin, data: event.data }; });
-document.getElementById('signin').addEventListener('click', () => { window.open(params.get('signin'), 'ckSignIn', 'width=480,height=640'); });
-async function askCaller(webToken) {
-  const response = await fetch(params.get('caller') + '&ckWebAuthToken=' + encodeURIComponent(webToken));
-  const body = await response.json();
-  if (response.ok) document.getElementById('state').textContent = 'signed in as ' + body.userRecordName;
-  return { status: response.status, user: body.userRecordName || null };
-}
-</script></body></html>"""
-
-    def do_GET(self):
-        data = self.PAGE.encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
 def check_browser(app_origin, api_token):
     from playwright.sync_api import expect, sync_playwright
     with sync_playwright() as playwright:
@@ -225,22 +198,10 @@ def check_browser(app_origin, api_token):
                 fail(f"the console's cookies over https: {cookies}")
             step(f"Chromium: the console signed in over {BASE} (its certificate trusted through the CA); its cookie is Secure and HttpOnly")
 
-            query = urllib.parse.urlencode({
-                "signin": f"{BASE}/auth/1/{CONTAINER}/production/signin?ckAPIToken={api_token}",
-                "caller": f"{BASE}/database/1/{CONTAINER}/production/public/users/caller?ckAPIToken={api_token}"})
-            app = context.new_page()
-            app.goto(f"{app_origin}/app.html?{query}")
-            with app.expect_popup() as info:
-                app.click("#signin")
-            popup = info.value
-            popup.wait_for_load_state()
+            app, popup = testapp.open_sign_in(context, BASE, CONTAINER, app_origin, "production", api_token, OUT, "signin")
             if not popup.url.startswith(BASE):
                 fail(f"the sign-in popup is at {popup.url}")
-            popup.screenshot(path=os.path.join(OUT, "signin-popup.png"))
-            popup.click("#switch")
-            popup.fill("#email", "reader@example.com")
-            popup.fill("#password", "correct horse battery")
-            popup.click("#submit")
+            testapp.sign_up(popup, "reader@example.com")
             app.wait_for_function("window.received !== null", timeout=15000)
             token = app.evaluate("window.received")["data"].get("ckSession")
             caller = app.evaluate("(token) => askCaller(token)", token)
@@ -262,10 +223,7 @@ def main():
     if status != 200:
         fail(f"sign-up over https answered {status}: {session}")
     check_reload(dev_token, session["ckWebAuthToken"])
-    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), AppHandler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    app_origin = f"http://localhost:{server.server_address[1]}"
+    app_origin = f"http://localhost:{testapp.serve_app()}"
     prod_token = api("POST", f"/management/1/containers/{CONTAINER}/tokens",
                      {"environment": "production", "name": "web", "allowedOrigins": [app_origin]})[1]["apiToken"]
     check_browser(app_origin, prod_token)

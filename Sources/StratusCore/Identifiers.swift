@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A container-environment: each container has separate data and schema in both.
 public enum ContainerEnvironment: String, Sendable, CaseIterable, Hashable {
@@ -176,8 +177,27 @@ public enum RandomUUID {
     /// `xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx` in upper case (`UUID().uuidString`'s form) or lower case.
     public static func string(uppercase: Bool = false) -> String {
         var generator = SystemRandomNumberGenerator()
-        let high = (generator.next() as UInt64) & 0xFFFF_FFFF_FFFF_0FFF | 0x0000_0000_0000_4000
-        let low = (generator.next() as UInt64) & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
+        return format(high: generator.next(), low: generator.next(), uppercase: uppercase)
+    }
+
+    /// An id unique to this process's run without a system call: a random 128-bit start drawn
+    /// once, its low half counting up. For request ids, which must not repeat but need not be
+    /// unguessable (never a secret: use `string()` for those).
+    public static func sequential() -> String {
+        let step = counter.add(1, ordering: .relaxed).newValue
+        return format(high: start.high, low: start.low &+ step, uppercase: false)
+    }
+
+    private static let start: (high: UInt64, low: UInt64) = {
+        var generator = SystemRandomNumberGenerator()
+        return (generator.next(), generator.next())
+    }()
+    private static let counter = Atomic<UInt64>(0)
+
+    /// The version-4 form of 128 bits.
+    static func format(high bits: UInt64, low lowBits: UInt64, uppercase: Bool) -> String {
+        let high = bits & 0xFFFF_FFFF_FFFF_0FFF | 0x0000_0000_0000_4000
+        let low = lowBits & 0x3FFF_FFFF_FFFF_FFFF | 0x8000_0000_0000_0000
         let digits: StaticString = uppercase ? "0123456789ABCDEF" : "0123456789abcdef"
         return String(unsafeUninitializedCapacity: 36) { buffer in
             digits.withUTF8Buffer { hex in

@@ -73,6 +73,24 @@ import Testing
         }
     }
 
+    @Test func pathsFallInBoundedFamilies() {
+        func family(_ path: String) -> String {
+            let (family, environment) = Metrics.family(of: Substring(path))
+            return Metrics.families[family] + " " + Metrics.environments[environment]
+        }
+        #expect(family("/database/1/iCloud.a.b/development/private/records/lookup") == "records/lookup development")
+        #expect(family("/database/1/c/production/public/users/lookup/email") == "users/lookup production")
+        #expect(family("/database/1/c/production/public/records/lookupx") == "database:other production")
+        #expect(family("/database/1/c/staging/public/zones/list") == "zones/list none")
+        #expect(family("/database/1/c/development") == "database:other development")
+        #expect(family("/device/1/c/development/courier/wc_abc") == "courier development")
+        #expect(family("/device/1/c/production/tokens/create") == "device production")
+        #expect(family("/auth/1/c/development/signin") == "auth development")
+        #expect(family("/management/1/containers/x") == "management none")
+        #expect(family("/health") == "health none" && family("/metrics") == "metrics none" && family("/openapi.json") == "openapi none")
+        #expect(family("/") == "other none" && family("") == "other none" && family("/é/🙂") == "other none")
+    }
+
     @Test func theMetricsNeedTheirTokenTheAdminTokenOrASuperuser() async throws {
         try await Harness.run(live: true, server: { $0.metricsToken = Self.token }) { harness in
             let none = try await Self.scrape(harness, token: nil)

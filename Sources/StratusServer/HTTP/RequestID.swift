@@ -8,7 +8,16 @@ import StratusCore
 /// `uuid` is it (`newUUID()`), and every log line written while the request is answered has it
 /// as `stratus.request_id` (`metadataProvider`, installed by `stratus serve`'s logging).
 public enum RequestID {
-    @TaskLocal public static var current: String?
+    /// The request the current task answers: its id, and what it ended with beyond its status
+    /// (the error dictionary's code, set by `StratusError.response`, for `/metrics`).
+    final class State: @unchecked Sendable {
+        let id: String
+        var errorCode: String?
+        init(id: String) { self.id = id }
+    }
+    @TaskLocal static var state: State?
+
+    public static var current: String? { state?.id }
 
     /// The response and request header.
     static let header = HTTPField.Name("X-Request-ID")!

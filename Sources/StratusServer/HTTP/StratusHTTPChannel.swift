@@ -204,16 +204,16 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
     /// an error dictionary's `uuid` is it, and so is every log line's `stratus.request_id`. At
     /// `debug` level each request is logged once answered (method, path, status, milliseconds).
     private func answer(_ head: HTTPRequestHead, body: RequestBody, on channel: any Channel, logger: Logger) async -> Response {
-        let id = RequestID.accepted(head.headers.first(name: "X-Request-ID")) ?? RandomUUID.string()
-        let outcome = Metrics.Outcome()
-        return await RequestID.$current.withValue(id) {
+        let id = RequestID.accepted(head.headers.first(name: "X-Request-ID")) ?? RandomUUID.sequential()
+        let state = RequestID.State(id: id)
+        return await RequestID.$state.withValue(state) {
             let started = ContinuousClock.now
-            var response = await Metrics.$outcome.withValue(outcome) { await respond(head, body: body, on: channel, logger: logger) }
+            var response = await respond(head, body: body, on: channel, logger: logger)
             response.headers[RequestID.header] = id
             let elapsed = ContinuousClock.now - started
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             let path = head.uri.prefix { $0 != "?" }
-            metrics?.request(path: path, status: response.status.code, seconds: seconds, errorCode: outcome.code)
+            metrics?.request(path: path, status: response.status.code, seconds: seconds, errorCode: state.errorCode)
             if logger.logLevel <= .debug {
                 logger.debug("answered", metadata: ["stratus.method": "\(head.method.rawValue)", "stratus.path": "\(path.prefix(200))",
                                                     "stratus.status": "\(response.status.code)", "stratus.ms": "\(Int((seconds * 1000).rounded()))"])

@@ -9,17 +9,24 @@ import Synchronization
 /// as `records/lookup`; the sign-in, management, console, courier and asset routes each as one
 /// family), its environment and its status class, never by container, user or record. Every
 /// request through `StratusHTTPChannel` is recorded once answered; errors are counted by their
-/// `serverErrorCode` where they are rendered (`ErrorMiddleware`). The lock is held for a
-/// dictionary update per request.
+/// `serverErrorCode` (`StratusError.response`). The lock is held for two array updates per
+/// request; the path's family is read from its bytes without allocating.
 public final class Metrics: Sendable {
     /// Upper bounds of the latency histogram's buckets, in seconds.
     static let buckets: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
-    struct RequestKey: Hashable {
-        var family: String
-        var environment: String
-        var status: String
-    }
+    /// The route families: the data API's operations by name, then the other routes.
+    static let families: [String] = [
+        "records/modify", "records/lookup", "records/query", "records/changes", "records/resolve", "records/accept",
+        "zones/list", "zones/lookup", "zones/modify", "zones/changes", "changes/zone", "changes/database",
+        "subscriptions/list", "subscriptions/lookup", "subscriptions/modify", "users/caller", "users/current", "users/discover",
+        "users/lookup", "assets/upload", "assets/rereference",
+        "database:other", "courier", "device", "auth", "management", "console", "assets", "share", "openapi", "health", "metrics", "other",
+    ]
+    /// The data API's operations (the first of `families`), as bytes to match paths against.
+    private static let operations: [[UInt8]] = families.prefix { !$0.hasPrefix("database:") }.map { Array($0.utf8) }
+    static let environments = ["development", "production", "none"]
+    static let statusClasses = ["1xx", "2xx", "3xx", "4xx", "5xx"]
 
     struct Histogram {
         var counts = [Int](repeating: 0, count: Metrics.buckets.count)
@@ -33,67 +40,80 @@ public final class Metrics: Sendable {
         }
     }
 
+    /// Counters in flat arrays indexed by family, environment and status class: no hashing and
+    /// no allocation per request.
     struct State {
-        var requests: [RequestKey: Int] = [:]
-        var latency: [String: Histogram] = [:]
+        var requests = [Int](repeating: 0, count: Metrics.families.count * Metrics.environments.count * Metrics.statusClasses.count)
+        var latency = [Histogram](repeating: Histogram(), count: Metrics.families.count)
         var errors: [String: Int] = [:]
     }
 
     private let state = Mutex(State())
     let started = Date()
 
-    /// What the request the current task answers ended with, beyond its status: the error
-    /// dictionary's code (`StratusError.response`). Set per request by `StratusHTTPChannel`.
-    final class Outcome: @unchecked Sendable {
-        var code: String?
-    }
-    @TaskLocal static var outcome: Outcome?
-
-    /// The data API's operation groups counted by name (`records/lookup`, …).
-    private static let operationGroups: Set<Substring> = ["records", "zones", "changes", "subscriptions", "users", "assets", "tokens"]
-
     public init() {}
 
-    /// The route family and environment of a request path: bounded sets whatever the path.
-    static func family(of path: Substring) -> (family: String, environment: String) {
-        let parts = path.split(separator: "/", maxSplits: 8, omittingEmptySubsequences: true)
-        guard let first = parts.first else { return ("other", "none") }
-        func environment(_ index: Int) -> String {
-            guard index < parts.count else { return "none" }
-            switch parts[index] {
-            case "development": return "development"
-            case "production": return "production"
-            default: return "none"
+    static func index(of family: String) -> Int { families.firstIndex(of: family) ?? families.count - 1 }
+
+    /// The route family and environment of a request path (indices into `families` and
+    /// `environments`), read from its bytes: bounded sets whatever the path.
+    static func family(of path: Substring) -> (family: Int, environment: Int) {
+        let bytes = path.utf8
+        /// Segment `number` (from 0) of the path, without its slashes; empty past the end.
+        func segment(_ number: Int) -> Substring.UTF8View {
+            var begin = bytes.startIndex
+            var seen = -1
+            while begin < bytes.endIndex {
+                if bytes[begin] == UInt8(ascii: "/") {
+                    seen += 1
+                    if seen == number { break }
+                }
+                begin = bytes.index(after: begin)
             }
+            guard begin < bytes.endIndex else { return bytes[bytes.endIndex...] }
+            let start = bytes.index(after: begin)
+            var end = start
+            while end < bytes.endIndex, bytes[end] != UInt8(ascii: "/") { end = bytes.index(after: end) }
+            return bytes[start..<end]
         }
-        switch first {
-        case "database":
+        func environment(_ number: Int) -> Int {
+            let text = segment(number)
+            if text.elementsEqual("development".utf8) { return 0 }
+            if text.elementsEqual("production".utf8) { return 1 }
+            return 2
+        }
+        let first = segment(0)
+        if first.elementsEqual("database".utf8) {
             // /database/1/{container}/{environment}/{database}/{group}/{verb}
-            guard parts.count >= 7, operationGroups.contains(parts[5]) else { return ("database:other", environment(3)) }
-            let verb = parts[6].prefix { $0 != "?" }
-            guard verb.count <= 24, verb.allSatisfy({ $0.isLetter }) else { return ("database:other", environment(3)) }
-            return ("\(parts[5])/\(verb)", environment(3))
-        case "device":
-            return (parts.count >= 6 && parts[5] == "courier" ? "courier" : "device", environment(3))
-        case "auth": return ("auth", environment(3))
-        case "management": return ("management", "none")
-        case "console": return ("console", "none")
-        case "assets": return ("assets", "none")
-        case "health": return ("health", "none")
-        case "metrics": return ("metrics", "none")
-        case "openapi.json": return ("openapi", "none")
-        case "share": return ("share", "none")
-        default: return ("other", "none")
+            let environmentIndex = environment(3)
+            let group = segment(5), verb = segment(6)
+            for (position, operation) in operations.enumerated() where operation.count == group.count + 1 + verb.count {
+                if operation.prefix(group.count).elementsEqual(group), operation[group.count] == UInt8(ascii: "/"),
+                   operation.suffix(verb.count).elementsEqual(verb) {
+                    return (position, environmentIndex)
+                }
+            }
+            return (index(of: "database:other"), environmentIndex)
         }
+        if first.elementsEqual("device".utf8) {
+            return (index(of: segment(4).elementsEqual("courier".utf8) ? "courier" : "device"), environment(3))
+        }
+        if first.elementsEqual("auth".utf8) { return (index(of: "auth"), environment(3)) }
+        for name in ["management", "console", "assets", "share", "health", "metrics"] where first.elementsEqual(name.utf8) {
+            return (index(of: name), 2)
+        }
+        if first.elementsEqual("openapi.json".utf8) { return (index(of: "openapi"), 2) }
+        return (index(of: "other"), 2)
     }
 
     /// Counts one answered request, and its error code if it has one.
     func request(path: Substring, status: Int, seconds: Double, errorCode: String?) {
         let (family, environment) = Self.family(of: path)
-        let key = RequestKey(family: family, environment: environment, status: "\(min(max(status / 100, 1), 5))xx")
+        let statusClass = min(max(status / 100, 1), 5) - 1
+        let slot = (family * Self.environments.count + environment) * Self.statusClasses.count + statusClass
         state.withLock { state in
-            state.requests[key, default: 0] += 1
-            state.latency[family, default: Histogram()].observe(seconds)
+            state.requests[slot] += 1
+            state.latency[family].observe(seconds)
             if let errorCode { state.errors[errorCode, default: 0] += 1 }
         }
     }
@@ -128,11 +148,17 @@ public final class Metrics: Sendable {
             value == value.rounded() && abs(value) < 1e15 ? String(Int(value)) : String(value)
         }
         family("stratus_requests_total", "counter", "Requests answered, by route family, environment and status class.")
-        for (key, count) in state.requests.sorted(by: { ($0.key.family, $0.key.environment, $0.key.status) < ($1.key.family, $1.key.environment, $1.key.status) }) {
-            out += "stratus_requests_total{family=\"\(key.family)\",environment=\"\(key.environment)\",status=\"\(key.status)\"} \(count)\n"
+        for (familyIndex, name) in Self.families.enumerated() {
+            for (environmentIndex, environment) in Self.environments.enumerated() {
+                for (statusIndex, status) in Self.statusClasses.enumerated() {
+                    let count = state.requests[(familyIndex * Self.environments.count + environmentIndex) * Self.statusClasses.count + statusIndex]
+                    if count > 0 { out += "stratus_requests_total{family=\"\(name)\",environment=\"\(environment)\",status=\"\(status)\"} \(count)\n" }
+                }
+            }
         }
         family("stratus_request_duration_seconds", "histogram", "Time from a request's arrival to its answer, by route family.")
-        for (name, histogram) in state.latency.sorted(by: { $0.key < $1.key }) {
+        for (familyIndex, name) in Self.families.enumerated() where state.latency[familyIndex].count > 0 {
+            let histogram = state.latency[familyIndex]
             var cumulative = 0
             for (index, bound) in Self.buckets.enumerated() {
                 cumulative += histogram.counts[index]
@@ -146,30 +172,26 @@ public final class Metrics: Sendable {
         for (code, count) in state.errors.sorted(by: { $0.key < $1.key }) {
             out += "stratus_errors_total{code=\"\(code)\"} \(count)\n"
         }
-        family("stratus_database_connections_in_use", "gauge", "PostgreSQL connections of the pool leased now.")
-        out += "stratus_database_connections_in_use \(pool.inUse)\n"
-        family("stratus_database_connections_waiting", "gauge", "Callers waiting for a pooled PostgreSQL connection now.")
-        out += "stratus_database_connections_waiting \(pool.waiting)\n"
-        family("stratus_database_leases_total", "counter", "Connections leased from the pool.")
-        out += "stratus_database_leases_total \(pool.leases)\n"
-        family("stratus_database_lease_wait_seconds_total", "counter", "Time callers spent waiting for a pooled connection.")
-        out += "stratus_database_lease_wait_seconds_total \(pool.waitSeconds)\n"
-        family("stratus_statistics_checks_total", "counter", "Checks of the planner statistics by this process's statistics keeper.")
-        out += "stratus_statistics_checks_total \(gauges.statisticsChecks)\n"
-        family("stratus_statistics_analyses_total", "counter", "Tables (on Citus, shards) the statistics keeper analyzed.")
-        out += "stratus_statistics_analyses_total \(gauges.statisticsAnalyses)\n"
+        /// A metric of one sample, without labels.
+        func single(_ name: String, _ type: String, _ help: String, _ value: any CustomStringConvertible) {
+            family(name, type, help)
+            out += "\(name) \(value)\n"
+        }
+        single("stratus_database_connections_in_use", "gauge", "PostgreSQL connections of the pool leased now.", pool.inUse)
+        single("stratus_database_connections_waiting", "gauge", "Callers waiting for a pooled PostgreSQL connection now.", pool.waiting)
+        single("stratus_database_leases_total", "counter", "Connections leased from the pool.", pool.leases)
+        single("stratus_database_lease_wait_seconds_total", "counter", "Time callers spent waiting for a pooled connection.", pool.waitSeconds)
+        single("stratus_statistics_checks_total", "counter", "Checks of the planner statistics by this process's statistics keeper.", gauges.statisticsChecks)
+        single("stratus_statistics_analyses_total", "counter", "Tables (on Citus, shards) the statistics keeper analyzed.", gauges.statisticsAnalyses)
         family("stratus_notifications_total", "counter", "Notifications this process made for subscriptions: handed straight to a waiting poll, or queued.")
         out += "stratus_notifications_total{path=\"handed_over\"} \(gauges.notificationsHandedOver)\n"
         out += "stratus_notifications_total{path=\"queued\"} \(gauges.notificationsQueued)\n"
         if let queue = gauges.queueEstimate {
-            family("stratus_notification_queue_rows", "gauge", "Notifications waiting in the queue (PostgreSQL's estimate of the table's live rows).")
-            out += "stratus_notification_queue_rows \(queue)\n"
+            single("stratus_notification_queue_rows", "gauge", "Notifications waiting in the queue (PostgreSQL's estimate of the table's live rows).", queue)
         }
         if let builds = gauges.indexBuilds, let left = gauges.indexEntriesLeft {
-            family("stratus_index_builds_running", "gauge", "Index builds of deployed schemas not finished yet.")
-            out += "stratus_index_builds_running \(builds)\n"
-            family("stratus_index_build_records_left", "gauge", "Records the running index builds still have to index.")
-            out += "stratus_index_build_records_left \(left)\n"
+            single("stratus_index_builds_running", "gauge", "Index builds of deployed schemas not finished yet.", builds)
+            single("stratus_index_build_records_left", "gauge", "Records the running index builds still have to index.", left)
         }
         family("stratus_replica_reads_total", "counter", "Reads that could go to a read replica, by where they went.")
         out += "stratus_replica_reads_total{served_by=\"replica\"} \(gauges.replicaReads)\n"
@@ -180,8 +202,7 @@ public final class Metrics: Sendable {
                 out += "stratus_replica_lag_bytes{replica=\"\(index + 1)\"} \(lag)\n"
             }
         }
-        family("stratus_start_time_seconds", "gauge", "When this server process started (Unix time).")
-        out += "stratus_start_time_seconds \(Int(started.timeIntervalSince1970))\n"
+        single("stratus_start_time_seconds", "gauge", "When this server process started (Unix time).", Int(started.timeIntervalSince1970))
         return out
     }
 }

@@ -47,7 +47,7 @@ extension StratusError {
 
     /// The whole-request error response (its code noted for `/metrics`).
     func response(uuid: String) -> Response {
-        Metrics.outcome?.code = code.name
+        RequestID.state?.errorCode = code.name
         var headers: HTTPFields = [:]
         if let retryAfter { headers[.retryAfter] = String(retryAfter) }
         return .json(dictionary(uuid: uuid), status: HTTPResponse.Status(code: code.httpStatus), headers: headers)
