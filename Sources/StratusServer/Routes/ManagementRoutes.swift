@@ -99,6 +99,10 @@ extension StratusApp {
             let changes = try QuotaLimits.changes(body, ignoring: ["environment", "by"])
             let settings = try await self.admin.setQuotaLimits(containerID: container.id, environment: environment, changes: changes,
                                                                by: grant.actor)
+            // This process forgets the old limits before answering; the others when the change's
+            // notification reaches them (`Invalidations`), which under load can come after the
+            // caller's next request.
+            self.rateLimiter.invalidate(.quota(containerID: container.id, environment: environment))
             return .json(Self.quotaJSON(settings, environment: environment))
         }
         manage(router, .get, "\(base)/containers/:container/usage") { request, context, grant -> Response in
