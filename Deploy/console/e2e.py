@@ -8,7 +8,8 @@ A superuser operator is added with the admin token (as `stratus operator add` do
 after is done in the browser: sign in (keyboard), create a container, add a record type and
 fields in development, create, find (query builder) and edit a record, review the deploy plan,
 dry-run, deploy and watch the index build finish (twice: the second over a production record),
-disable a user, find each action in the audit log, sign out. A record holding markup is shown on
+disable a user, find each action in the audit log, find an app's requests in Telemetry (charts)
+and Logs (filtered to the failed one, by its request id), sign out. A record holding markup is shown on
 the way and no script of it may run (any dialog fails the run). Screenshots of every page go to
 OUTPUT_DIR, and one page is also taken at a phone's width; every page's controls must have labels.
 """
@@ -16,6 +17,7 @@ import json
 import os
 import re
 import sys
+import urllib.error
 import urllib.request
 
 from playwright.sync_api import expect, sync_playwright
@@ -39,6 +41,19 @@ def api(method, path, body=None, query=""):
 UNLABELLED = """[...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
   .filter(e => (e.tagName === 'BUTTON' ? !e.textContent.trim() : e.labels.length === 0) && !e.getAttribute('aria-label'))
   .map(e => e.outerHTML.slice(0, 120))"""
+
+
+def data(operation, body, request_id, token):
+    """A data-API request as an app sends it, with its X-Request-ID; the HTTP status."""
+    request = urllib.request.Request(f"{BASE}/database/1/{CONTAINER}/development/public/{operation}?ckAPIToken={token}",
+                                     data=json.dumps(body).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    request.add_header("X-Request-ID", request_id)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
 
 
 def shot(page, name):
@@ -193,6 +208,35 @@ def main():
         page.get_by_role("button", name="Filter").click()
         expect(page.locator("table", has_text="Audit log").locator("tbody tr")).to_have_count(1)
         shot(page, "audit")
+
+        step("an app's requests in Telemetry and Logs")
+        token = api("POST", f"/management/1/containers/{CONTAINER}/tokens", {"environment": "development", "name": "e2e app"})["apiToken"]
+        for number in range(3):
+            if data("records/lookup", {"records": [{"recordName": f"missing-{number}"}]}, f"e2e-lookup-{number}", token) != 200:
+                raise SystemExit("console e2e: a lookup through the data API failed")
+        if data("records/lookup", {"records": "not a list"}, "e2e-bad-lookup", token) != 400:
+            raise SystemExit("console e2e: a bad lookup was not answered 400")
+        page.get_by_role("link", name="Telemetry", exact=True).click()
+        by_operation = page.locator("table", has_text="By operation")
+        lookups = by_operation.locator("tr", has_text="records/lookup").locator("td")
+        expect(lookups.nth(1)).to_have_text("4")
+        expect(lookups.nth(2)).to_have_text("1")
+        expect(page.locator("svg.chart")).to_have_count(2)
+        expect(page.locator("svg.chart rect.chart-requests").first).to_be_visible()
+        expect(page.locator("svg.chart rect.chart-errors").first).to_be_attached()
+        expect(page.locator("svg.chart circle.chart-p95").first).to_be_attached()
+        shot(page, "telemetry")
+        page.get_by_role("link", name="Logs", exact=True).click()
+        requests = page.locator("table", has_text="Requests, newest first")
+        for request_id in ["e2e-lookup-0", "e2e-lookup-2", "e2e-bad-lookup"]:
+            expect(requests).to_contain_text(request_id)
+        page.get_by_label("Status").select_option("4xx")
+        page.get_by_role("button", name="Filter").click()
+        rows = page.locator("table", has_text="Requests, newest first").locator("tbody tr")
+        expect(rows).to_have_count(1)
+        expect(rows).to_contain_text("BAD_REQUEST")
+        expect(rows).to_contain_text("e2e-bad-lookup")
+        shot(page, "logs")
 
         step("every other page")
         for section in ["Tokens & keys", "Subscriptions", "Shares", "Usage & quotas", "Team", "Overview"]:

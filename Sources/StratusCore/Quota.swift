@@ -15,9 +15,12 @@ public struct QuotaLimits: Sendable, Equatable {
     /// Sign-up attempts the whole environment takes in an hour (only those within their
     /// address's limit count, so one address cannot use up everyone's).
     public var signupsPerHour: Int64
+    /// Rows of the request log kept (the newest); 0 keeps none.
+    public var logRequests: Int64
 
     public init(maxRecords: Int64, maxStorageBytes: Int64, requestsPerSecond: Int64, userRequestsPerSecond: Int64,
-                userPrivateStorageBytes: Int64, notificationsPerSecond: Int64, signupsPerAddressPerHour: Int64, signupsPerHour: Int64) {
+                userPrivateStorageBytes: Int64, notificationsPerSecond: Int64, signupsPerAddressPerHour: Int64, signupsPerHour: Int64,
+                logRequests: Int64) {
         self.maxRecords = maxRecords
         self.maxStorageBytes = maxStorageBytes
         self.requestsPerSecond = requestsPerSecond
@@ -26,6 +29,7 @@ public struct QuotaLimits: Sendable, Equatable {
         self.notificationsPerSecond = notificationsPerSecond
         self.signupsPerAddressPerHour = signupsPerAddressPerHour
         self.signupsPerHour = signupsPerHour
+        self.logRequests = logRequests
     }
 
     /// Generous: a new app never meets them by surprise. The sign-up limits are the exception
@@ -33,15 +37,19 @@ public struct QuotaLimits: Sendable, Equatable {
     /// fewer than a script farming accounts wants.
     public static let defaults = QuotaLimits(maxRecords: 10_000_000, maxStorageBytes: 10 << 30, requestsPerSecond: 50_000,
                                              userRequestsPerSecond: 10_000, userPrivateStorageBytes: 1 << 30, notificationsPerSecond: 10_000,
-                                             signupsPerAddressPerHour: 20, signupsPerHour: 10_000)
+                                             signupsPerAddressPerHour: 20, signupsPerHour: 10_000,
+                                             logRequests: 100_000)
 
     /// The wire names of the limits, in order, with their key paths (immutable; key paths are not Sendable).
     nonisolated(unsafe) public static let keys: [(name: String, path: WritableKeyPath<QuotaLimits, Int64>)] = [
         ("maxRecords", \.maxRecords), ("maxStorageBytes", \.maxStorageBytes), ("requestsPerSecond", \.requestsPerSecond),
         ("userRequestsPerSecond", \.userRequestsPerSecond), ("userPrivateStorageBytes", \.userPrivateStorageBytes),
         ("notificationsPerSecond", \.notificationsPerSecond), ("signupsPerAddressPerHour", \.signupsPerAddressPerHour),
-        ("signupsPerHour", \.signupsPerHour),
+        ("signupsPerHour", \.signupsPerHour), ("logRequests", \.logRequests),
     ]
+
+    /// The limits 0 is a valid value of: it turns the thing off.
+    public static let zeroAllowed: Set<String> = ["logRequests"]
 
     /// The largest value a limit may take.
     public static let maximum: Int64 = 1 << 50
@@ -58,8 +66,9 @@ public struct QuotaLimits: Sendable, Equatable {
                 changes[key] = .some(nil)
                 continue
             }
-            guard case .int(let number) = value, number >= 1, number <= maximum else {
-                throw .badRequest("'\(key)' must be a whole number from 1 to \(maximum), or null for the default")
+            let least: Int64 = zeroAllowed.contains(key) ? 0 : 1
+            guard case .int(let number) = value, number >= least, number <= maximum else {
+                throw .badRequest("'\(key)' must be a whole number from \(least) to \(maximum), or null for the default")
             }
             changes[key] = .some(number)
         }

@@ -4,7 +4,8 @@ import StratusStore
 /// The service's work beside the HTTP server, run in the same `ServiceGroup` by `stratus serve`
 /// (and by the tests' harness, as `serve` runs it): it keeps the planner statistics current
 /// (`StatisticsKeeper`) and listens for changes other server processes make to what this one
-/// caches (`Invalidations`), and shares rate-limit counts with them (`RateLimiter`). It stops when the group shuts down.
+/// caches (`Invalidations`), shares rate-limit counts with them (`RateLimiter`) and writes the
+/// request log (`RequestLog`). It stops when the group shuts down.
 public struct BackgroundWork: Service {
     let keeper: StatisticsKeeper?
     let invalidations: Invalidations
@@ -16,6 +17,7 @@ public struct BackgroundWork: Service {
     let assetSweepInterval: Duration
     let assetReceiptLifetime: Duration
     let replicaReads: ReplicaReads?
+    let requestLog: RequestLog
 
     public func run() async throws {
         try await cancelWhenGracefulShutdown {
@@ -23,6 +25,7 @@ public struct BackgroundWork: Service {
                 if let keeper { group.addTask { await keeper.run() } }
                 group.addTask { await invalidations.run() }
                 group.addTask { await rateLimiter.run() }
+                group.addTask { await requestLog.run() }
                 group.addTask { await sweepNotifications() }
                 group.addTask { await sweepAssets() }
                 if let replicaReads { group.addTask { await replicaReads.run() } }
@@ -61,6 +64,6 @@ extension StratusApp {
         BackgroundWork(keeper: configuration.statisticsInterval.map { StatisticsKeeper(database: database, logger: logger, interval: $0) },
                        invalidations: invalidations, rateLimiter: rateLimiter, records: records, assets: assets,
                        assetSweepInterval: configuration.assetSweepInterval, assetReceiptLifetime: configuration.assetReceiptLifetime,
-                       replicaReads: replicaReads)
+                       replicaReads: replicaReads, requestLog: requestLog)
     }
 }

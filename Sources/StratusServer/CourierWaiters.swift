@@ -50,6 +50,8 @@ final class CourierWaiters: Sendable {
         var payloads: [String] = []
         /// Each held notification's coalescing key (zone and database notifications).
         var keys: [String?] = []
+        /// When each was made (for the delivery latency `/metrics` shows).
+        var made: [Date] = []
         /// Long polls of the token registered now.
         var polls = 0
         /// With no poll registered, notifications are held until then.
@@ -80,6 +82,7 @@ final class CourierWaiters: Sendable {
             if let coalesceKey, entry.keys.contains(coalesceKey) { return nil }
             entry.payloads.append(payload)
             entry.keys.append(coalesceKey)
+            entry.made.append(Date())
             held[heldKey] = entry
             return true
         }
@@ -89,14 +92,15 @@ final class CourierWaiters: Sendable {
     }
 
     /// The oldest notification held for `token`, if any (once).
-    func takeHeld(_ key: Key, token: String) -> String? {
+    func takeHeld(_ key: Key, token: String) -> (payload: String, made: Date)? {
         held.withLock { held in
             let heldKey = HeldKey(key: key, token: token)
             guard var entry = held[heldKey], !entry.payloads.isEmpty else { return nil }
             let payload = entry.payloads.removeFirst()
             entry.keys.removeFirst()
+            let made = entry.made.removeFirst()
             held[heldKey] = entry
-            return payload
+            return (payload, made)
         }
     }
 
@@ -257,7 +261,7 @@ final class CourierWaiter: Sendable {
         var continuation: CheckedContinuation<Void, Never>?
         /// Notifications handed to this waiter (`offer`), oldest first, for it to send: at most one
         /// for a long poll (its answer), up to `maximumHanded` for a WebSocket stream.
-        var handed: [String] = []
+        var handed: [(payload: String, made: Date)] = []
         /// When the current wait ends without a wake-up.
         var deadline: ContinuousClock.Instant?
     }
@@ -284,11 +288,11 @@ final class CourierWaiter: Sendable {
             if let continuation = state.continuation, state.handed.isEmpty {
                 state.continuation = nil
                 state.deadline = nil
-                state.handed.append(payload)
+                state.handed.append((payload, Date()))
                 return (true, continuation)
             }
             guard takesMany, state.handed.count < Self.maximumHanded else { return (false, nil) }
-            state.handed.append(payload)
+            state.handed.append((payload, Date()))
             guard let continuation = state.continuation else {
                 state.woken = true
                 return (true, nil)
@@ -302,7 +306,7 @@ final class CourierWaiter: Sendable {
     }
 
     /// The oldest notification handed to this waiter, if any (once).
-    func takeHanded() -> String? {
+    func takeHanded() -> (payload: String, made: Date)? {
         state.withLock { state in state.handed.isEmpty ? nil : state.handed.removeFirst() }
     }
 
@@ -310,7 +314,7 @@ final class CourierWaiter: Sendable {
     func takeAllHanded() -> [String] {
         state.withLock { state in
             defer { state.handed.removeAll() }
-            return state.handed
+            return state.handed.map(\.payload)
         }
     }
 

@@ -40,6 +40,8 @@ public final class StratusApp: Sendable {
     public let rateLimiter: RateLimiter
     /// Notifications for subscriptions, and the web courier polls waiting for them.
     let notifier: Notifier
+    /// Each container's answered requests, written in batches (`stratus logs`).
+    public let requestLog: RequestLog
     /// Asset bytes (files or large objects).
     let assets: AssetStore
     /// Read replicas, when configured.
@@ -73,6 +75,10 @@ public final class StratusApp: Sendable {
         self.invalidations = Invalidations(configuration: database.configuration, logger: logger)
         self.rateLimiter = RateLimiter(admin: admin, configuration: database.configuration, logger: logger)
         self.notifier = Notifier(records: records, authenticator: authenticator, rateLimiter: rateLimiter, sealer: syncSealer, logger: logger)
+        let limits = self.rateLimiter
+        self.requestLog = RequestLog(configuration: database.configuration, logger: logger) { containerID, environment in
+            try await limits.limits(containerID: containerID, environment: environment).logRequests
+        }
         self.assets = AssetStore(storage: configuration.assetStorage, database: database, logger: logger)
         do {
             self.replicaReads = configuration.replicaURLs.isEmpty ? nil : try ReplicaReads(primary: database, urls: configuration.replicaURLs, logger: logger)
@@ -120,7 +126,8 @@ public final class StratusApp: Sendable {
                                          idleTimeout: idleTimeout.map { TimeAmount($0) },
                                          serverHeaders: HTTPWire.serverHeaders(name: "Stratus", strictTransportSecurity: configuration.strictTransportSecurity),
                                          connections: ConnectionCounts(limit: configuration.maximumConnectionsPerAddress),
-                                         tls: configuration.tls, trustedProxies: configuration.trustedProxies, metrics: metrics)
+                                         tls: configuration.tls, trustedProxies: configuration.trustedProxies, metrics: metrics,
+                                         requestLog: requestLog)
         return HTTPServerBuilder { _ in channel }
     }
 

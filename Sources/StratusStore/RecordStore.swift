@@ -110,7 +110,7 @@ public final class RecordStore: Sendable {
     /// courier polls take theirs by shared statements: under a stream of notified writes each
     /// costs a fraction of a statement instead of one or two of its own.
     let notificationQueueing: StatementSharing<NotificationQueueing, [String: Int]>
-    let notificationTaking: StatementSharing<CourierToken, (seq: Int64, payload: String)?>
+    let notificationTaking: StatementSharing<CourierToken, (seq: Int64, payload: String, made: Date)?>
     /// The query sharing of the caller's event loop.
     var queries: StatementSharing<QueryRequest, QueryPage?> { queriesByLoop.current }
 

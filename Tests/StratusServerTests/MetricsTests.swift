@@ -33,6 +33,8 @@ import Testing
         try await Harness.run(live: true, server: { $0.metricsToken = Self.token }) { harness in
             let session = try await harness.container().signedUp()
             #expect(try await session.modify("private", [op("create", "n1", fields: ["title": ["value": "one"]])]).status == 200)
+            // The request log's rows of the requests so far are written before the first scrape.
+            await harness.app.requestLog.flush()
             let before = Self.samples(try await Self.scrape(harness).text)
             // The script: 3 lookups, 2 queries, 1 refused lookup (BAD_REQUEST), 1 unknown path.
             for name in ["a", "b", "c"] {
@@ -43,6 +45,7 @@ import Testing
             }
             #expect(try await session.post("private", "records/lookup", ["records": "not a list"]).status == 400)
             #expect(try await harness.send(.get, "/no/such/path").status == 404)
+            await harness.app.requestLog.flush()
             let scraped = try await Self.scrape(harness)
             #expect(scraped.status == 200, "\(scraped.text.prefix(300))")
             let after = Self.samples(scraped.text)
@@ -56,6 +59,9 @@ import Testing
             #expect(delta(#"stratus_errors_total{code="BAD_REQUEST"}"#) == 1)
             #expect(delta(#"stratus_errors_total{code="NOT_FOUND"}"#) == 1)
             #expect(delta("stratus_database_leases_total") >= 5, "each data request leased a connection")
+            // The six data requests reached the request log (the unknown path names no container).
+            #expect(delta(#"stratus_request_log_rows_total{result="written"}"#) == 6 && after["stratus_request_log_pending_rows"] == 0)
+            #expect(after[#"stratus_request_log_rows_total{result="dropped"}"#] == 0)
             #expect(after["stratus_database_connections_in_use"] != nil && after["stratus_database_connections_waiting"] == 0)
             // What is read at the scrape: the queue and index builds (none here), no replica.
             #expect(after["stratus_notification_queue_rows"] != nil && after["stratus_index_builds_running"] == 0, "\(scraped.text)")
@@ -70,6 +76,34 @@ import Testing
             defer { try? FileManager.default.removeItem(atPath: file) }
             let checked = try await Subprocess.runDetached(["/bin/sh", "-c", "promtool check metrics < '\(file)'"])
             #expect(checked.status == 0, "promtool check metrics (Deploy/test.sh installs Debian's prometheus package): \(checked.text)")
+        }
+    }
+
+    /// (Through the router: the live test client sends one request at a time, and the poll waits.)
+    @Test func notificationDeliveriesAreTimed() async throws {
+        try await Harness.run(server: { $0.metricsToken = Self.token }) { harness in
+            let alice = try await harness.container().signedUp()
+            #expect(try await alice.modify("private", [op("create", "seed")]).status == 200)
+            let made = try await alice.post("private", "subscriptions/modify", ["operations": [
+                ["operationType": "create", "subscription": ["subscriptionID": "notes", "subscriptionType": "query", "query": ["recordType": "Note"],
+                                                             "firesOn": ["create"]]]]])
+            #expect(made.json["subscriptions"]?.arrayValue?.allSatisfy { $0.errorCode == nil } == true, "\(made.json)")
+            let path = try await NotificationTests.courierPath(alice)
+            let before = Self.samples(try await Self.scrape(harness).text)
+            // One queued (no poll waits), then one handed to a waiting poll.
+            #expect(try await alice.modify("private", [op("create", "n1")]).status == 200)
+            #expect(try await NotificationTests.poll(harness, path, timeout: 5).status == 200)
+            async let waiting = NotificationTests.poll(harness, path, timeout: 10)
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(try await alice.modify("private", [op("create", "n2")]).status == 200)
+            let handed = try await waiting
+            #expect(handed.status == 200, "\(handed)")
+            let after = Self.samples(try await Self.scrape(harness).text)
+            func delta(_ series: String) -> Double { (after[series] ?? 0) - (before[series] ?? 0) }
+            #expect(delta("stratus_notification_delivery_seconds_count") == 2, "\(after.filter { $0.key.contains("delivery") })")
+            #expect(delta(#"stratus_notification_delivery_seconds_bucket{le="+Inf"}"#) == 2)
+            let seconds = delta("stratus_notification_delivery_seconds_sum")
+            #expect(seconds >= 0 && seconds < 10, "\(seconds)")
         }
     }
 

@@ -157,11 +157,13 @@ public enum ManagementAccess {
             ("GET", "\(container)/roles/:role/members", .member(.viewer)),
             ("POST", "\(container)/roles/:role/members", developmentOrOwner(.body(default: .development))),
             ("DELETE", "\(container)/roles/:role/members/:user", developmentOrOwner(.query(default: .development))),
-            // Quotas, usage, the audit log.
+            // Quotas, usage, the audit log, the request log and its telemetry.
             ("GET", "\(container)/quota", .member(.viewer)),
             ("PATCH", "\(container)/quota", .member(.owner)),
             ("GET", "\(container)/usage", .member(.viewer)),
             ("GET", "\(container)/audit", .member(.viewer)),
+            ("GET", "\(container)/logs", .member(.viewer)),
+            ("GET", "\(container)/telemetry", .member(.viewer)),
             ("GET", "\(base)/usage/verify", .superuser),
             ("GET", "\(base)/stats", .superuser),
             // Schema: development is the developers', production changes only by an owner's deploy.

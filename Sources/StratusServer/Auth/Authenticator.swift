@@ -169,6 +169,7 @@ final class Authenticator: Sendable {
     func authenticate(_ request: Request, containerName: String, environmentSegment: String, signedBody: ByteBuffer? = nil) async throws -> Caller {
         let environment = try ContainerEnvironment(segment: environmentSegment)
         let container = try await container(named: containerName)
+        RequestID.state?.container = (container.id, environment)
         let query = request.uri.queryParameters
         if let signedBody {
             guard query.get("ckAPIToken") == nil, query.get("ckWebAuthToken") == nil, query.get("ckSession") == nil else {

@@ -10,6 +10,7 @@ extension StratusApp {
         addConsoleUserPages(router)
         addConsoleCredentialPages(router)
         addConsoleUsagePages(router)
+        addConsoleTelemetryPages(router)
         addConsoleTeamPages(router)
     }
 

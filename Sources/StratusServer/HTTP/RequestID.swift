@@ -13,6 +13,12 @@ public enum RequestID {
     final class State: @unchecked Sendable {
         let id: String
         var errorCode: String?
+        /// For the request log: the container and environment the request was authenticated
+        /// against (nil: not logged), the database it named, its user and client address.
+        var container: (id: Int64, environment: ContainerEnvironment)?
+        var database: DatabaseScope?
+        var user: String?
+        var client: String?
         init(id: String) { self.id = id }
     }
     @TaskLocal static var state: State?

@@ -8,6 +8,7 @@ import NIOHTTP1
 import NIOSSL
 import NIOWebSocket
 import StratusCore
+import StratusStore
 import Synchronization
 
 /// The service's HTTP/1.1 connections: NIO's request parser and one Swift task per connection,
@@ -56,6 +57,8 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
     var trustedProxies: TrustedProxies = .none
     /// Where answered requests are counted (`GET /metrics`).
     var metrics: Metrics? = nil
+    /// Where answered requests of a container are logged (`stratus logs`).
+    var requestLog: RequestLog? = nil
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Connection> {
         channel.eventLoop.makeCompletedFuture {
@@ -214,6 +217,12 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             let path = head.uri.prefix { $0 != "?" }
             metrics?.request(path: path, status: response.status.code, seconds: seconds, errorCode: state.errorCode)
+            if let requestLog, let (containerID, environment) = state.container {
+                requestLog.append(RequestLogEntry(containerID: containerID, environment: environment, at: Date(), database: state.database,
+                                                  operation: Metrics.operation(of: path), status: Int(response.status.code),
+                                                  errorCode: state.errorCode, durationMicroseconds: Int(seconds * 1_000_000),
+                                                  userRecordName: state.user, requestID: id, clientAddress: state.client))
+            }
             if logger.logLevel <= .debug {
                 logger.debug("answered", metadata: ["stratus.method": "\(head.method.rawValue)", "stratus.path": "\(path.prefix(200))",
                                                     "stratus.status": "\(response.status.code)", "stratus.ms": "\(Int((seconds * 1000).rounded()))"])
@@ -231,6 +240,7 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
         do {
             let peer = channel.remoteAddress?.ipAddress
             let client = trustedProxies.isEmpty ? peer : trustedProxies.client(peer: peer, forwardedFor: head.headers["X-Forwarded-For"])
+            RequestID.state?.client = client
             return try await ClientAddress.$current.withValue(client) {
                 try await ErrorMiddleware<BasicRequestContext>().handle(request, context: context) { request, context in
                     try await responder.respond(to: request, context: context)

@@ -134,9 +134,9 @@ extension StratusApp {
         while true {
             // One handed over while the poll waited (a notification of this process's write), or
             // the oldest in the queue.
-            let taken: (seq: Int64?, payload: String)?
-            if let payload = waiter.takeHanded() ?? notifier.couriers.takeHeld(key, token: token.tokenHash) {
-                taken = (nil, payload)
+            let taken: (seq: Int64?, payload: String, made: Date)?
+            if let (payload, made) = waiter.takeHanded() ?? notifier.couriers.takeHeld(key, token: token.tokenHash) {
+                taken = (nil, payload, made)
             } else if let connection, !connection.isOpen {
                 // A client that went away takes nothing: what arrives waits for its next poll.
                 return empty
@@ -144,7 +144,7 @@ extension StratusApp {
                 // The look at the deadline always asks PostgreSQL (see `take`).
                 taken = try await take(token, key: key, ask: ContinuousClock.now >= deadline)
             }
-            if let (seq, payload) = taken {
+            if let (seq, payload, made) = taken {
                 if let connection {
                     connection.onUndelivered { Task { await notifier.putBack(token, seq: seq, payload: payload) } }
                     if !connection.isOpen {
@@ -155,6 +155,7 @@ extension StratusApp {
                 var headers: HTTPFields = [.contentType: "application/json; charset=utf-8", .cacheControl: "no-store"]
                 let bytes = ByteBuffer(string: payload)
                 headers[.contentLength] = String(bytes.readableBytes)
+                metrics.notificationDelivered(made: made)
                 return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: bytes))
             }
             guard ContinuousClock.now < deadline else { return empty }
@@ -166,14 +167,14 @@ extension StratusApp {
     /// With `ask`, PostgreSQL is asked whatever this process knows: a wake-up can be lost (the
     /// process that queued died before sending it), and a poll's last look at its timeout, or a
     /// WebSocket's after each quiet period, bounds how long that hides a notification.
-    func take(_ token: CourierToken, key: Notifier.CourierKey, ask: Bool = false) async throws -> (seq: Int64?, payload: String)? {
+    func take(_ token: CourierToken, key: Notifier.CourierKey, ask: Bool = false) async throws -> (seq: Int64?, payload: String, made: Date)? {
         guard ask || notifier.couriers.mayHaveQueued(key, token: token.tokenHash) else { return nil }
         let generation = notifier.couriers.queueGeneration(key)
-        guard let (seq, payload) = try await records.takeNotification(token) else {
+        guard let (seq, payload, made) = try await records.takeNotification(token) else {
             notifier.couriers.noteEmpty(key, token: token.tokenHash, generation: generation)
             return nil
         }
-        return (seq, payload)
+        return (seq, payload, made)
     }
 
     /// The same URL opened as a WebSocket (`Upgrade: websocket`): the handshake's answer, and
@@ -203,9 +204,9 @@ extension StratusApp {
         channel.closeFuture.whenComplete { _ in waiter.wake() }
         var quietSince = ContinuousClock.now
         while channel.isActive {
-            let taken: (seq: Int64?, payload: String)?
-            if let payload = waiter.takeHanded() {
-                taken = (nil, payload)
+            let taken: (seq: Int64?, payload: String, made: Date)?
+            if let (payload, made) = waiter.takeHanded() {
+                taken = (nil, payload, made)
             } else {
                 do {
                     taken = try await take(token, key: key, ask: ContinuousClock.now - quietSince >= Self.courierPollTimeout)
@@ -215,13 +216,14 @@ extension StratusApp {
                     continue
                 }
             }
-            guard let (seq, payload) = taken else {
+            guard let (seq, payload, made) = taken else {
                 if ContinuousClock.now - quietSince >= Self.courierPollTimeout { quietSince = .now }
                 await waiter.wait(until: quietSince + Self.courierPollTimeout)
                 continue
             }
             do {
                 try await channel.writeAndFlush(WebSocketFrame(fin: true, opcode: .text, data: ByteBuffer(string: payload))).get()
+                metrics.notificationDelivered(made: made)
             } catch {
                 await notifier.putBack(token, seq: seq, payload: payload)
                 return

@@ -232,6 +232,10 @@ extension StratusApp {
         var caller = try await authenticator.authenticate(request, containerName: containerName, environmentSegment: environment,
                                                           signedBody: signedBody)
         let scope = try DatabaseScope(segment: database)
+        if let state = RequestID.state {
+            state.user = caller.user
+            state.database = scope
+        }
         if caller.serverKey != nil, scope != .public, !route.keyOnAnyDatabase {
             throw StratusError(.accessDenied, "a server-to-server key acts on the public database only; a user's \(scope.rawValue) database needs the user's ckWebAuthToken")
         }

@@ -128,6 +128,7 @@ extension StratusApp {
             return .json(["differences": .array(differences.map(Self.differenceJSON))])
         }
         addRoleRoutes(to: router, base: base)
+        addLogRoutes(to: router, base: base)
         addKeyRoutes(to: router, base: base)
         manage(router, .get, "\(base)/stats") { request, _, grant -> Response in
             var stats: [String: JSON] = ["rssBytes": Self.residentBytes().map { .int($0) } ?? .null, "pid": .int(Int64(getpid()))]

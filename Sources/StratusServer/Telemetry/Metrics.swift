@@ -46,6 +46,8 @@ public final class Metrics: Sendable {
         var requests = [Int](repeating: 0, count: Metrics.families.count * Metrics.environments.count * Metrics.statusClasses.count)
         var latency = [Histogram](repeating: Histogram(), count: Metrics.families.count)
         var errors: [String: Int] = [:]
+        /// From a notification's making (its write) to its answer to a web courier poll or stream.
+        var notificationDelivery = Histogram()
     }
 
     private let state = Mutex(State())
@@ -106,6 +108,16 @@ public final class Metrics: Sendable {
         return (index(of: "other"), 2)
     }
 
+    /// A request's operation for the request log: its route family, or for another data-API
+    /// path its last two segments (`tokens/create`).
+    static func operation(of path: Substring) -> String {
+        let (family, _) = family(of: path)
+        let name = families[family]
+        guard name == "database:other" else { return name }
+        let segments = path.split(separator: "/", omittingEmptySubsequences: false)
+        return segments.count >= 7 ? segments[5...].joined(separator: "/").prefix(64).description : name
+    }
+
     /// Counts one answered request, and its error code if it has one.
     func request(path: Substring, status: Int, seconds: Double, errorCode: String?) {
         let (family, environment) = Self.family(of: path)
@@ -116,6 +128,12 @@ public final class Metrics: Sendable {
             state.latency[family].observe(seconds)
             if let errorCode { state.errors[errorCode, default: 0] += 1 }
         }
+    }
+
+    /// Counts a notification sent to a web courier client, made at `made`.
+    func notificationDelivered(made: Date) {
+        let seconds = max(0, Date().timeIntervalSince(made))
+        state.withLock { $0.notificationDelivery.observe(seconds) }
     }
 
     /// What the server holds beside its counters, read when the metrics are scraped.
@@ -132,6 +150,10 @@ public final class Metrics: Sendable {
         var indexEntriesLeft: Int64?
         var replicaReads = 0
         var replicaReadsOnPrimary = 0
+        /// The request log's rows: waiting to be written, written, and dropped (too many waiting).
+        var requestLogPending = 0
+        var requestLogWritten = 0
+        var requestLogDropped = 0
         /// Each replica's lag behind the primary in WAL bytes, by its position in --replica-urls.
         var replicaLag: [Int64] = []
     }
@@ -156,17 +178,21 @@ public final class Metrics: Sendable {
                 }
             }
         }
-        family("stratus_request_duration_seconds", "histogram", "Time from a request's arrival to its answer, by route family.")
-        for (familyIndex, name) in Self.families.enumerated() where state.latency[familyIndex].count > 0 {
-            let histogram = state.latency[familyIndex]
+        /// A histogram's samples; `labels` is empty or ends with a comma.
+        func histogram(_ name: String, _ histogram: Histogram, labels: String) {
             var cumulative = 0
             for (index, bound) in Self.buckets.enumerated() {
                 cumulative += histogram.counts[index]
-                out += "stratus_request_duration_seconds_bucket{family=\"\(name)\",le=\"\(number(bound))\"} \(cumulative)\n"
+                out += "\(name)_bucket{\(labels)le=\"\(number(bound))\"} \(cumulative)\n"
             }
-            out += "stratus_request_duration_seconds_bucket{family=\"\(name)\",le=\"+Inf\"} \(histogram.count)\n"
-            out += "stratus_request_duration_seconds_sum{family=\"\(name)\"} \(histogram.sum)\n"
-            out += "stratus_request_duration_seconds_count{family=\"\(name)\"} \(histogram.count)\n"
+            let plain = labels.isEmpty ? "" : "{" + labels.dropLast() + "}"
+            out += "\(name)_bucket{\(labels)le=\"+Inf\"} \(histogram.count)\n"
+            out += "\(name)_sum\(plain) \(histogram.sum)\n"
+            out += "\(name)_count\(plain) \(histogram.count)\n"
+        }
+        family("stratus_request_duration_seconds", "histogram", "Time from a request's arrival to its answer, by route family.")
+        for (familyIndex, name) in Self.families.enumerated() where state.latency[familyIndex].count > 0 {
+            histogram("stratus_request_duration_seconds", state.latency[familyIndex], labels: "family=\"\(name)\",")
         }
         family("stratus_errors_total", "counter", "Error dictionaries answered, by serverErrorCode (THROTTLED and QUOTA_EXCEEDED are the rate-limit and quota refusals).")
         for (code, count) in state.errors.sorted(by: { $0.key < $1.key }) {
@@ -186,6 +212,9 @@ public final class Metrics: Sendable {
         family("stratus_notifications_total", "counter", "Notifications this process made for subscriptions: handed straight to a waiting poll, or queued.")
         out += "stratus_notifications_total{path=\"handed_over\"} \(gauges.notificationsHandedOver)\n"
         out += "stratus_notifications_total{path=\"queued\"} \(gauges.notificationsQueued)\n"
+        family("stratus_notification_delivery_seconds", "histogram",
+               "Time from a notification's making (its write) to its answer to a web courier poll or WebSocket, in this process.")
+        histogram("stratus_notification_delivery_seconds", state.notificationDelivery, labels: "")
         if let queue = gauges.queueEstimate {
             single("stratus_notification_queue_rows", "gauge", "Notifications waiting in the queue (PostgreSQL's estimate of the table's live rows).", queue)
         }
@@ -202,6 +231,10 @@ public final class Metrics: Sendable {
                 out += "stratus_replica_lag_bytes{replica=\"\(index + 1)\"} \(lag)\n"
             }
         }
+        single("stratus_request_log_pending_rows", "gauge", "Request log rows waiting to be written (about a second's requests).", gauges.requestLogPending)
+        family("stratus_request_log_rows_total", "counter", "Request log rows this process wrote, and dropped because too many waited (the database out of reach).")
+        out += "stratus_request_log_rows_total{result=\"written\"} \(gauges.requestLogWritten)\n"
+        out += "stratus_request_log_rows_total{result=\"dropped\"} \(gauges.requestLogDropped)\n"
         single("stratus_start_time_seconds", "gauge", "When this server process started (Unix time).", Int(started.timeIntervalSince1970))
         return out
     }

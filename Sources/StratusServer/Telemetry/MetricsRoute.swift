@@ -31,6 +31,9 @@ extension StratusApp {
         gauges.statisticsAnalyses = StatisticsKeeper.analyses.load(ordering: .relaxed)
         gauges.notificationsHandedOver = notifier.handedOver.load(ordering: .relaxed)
         gauges.notificationsQueued = notifier.queuedTotal.load(ordering: .relaxed)
+        gauges.requestLogPending = requestLog.pendingCount
+        gauges.requestLogWritten = requestLog.written.load(ordering: .relaxed)
+        gauges.requestLogDropped = requestLog.dropped.load(ordering: .relaxed)
         if let replicaReads {
             gauges.replicaReads = replicaReads.servedByReplica.load(ordering: .relaxed)
             gauges.replicaReadsOnPrimary = replicaReads.servedByPrimary.load(ordering: .relaxed)

@@ -6,10 +6,11 @@ struct QuotaCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "quota", abstract: "Show and set a container's limits per environment.",
         discussion: """
-            Each container-environment has eight limits: records, storage bytes, operations per
+            Each container-environment has nine limits: records, storage bytes, operations per
             second (for the container, and per user: without a user, per API token and client
-            address), each user's private storage, notifications queued per second, and sign-up
-            attempts per hour (per client address, and for the whole environment). Unset ones take
+            address), each user's private storage, notifications queued per second, sign-up
+            attempts per hour (per client address, and for the whole environment), and the rows
+            of the request log kept ('stratus logs'; 0 keeps none). Unset ones take
             the documented defaults; 'default' resets one. Every change is in the audit log and
             reaches every server process at once.
 
@@ -25,6 +26,7 @@ struct QuotaCommand: AsyncParsableCommand {
               stratus quota set --container iCloud.com.example.Notes --environment production --max-records 100000 --requests-per-second 200
               stratus quota set --container iCloud.com.example.Notes --max-records default
               stratus quota set --container iCloud.com.example.Notes --environment production --signups-per-address-per-hour 5
+              stratus quota set --container iCloud.com.example.Notes --environment production --log-requests 1000000
             """,
         subcommands: [Show.self, Set.self])
 
@@ -65,6 +67,8 @@ struct QuotaCommand: AsyncParsableCommand {
                 help: "Sign-up attempts one client address may make in an hour (an answer that the address has an account counts too).")
         var signupsPerAddressPerHour: String?
         @Option(name: .customLong("signups-per-hour"), help: "Sign-up attempts the whole environment takes in an hour.") var signupsPerHour: String?
+        @Option(name: .customLong("log-requests"),
+                help: "Rows of the request log kept, the newest ('stratus logs'; default 100000, 0 for none).") var logRequests: String?
         @OptionGroup var options: ClientOptions
 
         func run() async throws {
@@ -72,7 +76,7 @@ struct QuotaCommand: AsyncParsableCommand {
             for (name, given) in [("maxRecords", maxRecords), ("maxStorageBytes", maxStorageBytes), ("requestsPerSecond", requestsPerSecond),
                                   ("userRequestsPerSecond", userRequestsPerSecond), ("userPrivateStorageBytes", userPrivateStorageBytes),
                                   ("notificationsPerSecond", notificationsPerSecond), ("signupsPerAddressPerHour", signupsPerAddressPerHour),
-                                  ("signupsPerHour", signupsPerHour)] {
+                                  ("signupsPerHour", signupsPerHour), ("logRequests", logRequests)] {
                 guard let given else { continue }
                 if given == "default" {
                     body[name] = .null
