@@ -92,8 +92,8 @@ extension RecordStore {
     }
 
     /// Removes what is left of a user once their zones and public records are gone: share
-    /// participations, subscriptions, web courier tokens and their queues, role memberships; ends
-    /// their sessions and deletes the account. One transaction, with its audit entry; other
+    /// participations, subscriptions, web courier tokens and their queues, role memberships, their
+    /// name and address in the request log; ends their sessions and deletes the account. One transaction, with its audit entry; other
     /// server processes forget the user's sessions and subscriptions when it commits.
     public func eraseAccount(containerID: Int64, user: String, erasure: UserErasure, by actor: AuditActor,
                              endSessions: @Sendable (PostgresConnection) async throws -> Int) async throws -> UserErasure {
@@ -111,6 +111,7 @@ extension RecordStore {
                 """, logger: logger)
             try await connection.statement("DELETE FROM courier_tokens WHERE container_id = \(containerID) AND owner = \(user)", logger: logger)
             try await connection.statement("DELETE FROM role_members WHERE container_id = \(containerID) AND user_record_name = \(user)", logger: logger)
+            try await AdminStore(database: database, logger: logger).forgetInRequestLog(containerID: containerID, user: user, on: connection)
             let ended = try await endSessions(connection)
             try await connection.statement("DELETE FROM users WHERE container_id = \(containerID) AND user_record_name = \(user)", logger: logger)
             for environment in ContainerEnvironment.allCases {

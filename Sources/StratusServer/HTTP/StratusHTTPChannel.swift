@@ -216,10 +216,11 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
             let elapsed = ContinuousClock.now - started
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
             let path = head.uri.prefix { $0 != "?" }
-            metrics?.request(path: path, status: response.status.code, seconds: seconds, errorCode: state.errorCode)
+            let family = metrics?.request(path: path, status: response.status.code, seconds: seconds, errorCode: state.errorCode)
             if let requestLog, let (containerID, environment) = state.container {
+                let operation = Metrics.operation(family: family ?? Metrics.family(of: path).family, path: path)
                 requestLog.append(RequestLogEntry(containerID: containerID, environment: environment, at: Date(), database: state.database,
-                                                  operation: Metrics.operation(of: path), status: Int(response.status.code),
+                                                  operation: operation, status: Int(response.status.code),
                                                   errorCode: state.errorCode, durationMicroseconds: Int(seconds * 1_000_000),
                                                   userRecordName: state.user, requestID: id, clientAddress: state.client))
             }

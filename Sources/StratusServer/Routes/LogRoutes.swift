@@ -13,8 +13,8 @@ extension StratusApp {
             let environment = try Self.environmentParameter(request)
             let filter = try await self.logFilter(request, containerID: container.id, environment: environment)
             await self.requestLog.flush()
-            let entries = try await self.admin.requestLog(containerID: container.id, environment: environment, filter: filter)
             let keep = try await self.rateLimiter.limits(containerID: container.id, environment: environment).logRequests
+            let entries = try await self.admin.requestLog(containerID: container.id, environment: environment, keep: keep, filter: filter)
             let formatter = Self.preciseTime()
             return .json(["container": .string(container.name), "environment": .string(environment.rawValue), "keep": .int(keep),
                           "entries": .array(entries.map { Self.logEntryJSON($0, formatter: formatter) })])
@@ -33,7 +33,8 @@ extension StratusApp {
             }
             await self.requestLog.flush()
             let since = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 / Double(bucket)).rounded(.down) * Double(bucket) - Double(length - bucket))
-            let (operations, buckets) = try await self.admin.requestTelemetry(containerID: container.id, environment: environment, since: since,
+            let keep = try await self.rateLimiter.limits(containerID: container.id, environment: environment).logRequests
+            let (operations, buckets) = try await self.admin.requestTelemetry(containerID: container.id, environment: environment, keep: keep, since: since,
                                                                               bucketSeconds: bucket, operation: operation)
             func summary(_ item: RequestLogSummary) -> [String: JSON] {
                 ["requests": .int(item.requests), "errors": .int(item.errors),

@@ -110,16 +110,16 @@ public final class Metrics: Sendable {
 
     /// A request's operation for the request log: its route family, or for another data-API
     /// path its last two segments (`tokens/create`).
-    static func operation(of path: Substring) -> String {
-        let (family, _) = family(of: path)
+    static func operation(family: Int, path: Substring) -> String {
         let name = families[family]
         guard name == "database:other" else { return name }
         let segments = path.split(separator: "/", omittingEmptySubsequences: false)
         return segments.count >= 7 ? segments[5...].joined(separator: "/").prefix(64).description : name
     }
 
-    /// Counts one answered request, and its error code if it has one.
-    func request(path: Substring, status: Int, seconds: Double, errorCode: String?) {
+    /// Counts one answered request, and its error code if it has one. Returns its route family.
+    @discardableResult
+    func request(path: Substring, status: Int, seconds: Double, errorCode: String?) -> Int {
         let (family, environment) = Self.family(of: path)
         let statusClass = min(max(status / 100, 1), 5) - 1
         let slot = (family * Self.environments.count + environment) * Self.statusClasses.count + statusClass
@@ -128,6 +128,7 @@ public final class Metrics: Sendable {
             state.latency[family].observe(seconds)
             if let errorCode { state.errors[errorCode, default: 0] += 1 }
         }
+        return family
     }
 
     /// Counts a notification sent to a web courier client, made at `made`.

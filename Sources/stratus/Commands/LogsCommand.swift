@@ -10,7 +10,7 @@ struct LogsCommand: AsyncParsableCommand {
             operation, the HTTP status and serverErrorCode, how long it took, the user, the
             request id (the X-Request-ID header the client got, and an error's uuid) and the
             client's address. Each environment keeps its newest 100,000 rows ('stratus quota set
-            --log-requests N' changes that; 0 logs nothing). Rows reach the log about a second
+            --log-requests N' changes that; 0 keeps none). Rows reach the log about a second
             after their request is answered.
 
             Lines are printed oldest first: the newest --limit rows that match. --follow then
