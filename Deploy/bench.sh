@@ -94,7 +94,7 @@ WORK=${STRATUS_BENCH_DIR:-/tmp/stratus-bench}
 PGPORT=55433
 HTTPPORT=18080
 PBPORT=18090
-rm -rf "$WORK/pg" "$WORK/pb" "$WORK/pb_migrations" "$WORK"/*.json "$WORK"/*.tsv "$WORK"/*.sql; mkdir -p "$WORK"
+rm -rf "$WORK/pg" "$WORK/pb" "$WORK/pb_migrations" "$WORK"/*.json "$WORK"/*.tsv "$WORK"/*.sql "$WORK/switches.txt"; mkdir -p "$WORK"
 AS=""
 if [ "$(id -u)" = "0" ]; then chown postgres "$WORK"; AS="runuser -u postgres --"; fi
 
@@ -203,6 +203,18 @@ settle() {
   done
 }
 cpu_per() { awk -v t="$1" -v n="$2" -v hz="$(getconf CLK_TCK)" 'BEGIN { printf "%.0f", (n > 0 ? t * 1000000 / hz / n : 0) }'; }
+# switch_mark prints the context switches (voluntary and not) so far of the service process's
+# threads and of the PostgreSQL cluster's live processes (/proc/…/status). A request that hops
+# between threads, or wakes one, shows here: each service run adds "workload server PG" switches
+# per request to $WORK/switches.txt, printed under the table.
+switch_mark() {
+  local postmaster server=0 pg
+  postmaster=$(postmaster_pid)
+  [ -n "${SERVER_PID:-}" ] && server=$(cat /proc/"$SERVER_PID"/task/*/status 2>/dev/null | awk '/ctxt_switches/ { s += $2 } END { print s + 0 }')
+  pg=$( { cat "/proc/$postmaster/status"; for child in $(pgrep -P "$postmaster"); do cat "/proc/$child/status"; done; } 2>/dev/null \
+        | awk '/ctxt_switches/ { s += $2 } END { print s + 0 }')
+  echo "$server $pg"
+}
 
 # explain_misses <results.tsv> <cores>: one line per goal the table shows missed, saying by how much
 # and why, from the run's own CPU accounting (µs per request: service process + PostgreSQL + the
@@ -339,11 +351,14 @@ service_run() {
   $PSQL -c "CHECKPOINT"
   read -r s0 t0 < <(cpu_mark)
   read -r server0 pg0 machine0 < <(work_mark)
+  local switches0 pgswitches0 switches1 pgswitches1
+  read -r switches0 pgswitches0 < <(switch_mark)
   local json
   json=$("$BIN" bench --workload "$workload" --concurrency "$clients" --duration "$DURATION" --state-file "$state" --json "$@" 2>/dev/null)
   local steal
   steal=$(steal_since "$s0" "$t0")
   read -r server1 pg1 machine1 < <(work_mark)
+  read -r switches1 pgswitches1 < <(switch_mark)
   local rps recs p50 p99 errors rss
   rps=$(echo "$json" | sed -nE 's/.*"requestsPerSecond":([0-9.]+).*/\1/p')
   recs=$(echo "$json" | sed -nE 's/.*"recordsPerSecond":([0-9.]+).*/\1/p')
@@ -353,6 +368,8 @@ service_run() {
   rss=$(echo "$json" | sed -nE 's/.*"serverRSSBytes":([0-9]+).*/\1/p')
   local requests
   requests=$(echo "$json" | sed -nE 's/.*"requests":([0-9]+).*/\1/p')
+  awk -v w="$workload$( [ "$clients" != "$CONCURRENCY" ] && echo "-c$clients")" -v s=$(( switches1 - switches0 )) -v p=$(( pgswitches1 - pgswitches0 )) \
+      -v n="${requests:-0}" 'BEGIN { if (n > 0) printf "%s %.2f %.2f\n", w, s / n, p / n }' >> "$WORK/switches.txt"
   echo "${rps:-0} ${recs:-0} ${p50:-0} ${p99:-0} ${errors:-0} $(( ${rss:-0} / 1048576 )) $steal $(cpu_per $(( server1 - server0 )) "$requests")+$(cpu_per $(( pg1 - pg0 )) "$requests")+$(cpu_per $(( machine1 - machine0 - (server1 - server0) - (pg1 - pg0) )) "$requests")"
 }
 
@@ -483,6 +500,8 @@ if [ "$CITUS" = 1 ]; then
       p99=$(echo "$json" | sed -nE 's/.*"p99":([0-9.]+).*/\1/p')
       errors=$(echo "$json" | sed -nE 's/.*"errors":([0-9]+).*/\1/p')
       requests=$(echo "$json" | sed -nE 's/.*"requests":([0-9]+).*/\1/p')
+  awk -v w="$workload$( [ "$clients" != "$CONCURRENCY" ] && echo "-c$clients")" -v s=$(( switches1 - switches0 )) -v p=$(( pgswitches1 - pgswitches0 )) \
+      -v n="${requests:-0}" 'BEGIN { if (n > 0) printf "%s %.2f %.2f\n", w, s / n, p / n }' >> "$WORK/switches.txt"
       printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$label" "$workload" "${rps:-0}" "${p50:-0}" "${p99:-0}" "${errors:-0}" \
         "$(cpu_per $(( server1 - server0 )) "${requests:-0}")" "$(cpu_per $(( pg1 - pg0 )) "${requests:-0}")" \
         "$(cpu_per $(( machine1 - machine0 )) "${requests:-0}")" "$steal" >> "$CITUS_RESULTS"
@@ -772,6 +791,11 @@ echo "its service run went on; above a few percent, that run's rate was slowed b
 if [ "$PEER" = 1 ]; then
   echo "create-nf, modify-nf: the service again with PostgreSQL answering commits before flushing them (synchronous_commit=off),"
   echo "as PocketBase's SQLite (synchronous=NORMAL) does; their PocketBase column compares writes of equal durability."
+fi
+if [ -s "$WORK/switches.txt" ]; then
+  # One line per workload: each service run's context switches per request, in run order.
+  awk '{ s[$1] = s[$1] (s[$1] == "" ? "" : ", ") $2 "+" $3; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
+       END { print "Context switches per request, service+PostgreSQL, each service run:"; for (i = 1; i <= n; i++) printf "  %-18s %s\n", order[i], s[order[i]] }' "$WORK/switches.txt"
 fi
 echo "CPU µs/request: the machine's CPU time per request in the service run (the service process + PostgreSQL + the"
 echo "rest, mostly the load generator), then per transaction in the pgbench run (PostgreSQL + the rest, mostly pgbench)."
