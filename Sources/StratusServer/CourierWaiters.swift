@@ -73,6 +73,9 @@ final class CourierWaiters: Sendable {
     /// coalescing key is held only while the token's queue is known empty: else the queue may
     /// hold its twin, and coalesces it there.
     private func hold(_ payload: String, to key: Key, token: String, coalesceKey: String?) -> Bool? {
+        // A twin still held, even past its window (the sweep has not queued it yet), coalesces
+        // this one: queued instead, it would reach a poll that takes the held twin first.
+        if let coalesceKey, held.withLock({ $0[HeldKey(key: key, token: token)]?.keys.contains(coalesceKey) ?? false }) { return nil }
         if coalesceKey != nil, mayHaveQueued(key, token: token) { return false }
         let now = ContinuousClock.now
         let kept = held.withLock { held -> Bool? in
