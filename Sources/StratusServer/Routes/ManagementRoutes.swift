@@ -132,6 +132,11 @@ extension StratusApp {
         addKeyRoutes(to: router, base: base)
         manage(router, .get, "\(base)/stats") { request, _, grant -> Response in
             var stats: [String: JSON] = ["rssBytes": Self.residentBytes().map { .int($0) } ?? .null, "pid": .int(Int64(getpid()))]
+            // The process's CPU time and context switches, all threads: `stratus bench` divides their growth by its requests.
+            var usage = rusage()
+            getrusage(RUSAGE_SELF.rawValue, &usage)
+            stats["cpuSeconds"] = .double(Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6)
+            stats["contextSwitches"] = .int(Int64(usage.ru_nvcsw + usage.ru_nivcsw))
             if let replicas = self.replicaReads {
                 stats["replicaReads"] = ["servedByReplica": .int(Int64(replicas.servedByReplica.load(ordering: .relaxed))),
                                          "servedByPrimary": .int(Int64(replicas.servedByPrimary.load(ordering: .relaxed))),

@@ -135,6 +135,8 @@ extension Bench {
                 }
             }
             reporter.start()
+            // The server's CPU time and context switches, read again at the end (same machine or not).
+            let usageBefore = serverStats(host: host, port: port)
             let state_ = state
             let polls = BenchPollers()
             if pollers > 0 {
@@ -199,7 +201,14 @@ extension Bench {
                 guard !all.isEmpty else { return 0 }
                 return Double(all[min(all.count - 1, Int(Double(all.count) * p))]) / 1000
             }
-            let rss = serverRSS(host: host, port: port)
+            let usageAfter = serverStats(host: host, port: port)
+            let rss = usageAfter?.rss
+            // Per request answered over the whole run (the warm-up's too: the server worked for them).
+            // Only when one server process answered both reads (not several behind a balancer).
+            let answered = Double(max(1, progress.value))
+            let same = usageBefore.flatMap { before in usageAfter.flatMap { before.pid != nil && before.pid == $0.pid ? (before, $0) : nil } }
+            let cpuPerRequest = same.map { ($0.1.cpuSeconds - $0.0.cpuSeconds) * 1e6 / answered }
+            let switchesPerRequest = same.map { Double($0.1.switches - $0.0.switches) / answered }
             let notified = pollers > 0 ? polls.finish() : nil
             var result: JSON = [
                 "workload": .string(workload.rawValue), "concurrency": .int(Int64(concurrency)), "durationSeconds": .double(duration),
@@ -209,6 +218,8 @@ extension Bench {
                 "latencyMs": ["p50": .double(percentile(0.5)), "p90": .double(percentile(0.9)), "p99": .double(percentile(0.99)),
                               "max": .double(Double(all.last ?? 0) / 1000)],
                 "serverRSSBytes": rss.map { .int($0) } ?? .null,
+                "serverCPUMicrosecondsPerRequest": cpuPerRequest.map { .double(($0 * 10).rounded() / 10) } ?? .null,
+                "serverContextSwitchesPerRequest": switchesPerRequest.map { .double(($0 * 100).rounded() / 100) } ?? .null,
                 "warmupSeconds": .double(warmup),
                 "perSecond": .array(perSecond.withLock { $0 }.map { .int(Int64($0)) }),
                 "firstError": firstError.map { .string($0) } ?? .null,
@@ -231,6 +242,7 @@ extension Bench {
                       requests/s  \(Int(Double(all.count) / duration))   records/s \(Int(Double(records) / duration))   errors \(errors)
                       latency ms  p50 \(String(format: "%.3f", percentile(0.5)))  p90 \(String(format: "%.3f", percentile(0.9)))  p99 \(String(format: "%.3f", percentile(0.99)))  max \(String(format: "%.3f", Double(all.last ?? 0) / 1000))
                       server RSS  \(rss.map { "\($0 / 1_048_576) MB" } ?? "unknown (needs the admin token)")
+                      server CPU  \(cpuPerRequest.map { String(format: "%.1f µs", $0) } ?? "unknown") per request, \(switchesPerRequest.map { String(format: "%.2f", $0) } ?? "unknown") context switches per request
                     """)
                 if let notified {
                     print("  notifications  \(notified.received) received by \(pollers) polls, query notification latency ms (\(notified.timed) timed) p50 \(String(format: "%.3f", notified.p50))  p99 \(String(format: "%.3f", notified.p99))  max \(String(format: "%.3f", notified.max))\(notified.failures > 0 ? ", \(notified.failures) polls failed" : "")")
@@ -241,12 +253,19 @@ extension Bench {
 
         static let errorNeedle = Array("\"serverErrorCode\"".utf8)
 
-        func serverRSS(host: String, port: Int) -> Int64? {
+        /// The server's resident memory, CPU seconds and context switches so far (`GET /management/1/stats`, admin token).
+        func serverStats(host: String, port: Int) -> (rss: Int64?, cpuSeconds: Double, switches: Int64, pid: Int64?)? {
             guard let admin = try? options.admin() else { return nil }
             let connection = BenchConnection(host: host, port: port)
             guard let (status, body) = try? connection.request("GET", "/management/1/stats", headers: "Authorization: Bearer \(admin)\r\n"), status == 200,
-                  case .int(let rss)? = (try? JSONParser.parse(body))?["rssBytes"] else { return nil }
-            return rss
+                  let stats = try? JSONParser.parse(body) else { return nil }
+            let cpu: Double
+            switch stats["cpuSeconds"] {
+            case .double(let value)?: cpu = value
+            case .int(let value)?: cpu = Double(value)
+            default: return nil
+            }
+            return (stats["rssBytes"]?.intValue, cpu, stats["contextSwitches"]?.intValue ?? 0, stats["pid"]?.intValue)
         }
     }
 }
