@@ -23,12 +23,14 @@ public final class RequestLog: Sendable {
         var entries: [RequestLogEntry] = []
         /// Callers of `flush()`, resumed once what was appended before their call is written.
         var waiters: [CheckedContinuation<Void, Never>] = []
+        /// Whether the writer takes waiters: set under the same lock, so a waiter added is always
+        /// resumed (by the next write, or the last one at shutdown), never left behind.
+        var running = false
     }
 
     private let pending = Mutex(Pending())
     private let signals: AsyncStream<Void>
     private let signal: AsyncStream<Void>.Continuation
-    private let running = Atomic<Bool>(false)
     let written = Atomic<Int>(0)
     let dropped = Atomic<Int>(0)
     let configuration: DatabaseConfiguration
@@ -61,10 +63,12 @@ public final class RequestLog: Sendable {
     /// Returns once every row appended before the call is written (or could not be): a reader
     /// of the log sees this process's requests up to its own. At once when the writer is not running.
     func flush() async {
-        guard running.load(ordering: .relaxed) else { return }
         await withCheckedContinuation { continuation in
-            pending.withLock { $0.waiters.append(continuation) }
-            signal.yield()
+            let waits = pending.withLock { pending -> Bool in
+                if pending.running { pending.waiters.append(continuation) }
+                return pending.running
+            }
+            if waits { signal.yield() } else { continuation.resume() }
         }
     }
 
@@ -82,12 +86,13 @@ public final class RequestLog: Sendable {
                 signal.yield()
             }
         }
-        running.store(true, ordering: .relaxed)
+        pending.withLock { $0.running = true }
         for await _ in signals {
             await write(store)
             if Task.isCancelled { break }
         }
-        running.store(false, ordering: .relaxed)
+        // Waiters from here on are not kept; those already added go with the last write below.
+        pending.withLock { $0.running = false }
         ticker.cancel()
         // What came in the last second, given a few seconds (a database away does not hold up shutdown).
         let last = Task { await self.write(store) }
