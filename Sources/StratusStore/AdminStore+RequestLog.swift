@@ -65,53 +65,41 @@ public struct RequestLogSummary: Sendable, Equatable {
 }
 
 extension AdminStore {
-    /// Writes log rows, grouped by container-environment (each group's `keep`), in one
-    /// transaction (one commit a batch, whatever the containers): each group's requests take its
-    /// next numbers and are stored as one row of arrays, and rows whose requests are all more
-    /// than `keep` numbers old are deleted. The commit is synchronous: an asynchronous one would
-    /// leave the primary's WAL position ahead of what replicas can replay for a moment each
-    /// second, sending reads to the primary meanwhile.
-    public func writeRequestLog(_ groups: [(entries: [RequestLogEntry], keep: Int64)]) async throws {
-        let groups = groups.filter { !$0.entries.isEmpty }
+    /// Writes log rows, grouped by container-environment (each group: its entries' positions in
+    /// `entries`, oldest first, and its `keep`), in one transaction (one commit a batch, whatever
+    /// the containers): each group's requests take its next numbers and are stored as one row of
+    /// arrays, and rows whose requests are all more than `keep` numbers old are deleted. The
+    /// commit is synchronous: an asynchronous one would leave the primary's WAL position ahead of
+    /// what replicas can replay for a moment each second, sending reads to the primary meanwhile.
+    public func writeRequestLog(_ entries: [RequestLogEntry], groups: [(indices: [Int], keep: Int64)]) async throws {
+        let groups = groups.filter { !$0.indices.isEmpty }
         guard !groups.isEmpty else { return }
         try await database.transaction { connection in
-            for (entries, keep) in groups {
+            for (indices, keep) in groups {
+                let first = entries[indices[0]]
                 guard keep > 0 else {
                     // Logging off: what was kept goes too.
                     try await connection.statement("""
-                        DELETE FROM request_log WHERE container_id = \(entries[0].containerID) AND environment = \(entries[0].environment.code)
+                        DELETE FROM request_log WHERE container_id = \(first.containerID) AND environment = \(first.environment.code)
                         """, logger: self.logger)
                     continue
                 }
-                try await self.writeRequestLog(entries, keep: keep, on: connection)
+                // Every request is numbered; only the newest `keep` of the batch are written (the others would be past the limit at once).
+                let written = indices.suffix(Int(min(keep, Int64(indices.count)))).lazy
+                let at = written.map { entries[$0].at }
+                _ = try await connection.rows(WriteRequestLog(containerID: first.containerID, environment: first.environment.code,
+                                                              count: Int64(indices.count), written: Int64(at.count), keep: keep,
+                                                              firstAt: at.min() ?? Date(), lastAt: at.max() ?? Date(),
+                                                              at: .timestamps(at), databases: .int16s(written.map { entries[$0].database?.code ?? 0 }),
+                                                              operations: .texts(written.map { entries[$0].operation }),
+                                                              statuses: .int16s(written.map { Int16(clamping: entries[$0].status) }),
+                                                              codes: .texts(written.map { entries[$0].errorCode ?? "" }),
+                                                              durations: .int32s(written.map { Int32(clamping: entries[$0].durationMicroseconds) }),
+                                                              users: .texts(written.map { entries[$0].userRecordName ?? "" }),
+                                                              ids: .texts(written.map { entries[$0].requestID }),
+                                                              addresses: .texts(written.map { entries[$0].clientAddress ?? "" })), logger: self.logger)
             }
         }
-    }
-
-    private func writeRequestLog(_ entries: [RequestLogEntry], keep: Int64, on connection: PostgresConnection) async throws {
-        let (containerID, environment) = (entries[0].containerID, entries[0].environment.code)
-        // Every request is numbered; only the newest `keep` of the batch are written (the others would be past the limit at once).
-        let written = entries.suffix(Int(min(keep, Int64(entries.count))))
-        var at: [Date] = [], databases: [Int16] = [], operations: [String] = [], statuses: [Int16] = [], codes: [String] = []
-        var durations: [Int32] = [], users: [String] = [], ids: [String] = [], addresses: [String] = []
-        at.reserveCapacity(written.count); databases.reserveCapacity(written.count); operations.reserveCapacity(written.count)
-        statuses.reserveCapacity(written.count); codes.reserveCapacity(written.count); durations.reserveCapacity(written.count)
-        users.reserveCapacity(written.count); ids.reserveCapacity(written.count); addresses.reserveCapacity(written.count)
-        for entry in written {
-            at.append(entry.at)
-            databases.append(entry.database?.code ?? 0)
-            operations.append(entry.operation)
-            statuses.append(Int16(clamping: entry.status))
-            codes.append(entry.errorCode ?? "")
-            durations.append(Int32(clamping: entry.durationMicroseconds))
-            users.append(entry.userRecordName ?? "")
-            ids.append(entry.requestID)
-            addresses.append(entry.clientAddress ?? "")
-        }
-        _ = try await connection.rows(WriteRequestLog(containerID: containerID, environment: environment, count: Int64(entries.count),
-                                                      written: Int64(written.count), keep: keep, firstAt: at.min() ?? Date(), lastAt: at.max() ?? Date(),
-                                                      at: at, databases: databases, operations: operations, statuses: statuses, codes: codes,
-                                                      durations: durations, users: users, ids: ids, addresses: addresses), logger: logger)
     }
 
     /// The requests of a container-environment's log `filter` asks for (newest first, or with
@@ -237,15 +225,16 @@ struct WriteRequestLog: PostgresPreparedStatement {
     var keep: Int64
     var firstAt: Date
     var lastAt: Date
-    var at: [Date]
-    var databases: [Int16]
-    var operations: [String]
-    var statuses: [Int16]
-    var codes: [String]
-    var durations: [Int32]
-    var users: [String]
-    var ids: [String]
-    var addresses: [String]
+    /// The entries' fields, one array each (`BinaryArray`: written directly in PostgreSQL's binary form).
+    var at: BinaryArray
+    var databases: BinaryArray
+    var operations: BinaryArray
+    var statuses: BinaryArray
+    var codes: BinaryArray
+    var durations: BinaryArray
+    var users: BinaryArray
+    var ids: BinaryArray
+    var addresses: BinaryArray
 
     func makeBindings() throws -> PostgresBindings {
         var bindings = PostgresBindings(capacity: 16)

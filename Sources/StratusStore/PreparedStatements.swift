@@ -113,13 +113,13 @@ enum Prepared {
 
         func makeBindings() throws -> PostgresBindings {
             var bindings = PostgresBindings(capacity: 7)
-            bindings.append(requests)
-            bindings.append(containers)
-            bindings.append(environments)
-            bindings.append(scopes)
-            bindings.append(owners)
-            bindings.append(zones)
-            bindings.append(names)
+            bindings.append(BinaryArray.int32s(requests))
+            bindings.append(BinaryArray.int64s(containers))
+            bindings.append(BinaryArray.int16s(environments))
+            bindings.append(BinaryArray.int16s(scopes))
+            bindings.append(BinaryArray.texts(owners))
+            bindings.append(BinaryArray.texts(zones))
+            bindings.append(BinaryArray.texts(names))
             return bindings
         }
 
@@ -358,7 +358,7 @@ protocol ZoneAndNames: PostgresPreparedStatement where Row == PostgresRow {
 extension ZoneAndNames {
     func makeBindings() throws -> PostgresBindings {
         var bindings = Prepared.zoneBindings(db, zone, capacity: 6)
-        bindings.append(names)
+        bindings.append(BinaryArray.texts(names))
         return bindings
     }
 

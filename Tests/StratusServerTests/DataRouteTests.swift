@@ -37,4 +37,12 @@ import Testing
         }
         #expect(DataRoute.match(method: .get, path: "/database/1/c/production/public/zones/list")?.route.path == "zones/list")
     }
+
+    @Test func aRequestTargetIsMatchedOnItsPathAlone() throws {
+        let match = try #require(DataRoute.match(method: .post, target: "/database/1/iCloud.a.b/production/public/records/query?ckAPIToken=x/y&b=?"))
+        #expect(match.route.path == "records/query")
+        #expect([match.container, match.environment, match.database] == ["iCloud.a.b", "production", "public"])
+        #expect(DataRoute.match(method: .post, target: "/database/1/c/production/public/records?/query") == nil)
+        #expect(DataRoute.match(method: .post, target: "/database/1/c/production/public/records/query/?a") == nil)
+    }
 }

@@ -170,7 +170,7 @@ final class Authenticator: Sendable {
         let environment = try ContainerEnvironment(segment: environmentSegment)
         let container = try await container(named: containerName)
         RequestID.state?.container = (container.id, environment)
-        let query = request.uri.queryParameters
+        let query = QueryItems(target: request.head.path)
         if let signedBody {
             guard query.get("ckAPIToken") == nil, query.get("ckWebAuthToken") == nil, query.get("ckSession") == nil else {
                 throw StratusError(.authenticationFailed, "send either ckAPIToken (and ckWebAuthToken) or a server-to-server signature, not both")

@@ -114,15 +114,17 @@ public final class RequestLog: Sendable {
         }
         defer { for waiter in waiters { waiter.resume() } }
         guard !entries.isEmpty else { return }
-        var groups: [Int64: [RequestLogEntry]] = [:]
-        for entry in entries { groups[entry.containerID * 4 + Int64(entry.environment.code), default: []].append(entry) }
+        // Grouped by position, so that no entry is copied (each holds several strings).
+        var groups: [Int64: [Int]] = [:]
+        for (index, entry) in entries.enumerated() { groups[entry.containerID * 4 + Int64(entry.environment.code), default: []].append(index) }
         var failed: [RequestLogEntry] = []
         do {
-            var batch: [(entries: [RequestLogEntry], keep: Int64)] = []
+            var batch: [(indices: [Int], keep: Int64)] = []
             for group in groups.values {
-                batch.append((group, try await keep(group[0].containerID, group[0].environment)))
+                let first = entries[group[0]]
+                batch.append((group, try await keep(first.containerID, first.environment)))
             }
-            try await store.writeRequestLog(batch)
+            try await store.writeRequestLog(entries, groups: batch)
             written.add(entries.count, ordering: .relaxed)
         } catch {
             failed = entries
