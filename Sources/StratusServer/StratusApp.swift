@@ -159,7 +159,10 @@ public final class StratusApp: Sendable {
     /// Parses a JSON body, whatever its content type.
     func parseJSON(_ buffer: ByteBuffer) throws(StratusError) -> JSON {
         do {
-            return try JSONParser.parse(Array(buffer.readableBytesView))
+            let result: Result<JSON, JSONParser.Failure> = buffer.withUnsafeReadableBytes { bytes in
+                Result { () throws(JSONParser.Failure) -> JSON in try JSONParser.parse(bytes) }
+            }
+            return try result.get()
         } catch {
             throw StratusError.badRequest(error.description)
         }

@@ -205,7 +205,7 @@ public final class RecordStore: Sendable {
         let modifiedAt = try reader.next(Int64.self), modifiedBy = try reader.next(String.self), deleted = try reader.next(Bool.self)
         let parent = try reader.next(String?.self), shareName = try reader.next(String?.self), shortGUID = try reader.next(String?.self)
         return Record(recordName: name, recordType: type, changeSeq: seq, createdAt: createdAt, createdBy: createdBy,
-                      modifiedAt: modifiedAt, modifiedBy: modifiedBy, deleted: deleted, encodedFields: Array(fields.readableBytesView),
+                      modifiedAt: modifiedAt, modifiedBy: modifiedBy, deleted: deleted, encodedFields: fields.getBytes(at: fields.readerIndex, length: fields.readableBytes) ?? [],
                       parent: parent, shareName: shareName, shortGUID: shortGUID)
     }
 

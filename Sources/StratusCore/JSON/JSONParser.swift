@@ -36,6 +36,12 @@ public struct JSONParser {
         return try result.get()
     }
 
+    /// Parses one JSON document that must fill all of `bytes`, read in place (a request body's
+    /// buffer, without copying it into an array first).
+    public static func parse(_ bytes: UnsafeRawBufferPointer) throws(Failure) -> JSON {
+        try parse(bytes.assumingMemoryBound(to: UInt8.self))
+    }
+
     private static func parse(_ bytes: UnsafeBufferPointer<UInt8>) throws(Failure) -> JSON {
         var parser = JSONParser(bytes: bytes)
         parser.skipWhitespace()
