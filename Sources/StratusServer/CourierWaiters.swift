@@ -56,6 +56,10 @@ final class CourierWaiters: Sendable {
         var polls = 0
         /// With no poll registered, notifications are held until then.
         var until: ContinuousClock.Instant?
+
+        /// What is held, to be queued with each one's coalescing key: queued without it, a held
+        /// database or zone notification no longer coalesced with a twin made after it.
+        var notifications: [HeldNotification] { zip(payloads, keys).map { (payload: $0, coalesceKey: $1) } }
     }
 
     /// How long after a poll ends its token's notifications are still held for the next one
@@ -64,8 +68,10 @@ final class CourierWaiters: Sendable {
     /// Most notifications held for one token; past it they are queued.
     static let maximumHeld = 256
 
+    /// A held notification handed over to be queued: its payload and its coalescing key.
+    typealias HeldNotification = (payload: String, coalesceKey: String?)
     /// Where held notifications go when no poll came for them (set once by the notifier).
-    let flushHeld = Mutex<(@Sendable (Key, String, [String]) -> Void)?>(nil)
+    let flushHeld = Mutex<(@Sendable (Key, String, [HeldNotification]) -> Void)?>(nil)
 
     /// Holds `payload` for `token`'s next poll if one is registered here or ended a moment ago
     /// (and wakes that poll): `true`; `nil` when one with the same coalescing key is held already
@@ -109,10 +115,10 @@ final class CourierWaiters: Sendable {
 
     /// Hands over the held notifications no poll came for in time, and forgets idle tokens.
     private func flushExpiredHeld(_ now: ContinuousClock.Instant) {
-        let expired = held.withLock { held -> [(HeldKey, [String])] in
-            var expired: [(HeldKey, [String])] = []
+        let expired = held.withLock { held -> [(HeldKey, [HeldNotification])] in
+            var expired: [(HeldKey, [HeldNotification])] = []
             for (heldKey, entry) in held where entry.polls == 0 && (entry.until.map { now >= $0 } ?? true) {
-                if !entry.payloads.isEmpty { expired.append((heldKey, entry.payloads)) }
+                if !entry.payloads.isEmpty { expired.append((heldKey, entry.notifications)) }
                 held.removeValue(forKey: heldKey)
             }
             return expired
@@ -123,9 +129,9 @@ final class CourierWaiters: Sendable {
 
     /// Everything held, handed over at once (shutdown).
     func flushAllHeld() {
-        let all = held.withLock { held -> [(HeldKey, [String])] in
+        let all = held.withLock { held -> [(HeldKey, [HeldNotification])] in
             defer { held.removeAll() }
-            return held.filter { !$0.value.payloads.isEmpty }.map { ($0.key, $0.value.payloads) }
+            return held.filter { !$0.value.payloads.isEmpty }.map { ($0.key, $0.value.notifications) }
         }
         guard let flush = flushHeld.withLock({ $0 }) else { return }
         for (heldKey, payloads) in all { flush(heldKey.key, heldKey.token, payloads) }

@@ -127,10 +127,11 @@ public final class Notifier: RecordChangeObserver {
 
     /// Queues notifications held for a token whose next poll did not come here in time
     /// (`CourierWaiters.held`), and wakes its polls in every process.
-    func queueHeld(_ key: CourierKey, token: String, _ payloads: [String]) {
+    /// Each keeps its coalescing key in the queue: a twin queued before or after it coalesces there.
+    func queueHeld(_ key: CourierKey, token: String, _ notifications: [CourierWaiters.HeldNotification]) {
         let courierToken = CourierToken(containerID: key.containerID, environment: key.environment, owner: key.owner, tokenHash: token)
         Task {
-            for payload in payloads { await putBack(courierToken, seq: nil, payload: payload) }
+            for held in notifications { await putBack(courierToken, seq: nil, payload: held.payload, coalesceKey: held.coalesceKey) }
             scheduleWakeUps([key.owner], key: Key(containerID: key.containerID, environment: key.environment))
         }
     }
@@ -199,8 +200,8 @@ public final class Notifier: RecordChangeObserver {
     }
 
     /// Puts back a notification whose answer could not be written, and wakes the token's polls.
-    func putBack(_ token: CourierToken, seq: Int64?, payload: String) async {
-        try? await records.putBackNotification(token, seq: seq, payload: payload)
+    func putBack(_ token: CourierToken, seq: Int64?, payload: String, coalesceKey: String? = nil) async {
+        try? await records.putBackNotification(token, seq: seq, payload: payload, coalesceKey: coalesceKey)
         couriers.wake(CourierKey(containerID: token.containerID, environment: token.environment, owner: token.owner))
     }
 

@@ -232,12 +232,15 @@ extension RecordStore {
     }
 
     /// Puts back a notification whose answer could not be written: first in line again when it
-    /// came from the queue (`seq`), last when it was handed to the poll directly.
-    public func putBackNotification(_ token: CourierToken, seq: Int64?, payload: String) async throws {
+    /// came from the queue (`seq`), last when it was handed to the poll directly. With a
+    /// coalescing key (a held database or zone notification queued after its hold), a twin
+    /// already queued for the token keeps its place and this one is dropped, as `queueNotifications` does.
+    public func putBackNotification(_ token: CourierToken, seq: Int64?, payload: String, coalesceKey: String? = nil) async throws {
         try await database.withConnection { connection in
             try await connection.statement("""
-                INSERT INTO notifications (container_id, token_hash, seq, payload)
-                VALUES (\(token.containerID), \(token.tokenHash), coalesce(\(seq), nextval('notification_seq')), \(payload)) ON CONFLICT DO NOTHING
+                INSERT INTO notifications (container_id, token_hash, seq, payload, coalesce_key)
+                VALUES (\(token.containerID), \(token.tokenHash), coalesce(\(seq), nextval('notification_seq')), \(payload), \(coalesceKey))
+                ON CONFLICT DO NOTHING
                 """, logger: logger)
         }
     }
