@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# Old against new, interleaved: two `stratus` binaries take turns serving the same workload on the
+# same PostgreSQL and data, and each run's server CPU per request is compared with its partner's.
+#
+#   Deploy/bench-ab.sh OLD_BINARY NEW_BINARY [--workloads "lookup query-eq"] [--pairs N]
+#                      [--duration S] [--concurrency N] [--containers N] [--records N]
+#
+# Why: on a shared virtual machine the speed of the cores swings by half within minutes (one
+# release build measured between 85 and 132 µs of server CPU per lookup in one afternoon), so a
+# change of a few percent cannot be told from two runs taken at different times, however long.
+# Interleaving puts each old run next to a new one in the same phase of the machine; the median
+# of the per-pair differences over many pairs is the figure to report.
+#
+# For each workload and pair: the old binary's `stratus serve` is started, `stratus bench` runs
+# against it for --duration seconds (after its own second of warm-up), the server stops; then
+# the same with the new binary (the order alternates from pair to pair). Each line gives both
+# runs' requests/s and server CPU µs per request (`stratus bench` reads the server's getrusage
+# through /management/1/stats); the summary per workload gives how many pairs the new binary
+# was cheaper in and the median and mean per-pair difference. Build the binaries first, e.g.
+#   git worktree add /tmp/old <commit> && (cd /tmp/old && swift build -c release --product stratus)
+#
+# Everything runs on 127.0.0.1: a throwaway PostgreSQL cluster (tuned as Deploy/bench.sh's),
+# seeded through the old binary (100 containers × 1,000 records by default), stopped at the end.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. Deploy/lib.sh
+
+[ $# -ge 2 ] || { sed -n 2,23p "$0"; exit 64; }
+case "$1" in -h|--help) sed -n 2,23p "$0"; exit 0;; esac
+OLD=$(realpath "$1"); NEW=$(realpath "$2"); shift 2
+WORKLOADS="lookup"
+PAIRS=8
+DURATION=8
+CONCURRENCY=16
+CONTAINERS=100
+RECORDS=1000
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workloads) WORKLOADS=$2; shift 2;;
+    --pairs) PAIRS=$2; shift 2;;
+    --duration) DURATION=$2; shift 2;;
+    --concurrency) CONCURRENCY=$2; shift 2;;
+    --containers) CONTAINERS=$2; shift 2;;
+    --records) RECORDS=$2; shift 2;;
+    -h|--help) sed -n 2,23p "$0"; exit 0;;
+    *) echo "unknown option $1 (see --help)" >&2; exit 64;;
+  esac
+done
+for binary in "$OLD" "$NEW"; do [ -x "$binary" ] || { echo "$binary is not an executable" >&2; exit 64; }; done
+[[ "$PAIRS" =~ ^[1-9][0-9]?$ ]] || { echo "--pairs must be 1-99" >&2; exit 64; }
+[[ "$DURATION" =~ ^[1-9][0-9]*$ ]] || { echo "--duration must be a whole number of seconds" >&2; exit 64; }
+
+ensure_postgres
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+WORK=${STRATUS_BENCH_DIR:-/tmp/stratus-bench-ab}
+PGPORT=55434
+HTTPPORT=18082
+rm -rf "$WORK"; mkdir -p "$WORK"
+AS=""
+if [ "$(id -u)" = "0" ]; then chown postgres "$WORK"; AS="runuser -u postgres --"; fi
+SERVER_PID=""
+cleanup() {
+  [ -n "$SERVER_PID" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
+  $AS "$PGBIN/pg_ctl" -D "$WORK/pg" -m fast stop >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+
+echo "== starting PostgreSQL on 127.0.0.1:$PGPORT" >&2
+$AS "$PGBIN/initdb" -D "$WORK/pg" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null
+cat >> "$WORK/pg/postgresql.conf" <<CONF
+listen_addresses = '127.0.0.1'
+port = $PGPORT
+unix_socket_directories = ''
+shared_buffers = 1GB
+effective_cache_size = 12GB
+work_mem = 16MB
+maintenance_work_mem = 1GB
+max_connections = 200
+max_wal_size = 8GB
+checkpoint_timeout = 15min
+wal_buffers = 64MB
+random_page_cost = 1.1
+CONF
+$AS "$PGBIN/pg_ctl" -D "$WORK/pg" -l "$WORK/pg.log" -w start >/dev/null
+
+export STRATUS_ADMIN_TOKEN=bench-ab-admin
+export STRATUS_SERVER=http://127.0.0.1:$HTTPPORT
+# serve <binary>: (re)starts the server on the benchmark's database.
+serve() {
+  if [ -n "$SERVER_PID" ]; then kill "$SERVER_PID" 2>/dev/null; wait "$SERVER_PID" 2>/dev/null || true; fi
+  STRATUS_LOG_LEVEL=warning "$1" serve --port $HTTPPORT --bcrypt-cost 4 \
+    --database-url "postgres://postgres@127.0.0.1:$PGPORT/postgres" > "$WORK/serve.log" 2>&1 &
+  SERVER_PID=$!
+  for _ in $(seq 1 120); do curl -sf "$STRATUS_SERVER/health" >/dev/null && return 0; sleep 0.5; done
+  echo "the server ($1) did not start; $WORK/serve.log:" >&2; tail -20 "$WORK/serve.log" >&2; exit 1
+}
+
+serve "$OLD"
+echo "== seeding $CONTAINERS containers x $RECORDS records through the API" >&2
+"$OLD" bench seed --containers "$CONTAINERS" --records "$RECORDS" --state-file "$WORK/state.json" >&2
+
+# run <binary> <workload>: one measured run; sets RESULT to "<requests/s> <server CPU µs per request>".
+# (Not in a command substitution: the server must be started by this shell, to be stopped by it.)
+run() {
+  serve "$1"
+  local json
+  json=$("$1" bench --workload "$2" --concurrency "$CONCURRENCY" --duration "$DURATION" --state-file "$WORK/state.json" --json 2>/dev/null)
+  RESULT=$(python3 -c 'import json, sys; j = json.loads(sys.argv[1]); print(j["requestsPerSecond"], j.get("serverCPUMicrosecondsPerRequest") or "nan")' "$json")
+}
+
+echo "old: $OLD"
+echo "new: $NEW"
+echo "$CONCURRENCY connections, ${DURATION}s a run, $PAIRS pairs per workload, order alternating"
+for workload in $WORKLOADS; do
+  : > "$WORK/$workload.pairs"
+  for pair in $(seq 1 "$PAIRS"); do
+    if [ $((pair % 2)) = 1 ]; then run "$OLD" "$workload"; old=$RESULT; run "$NEW" "$workload"; new=$RESULT
+    else run "$NEW" "$workload"; new=$RESULT; run "$OLD" "$workload"; old=$RESULT; fi
+    echo "$old $new" >> "$WORK/$workload.pairs"
+    read -r old_rate old_cpu new_rate new_cpu <<< "$old $new"
+    printf "%-14s pair %2d: old %9.0f req/s %7.1f µs   new %9.0f req/s %7.1f µs\n" "$workload" "$pair" "$old_rate" "$old_cpu" "$new_rate" "$new_cpu"
+  done
+  python3 - "$workload" "$WORK/$workload.pairs" <<'PY'
+import math, statistics, sys
+workload, path = sys.argv[1], sys.argv[2]
+pairs = [tuple(map(float, line.split())) for line in open(path) if line.strip()]
+cpu = [(old_cpu, new_cpu) for _, old_cpu, _, new_cpu in pairs if not math.isnan(old_cpu) and not math.isnan(new_cpu)]
+rate = [100 * (new - old) / old for old, _, new, _ in pairs]
+if cpu:
+    change = [100 * (new - old) / old for old, new in cpu]
+    print(f"{workload}: server CPU per request, new against old: cheaper in {sum(c < 0 for c in change)} of {len(change)} pairs, "
+          f"median {statistics.median(change):+.1f} % per pair (mean {statistics.mean(change):+.1f} %; "
+          f"medians {statistics.median(o for o, _ in cpu):.1f} → {statistics.median(n for _, n in cpu):.1f} µs)")
+print(f"{workload}: requests/s, new against old: median {statistics.median(rate):+.1f} % per pair (mean {statistics.mean(rate):+.1f} %)")
+PY
+done
