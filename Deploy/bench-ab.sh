@@ -67,20 +67,7 @@ trap cleanup EXIT
 
 echo "== starting PostgreSQL on 127.0.0.1:$PGPORT" >&2
 $AS "$PGBIN/initdb" -D "$WORK/pg" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null
-cat >> "$WORK/pg/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = $PGPORT
-unix_socket_directories = ''
-shared_buffers = 1GB
-effective_cache_size = 12GB
-work_mem = 16MB
-maintenance_work_mem = 1GB
-max_connections = 200
-max_wal_size = 8GB
-checkpoint_timeout = 15min
-wal_buffers = 64MB
-random_page_cost = 1.1
-CONF
+bench_postgres_settings $PGPORT >> "$WORK/pg/postgresql.conf"
 $AS "$PGBIN/pg_ctl" -D "$WORK/pg" -l "$WORK/pg.log" -w start >/dev/null
 
 export STRATUS_ADMIN_TOKEN=bench-ab-admin

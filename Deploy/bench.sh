@@ -119,20 +119,7 @@ shared_buffers = 256MB
 max_wal_size = 2GB
 CONF
 else
-cat >> "$WORK/pg/postgresql.conf" <<CONF
-listen_addresses = '127.0.0.1'
-port = $PGPORT
-unix_socket_directories = ''
-shared_buffers = 1GB
-effective_cache_size = 12GB
-work_mem = 16MB
-maintenance_work_mem = 1GB
-max_connections = 200
-max_wal_size = 8GB
-checkpoint_timeout = 15min
-wal_buffers = 64MB
-random_page_cost = 1.1
-CONF
+  bench_postgres_settings $PGPORT >> "$WORK/pg/postgresql.conf"
 fi
 # STRATUS_BENCH_STATEMENTS=1: PostgreSQL keeps statement statistics (pg_stat_statements), and the
 # create-subscribed run ends with the statements that took its database time (a diagnosis aid;

@@ -204,3 +204,23 @@ browser_check() {  # browser_check NAME SCRIPT OUTPUT_DIR
   fi
   return "$status"
 }
+
+# The PostgreSQL settings the benchmarks run on (shared/reference/performance.md §2.1: tuned for
+# this 2-core, 24 GiB machine), listening on 127.0.0.1:<port> only. Appended to a new cluster's
+# postgresql.conf by Deploy/bench.sh and Deploy/bench-ab.sh.
+bench_postgres_settings() {
+  cat <<CONF
+listen_addresses = '127.0.0.1'
+port = $1
+unix_socket_directories = ''
+shared_buffers = 1GB
+effective_cache_size = 12GB
+work_mem = 16MB
+maintenance_work_mem = 1GB
+max_connections = 200
+max_wal_size = 8GB
+checkpoint_timeout = 15min
+wal_buffers = 64MB
+random_page_cost = 1.1
+CONF
+}
