@@ -199,6 +199,14 @@ extension AdminStore {
 /// (`request_log_heads`), the batch stored, and the batches past the limit deleted (the DELETE
 /// sees the table as it was before the statement, so never the new batch). Answers how many
 /// batches went. Prepared: PostgreSQL planned it in ~90 µs, nearly half of what it took to run.
+///
+/// Batches number their requests in order without gaps, so a batch's `first_seq` is past the
+/// limit whenever its `last_seq` is, and only the newest such batch can straddle it: bounded by
+/// `first_seq` (the primary key's last column), the DELETE reads the batches it deletes and at
+/// most one more. Bounded by `last_seq` alone it read every batch kept: up to `keep` of them for
+/// a quiet container (a request a second is a batch a second), on every write. On a bench
+/// database of ~1,100 kept batches per container, that was 8 ms a write and about 40 % of
+/// PostgreSQL's CPU per lookup.
 struct WriteRequestLog: PostgresPreparedStatement {
     static let name = "stratus.WriteRequestLog"
     static let sql = """
@@ -211,7 +219,8 @@ struct WriteRequestLog: PostgresPreparedStatement {
                                      error_code, duration_us, user_record_name, request_id, client_address)
             SELECT $1, $2, next_seq - $4 + 1, next_seq, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16 FROM head),
         gone AS (
-            DELETE FROM request_log WHERE container_id = $1 AND environment = $2 AND last_seq <= (SELECT next_seq FROM head) - $5
+            DELETE FROM request_log WHERE container_id = $1 AND environment = $2
+              AND first_seq <= (SELECT next_seq FROM head) - $5 AND last_seq <= (SELECT next_seq FROM head) - $5
             RETURNING 1)
         SELECT count(*) FROM gone
         """

@@ -3,7 +3,7 @@ import HTTPTypes
 import PostgresNIO
 import StratusCore
 @testable import StratusServer
-import StratusStore
+@testable import StratusStore
 import Testing
 
 /// The request log: every data-API request of a container is logged once, with the id its answer
@@ -159,6 +159,52 @@ import Testing
             }
             let after = try await Self.logs(harness, session.container)
             #expect(after.isEmpty, "\(after)")
+        }
+    }
+
+    /// Trimming the log reads the batches it deletes and at most one more, however many are kept:
+    /// with 300 one-request batches kept, the write's DELETE examines at most one of them (it read
+    /// all 300 when it was bounded by `last_seq` alone, on every write).
+    @Test func trimmingReadsOnlyTheBatchesItDeletes() async throws {
+        try await Harness.run { harness in
+            let admin = AdminStore(database: harness.database, logger: TestCluster.logger)
+            let containerID = Int64.random(in: 1_000_000...2_000_000_000)
+            func entry(_ number: Int) -> RequestLogEntry {
+                RequestLogEntry(containerID: containerID, environment: .development, at: Date(), database: .private, operation: "records/lookup",
+                                status: 200, errorCode: nil, durationMicroseconds: 5, userRecordName: nil, requestID: "trim-\(number)", clientAddress: nil)
+            }
+            for number in 0..<300 {
+                try await admin.writeRequestLog([entry(number)], groups: [(indices: [0], keep: 1_000)])
+            }
+            // The service's statement, run the way it is prepared, once with nothing past the limit and
+            // once with the oldest 100 past it; rolled back.
+            func examined(keep: Int) async throws -> (deleted: Int64, examined: Int64) {
+                try await harness.database.withConnection { connection in
+                    try await connection.statement("BEGIN", logger: TestCluster.logger)
+                    try await connection.statement(PostgresQuery(unsafeSQL: "PREPARE trim_probe AS \(WriteRequestLog.sql)"), logger: TestCluster.logger)
+                    let rows = try await connection.statement(PostgresQuery(unsafeSQL: """
+                        EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE trim_probe(\(containerID), 1, 1, 1, \(keep), now(), now(), ARRAY[now()], ARRAY[2::int2],
+                            ARRAY['records/lookup'], ARRAY[200::int2], ARRAY[''], ARRAY[5], ARRAY[''], ARRAY['trim-probe'], ARRAY[''])
+                        """), logger: TestCluster.logger)
+                    try await connection.statement("ROLLBACK", logger: TestCluster.logger)
+                    try await connection.statement("DEALLOCATE trim_probe", logger: TestCluster.logger)
+                    let plan = try JSONParser.parse(Array(try rows[0].decode(String.self).utf8))
+                    // The DELETE's scan of request_log: the rows it kept (deleted) and the rows it read and passed over.
+                    func scan(_ node: JSON) -> JSON? {
+                        if node["Relation Name"] == "request_log", node["Node Type"]?.stringValue?.hasSuffix("Scan") == true { return node }
+                        for child in node["Plans"]?.arrayValue ?? [] { if let found = scan(child) { return found } }
+                        return nil
+                    }
+                    let found = try #require(plan.arrayValue?.first?["Plan"].flatMap(scan), "no scan of request_log in \(plan)")
+                    let kept = found["Actual Rows"]?.intValue ?? -1
+                    return (kept, kept + (found["Rows Removed by Filter"]?.intValue ?? 0) + (found["Rows Removed by Index Recheck"]?.intValue ?? 0))
+                }
+            }
+            let none = try await examined(keep: 1_000)
+            #expect(none.deleted == 0 && none.examined <= 1, "nothing past the limit, yet \(none.examined) of 300 batches read")
+            // The next number is 301: with 201 kept, batches 1…100 are past the limit.
+            let some = try await examined(keep: 201)
+            #expect(some.deleted == 100 && some.examined <= 101, "\(some.deleted) deleted, \(some.examined) read")
         }
     }
 
