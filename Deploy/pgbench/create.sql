@@ -1,7 +1,7 @@
 -- service-sql: read 793eb05f884a9108
--- service-sql: write c50ca330331e24b
+-- service-sql: insert ab8a608894de40c5
 -- The SQL `stratus serve` runs for this records/modify of one record, statement for statement (RecordStore+Modify.swift,
--- `modifyOne`): no transaction; the zone and the record read unlocked in one statement, then one statement that writes
+-- `modifyOne`): no transaction; the zone and the record read unlocked in one statement, then one statement (its form for new records only) that writes
 -- the record if it is unchanged (not created meanwhile), its index entries (title, rank: the bench schema) and the zone's change position,
 -- after locking the zone row. Regenerate when the service's SQL changes.
 \set i random(1, :zones)
@@ -27,34 +27,11 @@ WITH live AS (
     WHERE NOT true OR EXISTS (SELECT 1 FROM live)
     ON CONFLICT (container_id, zone_id, record_name) DO NOTHING
     RETURNING record_name, change_seq, size
-), upd AS (
-    UPDATE records r SET record_type = u.t, fields = u.f, created_at = CASE WHEN u.d THEN r.created_at ELSE u.ca END,
-           created_by = CASE WHEN u.d THEN r.created_by ELSE u.cb END,
-           modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
-           modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
-           deleted = u.d, size = octet_length(u.f) + u.ab,
-           change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq() + 32768 + u.i,
-           parent = CASE WHEN u.d THEN r.parent ELSE NULLIF(u.p, '') END,
-           share_name = CASE WHEN r.deleted THEN NULL ELSE r.share_name END,
-           short_guid = CASE WHEN r.deleted THEN NULL ELSE r.short_guid END,
-           share_root = CASE WHEN r.deleted THEN NULL ELSE r.share_root END
-    FROM unnest('{}'::text[], '{}'::text[], '{}'::text[],
-                '{}'::bigint[], '{}'::text[],
-                '{}'::bigint[], '{}'::text[],
-                '{}'::bool[], '{}'::bigint[], '{}'::text[],
-                '{}'::bigint[], '{}'::bigint[])
-                     WITH ORDINALITY AS u(n, t, f, ca, cb, ma, mb, d, s, p, o, ab, i)
-    WHERE r.container_id = :c AND r.zone_id = :z AND r.record_name = u.n AND r.change_seq = u.s
-      AND (NOT true OR EXISTS (SELECT 1 FROM live))
-    RETURNING r.record_name, r.change_seq, r.size, u.d, u.o
 ), written AS (
-    SELECT record_name, change_seq FROM ins UNION ALL SELECT record_name, change_seq FROM upd
-), old_entries AS (
-    DELETE FROM index_entries WHERE container_id = :c AND zone_id = :z AND record_name = ANY(ARRAY(SELECT record_name FROM upd))
-), old_references AS (
-    DELETE FROM record_references WHERE container_id = :c AND zone_id = :z AND source_name = ANY(ARRAY(SELECT record_name FROM upd))
-), old_assets AS (
-    DELETE FROM asset_references WHERE container_id = :c AND zone_id = :z AND record_name = ANY(ARRAY(SELECT record_name FROM upd))
+    SELECT record_name, change_seq FROM ins
+), unused AS (
+    SELECT '{}'::text[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::text[], '{}'::bigint[], '{}'::text[], '{}'::bool[],
+           '{}'::bigint[], '{}'::text[], '{}'::bigint[], '{}'::bigint[]
 ), new_entries AS (
     INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, v_cell, v_lat, v_lon, record_name)
     SELECT :c, :z, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo, e.n FROM (
@@ -76,8 +53,6 @@ WITH live AS (
 ), delta AS (
     SELECT coalesce(sum(x.r), 0)::bigint AS r, coalesce(sum(x.b), 0)::bigint AS b FROM (
         SELECT 1 AS r, size::bigint AS b FROM ins
-        UNION ALL
-        SELECT (NOT d)::int - (o >= 0)::int, CASE WHEN d THEN 0 ELSE size END - greatest(o, 0) FROM upd
     ) x
 ), usage AS (
     UPDATE usage_counters c SET records = c.records + d.r, bytes = c.bytes + d.b

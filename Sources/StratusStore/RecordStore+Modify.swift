@@ -459,11 +459,13 @@ extension RecordStore {
         let insertFields = inserts.map(encode)
         let updateFields = updates.map(encode)
         let entries = Self.indexEntryRows((inserts + updates).filter { !$0.deleted }, schema: schema)
-        let rows = try await connection.rows(Prepared.WriteRecords(
+        let write = Prepared.WriteRecords(
             containerID: db.containerID, zoneID: zoneID, inserts: inserts, insertFields: insertFields,
             updates: updates, updateFields: updateFields, entries: entries, tracksZoneChanges: db.tracksZoneChanges,
             expectedSeqs: updates.map { expected[$0.recordName] ?? 0 }, lockZone: lockZone, environment: db.environment.code,
-            meteredOwner: Self.meteredOwner(db), oldSizes: updates.map { liveSizes[$0.recordName] ?? -1 }, stripes: stripes), logger: logger)
+            meteredOwner: Self.meteredOwner(db), oldSizes: updates.map { liveSizes[$0.recordName] ?? -1 }, stripes: stripes)
+        let rows = updates.isEmpty ? try await connection.rows(Prepared.InsertRecords(write: write), logger: logger)
+                                   : try await connection.rows(write, logger: logger)
         var written: [String: Int64] = [:]
         for (name, seq, xid) in rows {
             written[name] = seq

@@ -34,6 +34,7 @@ import Testing
             "lock": Prepared.LockZoneAndRecords.sql,
             "read": Prepared.ReadZoneAndRecords.sql,
             "write": Prepared.WriteRecords.sql,
+            "insert": Prepared.InsertRecords.sql,
             "query-eq": try query(#"{"recordType":"Item","filterBy":[{"fieldName":"title","comparator":"EQUALS","fieldValue":{"value":"title-1"}}]}"#,
                                   limit: 200),
             "query-range": try query(#"{"recordType":"Item","filterBy":[{"fieldName":"rank","comparator":"GREATER_THAN_OR_EQUALS","fieldValue":{"value":5}}],"sortBy":[{"fieldName":"rank"}]}"#,
