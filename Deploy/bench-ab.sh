@@ -14,9 +14,10 @@
 # For each workload and pair: the old binary's `stratus serve` is started, `stratus bench` runs
 # against it for --duration seconds (after its own second of warm-up), the server stops; then
 # the same with the new binary (the order alternates from pair to pair). Each line gives both
-# runs' requests/s and server CPU µs per request (`stratus bench` reads the server's getrusage
-# through /management/1/stats); the summary per workload gives how many pairs the new binary
-# was cheaper in and the median and mean per-pair difference. Build the binaries first, e.g.
+# runs' requests/s, server CPU µs per request (`stratus bench` reads the server's getrusage
+# through /management/1/stats) and PostgreSQL's (the cluster's processes, from /proc); the
+# summary per workload gives, for each, how many pairs the new binary was cheaper in and the
+# median and mean per-pair difference. Build the binaries first, e.g.
 #   git worktree add /tmp/old <commit> && (cd /tmp/old && swift build -c release --product stratus)
 #
 # Everything runs on 127.0.0.1: a throwaway PostgreSQL cluster (tuned as Deploy/bench.sh's),
@@ -25,8 +26,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . Deploy/lib.sh
 
-[ $# -ge 2 ] || { sed -n 2,23p "$0"; exit 64; }
-case "$1" in -h|--help) sed -n 2,23p "$0"; exit 0;; esac
+[ $# -ge 2 ] || { sed -n 2,24p "$0"; exit 64; }
+case "$1" in -h|--help) sed -n 2,24p "$0"; exit 0;; esac
 OLD=$(realpath "$1"); NEW=$(realpath "$2"); shift 2
 WORKLOADS="lookup"
 PAIRS=8
@@ -42,7 +43,7 @@ while [ $# -gt 0 ]; do
     --concurrency) CONCURRENCY=$2; shift 2;;
     --containers) CONTAINERS=$2; shift 2;;
     --records) RECORDS=$2; shift 2;;
-    -h|--help) sed -n 2,23p "$0"; exit 0;;
+    -h|--help) sed -n 2,24p "$0"; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 64;;
   esac
 done
@@ -86,13 +87,18 @@ serve "$OLD"
 echo "== seeding $CONTAINERS containers x $RECORDS records through the API" >&2
 "$OLD" bench seed --containers "$CONTAINERS" --records "$RECORDS" --state-file "$WORK/state.json" >&2
 
-# run <binary> <workload>: one measured run; sets RESULT to "<requests/s> <server CPU µs per request>".
-# (Not in a command substitution: the server must be started by this shell, to be stopped by it.)
+# run <binary> <workload>: one measured run; sets RESULT to "<requests/s> <server CPU µs per request>
+# <PostgreSQL CPU µs per request>". (Not in a command substitution: the server must be started by
+# this shell, to be stopped by it.)
 run() {
   serve "$1"
-  local json
+  local json pg0 pg1
+  pg0=$(postgres_cpu_ticks "$WORK/pg")
   json=$("$1" bench --workload "$2" --concurrency "$CONCURRENCY" --duration "$DURATION" --state-file "$WORK/state.json" --json 2>/dev/null)
-  RESULT=$(python3 -c 'import json, sys; j = json.loads(sys.argv[1]); print(j["requestsPerSecond"], j.get("serverCPUMicrosecondsPerRequest") or "nan")' "$json")
+  pg1=$(postgres_cpu_ticks "$WORK/pg")
+  RESULT=$(python3 -c 'import json, sys; j = json.loads(sys.argv[1]); n = j["requests"]
+print(j["requestsPerSecond"], j.get("serverCPUMicrosecondsPerRequest") or "nan", round(int(sys.argv[2]) * 1e6 / int(sys.argv[3]) / n, 1) if n else "nan")' \
+    "$json" $(( pg1 - pg0 )) "$(getconf CLK_TCK)")
 }
 
 echo "old: $OLD"
@@ -104,20 +110,22 @@ for workload in $WORKLOADS; do
     if [ $((pair % 2)) = 1 ]; then run "$OLD" "$workload"; old=$RESULT; run "$NEW" "$workload"; new=$RESULT
     else run "$NEW" "$workload"; new=$RESULT; run "$OLD" "$workload"; old=$RESULT; fi
     echo "$old $new" >> "$WORK/$workload.pairs"
-    read -r old_rate old_cpu new_rate new_cpu <<< "$old $new"
-    printf "%-14s pair %2d: old %9.0f req/s %7.1f µs   new %9.0f req/s %7.1f µs\n" "$workload" "$pair" "$old_rate" "$old_cpu" "$new_rate" "$new_cpu"
+    read -r old_rate old_cpu old_pg new_rate new_cpu new_pg <<< "$old $new"
+    printf "%-14s pair %2d: old %9.0f req/s %7.1f + %7.1f µs   new %9.0f req/s %7.1f + %7.1f µs (server + PostgreSQL)\n" \
+      "$workload" "$pair" "$old_rate" "$old_cpu" "$old_pg" "$new_rate" "$new_cpu" "$new_pg"
   done
   python3 - "$workload" "$WORK/$workload.pairs" <<'PY'
 import math, statistics, sys
 workload, path = sys.argv[1], sys.argv[2]
 pairs = [tuple(map(float, line.split())) for line in open(path) if line.strip()]
-cpu = [(old_cpu, new_cpu) for _, old_cpu, _, new_cpu in pairs if not math.isnan(old_cpu) and not math.isnan(new_cpu)]
-rate = [100 * (new - old) / old for old, _, new, _ in pairs]
-if cpu:
-    change = [100 * (new - old) / old for old, new in cpu]
-    print(f"{workload}: server CPU per request, new against old: cheaper in {sum(c < 0 for c in change)} of {len(change)} pairs, "
-          f"median {statistics.median(change):+.1f} % per pair (mean {statistics.mean(change):+.1f} %; "
-          f"medians {statistics.median(o for o, _ in cpu):.1f} → {statistics.median(n for _, n in cpu):.1f} µs)")
+for what, column in (("server", 1), ("PostgreSQL", 2)):
+    cpu = [(p[column], p[column + 3]) for p in pairs if not math.isnan(p[column]) and not math.isnan(p[column + 3]) and p[column] > 0]
+    if cpu:
+        change = [100 * (new - old) / old for old, new in cpu]
+        print(f"{workload}: {what} CPU per request, new against old: cheaper in {sum(c < 0 for c in change)} of {len(change)} pairs, "
+              f"median {statistics.median(change):+.1f} % per pair (mean {statistics.mean(change):+.1f} %; "
+              f"medians {statistics.median(o for o, _ in cpu):.1f} → {statistics.median(n for _, n in cpu):.1f} µs)")
+rate = [100 * (p[3] - p[0]) / p[0] for p in pairs]
 print(f"{workload}: requests/s, new against old: median {statistics.median(rate):+.1f} % per pair (mean {statistics.mean(rate):+.1f} %)")
 PY
 done

@@ -170,12 +170,8 @@ steal_since() {
 # request cost on each path, and where; with the machine's cores busy, that sets the ratio.
 postmaster_pid() { head -1 "$WORK/pg/postmaster.pid"; }
 work_mark() {
-  local postmaster server=0 pg
-  postmaster=$(postmaster_pid)
-  pg=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$postmaster/stat")
-  for child in $(pgrep -P "$postmaster"); do
-    pg=$(( pg + $(awk '{ print $14 + $15 }' "/proc/$child/stat" 2>/dev/null || echo 0) ))
-  done
+  local server=0 pg
+  pg=$(postgres_cpu_ticks "$WORK/pg")
   [ -n "${SERVER_PID:-}" ] && server=$(awk '{ print $14 + $15 }' "/proc/$SERVER_PID/stat" 2>/dev/null || echo 0)
   echo "$server $pg $(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat)"
 }

@@ -224,3 +224,16 @@ wal_buffers = 64MB
 random_page_cost = 1.1
 CONF
 }
+
+# postgres_cpu_ticks <data directory>: the CPU time (clock ticks) a running PostgreSQL cluster has
+# used so far: its postmaster, its live children, and the children it has reaped (a session's time
+# moves there when it ends). Used by Deploy/bench.sh and Deploy/bench-ab.sh.
+postgres_cpu_ticks() {
+  local postmaster ticks
+  postmaster=$(head -1 "$1/postmaster.pid")
+  ticks=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$postmaster/stat")
+  for child in $(pgrep -P "$postmaster"); do
+    ticks=$(( ticks + $(awk '{ print $14 + $15 }' "/proc/$child/stat" 2>/dev/null || echo 0) ))
+  done
+  echo "$ticks"
+}

@@ -1,12 +1,12 @@
 -- service-sql: lock ca3efae049510650
--- service-sql: insert ab8a608894de40c5
+-- service-sql: insert da713bd79baa020b
 -- The SQL `stratus serve` runs for this records/modify, statement for statement (RecordStore+Modify.swift):
 -- zone and record locks in one statement, then one statement (its form for new records only) that writes records, index entries (title, rank: the bench
 -- schema) and the zone's change position. Regenerate when the service's SQL changes.
 \set i random(1, :zones)
 \set b random(1, 1000000000)
 BEGIN;
-SELECT container_id AS c, zone_id AS z, owner AS o FROM bench_zones WHERE i = :i \gset
+SELECT container_id AS c, zone_id AS z, owner AS o, zone_name AS zn FROM bench_zones WHERE i = :i \gset
 WITH z AS (SELECT zone_id, EXISTS (SELECT 1 FROM shares s WHERE s.container_id = :c AND s.zone_id = zones.zone_id AND NOT s.deleted) AS shared
     FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted FOR NO KEY UPDATE)
 SELECT z.zone_id, z.shared, r.*
@@ -14,7 +14,8 @@ SELECT z.zone_id, z.shared, r.*
     FROM records WHERE container_id = :c AND zone_id = z.zone_id AND record_name = ANY(ARRAY(SELECT 'pb-' || :b || '-' || g FROM generate_series(1, 100) g)) ORDER BY record_name FOR UPDATE) r ON true;
 SELECT a[1] AS cs, a[2] AS us FROM (SELECT stratus_usage_reserve(:c, 1::int2, (:o)::text, 100, 100 * 1000, 10000000, 10737418240, 1073741824) AS a) x \gset
 WITH live AS (
-    SELECT zone_id FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted AND false FOR NO KEY UPDATE
+    SELECT zone_id FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted AND false
+      AND environment = 1 AND database_scope = 2::int2 AND owner = (:o)::text AND zone_name = (:zn)::text FOR NO KEY UPDATE
 ), ins AS (
     INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
                          created_at, created_by, modified_at, modified_by, deleted, size, parent)

@@ -1,19 +1,15 @@
--- service-sql: read 793eb05f884a9108
--- service-sql: insert ab8a608894de40c5
+-- service-sql: insert da713bd79baa020b
 -- The SQL `stratus serve` runs for this records/modify of one record, statement for statement (RecordStore+Modify.swift,
--- `modifyOne`): no transaction; the zone and the record read unlocked in one statement, then one statement (its form for new records only) that writes
--- the record if it is unchanged (not created meanwhile), its index entries (title, rank: the bench schema) and the zone's change position,
--- after locking the zone row. Regenerate when the service's SQL changes.
+-- `modifyOne`), once the zone has been written to before (`knownZones`: every bench zone after its first create): no
+-- transaction and no read; one statement (its form for new records only) that writes the record if it does not exist,
+-- its index entries (title, rank: the bench schema) and the zone's change position, after locking the zone row and
+-- checking it is still the zone named. Regenerate when the service's SQL changes.
 \set i random(1, :zones)
 \set b random(1, 1000000000)
-SELECT container_id AS c, zone_id AS z, owner AS o FROM bench_zones WHERE i = :i \gset
-WITH z AS (SELECT zone_id, EXISTS (SELECT 1 FROM shares s WHERE s.container_id = :c AND s.zone_id = zones.zone_id AND NOT s.deleted) AS shared
-    FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted)
-SELECT z.zone_id, z.shared, r.*
-  FROM z LEFT JOIN LATERAL (SELECT record_name, record_type, change_seq, fields, created_at, created_by, modified_at, modified_by, deleted, parent, share_name, short_guid, share_root, size
-    FROM records WHERE container_id = :c AND zone_id = z.zone_id AND record_name = ANY(ARRAY(SELECT 'pc-' || :b || '-' || g FROM generate_series(1, 1) g)) ORDER BY record_name) r ON true;
+SELECT container_id AS c, zone_id AS z, owner AS o, zone_name AS zn FROM bench_zones WHERE i = :i \gset
 WITH live AS (
-    SELECT zone_id FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted AND true FOR NO KEY UPDATE
+    SELECT zone_id FROM zones WHERE container_id = :c AND zone_id = :z AND NOT deleted AND true
+      AND environment = 1 AND database_scope = 2::int2 AND owner = (:o)::text AND zone_name = (:zn)::text FOR NO KEY UPDATE
 ), ins AS (
     INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
                          created_at, created_by, modified_at, modified_by, deleted, size, parent)

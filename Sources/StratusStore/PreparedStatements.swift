@@ -207,14 +207,25 @@ enum Prepared {
         static func text(updates: Bool) -> String {
             let written = updates ? "    SELECT record_name, change_seq FROM ins UNION ALL SELECT record_name, change_seq FROM upd"
                                   : "    SELECT record_name, change_seq FROM ins"
-            let parts = updates ? [head, updated, "), written AS (", written, deletes, entries, updatedDelta, tail]
-                                : [head, "), written AS (", written, unusedParameters, entries, tail]
+            let parts = updates ? [live, inserted, updated, "), written AS (", written, deletes, entries, updatedDelta, tail]
+                                : [identifiedLive, inserted, "), written AS (", written, unusedParameters, entries, tail]
             return parts.joined(separator: "\n")
         }
 
-        private static let head = """
+        private static let live = """
             WITH live AS (
                 SELECT zone_id FROM zones WHERE container_id = $1 AND zone_id = $2 AND NOT deleted AND $32::bool FOR NO KEY UPDATE
+            """
+
+        /// `InsertRecords`' zone check: also the zone's identity ($41, $48–$50), for a zone id
+        /// remembered from an earlier write (`RecordStore.knownZones`) rather than read just now.
+        private static let identifiedLive = """
+            WITH live AS (
+                SELECT zone_id FROM zones WHERE container_id = $1 AND zone_id = $2 AND NOT deleted AND $32::bool
+                  AND environment = $41 AND database_scope = $48::int2 AND owner = $49::text AND zone_name = $50::text FOR NO KEY UPDATE
+            """
+
+        private static let inserted = """
             ), ins AS (
                 INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
                                      created_at, created_by, modified_at, modified_by, deleted, size, parent)
@@ -388,6 +399,9 @@ enum Prepared {
     /// ~20 % of its CPU per create). pgbench, `create.sql` against this statement, interleaved, 16
     /// clients, commits not flushed: 2,264–2,389 against 2,576–2,804 creates/s, PostgreSQL and the
     /// rest 786–836 against 667–727 µs of CPU per create.
+    ///
+    /// With `lockZone`, the zone must also still be the one named (`zone`, in `db`): a zone id
+    /// remembered from an earlier write is checked here instead of read again.
     struct InsertRecords: PostgresPreparedStatement {
         static let name = "stratus.InsertRecords"
         static let sql = WriteRecords.text(updates: false)
@@ -395,8 +409,17 @@ enum Prepared {
 
         /// Its inserts; its updates are empty.
         var write: WriteRecords
+        var db: DatabaseRef
+        var zone: String
 
-        func makeBindings() throws -> PostgresBindings { try write.makeBindings() }
+        func makeBindings() throws -> PostgresBindings {
+            var bindings = try write.makeBindings()
+            bindings.append(db.scope.code)
+            bindings.append(db.owner)
+            bindings.append(zone)
+            return bindings
+        }
+
         func decodeRow(_ row: PostgresRow) throws -> Row { try write.decodeRow(row) }
     }
 }

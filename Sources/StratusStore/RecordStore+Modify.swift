@@ -102,7 +102,7 @@ extension RecordStore {
                 for record in cascade { expected[record.recordName] = record.changeSeq }
                 let sizes = liveSizes.merging(Self.liveSizes(cascade)) { old, _ in old }
                 var start: ChangePosition?
-                var results = try await apply(db, zoneID: zoneID, outcomes: outcomes, cascade: cascade, schema: finalSchema,
+                var results = try await apply(db, zone: zone, zoneID: zoneID, outcomes: outcomes, cascade: cascade, schema: finalSchema,
                                               names: request.recordNames, expected: expected, liveSizes: sizes, stripes: reservation.stripes,
                                               lockZone: false, start: &start, on: connection)
                 if atomic, results.contains(where: { if case .failed = $0 { return true } else { return false } }) {
@@ -148,9 +148,23 @@ extension RecordStore {
     func modifyOne(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: String, now: Int64,
                    allowSchemaChanges: Bool, access: RecordAccess?, render: @escaping @Sendable (Record) -> JSON) async throws -> [ModifyResult]? {
         let names = request.recordNames.compactMap { $0 }
+        // A create in a custom zone written before needs no read: the record must not exist, and
+        // the write checks that, and that the zone is still live and still the one named, itself.
+        var known: Int64?
+        if zone != Names.defaultZone, case .success(let operation) = request.operations[0], operation.type == .create {
+            known = knownZones.zoneID(db, zone)
+        }
         let outcome = try await database.withConnection { connection -> (results: [ModifyResult], changes: RecordChanges?)? in
             do {
-                guard let (zoneID, _, current) = try await readZoneAndRecords(db, zone: zone, names: names, on: connection) else { return nil }
+                let zoneID: Int64
+                let current: [String: Record]
+                if let known {
+                    (zoneID, current) = (known, [:])
+                } else {
+                    guard let read = try await readZoneAndRecords(db, zone: zone, names: names, on: connection) else { return nil }
+                    (zoneID, current) = (read.zoneID, read.current)
+                    if zone != Names.defaultZone { knownZones.remember(db, zone, zoneID: zoneID) }
+                }
                 let schema = try await schemas.schema(containerID: db.containerID, environment: db.environment)
                 let plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
                                               caller: caller, now: now, render: render, access: access)
@@ -159,11 +173,16 @@ extension RecordStore {
                       record.recordType != Record.shareType, let op = plan.operations[0], op.parent == .keep, !op.createShortGUID else { return nil }
                 if let hook = testHooks.beforeOptimisticWrite { await hook(names) }
                 var start: ChangePosition?
-                var results = try await apply(db, zoneID: zoneID, outcomes: plan.outcomes, cascade: [], schema: schema,
+                var results = try await apply(db, zone: zone, zoneID: zoneID, outcomes: plan.outcomes, cascade: [], schema: schema,
                                               names: request.recordNames, expected: current.mapValues(\.changeSeq),
                                               liveSizes: Self.liveSizes(current.values), stripes: (-1, -1), lockZone: zone != Names.defaultZone,
                                               start: &start, on: connection)
-                guard case .saved = results[0] else { return nil }
+                guard case .saved = results[0] else {
+                    // Unwritten: the record exists (or came meanwhile), or the zone is gone. The
+                    // transaction reads and decides.
+                    if known != nil { knownZones.forget(db, zone) }
+                    return nil
+                }
                 let changes = observed ? RecordChanges(db: db, zone: zone, zoneID: zoneID, start: start,
                                                        changes: Self.changes(of: results, current: current, cascade: [])) : nil
                 Self.keepDesiredKeys(&results, plan: plan)
@@ -421,7 +440,7 @@ extension RecordStore {
     /// difference in the same statement, in `stripes`: see `reserveUsage`); `lockZone` is
     /// `WriteRecords`' zone check. `start` becomes the zone feed's position just before the first
     /// record written, if that is earlier than it was.
-    func apply(_ db: DatabaseRef, zoneID: Int64, outcomes: [Result<PlannedWrite, StratusError>], cascade: [Record], schema: Schema,
+    func apply(_ db: DatabaseRef, zone: String, zoneID: Int64, outcomes: [Result<PlannedWrite, StratusError>], cascade: [Record], schema: Schema,
                names: [String?], expected: [String: Int64], liveSizes: [String: Int64], stripes: (Int16, Int16), lockZone: Bool,
                start: inout ChangePosition?, on connection: PostgresConnection) async throws -> [ModifyResult] {
         var inserts: [Record] = []
@@ -464,7 +483,7 @@ extension RecordStore {
             updates: updates, updateFields: updateFields, entries: entries, tracksZoneChanges: db.tracksZoneChanges,
             expectedSeqs: updates.map { expected[$0.recordName] ?? 0 }, lockZone: lockZone, environment: db.environment.code,
             meteredOwner: Self.meteredOwner(db), oldSizes: updates.map { liveSizes[$0.recordName] ?? -1 }, stripes: stripes)
-        let rows = updates.isEmpty ? try await connection.rows(Prepared.InsertRecords(write: write), logger: logger)
+        let rows = updates.isEmpty ? try await connection.rows(Prepared.InsertRecords(write: write, db: db, zone: zone), logger: logger)
                                    : try await connection.rows(write, logger: logger)
         var written: [String: Int64] = [:]
         for (name, seq, xid) in rows {

@@ -111,6 +111,8 @@ public final class RecordStore: Sendable {
     /// costs a fraction of a statement instead of one or two of its own.
     let notificationQueueing: StatementSharing<NotificationQueueing, [String: Int]>
     let notificationTaking: StatementSharing<CourierToken, (seq: Int64, payload: String, made: Date)?>
+    /// Custom zones' ids by name, remembered by single-record writes (`modifyOne`).
+    let knownZones = KnownZones()
     /// The query sharing of the caller's event loop.
     var queries: StatementSharing<QueryRequest, QueryPage?> { queriesByLoop.current }
 
@@ -349,5 +351,35 @@ public final class RecordStore: Sendable {
         var found: [String: Record] = [:]
         for record in records { found[record.recordName] = record }
         return found
+    }
+}
+
+/// Zone ids by database and name, remembered from writes so that a create in a zone written before
+/// skips reading the zone (`RecordStore.modifyOne`): `Prepared.InsertRecords` checks that the id
+/// is still a live zone of that name, in that database, so a stale or reused id writes nothing and
+/// the request goes the long way. At most `capacity`, forgotten all at once when full (a zone not
+/// remembered is read, as before).
+final class KnownZones: Sendable {
+    static let capacity = 50_000
+
+    private struct Key: Hashable {
+        var db: DatabaseRef
+        var zone: String
+    }
+    private let ids = Mutex<[Key: Int64]>([:])
+
+    func zoneID(_ db: DatabaseRef, _ zone: String) -> Int64? {
+        ids.withLock { $0[Key(db: db, zone: zone)] }
+    }
+
+    func remember(_ db: DatabaseRef, _ zone: String, zoneID: Int64) {
+        ids.withLock { ids in
+            if ids.count >= Self.capacity { ids.removeAll(keepingCapacity: true) }
+            ids[Key(db: db, zone: zone)] = zoneID
+        }
+    }
+
+    func forget(_ db: DatabaseRef, _ zone: String) {
+        ids.withLock { _ = $0.removeValue(forKey: Key(db: db, zone: zone)) }
     }
 }
