@@ -140,6 +140,10 @@ extension RecordStore {
     /// transaction (no BEGIN, no COMMIT), which also leaves the zone and the record unlocked while
     /// the request is planned.
     ///
+    /// A create in a custom zone this process has written to before skips the read: the zone's id
+    /// is remembered (`knownZones`), and `InsertRecords` writes only if that id is still a live
+    /// zone of that name in `db` and the record does not exist.
+    ///
     /// `nil` when nothing was written and the transaction must decide: another writer changed the
     /// record (or the zone) after the read, the zone was not found (or the default zone not yet
     /// made), or the request is not a plain save: a delete (cascades), a failed operation (the

@@ -165,7 +165,8 @@ import Testing
     /// Trimming the log reads the batches it deletes and at most one more, however many are kept:
     /// with 300 one-request batches kept, the write's DELETE examines at most one of them (it read
     /// all 300 when it was bounded by `last_seq` alone, on every write).
-    @Test func trimmingReadsOnlyTheBatchesItDeletes() async throws {
+    @Test(.disabled(if: TestCluster.citusPorts != nil, "a Citus coordinator cannot EXPLAIN ANALYZE an INSERT … SELECT; trimming itself is checked there by the flood test"))
+    func trimmingReadsOnlyTheBatchesItDeletes() async throws {
         try await Harness.run { harness in
             let admin = AdminStore(database: harness.database, logger: TestCluster.logger)
             let containerID = Int64.random(in: 1_000_000...2_000_000_000)
