@@ -350,43 +350,46 @@ enum Prepared {
             var bindings = PostgresBindings(capacity: 47)
             bindings.append(containerID)
             bindings.append(zoneID)
+            // Every array in its binary form, written directly (`BinaryArray`).
             for (records, fields) in [(inserts, insertFields), (updates, updateFields)] {
-                bindings.append(records.map(\.recordName))
-                bindings.append(records.map(\.recordType))
-                bindings.append(fields)
-                bindings.append(records.map(\.createdAt))
-                bindings.append(records.map(\.createdBy))
-                bindings.append(records.map(\.modifiedAt))
-                bindings.append(records.map(\.modifiedBy))
+                bindings.append(BinaryArray.texts(records.lazy.map(\.recordName)))
+                bindings.append(BinaryArray.texts(records.lazy.map(\.recordType)))
+                bindings.append(BinaryArray.texts(fields))
+                bindings.append(BinaryArray.int64s(records.lazy.map(\.createdAt)))
+                bindings.append(BinaryArray.texts(records.lazy.map(\.createdBy)))
+                bindings.append(BinaryArray.int64s(records.lazy.map(\.modifiedAt)))
+                bindings.append(BinaryArray.texts(records.lazy.map(\.modifiedBy)))
             }
-            bindings.append(updates.map(\.deleted))
-            for column in [entries.ints.types, entries.ints.fields] { bindings.append(column) }
-            bindings.append(entries.ints.values)
-            bindings.append(entries.ints.names)
-            for column in [entries.doubles.types, entries.doubles.fields] { bindings.append(column) }
-            bindings.append(entries.doubles.values)
-            bindings.append(entries.doubles.names)
-            for column in [entries.texts.types, entries.texts.fields, entries.texts.values, entries.texts.names] { bindings.append(column) }
+            bindings.append(BinaryArray.bools(updates.lazy.map(\.deleted)))
+            for column in [entries.ints.types, entries.ints.fields] { bindings.append(BinaryArray.texts(column)) }
+            bindings.append(BinaryArray.int64s(entries.ints.values))
+            bindings.append(BinaryArray.texts(entries.ints.names))
+            for column in [entries.doubles.types, entries.doubles.fields] { bindings.append(BinaryArray.texts(column)) }
+            bindings.append(BinaryArray.float8s(entries.doubles.values))
+            bindings.append(BinaryArray.texts(entries.doubles.names))
+            for column in [entries.texts.types, entries.texts.fields, entries.texts.values, entries.texts.names] {
+                bindings.append(BinaryArray.texts(column))
+            }
             bindings.append(tracksZoneChanges)
-            bindings.append(expectedSeqs)
+            bindings.append(BinaryArray.int64s(expectedSeqs))
             bindings.append(lockZone)
             let locations = entries.locations
-            for column in [locations.column.types, locations.column.fields] { bindings.append(column) }
-            bindings.append(locations.column.values)
-            bindings.append(locations.latitudes)
-            bindings.append(locations.longitudes)
-            bindings.append(locations.column.names)
+            for column in [locations.column.types, locations.column.fields] { bindings.append(BinaryArray.texts(column)) }
+            bindings.append(BinaryArray.int64s(locations.column.values))
+            bindings.append(BinaryArray.float8s(locations.latitudes))
+            bindings.append(BinaryArray.float8s(locations.longitudes))
+            bindings.append(BinaryArray.texts(locations.column.names))
             // No parent: '' (arrays of optionals do not bind; no record is named '').
-            bindings.append(inserts.map { $0.parent ?? "" })
-            bindings.append(updates.map { $0.parent ?? "" })
+            bindings.append(BinaryArray.texts(inserts.lazy.map { $0.parent ?? "" }))
+            bindings.append(BinaryArray.texts(updates.lazy.map { $0.parent ?? "" }))
             bindings.append(environment)
             bindings.append(meteredOwner)
-            bindings.append(oldSizes)
+            bindings.append(BinaryArray.int64s(oldSizes))
             bindings.append(stripes.container)
             bindings.append(stripes.owner)
             // What each record's assets add to its stored size (0 for tombstones).
-            bindings.append(inserts.map(\.assetBytes))
-            bindings.append(updates.map { $0.deleted ? 0 : $0.assetBytes })
+            bindings.append(BinaryArray.int64s(inserts.lazy.map(\.assetBytes)))
+            bindings.append(BinaryArray.int64s(updates.lazy.map { $0.deleted ? 0 : $0.assetBytes }))
             return bindings
         }
 

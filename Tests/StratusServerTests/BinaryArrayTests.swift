@@ -5,8 +5,9 @@ import PostgresNIO
 import Testing
 
 /// `BinaryArray` writes the bytes PostgresNIO's own array encoding writes, for every element type
-/// the service sends that way (the request log's batches, the shared lookup's keys); the live
-/// tests (`RequestLogTests`, `StatementSharingTests`) read what PostgreSQL stored from them.
+/// the service sends that way (the request log's batches, the shared lookup's keys, the write
+/// statements' records and index entries); the live tests (`RequestLogTests`,
+/// `StatementSharingTests`, every test that saves records) read what PostgreSQL stored from them.
 @Suite struct BinaryArrayTests {
     private func bytes(_ array: BinaryArray) -> ByteBuffer {
         var buffer = ByteBuffer()
@@ -40,10 +41,26 @@ import Testing
         #expect(BinaryArray.int64s(large).psqlType == [Int64].psqlType)
     }
 
+    @Test func doublesAndBoolsMatchPostgresNIO() throws {
+        let doubles: [Double] = [0, -0.0, 1.5, -273.15, .greatestFiniteMagnitude, .leastNonzeroMagnitude, .infinity, 45.123456789]
+        let bools = [true, false, false, true]
+        try #expect(bytes(BinaryArray.float8s(doubles)) == bytes(doubles))
+        try #expect(bytes(BinaryArray.bools(bools)) == bytes(bools))
+        try #expect(bytes(BinaryArray.float8s([Double]())) == bytes([Double]()))
+        try #expect(bytes(BinaryArray.bools([Bool]())) == bytes([Bool]()))
+        #expect(BinaryArray.float8s(doubles).psqlType == [Double].psqlType)
+        #expect(BinaryArray.bools(bools).psqlType == [Bool].psqlType)
+    }
+
     @Test func timestampsMatchPostgresNIO() throws {
         let dates = [Date(timeIntervalSince1970: 0), Date(timeIntervalSince1970: 1_795_000_000.123456), Date(timeIntervalSince1970: 946_684_800),
                      Date(timeIntervalSince1970: 946_684_799.5), Date()]
         try #expect(bytes(BinaryArray.timestamps(dates)) == bytes(dates))
+        // Many instants of today, at random sub-second offsets (computed the other way, one in a
+        // few came out a microsecond apart from PostgresNIO's).
+        let now = Date().timeIntervalSinceReferenceDate
+        let many = (0..<10_000).map { _ in Date(timeIntervalSinceReferenceDate: now + Double.random(in: -86_400...86_400)) }
+        try #expect(bytes(BinaryArray.timestamps(many)) == bytes(many))
         #expect(BinaryArray.timestamps(dates).psqlType == [Date].psqlType)
     }
 }
