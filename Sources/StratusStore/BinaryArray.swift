@@ -9,8 +9,9 @@ import PostgresNIO
 /// log's once-a-second batch of thousands of entries about 3 % of the server's CPU under a lookup
 /// load (the `Date` array alone 1.4 %), and for the shared lookup statement's seven key arrays
 /// about 1 % more; for a create's write statement, its 36 arrays about 4 %. This writes the same
-/// bytes (`BinaryArrayTests`) in one pass through a raw pointer: the header (one dimension, no nulls, the element type, the length, lower bound 1; an
-/// empty array has no dimension, as PostgresNIO writes it), then each value after its length.
+/// bytes (`BinaryArrayTests`) in one pass through a raw pointer: the header (one dimension, no
+/// nulls, the element type, the length, lower bound 1; an empty array has no dimension, as
+/// PostgresNIO writes it), then each value after its length.
 struct BinaryArray: PostgresDynamicTypeEncodable {
     let psqlType: PostgresDataType
     var psqlFormat: PostgresFormat { .binary }
