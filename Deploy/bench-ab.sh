@@ -4,6 +4,7 @@
 #
 #   Deploy/bench-ab.sh OLD_BINARY NEW_BINARY [--workloads "lookup query-eq"] [--pairs N]
 #                      [--duration S] [--concurrency N] [--containers N] [--records N]
+#                      [--no-flush]
 #
 # Why: on a shared virtual machine the speed of the cores swings by half within minutes (one
 # release build measured between 85 and 132 µs of server CPU per lookup in one afternoon), so a
@@ -21,13 +22,14 @@
 #   git worktree add /tmp/old <commit> && (cd /tmp/old && swift build -c release --product stratus)
 #
 # Everything runs on 127.0.0.1: a throwaway PostgreSQL cluster (tuned as Deploy/bench.sh's),
-# seeded through the old binary (100 containers × 1,000 records by default), stopped at the end.
+# seeded through the old binary (100 containers × 1,000 records by default), stopped at the end;
+# with --no-flush it answers commits before flushing them (bench.sh's create-nf and modify-nf).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . Deploy/lib.sh
 
-[ $# -ge 2 ] || { sed -n 2,24p "$0"; exit 64; }
-case "$1" in -h|--help) sed -n 2,24p "$0"; exit 0;; esac
+[ $# -ge 2 ] || { sed -n 2,26p "$0"; exit 64; }
+case "$1" in -h|--help) sed -n 2,26p "$0"; exit 0;; esac
 OLD=$(realpath "$1"); NEW=$(realpath "$2"); shift 2
 WORKLOADS="lookup"
 PAIRS=8
@@ -35,6 +37,7 @@ DURATION=8
 CONCURRENCY=16
 CONTAINERS=100
 RECORDS=1000
+NO_FLUSH=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --workloads) WORKLOADS=$2; shift 2;;
@@ -43,7 +46,8 @@ while [ $# -gt 0 ]; do
     --concurrency) CONCURRENCY=$2; shift 2;;
     --containers) CONTAINERS=$2; shift 2;;
     --records) RECORDS=$2; shift 2;;
-    -h|--help) sed -n 2,24p "$0"; exit 0;;
+    --no-flush) NO_FLUSH=1; shift;;
+    -h|--help) sed -n 2,26p "$0"; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 64;;
   esac
 done
@@ -69,6 +73,8 @@ trap cleanup EXIT
 echo "== starting PostgreSQL on 127.0.0.1:$PGPORT" >&2
 $AS "$PGBIN/initdb" -D "$WORK/pg" -U postgres --auth=trust -E UTF8 --locale=C >/dev/null
 bench_postgres_settings $PGPORT >> "$WORK/pg/postgresql.conf"
+# --no-flush: commits answered before their WAL is flushed, as bench.sh's create-nf and modify-nf.
+[ -n "$NO_FLUSH" ] && echo "synchronous_commit = off" >> "$WORK/pg/postgresql.conf"
 $AS "$PGBIN/pg_ctl" -D "$WORK/pg" -l "$WORK/pg.log" -w start >/dev/null
 
 export STRATUS_ADMIN_TOKEN=bench-ab-admin

@@ -141,8 +141,9 @@ extension RecordStore {
     /// the request is planned.
     ///
     /// A create in a custom zone this process has written to before skips the read: the zone's id
-    /// is remembered (`knownZones`), and `InsertRecords` writes only if that id is still a live
-    /// zone of that name in `db` and the record does not exist.
+    /// is remembered (`knownZones`), and the write (`CreateRecords`, shared with the creates
+    /// arriving at the same time; `InsertRecords` where statements are not shared) writes only if
+    /// that id is still a live zone of that name in `db` and the record does not exist.
     ///
     /// `nil` when nothing was written and the transaction must decide: another writer changed the
     /// record (or the zone) after the read, the zone was not found (or the default zone not yet
@@ -158,6 +159,42 @@ extension RecordStore {
         if zone != Names.defaultZone, case .success(let operation) = request.operations[0], operation.type == .create {
             known = knownZones.zoneID(db, zone)
         }
+        /// The plan of a plain save, the one kind of request written here.
+        func plainSave(current: [String: Record]) async throws -> (plan: ModifyPlanner.BatchPlan, record: Record, schema: Schema)? {
+            let schema = try await schemas.schema(containerID: db.containerID, environment: db.environment)
+            let plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
+                                          caller: caller, now: now, render: render, access: access)
+            guard plan.schemaAdditions.isEmpty, plan.outcomes.count == 1, case .success(.save(let record, _)) = plan.outcomes[0],
+                  !record.fields.values.contains(where: { !Self.references(in: $0).isEmpty || !$0.assets.isEmpty }),
+                  record.recordType != Record.shareType, let op = plan.operations[0], op.parent == .keep, !op.createShortGUID else { return nil }
+            if let hook = testHooks.beforeOptimisticWrite { await hook(names) }
+            return (plan, record, schema)
+        }
+        if let known, creates.shares {
+            guard let (plan, record, schema) = try await plainSave(current: [:]) else { return nil }
+            let fields = record.encodedFields ?? Record.encodeFields(record.fields)
+            let create = SharedCreate(db: db, zone: zone, zoneID: known, record: record, fields: String(decoding: fields, as: UTF8.self),
+                                      entries: Self.indexEntryRows([record], schema: schema))
+            switch try await creates.answer(create) {
+            case .written(let seq, let xid):
+                var saved = record
+                saved.changeSeq = seq
+                saved.encodedFields = fields
+                var results: [ModifyResult] = [.saved(saved)]
+                if observed {
+                    await report(RecordChanges(db: db, zone: zone, zoneID: known, start: ChangePosition(xid: xid, seq: seq - 1),
+                                               changes: Self.changes(of: results, current: [:], cascade: [])))
+                }
+                Self.keepDesiredKeys(&results, plan: plan)
+                return results
+            case .unwritten:
+                // The record exists (or came meanwhile), or the zone is gone: the transaction reads and decides.
+                knownZones.forget(db, zone)
+                return nil
+            case .retry:
+                return nil
+            }
+        }
         let outcome = try await database.withConnection { connection -> (results: [ModifyResult], changes: RecordChanges?)? in
             do {
                 let zoneID: Int64
@@ -169,13 +206,7 @@ extension RecordStore {
                     (zoneID, current) = (read.zoneID, read.current)
                     if zone != Names.defaultZone { knownZones.remember(db, zone, zoneID: zoneID) }
                 }
-                let schema = try await schemas.schema(containerID: db.containerID, environment: db.environment)
-                let plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
-                                              caller: caller, now: now, render: render, access: access)
-                guard plan.schemaAdditions.isEmpty, plan.outcomes.count == 1, case .success(.save(let record, _)) = plan.outcomes[0],
-                      !record.fields.values.contains(where: { !Self.references(in: $0).isEmpty || !$0.assets.isEmpty }),
-                      record.recordType != Record.shareType, let op = plan.operations[0], op.parent == .keep, !op.createShortGUID else { return nil }
-                if let hook = testHooks.beforeOptimisticWrite { await hook(names) }
+                guard let (plan, _, schema) = try await plainSave(current: current) else { return nil }
                 var start: ChangePosition?
                 var results = try await apply(db, zone: zone, zoneID: zoneID, outcomes: plan.outcomes, cascade: [], schema: schema,
                                               names: request.recordNames, expected: current.mapValues(\.changeSeq),

@@ -111,6 +111,8 @@ public final class RecordStore: Sendable {
     /// costs a fraction of a statement instead of one or two of its own.
     let notificationQueueing: StatementSharing<NotificationQueueing, [String: Int]>
     let notificationTaking: StatementSharing<CourierToken, (seq: Int64, payload: String, made: Date)?>
+    /// Concurrent single-record creates in zones written before share statements (`SharedCreate`).
+    let creates: StatementSharing<SharedCreate, SharedCreate.Outcome>
     /// Custom zones' ids by name, remembered by single-record writes (`modifyOne`).
     let knownZones = KnownZones()
     /// The query sharing of the caller's event loop.
@@ -139,6 +141,12 @@ public final class RecordStore: Sendable {
             try await database.withConnection { connection in
                 sending()
                 return try await RecordStore.takeNotifications(requests, on: connection, logger: logger)
+            }
+        }
+        self.creates = StatementSharing(shares: shares, keysPerStatement: 64) { requests, sending in
+            try await database.withConnection { connection in
+                sending()
+                return try await SharedCreate.run(requests, on: connection, logger: logger)
             }
         }
         self.dynamicReads = StatementSharing(shares: shares, keysPerStatement: 16, canShare: DynamicRead.canShare) { requests, sending in

@@ -104,7 +104,7 @@ final class StatementSharing<Request: Sendable, Answer: Sendable>: Sendable {
     /// False: every request runs a statement of its own at once, without queueing (on a Citus
     /// coordinator: a statement shared by several requests names their containers in arrays,
     /// so Citus cannot route it to one worker).
-    private let shares: Bool
+    let shares: Bool
 
     /// - Parameters:
     ///   - shares: whether requests share statements at all (see `shares`).
