@@ -9,15 +9,27 @@ import StratusCore
 /// binding, starting the executor and committing were most: a batch of 100 cost ~70 µs per record.
 /// pgbench on the two statements (16 clients, a record in each of four random zones of 400 per
 /// `CreateRecords`): PostgreSQL 398 against 770 µs per create, 4,292 against 2,298 creates/s.
-struct SharedCreate: Sendable {
-    var db: DatabaseRef
-    var zone: String
+///
+/// A class: the sharing queue moves requests between arrays, and a reference is one retain where
+/// the record and its index entries were a dozen.
+final class SharedCreate: Sendable {
+    let db: DatabaseRef
+    let zone: String
     /// The zone's remembered id (`RecordStore.knownZones`), checked against `db` and `zone`.
-    var zoneID: Int64
-    var record: Record
+    let zoneID: Int64
+    let record: Record
     /// The record's field JSON, as stored.
-    var fields: String
-    var entries: RecordStore.IndexEntryRows
+    let fields: String
+    let entries: RecordStore.IndexEntryRows
+
+    init(db: DatabaseRef, zone: String, zoneID: Int64, record: Record, fields: String, entries: RecordStore.IndexEntryRows) {
+        self.db = db
+        self.zone = zone
+        self.zoneID = zoneID
+        self.record = record
+        self.fields = fields
+        self.entries = entries
+    }
 
     enum Outcome: Sendable {
         /// Written and committed with this change sequence by this transaction.
@@ -134,29 +146,31 @@ extension Prepared {
         /// A written create's ordinal (from 1), change sequence, and the transaction's id.
         typealias Row = (Int64, Int64, Int64)
 
-        var creates: [SharedCreate]
+        let creates: [SharedCreate]
 
         func makeBindings() throws -> PostgresBindings {
             var bindings = PostgresBindings(capacity: 35)
-            let records = creates.lazy.map(\.record)
-            bindings.append(BinaryArray.int64s(creates.lazy.map(\.db.containerID)))
-            bindings.append(BinaryArray.int64s(creates.lazy.map(\.zoneID)))
-            bindings.append(BinaryArray.int16s(creates.lazy.map(\.db.environment.code)))
-            bindings.append(BinaryArray.int16s(creates.lazy.map(\.db.scope.code)))
-            bindings.append(BinaryArray.texts(creates.lazy.map(\.db.owner)))
-            bindings.append(BinaryArray.texts(creates.lazy.map(\.zone)))
-            bindings.append(BinaryArray.texts(records.map(\.recordName)))
-            bindings.append(BinaryArray.texts(records.map(\.recordType)))
-            bindings.append(BinaryArray.texts(creates.lazy.map(\.fields)))
-            bindings.append(BinaryArray.int64s(records.map(\.createdAt)))
-            bindings.append(BinaryArray.texts(records.map(\.createdBy)))
-            bindings.append(BinaryArray.int64s(records.map(\.modifiedAt)))
-            bindings.append(BinaryArray.texts(records.map(\.modifiedBy)))
+            // Closures, not key paths: a lazy map through `\.record` copies each whole record
+            // (its fields dictionary and every string retained) for every value read.
+            let creates = creates.lazy
+            bindings.append(BinaryArray.int64s(creates.map { $0.db.containerID }))
+            bindings.append(BinaryArray.int64s(creates.map { $0.zoneID }))
+            bindings.append(BinaryArray.int16s(creates.map { $0.db.environment.code }))
+            bindings.append(BinaryArray.int16s(creates.map { $0.db.scope.code }))
+            bindings.append(BinaryArray.texts(creates.map { $0.db.owner }))
+            bindings.append(BinaryArray.texts(creates.map { $0.zone }))
+            bindings.append(BinaryArray.texts(creates.map { $0.record.recordName }))
+            bindings.append(BinaryArray.texts(creates.map { $0.record.recordType }))
+            bindings.append(BinaryArray.texts(creates.map { $0.fields }))
+            bindings.append(BinaryArray.int64s(creates.map { $0.record.createdAt }))
+            bindings.append(BinaryArray.texts(creates.map { $0.record.createdBy }))
+            bindings.append(BinaryArray.int64s(creates.map { $0.record.modifiedAt }))
+            bindings.append(BinaryArray.texts(creates.map { $0.record.modifiedBy }))
             // No parent: '' (arrays of optionals do not bind; no record is named '').
-            bindings.append(BinaryArray.texts(records.map { $0.parent ?? "" }))
-            bindings.append(BinaryArray.int64s(records.map(\.assetBytes)))
-            bindings.append(BinaryArray.bools(creates.lazy.map(\.db.tracksZoneChanges)))
-            bindings.append(BinaryArray.texts(creates.lazy.map { RecordStore.meteredOwner($0.db) }))
+            bindings.append(BinaryArray.texts(creates.map { $0.record.parent ?? "" }))
+            bindings.append(BinaryArray.int64s(creates.map { $0.record.assetBytes }))
+            bindings.append(BinaryArray.bools(creates.map { $0.db.tracksZoneChanges }))
+            bindings.append(BinaryArray.texts(creates.map { RecordStore.meteredOwner($0.db) }))
             // Each create's index entries, numbered by the create's ordinal.
             var ints = Entries<Int64>(), doubles = Entries<Double>(), texts = Entries<String>(), cells = Entries<Int64>()
             var latitudes: [Double] = [], longitudes: [Double] = []
