@@ -143,6 +143,10 @@ public final class RecordStore: Sendable {
                 return try await RecordStore.takeNotifications(requests, on: connection, logger: logger)
             }
         }
+        // Creates run one statement at a time (per two cores, the default), like lookups. With two
+        // at once (`Deploy/bench-ab.sh --no-flush`, 3 pairs) batches were smaller and PostgreSQL's
+        // CPU per create 33 % higher, creates/s 7 % lower; starting a second statement once six
+        // requests queue instead was no better (+47 %, -7 %).
         self.creates = StatementSharing(shares: shares, keysPerStatement: 64) { requests, sending in
             try await database.withConnection { connection in
                 sending()
