@@ -4,9 +4,9 @@
 -- transaction and no read; one statement (its form for new records only) that writes the record if it does not exist,
 -- its index entries (title, rank: the bench schema) and the zone's change position, after locking the zone row and
 -- checking it is still the zone named. Regenerate when the service's SQL changes.
--- The service runs this form only where statements are not shared (a Citus coordinator). Elsewhere
--- the creates that arrive together share one statement (`CreateRecords`, RecordStore+SharedCreates.swift),
--- so under load the service does less work per create than this baseline and can pass 100 % of it.
+-- The service runs this form for a create that arrives alone, and on a Citus coordinator. Creates that
+-- arrive together share one statement (`CreateRecords`, RecordStore+SharedCreates.swift), so under
+-- load the service does less work per create than this baseline and can pass 100 % of it.
 \set i random(1, :zones)
 \set b random(1, 1000000000)
 SELECT container_id AS c, zone_id AS z, owner AS o, zone_name AS zn FROM bench_zones WHERE i = :i \gset

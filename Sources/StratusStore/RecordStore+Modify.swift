@@ -142,8 +142,9 @@ extension RecordStore {
     ///
     /// A create in a custom zone this process has written to before skips the read: the zone's id
     /// is remembered (`knownZones`), and the write (`CreateRecords`, shared with the creates
-    /// arriving at the same time; `InsertRecords` where statements are not shared) writes only if
-    /// that id is still a live zone of that name in `db` and the record does not exist.
+    /// arriving at the same time; `InsertRecords` for a create alone, or where statements are not
+    /// shared) writes only if that id is still a live zone of that name in `db` and the record
+    /// does not exist.
     ///
     /// `nil` when nothing was written and the transaction must decide: another writer changed the
     /// record (or the zone) after the read, the zone was not found (or the default zone not yet
