@@ -23,7 +23,9 @@
 #   --rounds  runs each workload's pgbench + service pair (and PocketBase) N times in a row
 #             (default 1) and reports the round with the median ratio, and PocketBase's median
 #             round: one pair can fall in a slow phase of the machine (see the steal column),
-#             three rarely all do. Takes about N times as long.
+#             three rarely all do. Takes about N times as long. create-nf and modify-nf run in
+#             every round too, each next to its round's PocketBase run; their row is the round
+#             with the median ratio to it, and their PocketBase column that round's.
 #   --places  Place records in the zone the query-near and query-text workloads read (default 100000).
 #   --scale   instead: lookup, query-eq and changes latency at 1e5 records in 100 containers, then
 #             after growing to 1e6 more records in 10,000 containers (performance.md S1/S3), with
@@ -638,6 +640,7 @@ for workload in $WORKLOADS; do
     *) if [ "$WRITTEN" = 1 ]; then $PSQL -c "VACUUM ANALYZE"; WRITTEN=0; fi;;
   esac
   : > "$WORK/peer-rounds.txt"
+  : > "$WORK/nf-rounds.txt"
   for round in $(seq 1 "$ROUNDS"); do
     case "$workload" in
       mixed) read -r tps lat psteal pcpu < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/lookup.sql@50 -f Deploy/pgbench/query-eq.sql@15 \
@@ -653,6 +656,20 @@ for workload in $WORKLOADS; do
       read -r prps _ < <(service_run "$workload" "$CONCURRENCY" "$WORK/pb.json" --peer pocketbase --server "http://127.0.0.1:$PBPORT")
       echo "$prps" >> "$WORK/peer-rounds.txt"
       wait_idle "$PB_PID" PocketBase   # its WAL checkpoints must not fall into the next pgbench run
+      if [[ " create modify " == *" $workload "* ]]; then
+        # PocketBase answers a write once SQLite has it in its WAL file, without flushing it to
+        # disk (journal_mode=WAL, synchronous=NORMAL: a power loss or OS crash can undo the last
+        # writes). Stratus answers after PostgreSQL has flushed the commit. For a like-for-like
+        # comparison, the same workload again with commits not waiting for the flush
+        # (synchronous_commit=off, the closest PostgreSQL setting), in every round, next to that
+        # round's PocketBase run; the service's default stays durable.
+        $PSQL -c "ALTER SYSTEM SET synchronous_commit = off" -c "SELECT pg_reload_conf()" >/dev/null
+        read -r arps arecs ap50 ap99 aerrors arss asteal acpu < <(service_run "$workload" "$CONCURRENCY" "$WORK/state.json")
+        $PSQL -c "ALTER SYSTEM RESET synchronous_commit" -c "SELECT pg_reload_conf()" >/dev/null
+        nfratio=$(awk -v r="$arps" -v p="$prps" 'BEGIN { printf "%.6f", (p > 0 ? r / p : 0) }')
+        echo "$nfratio $arps $arecs $ap50 $ap99 $aerrors $arss $asteal $acpu $prps" >> "$WORK/nf-rounds.txt"
+        if [ "$ROUNDS" -gt 1 ]; then echo "   $workload round $round, commits not flushed: service $arps req/s against PocketBase $prps req/s" >&2; fi
+      fi
     fi
     if [ "$ROUNDS" -gt 1 ]; then echo "   $workload round $round: pgbench $tps tps, service $rps req/s$( [ -s "$WORK/peer-rounds.txt" ] && echo ", PocketBase $(tail -1 "$WORK/peer-rounds.txt") req/s"); steal $steal %" >&2; fi
   done
@@ -664,17 +681,11 @@ for workload in $WORKLOADS; do
   if [ -s "$WORK/peer-rounds.txt" ]; then peer=$(sort -g "$WORK/peer-rounds.txt" | sed -n "$(( (ROUNDS + 1) / 2 ))p"); fi
   row "$workload" "$tps" "$rps" "$recs" "$p50" "$p99" "$errors" "$rss" "$peer" "$lat" "$steal" "$cpu"
   echo "   $workload: pgbench $tps tps, service $rps req/s, PocketBase $peer req/s; steal $steal %" >&2
-  if [ "$PEER" = 1 ] && [[ " create modify " == *" $workload "* ]]; then
-    # PocketBase answers a write once SQLite has it in its WAL file, without flushing it to disk
-    # (journal_mode=WAL, synchronous=NORMAL: a power loss or OS crash can undo the last writes).
-    # Stratus answers after PostgreSQL has flushed the commit. For a like-for-like peer column,
-    # the same workload again with commits not waiting for the flush (synchronous_commit=off, the
-    # closest PostgreSQL setting); the service's default stays durable.
-    $PSQL -c "ALTER SYSTEM SET synchronous_commit = off" -c "SELECT pg_reload_conf()" >/dev/null
-    read -r arps arecs ap50 ap99 aerrors arss asteal acpu < <(service_run "$workload" "$CONCURRENCY" "$WORK/state.json")
-    $PSQL -c "ALTER SYSTEM RESET synchronous_commit" -c "SELECT pg_reload_conf()" >/dev/null
-    row "$workload-nf" "-" "$arps" "$arecs" "$ap50" "$ap99" "$aerrors" "$arss" "$peer" "-" "-/$asteal" "$acpu/-"
-    echo "   $workload without waiting for the commit flush (PocketBase's durability): service $arps req/s; steal $asteal %" >&2
+  if [ -s "$WORK/nf-rounds.txt" ]; then
+    # The unflushed round with the median ratio to its own round's PocketBase run.
+    read -r _ arps arecs ap50 ap99 aerrors arss asteal acpu prps < <(sort -g "$WORK/nf-rounds.txt" | sed -n "$(( (ROUNDS + 1) / 2 ))p")
+    row "$workload-nf" "-" "$arps" "$arecs" "$ap50" "$ap99" "$aerrors" "$arss" "$prps" "-" "-/$asteal" "$acpu/-"
+    echo "   $workload without waiting for the commit flush (PocketBase's durability): service $arps req/s, PocketBase $prps req/s in that round; steal $asteal %" >&2
   fi
   if [ "$workload" = batch ]; then
     read -r c1 _ steal1 c1cpu < <(pgbench_run "$CONCURRENCY" -f Deploy/pgbench/batch-c1.sql)
@@ -773,7 +784,7 @@ echo "steal %: the share of the machine's CPU time its hypervisor gave to other 
 echo "its service run went on; above a few percent, that run's rate was slowed by it."
 if [ "$PEER" = 1 ]; then
   echo "create-nf, modify-nf: the service again with PostgreSQL answering commits before flushing them (synchronous_commit=off),"
-  echo "as PocketBase's SQLite (synchronous=NORMAL) does; their PocketBase column compares writes of equal durability."
+  echo "as PocketBase's SQLite (synchronous=NORMAL) does; their PocketBase column (the same round's run) compares writes of equal durability."
 fi
 if [ -s "$WORK/switches.txt" ]; then
   # One line per workload: each service run's context switches per request, in run order.
