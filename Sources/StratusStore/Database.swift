@@ -261,6 +261,11 @@ public final class Database: Sendable {
         return state == "40001" || state == "40P01"
     }
 
+    /// PostgreSQL refused an index entry larger than a B-tree page allows.
+    static func isTooLargeToIndex(_ error: PSQLError) -> Bool {
+        error.serverInfo?[.sqlState] == "54000" && error.serverInfo?[.message]?.contains("index row") == true
+    }
+
     /// The SQLSTATE of a server error, if `error` is one.
     public static func sqlState(_ error: any Error) -> String? {
         (error as? PSQLError)?.serverInfo?[.sqlState]
@@ -297,6 +302,13 @@ public final class Database: Sendable {
                 // client puts one there (a name, an email address, a key in a JSON body).
                 if state == "22021" || state == "22P05" {
                     return StratusError(.badRequest, "a text value in the request contains a NUL character (U+0000), which Stratus does not store; remove it",
+                                        underlying: error)
+                }
+                // A value of an indexed field too large for a B-tree entry (about 2,700 bytes
+                // after compression): only a client puts one there.
+                if isTooLargeToIndex(error) {
+                    return StratusError(.badRequest, "a value of an indexed (QUERYABLE, SORTABLE or SEARCHABLE) field is too large to index, "
+                                        + "about 2,700 bytes after compression at most; shorten it, or keep long text in a field that is not indexed",
                                         underlying: error)
                 }
                 if state == "57014" {

@@ -37,8 +37,8 @@ final class SharedCreate: Sendable {
         /// Not written: the record exists, or the id no longer names a live zone `zone` of `db`.
         case unwritten
         /// Not tried, or rolled back with the others of its statement (a deadlock, a counter
-        /// stripe's share of a quota, a name another create of the statement also writes): the
-        /// request decides in a transaction of its own.
+        /// stripe's share of a quota, a value too large to index, a name another create of the
+        /// statement also writes): the request decides in a transaction of its own.
         case retry
     }
 
@@ -69,7 +69,9 @@ final class SharedCreate: Sendable {
                     written[Int(index) - 1] = .written(seq: seq, xid: xid)
                 }
             }
-        } catch let error as PSQLError where Database.isRetryable(error) || RecordStore.isPastStripeCap(error) {
+        } catch let error as PSQLError where Database.isRetryable(error) || RecordStore.isPastStripeCap(error) || Database.isTooLargeToIndex(error) {
+            // Also one create's value too large to index: alone, in the transaction, that one is
+            // refused (BAD_REQUEST) and the others are written.
             return creates.map { _ in .retry }
         } catch is Database.ConnectionLost {
             return creates.map { _ in .retry }  // refused before it was sent

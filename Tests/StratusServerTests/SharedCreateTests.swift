@@ -9,8 +9,8 @@ import Testing
 /// (`SharedCreate`, `Prepared.CreateRecords`): records of several users, zones and containers in
 /// one transaction. Each request must still be answered as if alone: its record in its own zone,
 /// with its own index entries, its zone's change position moved, its container's and owner's
-/// usage counted; a name that exists, a second create of one name, a deleted zone and a quota
-/// reached each answered as without sharing, and the others written.
+/// usage counted; a name that exists, a second create of one name, a deleted zone, a quota
+/// reached and a value too large to index each answered as without sharing, and the others written.
 @Suite(.timeLimit(.minutes(10))) struct SharedCreateTests {
     struct Case: Sendable {
         var tag: String
@@ -128,10 +128,23 @@ import Testing
                 let zones = try await session.post("private", "changes/database", ["syncToken": .string(token)])
                 #expect(zones.json["zones"]?.arrayValue?.compactMap { $0["zoneID"]?["zoneName"]?.stringValue } == ["Z"], "\(tag): \(zones.json)")
             }
+            // A value too large to index (about 2,700 bytes after compression) fails the whole
+            // statement: each create decides alone, that one is refused and the others land.
+            let noise = String((0..<12_000).map { _ in "abcdefghijklmnopqrstuvwxyz0123456789".randomElement()! })
+            let tooLarge: [(Session, String, String)] = [(bob, "bob-large", noise), (bob, "bob-4", "fine"), (carol, "carol-4", "fine")]
+            let large = try await StatementSharingTests.sendAllAtOnce(tooLarge, holding: harness.database, sharing: creates) { item in
+                try await item.0.modify("private", zone: "Z", [op("create", item.1, fields: ["title": ["value": .string(item.2)]])])
+            }
+            #expect(large[0].0 == 400 && large[0].1.errorCode == "BAD_REQUEST"
+                    && large[0].1["reason"]?.stringValue?.contains("too large to index") == true, "\(large[0].1)")
+            for (status, json) in large.dropFirst() {
+                #expect(status == 200 && json.record(0)?["recordChangeTag"] != nil, "\(json)")
+            }
+
             // Nothing landed in the deleted zone, nor past Dave's quota. (The harness checks the
             // usage counters against the records stored when the test ends.)
             let strays = try await harness.database.withConnection { connection in
-                try await connection.statement("SELECT count(*) FROM records WHERE record_name IN ('alice-gone', 'dave-over', 'dave-over-2')",
+                try await connection.statement("SELECT count(*) FROM records WHERE record_name IN ('alice-gone', 'dave-over', 'dave-over-2', 'bob-large')",
                                                logger: TestCluster.logger)[0].decode(Int64.self)
             }
             #expect(strays == 0)
