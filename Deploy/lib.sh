@@ -237,3 +237,22 @@ postgres_cpu_ticks() {
   done
   echo "$ticks"
 }
+
+# After a failed suite: what the tests' PostgreSQL and the services' connection pools said about
+# the database being away (a crash, a restart, refused or timed-out logins), so that a run on CI
+# that failed because PostgreSQL was unreachable says why. The cluster's log is kept by the test
+# process at exit, or left in its folder when the process crashed.
+show_test_database_trouble() {
+  local out=.build/test-output log
+  for log in "$out"/postgres-*.log "${TMPDIR:-/tmp}"/stratus-tests-*/pg/server.log; do
+    [ -f "$log" ] || continue
+    echo "test.sh: the tests' PostgreSQL ($log), its fatal messages and restarts (last 40):" >&2
+    grep -E "FATAL|PANIC|server process|terminating any other|all server processes|database system (was|is)|too many clients|out of memory|No space" "$log" \
+      | grep -v "terminating connection due to administrator command" | tail -40 >&2 || true
+  done
+  if ls "$out"/server-logs/tests-*.log >/dev/null 2>&1; then
+    echo "test.sh: the services' connection pools on PostgreSQL being unreachable (first 20):" >&2
+    grep -h -E "cannot be reached|answers again" "$out"/server-logs/tests-*.log | head -20 >&2 || true
+  fi
+  echo "test.sh: memory and load now: $(free -m | awk '/Mem:/ {print $3 " MiB used of " $2}'), load $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+}

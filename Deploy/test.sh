@@ -15,11 +15,14 @@ swift build --build-tests
 # At most six test apps run at a time (STRATUS_TEST_WIDTH; `HarnessSlots` in the tests' harness):
 # Swift Testing starts every test at once, and ~190 apps with pools of their own on 2 cores left
 # the run queue at 20-30 and requests waiting past their clients' 15 s limit.
-rm -rf .build/test-output/server-logs .build/test-output/secrets-*.txt
+rm -rf .build/test-output/server-logs .build/test-output/secrets-*.txt .build/test-output/postgres-*.log
 status=0
 timeout --signal=INT --kill-after=60 1800 swift test --skip-build "$@" || status=$?
 if [ "$status" -eq 124 ]; then
     echo "test.sh: the tests ran past 30 minutes and were stopped (a test hangs; see the time-limit issues above)" >&2
+fi
+if [ "$status" -ne 0 ]; then
+    show_test_database_trouble
 fi
 # Only for a whole run: a filtered one sees too little to be worth checking, and the contract
 # checks (the OpenAPI document, a client generated from it, schemathesis against a live server),

@@ -143,9 +143,10 @@ final class RecoveringPool: Sendable {
                 // plain connection decides: if it gets in, PostgreSQL was only slow (or full) and
                 // requests go on waiting in a fresh pool; if not, requests are refused at once
                 // until one gets in again.
-                if ContinuousClock.now - current.pool.made < Self.outageWindow, current.pool.number > 1, await !answers() {
+                if ContinuousClock.now - current.pool.made < Self.outageWindow, current.pool.number > 1, let failure = await probe() {
                     state.withLock { $0.usable = false }
-                    logger.warning("PostgreSQL cannot be reached: requests are answered TRY_AGAIN_LATER until it answers again")
+                    logger.warning("PostgreSQL cannot be reached: requests are answered TRY_AGAIN_LATER until it answers again",
+                                   metadata: ["stratus.reason": "\(failure)"])
                     guard await waitUntilItAnswers() else { break }
                 }
                 let number = state.withLock { state in
@@ -191,22 +192,30 @@ final class RecoveringPool: Sendable {
         while !Task.isCancelled {
             attempt += 1
             try? await Task.sleep(for: .milliseconds(min(1000, 100 * attempt)))
-            if await answers() { return true }
+            if await probe() == nil { return true }
         }
         return false
     }
 
-    /// Whether a new connection (not pooled) logs in and runs `SELECT 1`.
-    private func answers() async -> Bool {
+    /// Nil when a new connection (not pooled) logs in and runs `SELECT 1`; otherwise what failed
+    /// (logged with the outage: refused, timed out, too many clients, starting up…).
+    private func probe() async -> String? {
         do {
             let settings = try configuration.connectionSettings()
             let quiet = Logger(label: "stratus.probe", factory: { _ in SwiftLogNoOpLogHandler() })
             let connection = try await PostgresConnection.connect(configuration: settings, id: 0, logger: quiet)
-            let answered = (try? await connection.query("SELECT 1", logger: quiet).collect()) != nil
+            do {
+                _ = try await connection.query("SELECT 1", logger: quiet).collect()
+            } catch {
+                try? await connection.close()
+                throw error
+            }
             try? await connection.close()
-            return answered
+            return nil
+        } catch let error as PSQLError {
+            return error.serverInfo?[.message].map { "\($0) (SQLSTATE \(error.serverInfo?[.sqlState] ?? "?"))" } ?? "\(error.code)\(error.underlying.map { ": \($0)" } ?? "")"
         } catch {
-            return false
+            return "\(error)"
         }
     }
 }

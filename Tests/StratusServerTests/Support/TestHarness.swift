@@ -49,6 +49,10 @@ actor TestCluster {
                 atexit {
                     if let cluster = testClusterForExit {
                         cluster.stop()
+                        // Its log stays for `Deploy/test.sh` to show after a failed run.
+                        let kept = TestCluster.repositoryRoot.appendingPathComponent(".build/test-output/postgres-\(getpid()).log").path
+                        try? FileManager.default.removeItem(atPath: kept)
+                        try? FileManager.default.copyItem(atPath: cluster.dataDirectory + "/server.log", toPath: kept)
                         try? FileManager.default.removeItem(atPath: cluster.dataDirectory)
                         try? FileManager.default.removeItem(atPath: cluster.stateDirectory)
                     }
@@ -390,7 +394,9 @@ struct Session: Sendable {
     func signedUp(_ email: String = "user\(UInt32.random(in: 0...UInt32.max))@example.com", password: String = "correct horse") async throws -> Session {
         let response = try await harness.send(.post, "/auth/1/\(container)/\(environment.rawValue)/signup?ckAPIToken=\(apiToken)",
                                               json: ["emailAddress": .string(email), "password": .string(password)])
-        #expect(response.status == 200, "signup: \(response.json)")
+        // A failed sign-up ends the test here, not at a later force-unwrap of the user's name
+        // (which crashed the whole test process when PostgreSQL was away).
+        try #require(response.status == 200, "signup: \(response.json)")
         var copy = self
         copy.webAuthToken = response.json["ckWebAuthToken"]?.stringValue
         copy.userRecordName = response.json["userRecordName"]?.stringValue
