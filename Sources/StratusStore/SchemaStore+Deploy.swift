@@ -90,15 +90,29 @@ extension SchemaStore {
                     try await connection.statement("UPDATE schema_index_builds SET done = true WHERE container_id = \(containerID) AND environment = 2 AND record_type = \(type) AND field = \(field)", logger: logger)
                     return try await builds(containerID: containerID, on: connection)
                 }
+                // Zone by zone, each zone's records in name order through the primary key, at most a
+                // batch from each. Ordered by zone and name over a join of the two tables,
+                // PostgreSQL read and sorted all the rest of the current zone for every batch (a
+                // build went quadratic in the size of a zone: 308 ms for a batch of 2,000 halfway
+                // through a zone of 200,000 records). Zone sizes differ too much for its estimates,
+                // and it sorted the type's records of the zone again rather than walk the key in
+                // order, so sorting is ruled out for this one statement: 10.8 ms for that batch.
+                try await connection.statement("SET LOCAL enable_sort = off", logger: logger)
                 let rows = try await connection.rows("""
-                    SELECT r.zone_id, r.record_name, r.fields FROM records r
-                    JOIN zones z ON z.container_id = r.container_id AND z.zone_id = r.zone_id AND z.environment = 2
-                    WHERE r.container_id = \(containerID) AND r.record_type = \(type) AND NOT r.deleted
-                      AND (r.zone_id, r.record_name) > (\(nextZone), \(nextRecord))
-                    ORDER BY r.zone_id, r.record_name
+                    SELECT z.zone_id, r.record_name, r.fields FROM zones z
+                    CROSS JOIN LATERAL (
+                        SELECT record_name, fields FROM records
+                        WHERE container_id = z.container_id AND zone_id = z.zone_id AND record_type = \(type) AND NOT deleted
+                          AND record_name > CASE WHEN z.zone_id = \(nextZone) THEN \(nextRecord) ELSE '' END
+                        ORDER BY record_name
+                        LIMIT \(batch)
+                        FOR UPDATE
+                    ) r
+                    WHERE z.container_id = \(containerID) AND z.environment = 2 AND z.zone_id >= \(nextZone)
+                    ORDER BY z.zone_id, r.record_name
                     LIMIT \(batch)
-                    FOR UPDATE OF r
                     """, logger: logger)
+                try await connection.statement("SET LOCAL enable_sort = on", logger: logger)
                 var byZone: [Int64: [Record]] = [:]
                 var last = (nextZone, nextRecord)
                 for row in rows {
