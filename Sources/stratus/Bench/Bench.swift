@@ -12,16 +12,29 @@ struct Bench: AsyncParsableCommand {
               stratus bench seed --containers 100 --records 1000
               stratus bench --workload lookup --concurrency 16 --duration 20
 
-            Workloads: lookup (records/lookup of one record), shared-lookup (the same through the shared
-            database of a user the zone is shared with; seed with --shared), create (records/modify creating one new
-            ~1 KB record), modify (records/modify forceUpdate of one
-            ~1 KB record), batch (100 new records per records/modify), query-eq (equality filter, ~10
-            results), query-range (range filter sorted, 100 results), changes (changes/zone page of
-            100), mixed (50% lookup, 15% query-eq, 20% changes, 15% modify). Reports requests/s,
-            records/s, p50/p90/p99/max latency, errors and the server's RSS.
+            Workloads (--workload):
+              lookup         records/lookup of one record
+              shared-lookup  the same through the shared database of a user the
+                             zone is shared with (seed with --shared)
+              create         records/modify creating one new ~1 KB record
+              modify         records/modify forceUpdate of one ~1 KB record
+              batch          100 new records per records/modify
+              query-eq       equality filter, ~10 results
+              query-range    range filter, sorted, 100 results
+              changes        changes/zone page of 100
+              mixed          50% lookup, 15% query-eq, 20% changes, 15% modify
+              lookup-public  a public-database record, signed in, and
+              lookup-world   the same with the API token alone (both need
+                             'bench seed --public-records')
+              query-near     places near a point, nearest first, and
+              query-text     places whose text has two words (both need
+                             'bench seed --places')
+            Reports requests/s, records/s, p50/p90/p99/max latency, errors and the
+            server's RSS and CPU per request.
 
-            --peer pocketbase points the same generator at a PocketBase server (getOne, create,
-            update, list with filter) for the side-by-side table of Deploy/bench.sh.
+            --peer pocketbase points the same generator at a PocketBase server (getOne,
+            create, update, list with filter) for the side-by-side table of
+            Deploy/bench.sh.
             """,
         subcommands: [Run.self, Seed.self, Subscribe.self, NearSample.self],
         defaultSubcommand: Run.self)
