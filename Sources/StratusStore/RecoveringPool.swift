@@ -213,7 +213,10 @@ final class RecoveringPool: Sendable {
             try? await connection.close()
             return nil
         } catch let error as PSQLError {
-            return error.serverInfo?[.message].map { "\($0) (SQLSTATE \(error.serverInfo?[.sqlState] ?? "?"))" } ?? "\(error.code)\(error.underlying.map { ": \($0)" } ?? "")"
+            if let message = error.serverInfo?[.message] {
+                return "\(message) (SQLSTATE \(error.serverInfo?[.sqlState] ?? "?"))"
+            }
+            return "\(error.code)" + (error.underlying.map { ": \($0)" } ?? "")
         } catch {
             return "\(error)"
         }
