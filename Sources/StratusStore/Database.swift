@@ -261,9 +261,12 @@ public final class Database: Sendable {
         return state == "40001" || state == "40P01"
     }
 
-    /// PostgreSQL refused an index entry larger than a B-tree page allows.
+    /// PostgreSQL refused an index entry larger than a B-tree page allows ("index row size …
+    /// exceeds …", "index row requires … bytes"). SQLSTATE 54000; a Citus coordinator passes a
+    /// worker's on as XX000 when the rows went there by COPY.
     static func isTooLargeToIndex(_ error: PSQLError) -> Bool {
-        error.serverInfo?[.sqlState] == "54000" && error.serverInfo?[.message]?.contains("index row") == true
+        guard let state = error.serverInfo?[.sqlState], state == "54000" || state == "XX000" else { return false }
+        return error.serverInfo?[.message]?.hasPrefix("index row ") == true
     }
 
     /// The SQLSTATE of a server error, if `error` is one.

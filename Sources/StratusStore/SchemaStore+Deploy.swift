@@ -143,7 +143,15 @@ extension SchemaStore {
                           AND field IN (\(field), \(TextTokens.key(of: field)), \(Geo.key(of: field)))
                         """, logger: logger)
                     let db = DatabaseRef(containerID: containerID, environment: .production, scope: .public, owner: "")
-                    try await store.writeIndexEntries(db, zoneID: zoneID, records: records, schema: only, on: connection)
+                    do {
+                        try await store.writeIndexEntries(db, zoneID: zoneID, records: records, schema: only, on: connection)
+                    } catch let error as PSQLError where Database.isTooLargeToIndex(error) {
+                        // A value stored while the field was not indexed: the build stops here
+                        // until that record is changed, and says what to look for.
+                        throw StratusError(.badRequest, "a production record of type \(type) has a value of \(field) too large to index "
+                                           + "(about 2,700 bytes after compression at most), among the records named \(first) to \(last); "
+                                           + "shorten that value, then build again", underlying: error)
+                    }
                 }
                 try await connection.statement("""
                     UPDATE schema_index_builds SET next_zone = \(last.0), next_record = \(last.1), built = built + \(Int64(rows.count)),

@@ -37,9 +37,10 @@ import Testing
                 #expect(written.status == 200 && written.json["records"]?.arrayValue?.allSatisfy { $0.errorCode == nil } == true, "\(written.json)")
                 expected[label] = Set(records.compactMap { $0["record"]?["recordType"] == "Note" ? $0["record"]?["recordName"]?.stringValue : nil })
             }
-            let written = try await first.modify("public", notes("p", 5))
+            let publicNotes = notes("p", 5)
+            let written = try await first.modify("public", publicNotes)
             #expect(written.status == 200, "\(written.json)")
-            expected["public"] = Set((0..<5).map { index in "p-\((index * 7) % 5)-\(index % 3 == 0 ? "Z" : "a")" })
+            expected["public"] = Set(publicNotes.compactMap { $0["record"]?["recordName"]?.stringValue })
             let total = expected.values.map(\.count).reduce(0, +)
             #expect(total == 28)
 
@@ -68,6 +69,35 @@ import Testing
                 let names = Set(found.json["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? [])
                 #expect(found.status == 200 && names == expected[label], "\(label): \(found.json)")
             }
+        }
+    }
+
+    /// A value stored while its field was not indexed can be too large to index (about 2,700
+    /// bytes after compression). The build then stops with BAD_REQUEST naming the type, the field
+    /// and the records' name range, and goes on once the value is shortened.
+    @Test func aValueTooLargeToIndexStopsTheBuildWithAReasonUntilItIsShortened() async throws {
+        try await Harness.run { harness in
+            let plain = "DEFINE SCHEMA\n  RECORD TYPE Note (title STRING, GRANT READ, CREATE, WRITE TO \"_icloud\");\n"
+            let session = try await harness.production(plain, prefix: "Large")
+            let noise = String((0..<12_000).map { _ in "abcdefghijklmnopqrstuvwxyz0123456789".randomElement()! })
+            let written = try await session.modify("public", [op("create", "big", type: "Note", fields: ["title": ["value": .string(noise)]]),
+                                                             op("create", "small", type: "Note", fields: ["title": ["value": "short"]])])
+            #expect(written.json["records"]?.arrayValue?.allSatisfy { $0.errorCode == nil } == true, "\(written.json)")
+            try await harness.deploy(plain.replacingOccurrences(of: "title STRING", with: "title STRING QUERYABLE"), to: session.container)
+            let path = "containers/\(session.container)/schema/indexes/build"
+            for _ in 0..<2 {
+                let stuck = try await harness.admin(.post, path, json: ["batch": 10])
+                let reason = stuck.json["reason"]?.stringValue ?? ""
+                #expect(stuck.status == 400 && stuck.json.errorCode == "BAD_REQUEST", "\(stuck.json)")
+                #expect(reason.contains("Note") && reason.contains("title") && reason.contains("too large to index") && reason.contains("big"), "\(reason)")
+            }
+            let shortened = try await session.modify("public", [op("forceUpdate", "big", type: "Note", fields: ["title": ["value": "short"]])])
+            #expect(shortened.json.record(0)?.errorCode == nil, "\(shortened.json)")
+            let built = try await harness.admin(.post, path, json: ["batch": 10])
+            #expect(built.status == 200 && built.json["done"] == true, "\(built.json)")
+            let found = try await session.post("public", "records/query", ["query": ["recordType": "Note",
+                "filterBy": [["fieldName": "title", "comparator": "EQUALS", "fieldValue": ["value": "short"]]]]])
+            #expect(Set(found.json["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []) == ["big", "small"], "\(found.json)")
         }
     }
 }
