@@ -19,7 +19,7 @@
 # through /management/1/stats) and PostgreSQL's (the cluster's processes, from /proc); the
 # summary per workload gives, for each, how many pairs the new binary was cheaper in and the
 # median and mean per-pair difference. Build the binaries first, e.g.
-#   git worktree add /tmp/old <commit> && (cd /tmp/old && swift build -c release --product stratus)
+#   git worktree add /tmp/old <commit> && (cd /tmp/old && . Deploy/lib.sh && build_release)
 #
 # Everything runs on 127.0.0.1: a throwaway PostgreSQL cluster (tuned as Deploy/bench.sh's),
 # seeded through the old binary (100 containers × 1,000 records by default), stopped at the end;

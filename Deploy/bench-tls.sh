@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 command -v wrk >/dev/null 2>&1 || { echo "bench-tls.sh: installing Debian's wrk" >&2; apt-get install -y -qq wrk >/dev/null; }
-swift build -c release --product stratus >&2
+build_release >&2
 BIN=$PWD/.build/release/stratus
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 WORK=$(mktemp -d /tmp/stratus-bench-tls.XXXXXX)

@@ -90,7 +90,7 @@ ensure_postgres
 command -v pgbench >/dev/null || { echo "pgbench is missing (Debian: apt-get install postgresql-client)" >&2; exit 1; }
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 echo "== building stratus (release)" >&2
-swift build -c release --product stratus >&2
+build_release >&2
 BIN=$PWD/.build/release/stratus
 WORK=${STRATUS_BENCH_DIR:-/tmp/stratus-bench}
 PGPORT=55433

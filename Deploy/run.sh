@@ -5,5 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . Deploy/lib.sh
 ensure_postgres
-swift build -c release --product stratus
+build_release
 exec .build/release/stratus serve "$@"

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 ensure_postgres
 records=${STRATUS_CONSOLE_RECORDS:-1000000}
 echo "== building stratus (release)" >&2
-swift build -c release --product stratus >&2
+build_release >&2
 binary=$PWD/.build/release/stratus
 out=.build/test-output/console-bench
 mkdir -p "$out"

@@ -44,6 +44,17 @@ import Testing
         for promise in ["--static-swift-stdlib", "\nUSER stratus", "HEALTHCHECK", "/health"] {
             #expect(dockerfile.contains(promise), "Deploy/Dockerfile lacks \(promise)")
         }
+        // The image's binary is built as `Deploy/run.sh` builds one (`build_release` in Deploy/lib.sh).
+        let lib = try Self.text("Deploy/lib.sh")
+        let build = try #require(lib.range(of: "build_release() {").map { lib[$0.upperBound...].prefix { $0 != "}" } },
+                                 "Deploy/lib.sh has no build_release")
+        let words = build.split(whereSeparator: \.isWhitespace)
+        let flags = zip(words, words.dropFirst()).filter { $0.0 == "-Xswiftc" }.map { "-Xswiftc \($0.1)" }
+        #expect(!flags.isEmpty, "build_release passes no compiler flags")
+        let imageBuild = try #require(dockerfile.split(separator: "\n").first { $0.contains("swift build -c release") })
+        for flag in flags {
+            #expect(imageBuild.contains(flag), "Deploy/Dockerfile builds without \(flag), which build_release passes")
+        }
         let unit = try Self.text("Deploy/stratus.service")
         for option in ["User=stratus", "NoNewPrivileges=yes", "ProtectSystem=strict", "PrivateTmp=yes", "CapabilityBoundingSet=",
                        "RestrictAddressFamilies=", "SystemCallFilter=", "EnvironmentFile="] {
