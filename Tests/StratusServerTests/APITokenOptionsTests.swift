@@ -6,7 +6,7 @@ import Testing
 
 /// API token options (issue 23 §5): allowed origins answered and enforced for browsers (CORS,
 /// preflight included) and the sign-in callback URL; changes hold on every server process.
-@Suite(.timeLimit(.minutes(10))) struct APITokenOptionsTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct APITokenOptionsTests {
     static let app = "https://notes.example.com"
 
     @Test func allowedOriginsAreAnsweredAndEnforced() async throws {

@@ -13,7 +13,7 @@ import Testing
 /// Assets through a real `stratus serve` (its own HTTP server and process): uploads and downloads
 /// stream (the server's memory stays flat), concurrent uploads land whole, and uploads cut off at
 /// random points leave nothing behind.
-@Suite(.timeLimit(.minutes(10))) struct AssetStreamingTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct AssetStreamingTests {
     static let adminToken = "asset-streaming-admin"
 
     /// The resident memory of a process, in bytes (`VmRSS`).

@@ -12,7 +12,7 @@ import Testing
 /// Assets (issue 27): CloudKit JS's three steps — `assets/upload`, the bytes POSTed to the URL it
 /// returns, the receipt saved in `records/modify` — then the record's `downloadURL` serves the
 /// same bytes; each in both asset stores.
-@Suite(.timeLimit(.minutes(10))) struct AssetTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct AssetTests {
     enum Store: String, CaseIterable, Sendable { case files, postgres }
 
     /// A harness on the given asset store, with `configure` applied after.

@@ -6,7 +6,7 @@ import Testing
 
 /// The audit log holds every management action, written with the action (a refused action
 /// leaves no entry), and administrators disable and enable users through the management API.
-@Suite(.timeLimit(.minutes(10))) struct AuditAndUserAdminTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct AuditAndUserAdminTests {
     @Test func managementActionsAreAuditedWithTheirActor() async throws {
         try await Harness.run { harness in
             let session = try await harness.container()

@@ -8,7 +8,7 @@ import Testing
 /// operation × record ownership, through the HTTP API on real PostgreSQL, checked against an
 /// oracle written here from the rules as documented (README, security roles), not from the
 /// server's code. Prints its case count; any unauthorized success or wrong denial fails it.
-@Suite(.timeLimit(.minutes(10))) struct AuthorizationMatrixTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct AuthorizationMatrixTests {
     static let roles = ["_world", "_icloud", "_creator", "Editor"]
     static let permissions = ["CREATE", "READ", "WRITE"]
 

@@ -7,7 +7,7 @@ import Testing
 /// The bad-input catalogue of reliability-plan §4 (entries 1–12, 16–17, 19–23, 25–26, 29–31):
 /// each gets a 4xx with a stable code and a reason; none gives a 5xx. Run against a live server,
 /// through the HTTP layer `stratus serve` runs.
-@Suite(.timeLimit(.minutes(10))) struct BadInputTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct BadInputTests {
     /// Checks a whole-request error: status, code, a non-empty reason, and optionally a word in it.
     func expectError(_ response: (status: Int, json: JSON), _ status: Int, _ code: String, mentions: String? = nil,
                      sourceLocation: SourceLocation = #_sourceLocation) {

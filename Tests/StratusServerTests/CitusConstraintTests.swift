@@ -8,7 +8,7 @@ import Testing
 /// leads with it — or a small reference table copied to every node, or (the rate limiter's
 /// windows) a table kept on the coordinator (`Deploy/citus/distribute.sql` says which). Checked on
 /// the schema the migrations build.
-@Suite(.timeLimit(.minutes(10))) struct CitusConstraintTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct CitusConstraintTests {
     /// The DDL file's reference tables (`SELECT create_reference_table('…')`) and distributed ones.
     static func plan() throws -> (reference: Set<String>, distributed: Set<String>, local: Set<String>) {
         let text = try String(contentsOf: TestCluster.repositoryRoot.appendingPathComponent("Deploy/citus/distribute.sql"), encoding: .utf8)

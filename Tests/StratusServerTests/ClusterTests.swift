@@ -9,7 +9,7 @@ import Testing
 /// `Deploy/cluster.sh` (issue 28): the compose topology on loopback — PostgreSQL primary and
 /// streaming replica, two `stratus serve`, HAProxy in front — comes up, serves through the load
 /// balancer, loses no acknowledged write when one server is killed, and goes down cleanly.
-@Suite(.serialized, .timeLimit(.minutes(10))) struct ClusterTests {
+@Suite(.serialized, .timeLimit(.minutes(TestTime.minutes(10)))) struct ClusterTests {
     /// A base port with the eleven after it free (the script takes P…P+2 and P+10, P+11). The
     /// suite runs its tests one at a time: two clusters coming up at once could pick overlapping ports.
     static func freeBase() -> Int {

@@ -9,7 +9,7 @@ import Testing
 /// the headers that keep pages from running anything but their own script, escaping of every
 /// value it shows, and the same answers as the management API for each kind of team member.
 /// (`Deploy/console/e2e.py` drives it in a browser.)
-@Suite(.timeLimit(.minutes(10))) struct ConsoleTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct ConsoleTests {
     static let origin = "http://127.0.0.1:8080"
 
     /// A browser of the console: its cookie and the CSRF token of the last page.

@@ -19,7 +19,7 @@ final class Kept: @unchecked Sendable {
 /// `stratus container export|import` (issue 28): a container with many records moves to a
 /// fresh server — a PostgreSQL cluster of its own, whose transaction ids start far below the
 /// source's — with identical records, and a sync token taken before the export goes on working.
-@Suite(.timeLimit(.minutes(15))) struct ContainerTransferTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(15)))) struct ContainerTransferTests {
     /// Records written: 20,000 in the suite; `STRATUS_TRANSFER_RECORDS=100000` for the issue's
     /// size. Written through the API beside the whole suite, 100,000 took the test to six minutes
     /// on 2 cores and starved its neighbours into their time limits; the export and import paths

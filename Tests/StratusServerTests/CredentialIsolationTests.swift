@@ -8,7 +8,7 @@ import Testing
 /// Credentials of one container never reach another, and a development credential never opens
 /// production, on every route the router has: the routes come from the router's own table, so a
 /// route added later is covered without anyone adding it here (reliability plan S4, S7).
-@Suite(.timeLimit(.minutes(10))) struct CredentialIsolationTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct CredentialIsolationTests {
     /// A credential a client could send, and what it is.
     struct Credential: Sendable {
         var name: String

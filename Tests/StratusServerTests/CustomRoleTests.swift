@@ -6,7 +6,7 @@ import Testing
 /// Custom roles (`CREATE ROLE` in the schema) through the management API and the CLI's routes:
 /// members get the role's grants in lookups, queries, change feeds and modifies; others do not;
 /// a change of membership holds on every server process.
-@Suite(.timeLimit(.minutes(10))) struct CustomRoleTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct CustomRoleTests {
     static let schema = """
         DEFINE SCHEMA
           CREATE ROLE Editor;

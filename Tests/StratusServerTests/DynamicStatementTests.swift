@@ -4,7 +4,7 @@ import Testing
 
 /// Statements built at run time (queries, change feeds) are prepared under names that never
 /// change meaning, up to a cap; past the cap they run unprepared, with the same answers.
-@Suite(.timeLimit(.minutes(10))) struct DynamicStatementTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct DynamicStatementTests {
     @Test func shapesBeyondTheCapRunUnpreparedWithTheSameAnswers() async throws {
         try await Harness.run { harness in
             // A registry of its own: filling the service's would leave the other suites' later

@@ -8,7 +8,7 @@ import FoundationNetworking
 
 /// The built `stratus` binary: `serve` with no database configured (embedded PostgreSQL, as
 /// `Deploy/run.sh` runs it), the admin CLI against it, and the README's curl walk-through.
-@Suite(.serialized, .timeLimit(.minutes(10))) struct EndToEndTests {
+@Suite(.serialized, .timeLimit(.minutes(TestTime.minutes(10)))) struct EndToEndTests {
     /// The `stratus` executable next to the test bundle (SwiftPM builds both into the same folder).
     static var binary: String {
         let folder = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()

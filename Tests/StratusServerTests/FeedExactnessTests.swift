@@ -12,7 +12,7 @@ import Testing
 /// versions must arrive in the order they were written, none twice, and the last one read must be
 /// the last one acknowledged. On a Citus cluster (`STRATUS_TEST_CITUS`) the containers are spread
 /// over the workers (checked): positions come from the coordinator whatever worker holds the rows.
-@Suite(.timeLimit(.minutes(10))) struct FeedExactnessTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct FeedExactnessTests {
     /// What the writers had acknowledged, and what the readers saw.
     actor Ledger {
         var acknowledged: [String: Int] = [:]

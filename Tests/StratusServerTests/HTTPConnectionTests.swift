@@ -9,7 +9,7 @@ import Testing
 /// The HTTP/1.1 layer `stratus serve` runs (`StratusHTTPChannel`), spoken to over a raw socket:
 /// what a client sees on the wire, byte for byte, when it pipelines, breaks the protocol, sends
 /// too much, waits for `100 Continue` or speaks HTTP/1.0.
-@Suite(.timeLimit(.minutes(10))) struct HTTPConnectionTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct HTTPConnectionTests {
     @Test func pipelinedRequestsAreAnsweredInOrderOnOneConnection() async throws {
         try await Harness.run(live: true) { harness in
             let session = try await harness.container().signedUp()

@@ -5,7 +5,7 @@ import Testing
 /// zone, users' private default zones and a custom one, zones with none of the type's records,
 /// and zones larger than a batch (so batches end and resume inside a zone), with records of
 /// another type between. Every record of the type is then found through the new index.
-@Suite(.timeLimit(.minutes(10))) struct IndexBuildTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct IndexBuildTests {
     @Test func aBuildInSmallBatchesReachesEveryRecordOfEveryZone() async throws {
         try await Harness.run { harness in
             let grants = "GRANT READ, CREATE, WRITE TO \"_icloud\""

@@ -8,7 +8,7 @@ import Testing
 /// A create in a custom zone written before skips reading the zone (`RecordStore.knownZones`):
 /// the write checks that the remembered id is still a live zone of that name and owner. A stale
 /// id writes nothing and the request is answered as it would be without the shortcut.
-@Suite(.timeLimit(.minutes(10))) struct KnownZoneTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct KnownZoneTests {
     @Test func aCreateInAKnownZoneIsCheckedByTheWriteItself() async throws {
         try await Harness.run { harness in
             let alice = try await harness.container().signedUp()

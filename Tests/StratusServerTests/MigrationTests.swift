@@ -4,7 +4,7 @@ import StratusCore
 import StratusStore
 import Testing
 
-@Suite(.timeLimit(.minutes(10))) struct MigrationTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct MigrationTests {
     /// The binary carries exactly the files of Migrations/ (the build plugin embeds them).
     @Test func embeddedMigrationsAreTheFilesOfTheMigrationsFolder() throws {
         let files = try Migration.load(from: TestCluster.repositoryRoot.appendingPathComponent("Migrations"))

@@ -10,7 +10,7 @@ import Testing
 
 /// Notifications (issue 26): a committed change that matches a subscription queues one
 /// notification per subscription, delivered through the web courier URL `tokens/create` returns.
-@Suite(.timeLimit(.minutes(10))) struct NotificationTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct NotificationTests {
     /// `tokens/create` for `session`; the web courier path (on the test server).
     static func courierPath(_ session: Session, prefix: String = "/device/1") async throws -> String {
         let created = try await session.harness.send(.post, "\(prefix)/\(session.container)/\(session.environment.rawValue)/tokens/create?\(session.query)",

@@ -8,7 +8,7 @@ import Testing
 /// from the document, or a document naming a route the server does not have, fails here. The
 /// routes come from the router's table, so a route added later is held to the document without
 /// anyone adding it to this test.
-@Suite(.timeLimit(.minutes(10))) struct OpenAPIContractTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct OpenAPIContractTests {
     /// A path with each parameter (`:name` or `{name}`) written `{}`, for comparing patterns.
     static func shape(_ path: String) -> String {
         path.split(separator: "/", omittingEmptySubsequences: false).map { part in

@@ -8,7 +8,7 @@ import Testing
 /// A new deployment is fast from its first minute: after records are saved through the API into
 /// a fresh database, the statements the service has prepared are planned on statistics that
 /// describe the tables as they are now, not as they were when the migrations ran (issue 29).
-@Suite(.timeLimit(.minutes(10))) struct PlannerStatisticsTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct PlannerStatisticsTests {
     /// The plan of the service's own prepared lookup, read on the service's only pooled
     /// connection, where it was prepared while the tables were empty.
     static func lookupPlan(_ harness: Harness, container: Int64, owner: String, name: String) async throws -> String {

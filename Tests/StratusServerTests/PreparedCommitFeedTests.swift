@@ -17,7 +17,7 @@ import Testing
 /// record saved through the API. The feed read waits until the test commits it, and delivers it;
 /// a prepared transaction left for longer is answered TRY_AGAIN_LATER. Runs on a Citus cluster
 /// only (`STRATUS_TEST_CITUS`, `Deploy/citus/suite.sh`).
-@Suite(.timeLimit(.minutes(10)), .enabled(if: TestCluster.citusPorts != nil, "needs a Citus cluster (STRATUS_TEST_CITUS)"))
+@Suite(.timeLimit(.minutes(TestTime.minutes(10))), .enabled(if: TestCluster.citusPorts != nil, "needs a Citus cluster (STRATUS_TEST_CITUS)"))
 struct PreparedCommitFeedTests {
     /// Runs statements on one connection to `node`, rows read.
     static func onWorker(_ node: DatabaseConfiguration, _ statements: [String]) async throws {

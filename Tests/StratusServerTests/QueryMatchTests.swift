@@ -5,7 +5,7 @@ import Testing
 /// `Query.matches` decides in memory which records a query subscription fires on. It must agree
 /// with `records/query` (the store's SQL on index entries) record for record: here, 300 records
 /// with missing fields, lists, look-alike Unicode, prefixes and points, against every comparator.
-@Suite(.timeLimit(.minutes(10))) struct QueryMatchTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct QueryMatchTests {
     @Test func inMemoryMatchingAgreesWithTheStoresQueries() async throws {
         try await Harness.run { harness in
             let user = try await harness.container().signedUp()

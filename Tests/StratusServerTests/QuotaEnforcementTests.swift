@@ -6,7 +6,7 @@ import Testing
 
 /// Quotas (issue 25): storage limits enforced exactly under concurrency, metered in the writes'
 /// own transactions, and checked against a recount.
-@Suite(.timeLimit(.minutes(10))) struct QuotaEnforcementTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct QuotaEnforcementTests {
     /// Hands out record names to racing clients until `total` have been handed out.
     actor Names {
         let prefix: String

@@ -5,7 +5,7 @@ import Testing
 
 /// Quotas (issue 25), first part: limits as data, set per container-environment through the CLI
 /// and the management API, audited.
-@Suite(.timeLimit(.minutes(10))) struct QuotaLimitTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct QuotaLimitTests {
     @Test func theOperatorSetsShowsAndResetsLimitsPerEnvironment() async throws {
         try await Harness.run(live: true) { harness in
             let session = try await harness.container()

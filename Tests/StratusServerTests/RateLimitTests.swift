@@ -8,7 +8,7 @@ import Testing
 
 /// Rate limits (issue 25): per container, per user and per API token and client address, counted
 /// in operations, shared by every server process on the database.
-@Suite(.timeLimit(.minutes(10))) struct RateLimitTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct RateLimitTests {
     /// POSTs and returns status, body and the Retry-After header.
     static func post(_ url: String, _ body: String) async throws -> (status: Int, json: JSON, retryAfter: String?) {
         var request = URLRequest(url: URL(string: url)!)

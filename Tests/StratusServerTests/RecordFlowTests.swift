@@ -5,7 +5,7 @@ import Testing
 /// The request sequence of a CloudKit JS app: text/plain bodies, ckAPIToken + ckWebAuthToken and
 /// ckjs* query parameters, create → lookup → query with filter, sort and continuation → update with
 /// change tags → delete, in the public and the private database.
-@Suite(.timeLimit(.minutes(10))) struct RecordFlowTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct RecordFlowTests {
     @Test(arguments: ["public", "private"])
     func cloudKitJSFlow(database: String) async throws {
         try await Harness.run { harness in

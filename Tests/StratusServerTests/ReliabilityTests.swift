@@ -7,7 +7,7 @@ import Testing
 @testable import StratusServer
 
 /// Reliability-plan families R1, R4 and R8 through the HTTP API on real PostgreSQL.
-@Suite(.timeLimit(.minutes(10))) struct ReliabilityTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct ReliabilityTests {
     /// R1: 16 clients race read-modify-write cycles on one record with change tags. Every
     /// acknowledged append must be in the final list (0 lost), none twice, and every loser must
     /// have been told CONFLICT with the server's record.
@@ -500,7 +500,7 @@ import Testing
 /// The visibility gap of a plain sequence (performance.md §4.1), forced deterministically: a writer
 /// takes its change sequence, then stalls before COMMIT while a later writer commits and a reader
 /// reads past it. The stalled change must still reach the reader on its next read.
-@Suite(.timeLimit(.minutes(10))) struct ChangeFeedVisibilityTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct ChangeFeedVisibilityTests {
     actor Gate {
         var entered = false
         var released = false
@@ -555,7 +555,7 @@ import Testing
 /// (`RecordStore.modifyOne`); otherwise the locked transaction decides. Forced deterministically:
 /// the first save is held between its read and its write while another request changes the record
 /// or deletes the zone.
-@Suite(.timeLimit(.minutes(10))) struct OptimisticSaveTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct OptimisticSaveTests {
     /// Holds the first caller of `pass` until `release`; every later caller passes at once.
     actor Gate {
         var claimed = false

@@ -9,7 +9,7 @@ import Testing
 /// The request log: every data-API request of a container is logged once, with the id its answer
 /// carried (`X-Request-ID`, and an error's `uuid`), through a live server; the log keeps the newest
 /// `logRequests` rows under a flood; `stratus logs` reads and follows it.
-@Suite(.timeLimit(.minutes(10))) struct RequestLogTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct RequestLogTests {
     static let requestID = HTTPField.Name("X-Request-ID")!
 
     /// `(status, json)` of a data request sent with `id` as its X-Request-ID.

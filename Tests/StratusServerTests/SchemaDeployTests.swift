@@ -5,7 +5,7 @@ import StratusStore
 import Testing
 
 /// Schema environments and promotion through the CLI (`stratus schema …`) and the data API.
-@Suite(.timeLimit(.minutes(10))) struct SchemaDeployTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct SchemaDeployTests {
     func cli(_ harness: Harness, _ arguments: [String]) async throws -> Subprocess.Output {
         try await EndToEndTests.cli(arguments, server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
     }

@@ -9,7 +9,7 @@ import Testing
 /// which of `_world` (any API token), `_icloud` (any signed-in user) and `_creator` (the user who
 /// created the record) may CREATE, READ and WRITE its records. Through the HTTP API on real
 /// PostgreSQL, with two users and an anonymous caller of one container.
-@Suite(.timeLimit(.minutes(10))) struct SecurityRoleTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct SecurityRoleTests {
     /// A note's fields: one title.
     static func titled(_ title: String) -> [String: JSON] { ["title": ["value": .string(title)]] }
 

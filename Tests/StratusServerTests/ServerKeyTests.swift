@@ -39,7 +39,7 @@ struct Signer: Sendable {
 
 /// Server-to-server keys (issue 23 §6) through the management API and signed data requests on
 /// real PostgreSQL, and swift-crypto's ECDSA verification against Project Wycheproof's vectors.
-@Suite(.timeLimit(.minutes(10))) struct ServerKeyTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct ServerKeyTests {
     /// Adds a key for `container`/`environment` and returns its signer.
     static func addKey(_ harness: Harness, container: String, environment: ContainerEnvironment = .development) async throws -> Signer {
         var signer = Signer()

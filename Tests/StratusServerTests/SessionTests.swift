@@ -5,7 +5,7 @@ import Testing
 
 /// Web auth tokens name sessions that end: by signing out, by a password change, by their idle
 /// and absolute limits; and failed sign-ins are throttled. Over HTTP, against real PostgreSQL.
-@Suite(.timeLimit(.minutes(10))) struct SessionTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct SessionTests {
     /// Calls `users/caller` until it answers `status` or `limit` passes; returns the last answer
     /// and how long it took.
     static func caller(_ session: Session, until status: Int, within limit: Duration) async throws -> (status: Int, json: JSON, waited: Duration) {

@@ -6,7 +6,7 @@ import Testing
 /// Two real `stratus serve` processes on one database (issue 28): conflicting writes, change
 /// feeds, a schema deploy, an API token revoked and a session signed out on one are seen by the
 /// other at once, with no restart.
-@Suite(.timeLimit(.minutes(10))) struct SeveralProcessesTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct SeveralProcessesTests {
     static let adminToken = "several-admin"
     static let container = "iCloud.com.example.Several"
 

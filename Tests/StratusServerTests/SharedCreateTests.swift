@@ -11,7 +11,7 @@ import Testing
 /// with its own index entries, its zone's change position moved, its container's and owner's
 /// usage counted; a name that exists, a second create of one name, a deleted zone, a quota
 /// reached and a value too large to index each answered as without sharing, and the others written.
-@Suite(.timeLimit(.minutes(10))) struct SharedCreateTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct SharedCreateTests {
     struct Case: Sendable {
         var tag: String
         var session: Session

@@ -6,7 +6,7 @@ import Testing
 
 /// Sharing (issue 24): shares saved through `records/modify`, `records/resolve` and
 /// `records/accept`, hierarchies through `parent`.
-@Suite(.timeLimit(.minutes(10))) struct SharingTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct SharingTests {
     /// A `records/modify` operation with extra record keys (parent, share keys…).
     static func op(_ type: String, _ name: String, recordType: String? = "Note", tag: String? = nil, fields: [String: JSON] = [:],
                    _ extra: [String: JSON] = [:]) -> JSON {

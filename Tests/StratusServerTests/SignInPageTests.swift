@@ -12,7 +12,7 @@ import Testing
 /// `AUTHENTICATION_REQUIRED`, opens the `redirectURL` in a popup, the person creates an account
 /// there, and the app receives the token (postMessage to the opener, or the API token's sign-in
 /// callback) and calls `users/caller` with it. Screenshots go to `.build/test-output/sign-in/`.
-@Suite(.timeLimit(.minutes(10))) struct SignInPageTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct SignInPageTests {
     static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
 
     static var chromium: String? {

@@ -7,7 +7,7 @@ import Testing
 /// Concurrent `records/lookup`s share one statement, and so do concurrent `records/query`s of one
 /// shape (`StatementSharing`). Each request must still get exactly its own answer: its container,
 /// environment, database, owner and zone, its names or filter values, its page, its missing zone.
-@Suite(.timeLimit(.minutes(10))) struct StatementSharingTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct StatementSharingTests {
     struct Target: Sendable {
         var session: Session
         var database: String

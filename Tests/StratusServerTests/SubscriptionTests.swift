@@ -5,7 +5,7 @@ import Testing
 
 /// Subscriptions (issue 26): `subscriptions/list`, `lookup` and `modify` in the public, private
 /// and shared databases, kept per user and validated against the schema; `stratus subscription list`.
-@Suite(.timeLimit(.minutes(10))) struct SubscriptionTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct SubscriptionTests {
     static func create(_ subscription: JSON) -> JSON { ["operationType": "create", "subscription": subscription] }
 
     static let pinnedNotes: JSON = ["subscriptionID": "pinned", "subscriptionType": "query",

@@ -7,7 +7,7 @@ import Testing
 /// Operators and teams through the management API: every route × every kind of caller, the
 /// expected answer derived from `ManagementAccess.routes` (the one table of who may do what),
 /// and the answers a team member sees.
-@Suite(.timeLimit(.minutes(10))) struct TeamAccessTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct TeamAccessTests {
     /// A caller of the matrix: their credential and what the table knows of them.
     struct Caller: Sendable {
         var name: String

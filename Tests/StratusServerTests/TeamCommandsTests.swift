@@ -9,7 +9,7 @@ import FoundationNetworking
 /// The operator and team verbs of the built `stratus` binary against two real `stratus serve`
 /// processes, with a real config folder: a superuser sets up a team with the admin token, a
 /// developer signs in, works, is refused what their role does not allow, and signs out.
-@Suite(.timeLimit(.minutes(10))) struct TeamCommandsTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct TeamCommandsTests {
     /// Runs the CLI as someone with `config` for their config folder and no admin token.
     static func cli(_ arguments: [String], server: String, config: String, adminToken: String? = nil) async throws -> Subprocess.Output {
         var environment = ProcessInfo.processInfo.environment

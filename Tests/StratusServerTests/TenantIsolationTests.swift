@@ -8,7 +8,7 @@ import Testing
 /// DESIGN §5: a query's cost depends on the rows that match in its own zone, never on other
 /// tenants' data. EXPLAIN ANALYZE of the SQL the service runs must read none of another
 /// container's rows, however many there are.
-@Suite(.timeLimit(.minutes(10))) struct TenantIsolationTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct TenantIsolationTests {
     /// Sums the rows every scan node produced and removed, and lists the node types; with
     /// `relation`, only the nodes that read that table.
     func scanStatistics(_ plan: JSON, relation: String? = nil) -> (rows: Int64, removed: Int64, nodes: [String], conditions: [String]) {

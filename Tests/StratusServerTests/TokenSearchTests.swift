@@ -7,7 +7,7 @@ import Testing
 /// SEARCHABLE strings, case- and diacritic-insensitive, split on whitespace and punctuation,
 /// checked against an oracle that knows each record's words by construction (it never
 /// tokenizes), over a generated corpus with accents, case, punctuation and repeated words.
-@Suite(.timeLimit(.minutes(10))) struct TokenSearchTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct TokenSearchTests {
     /// Words as the oracle knows them, each with spellings the corpus and the queries use.
     static let vocabulary: [(word: String, spellings: [String])] = [
         ("creme", ["crème", "Crème", "CREME", "creme"]), ("cafe", ["café", "CAFÉ", "Cafe"]), ("naive", ["naïve", "NAIVE", "Naive"]),

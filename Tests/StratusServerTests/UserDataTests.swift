@@ -5,7 +5,7 @@ import Testing
 /// A user's data rights (issue 28): `export` gives everything they own as JSON; `erase` removes
 /// it, their share participations and their account, leaves tombstones where others sync, and is
 /// audited.
-@Suite(.timeLimit(.minutes(10))) struct UserDataTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct UserDataTests {
     @Test func exportGivesEverythingAUserOwnsAndEraseRemovesIt() async throws {
         try await Harness.run { harness in
             let anonymous = try await harness.container()

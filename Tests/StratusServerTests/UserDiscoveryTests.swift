@@ -6,7 +6,7 @@ import Testing
 /// Users and discovery (issue 23 §3): each user's `Users` record in the public database, their
 /// names, opting in to discoverability, and the discovery and lookup endpoints, where a user who
 /// did not opt in (or was disabled) is answered exactly like an address nobody uses.
-@Suite(.timeLimit(.minutes(10))) struct UserDiscoveryTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct UserDiscoveryTests {
     static func signUp(_ session: Session, _ email: String, _ extra: [String: JSON]) async throws -> Session {
         var body: [String: JSON] = ["emailAddress": .string(email), "password": "correct horse"]
         body.merge(extra) { $1 }

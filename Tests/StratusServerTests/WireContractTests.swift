@@ -8,7 +8,7 @@ import Testing
 
 /// What real clients read of the first calls they make: `users/caller` as CloudKit JS and MistKit
 /// decode it, and API tokens in the form clients check before sending anything.
-@Suite(.timeLimit(.minutes(10))) struct WireContractTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct WireContractTests {
     /// CloudKit JS's `setUpAuth()` resolves to `users/caller`'s body and reads
     /// `userIdentity.userRecordName` from it; MistKit decodes `UserIdentityResponse`
     /// (`userRecordName`, `lookupInfo`, `nameComponents` at the top level).

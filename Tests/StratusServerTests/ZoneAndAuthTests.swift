@@ -2,7 +2,7 @@ import Foundation
 import StratusCore
 import Testing
 
-@Suite(.timeLimit(.minutes(10))) struct ZoneTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct ZoneTests {
     @Test func customZonesLifecycleAndDatabaseChanges() async throws {
         try await Harness.run { harness in
             let alice = try await harness.container().signedUp()
@@ -130,7 +130,7 @@ import Testing
     }
 }
 
-@Suite(.timeLimit(.minutes(10))) struct AuthTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct AuthTests {
     @Test func signUpSignInAndUserEndpoints() async throws {
         try await Harness.run { harness in
             let session = try await harness.container()
