@@ -18,17 +18,22 @@ public struct BackgroundWork: Service {
     let assetReceiptLifetime: Duration
     let replicaReads: ReplicaReads?
     let requestLog: RequestLog
+    /// Where each piece registers while it runs (`StratusApp.running`).
+    let running: RunningParts
 
     public func run() async throws {
-        try await cancelWhenGracefulShutdown {
+        try await cancelWhenGracefulShutdown { [running] in
             await withDiscardingTaskGroup { group in
-                if let keeper { group.addTask { await keeper.run() } }
-                group.addTask { await invalidations.run() }
-                group.addTask { await rateLimiter.run() }
-                group.addTask { await requestLog.run() }
-                group.addTask { await sweepNotifications() }
-                group.addTask { await sweepAssets() }
-                if let replicaReads { group.addTask { await replicaReads.run() } }
+                func add(_ name: String, _ work: @escaping @Sendable () async -> Void) {
+                    group.addTask { await running.run(name, work) }
+                }
+                if let keeper { add("planner statistics") { await keeper.run() } }
+                add("cache invalidations") { await invalidations.run() }
+                add("rate-limit counts") { await rateLimiter.run() }
+                add("request log") { await requestLog.run() }
+                add("notification sweep") { await sweepNotifications() }
+                add("asset sweep") { await sweepAssets() }
+                if let replicaReads { add("replica positions") { await replicaReads.run() } }
             }
         }
     }
@@ -64,6 +69,6 @@ extension StratusApp {
         BackgroundWork(keeper: configuration.statisticsInterval.map { StatisticsKeeper(database: database, logger: logger, interval: $0) },
                        invalidations: invalidations, rateLimiter: rateLimiter, records: records, assets: assets,
                        assetSweepInterval: configuration.assetSweepInterval, assetReceiptLifetime: configuration.assetReceiptLifetime,
-                       replicaReads: replicaReads, requestLog: requestLog)
+                       replicaReads: replicaReads, requestLog: requestLog, running: running)
     }
 }

@@ -27,6 +27,9 @@ public final class StratusApp: Sendable {
     let logger: Logger
     /// Requests, latencies and errors counted for `GET /metrics`.
     public let metrics = Metrics()
+    /// The service's long-lived parts while they run (`BackgroundWork`'s pieces; `stratus serve`
+    /// adds the HTTP server and the database pools): what an overrunning shutdown names.
+    public let running: RunningParts
     /// Development query shapes: when each was last noted, and those not yet written (see `noteQueryShape`).
     struct QueryShapeState {
         var seen: [SchemaStore.QueryShape: Date] = [:]
@@ -54,16 +57,22 @@ public final class StratusApp: Sendable {
     let consoleBox = ManagementResponder()
 
     /// Wires the stores into the service. Reads (or creates) the server secret that signs tokens.
-    public static func make(database: Database, configuration: ServerConfiguration, logger: Logger) async throws -> StratusApp {
+    /// `running`: where its background work registers while it runs (`stratus serve` shares it
+    /// with its shutdown watchdog).
+    public static func make(database: Database, configuration: ServerConfiguration, running: RunningParts = RunningParts(),
+                            logger: Logger) async throws -> StratusApp {
         let admin = AdminStore(database: database, logger: logger)
         let secret = try await admin.serverSecret(named: "tokens")
         let cost = configuration.bcryptCost
         let dummy = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(UUID().uuidString, cost: cost) }
-        return StratusApp(database: database, admin: admin, secret: secret, configuration: configuration, logger: logger, dummyPasswordHash: dummy)
+        return StratusApp(database: database, admin: admin, secret: secret, configuration: configuration, logger: logger, dummyPasswordHash: dummy,
+                          running: running)
     }
 
-    init(database: Database, admin: AdminStore, secret: [UInt8], configuration: ServerConfiguration, logger: Logger, dummyPasswordHash: String) {
+    init(database: Database, admin: AdminStore, secret: [UInt8], configuration: ServerConfiguration, logger: Logger, dummyPasswordHash: String,
+         running: RunningParts = RunningParts()) {
         self.dummyPasswordHash = dummyPasswordHash
+        self.running = running
         self.database = database
         self.admin = admin
         self.records = RecordStore(database: database, logger: logger)

@@ -1,4 +1,5 @@
 import Foundation
+import PostgresNIO
 import StratusCore
 import StratusStore
 import Testing
@@ -331,5 +332,94 @@ import FoundationNetworking
         let serveLog = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(exited, "SIGTERM did not stop the server within 40 s; log: \(serveLog.suffix(1500))")
         #expect(took >= .seconds(2), "shutdown did not wait for the request in flight (\(took))")
+    }
+
+    /// A request that ignores the shutdown's cancellation (a write behind a lock another session
+    /// holds, with lock and statement timeouts off: PostgreSQL goes on waiting) cannot hold the
+    /// process: 5 s past `--shutdown-timeout`, or at a second SIGTERM, `stratus serve` logs what
+    /// still runs and which requests were in flight, and exits with status 1. The in-flight gauge
+    /// shows the request while it waits.
+    @Test func shutdownGivesUpOnWorkThatOutlivesItsDeadline() async throws {
+        let configuration = try await TestCluster.shared.newDatabase()
+        let folder = try Self.scratchFolder("stratus-watchdog")
+        defer { try? FileManager.default.removeItem(atPath: folder) }
+        let environment = Self.serveEnvironment(adminToken: "watchdog-admin")
+        let password = configuration.password.map { ":" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0) } ?? ""
+        let url = "postgres://\(configuration.username)\(password)@\(configuration.host):\(configuration.port)/\(configuration.database)"
+        let container = "iCloud.com.example.Watchdog"
+
+        /// Starts a server, blocks a write in it behind the held lock, sends `signals` SIGTERMs a
+        /// second apart; returns how long it took to exit after the first, its exit status and its log.
+        @Sendable func stop(name: String, shutdownTimeout: Int, signals: Int,
+                  held connection: PostgresConnection, tenant: (String, String)?) async throws -> (Duration, Int32?, String, (String, String)) {
+            let port = Self.freePort()
+            let server = "http://127.0.0.1:\(port)"
+            let log = folder + "/\(name).log"
+            defer { TestOutput.keepServerLog(log, name: name) }
+            let pid = try Subprocess.spawn([Self.binary, "serve", "--port", String(port), "--database-url", url, "--bcrypt-cost", "4",
+                                            "--lock-timeout", "0", "--statement-timeout", "0", "--shutdown-timeout", String(shutdownTimeout)],
+                                           outputPath: log, environment: environment)
+            var exited = false
+            defer { if !exited { kill(pid, SIGKILL); var status: Int32 = 0; waitpid(pid, &status, 0) } }
+            let health = try await Self.waitForHealth(server)
+            try #require(health?.0 == 200, "server log: \(((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").suffix(2000))")
+            var tenant = tenant
+            if tenant == nil {
+                tenant = try await serveTenant(server, adminToken: "watchdog-admin", container: container)
+            }
+            let (apiToken, userToken) = try #require(tenant)
+            let modify = server + "/database/1/\(container)/development/private/records/modify?ckAPIToken=\(apiToken)&ckWebAuthToken=\(userToken)"
+            let body = #"{"operations":[{"operationType":"create","record":{"recordType":"Note","fields":{"title":{"value":"x"}}}}]}"#
+            #expect(try await Self.post(modify, body).0 == 200, "a write before the lock")
+            try await connection.query("BEGIN", logger: TestCluster.logger)
+            try await connection.query("SELECT zone_id FROM zones FOR UPDATE", logger: TestCluster.logger)
+            let blocked = Task { try? await Self.post(modify, body) }
+            // The gauge shows the write waiting (the scrape counts itself too).
+            var gauge = ""
+            for _ in 0..<100 {
+                var request = URLRequest(url: URL(string: server + "/metrics")!)
+                request.setValue("Bearer watchdog-admin", forHTTPHeaderField: "Authorization")
+                let (data, _) = try await URLSession.shared.data(for: request)
+                gauge = String(decoding: data, as: UTF8.self).split(separator: "\n").filter { $0.hasPrefix("stratus_requests_in_flight{") }.joined(separator: "; ")
+                if gauge.contains(#"family="records/modify"} 1"#) { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(gauge.contains(#"stratus_requests_in_flight{family="records/modify"} 1"#), "\(gauge)")
+            #expect(gauge.contains(#"stratus_requests_in_flight{family="metrics"} 1"#), "\(gauge)")
+            let stopping = ContinuousClock.now
+            kill(pid, SIGTERM)
+            for _ in 1..<signals {
+                try await Task.sleep(for: .seconds(1))
+                kill(pid, SIGTERM)
+            }
+            let status = try await Subprocess.waitForExit(pid, within: .seconds(60))
+            exited = status != nil
+            let took = ContinuousClock.now - stopping
+            try await connection.query("ROLLBACK", logger: TestCluster.logger)
+            let answer = await blocked.value
+            #expect(answer == nil || answer?.0 != 200, "the blocked write was never answered as done: \(String(describing: answer))")
+            return (took, status, (try? String(contentsOfFile: log, encoding: .utf8)) ?? "", (apiToken, userToken))
+        }
+
+        try await withDatabase(configuration, maximumConnections: 1) { db in
+            try await db.withConnection { connection in
+                // The deadline: 1 s for the requests, then 5 s more, then the exit.
+                let (took, status, log, tenant) = try await stop(name: "watchdog-deadline", shutdownTimeout: 1, signals: 1,
+                                                                 held: connection, tenant: nil)
+                #expect(status.map { ($0 >> 8) & 0xff } == 1, "exit status \(String(describing: status)); log: \(log.suffix(1500))")
+                #expect(took >= .seconds(6), "gave up after \(took), before --shutdown-timeout 1 plus 5 s")
+                #expect(log.contains("the shutdown ran 5 s past --shutdown-timeout (1 s)"), "\(log.suffix(1500))")
+                #expect(log.contains("HTTP server"), "\(log.suffix(1500))")
+                #expect(log.contains("records/modify 1"), "\(log.suffix(1500))")
+
+                // A second SIGTERM: the process gives up at once, long before its 60 s.
+                let (second, secondStatus, secondLog, _) = try await stop(name: "watchdog-second", shutdownTimeout: 60, signals: 2,
+                                                                         held: connection, tenant: tenant)
+                #expect(secondStatus.map { ($0 >> 8) & 0xff } == 1, "exit status \(String(describing: secondStatus)); log: \(secondLog.suffix(1500))")
+                #expect(second < .seconds(30), "took \(second) after the first SIGTERM")
+                #expect(secondLog.contains("a second SIGTERM came during the shutdown"), "\(secondLog.suffix(1500))")
+                #expect(secondLog.contains("records/modify 1"), "\(secondLog.suffix(1500))")
+            }
+        }
     }
 }

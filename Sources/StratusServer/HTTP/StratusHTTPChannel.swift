@@ -211,14 +211,15 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
         let state = RequestID.State(id: id)
         return await RequestID.$state.withValue(state) {
             let started = ContinuousClock.now
+            let path = head.uri.prefix { $0 != "?" }
+            let route = metrics?.begin(path: path)
             var response = await respond(head, body: body, on: channel, logger: logger)
             response.headers[RequestID.header] = id
             let elapsed = ContinuousClock.now - started
             let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
-            let path = head.uri.prefix { $0 != "?" }
-            let family = metrics?.request(path: path, status: response.status.code, seconds: seconds, errorCode: state.errorCode)
+            if let route { metrics?.request(route, status: Int(response.status.code), seconds: seconds, errorCode: state.errorCode) }
             if let requestLog, let (containerID, environment) = state.container {
-                let operation = Metrics.operation(family: family ?? Metrics.family(of: path).family, path: path)
+                let operation = Metrics.operation(family: route?.family ?? Metrics.family(of: path).family, path: path)
                 requestLog.append(RequestLogEntry(containerID: containerID, environment: environment, at: Date(), database: state.database,
                                                   operation: operation, status: Int(response.status.code),
                                                   errorCode: state.errorCode, durationMicroseconds: Int(seconds * 1_000_000),

@@ -8,9 +8,10 @@ import Synchronization
 /// Labels are bounded: a request is counted by its route family (the data API's operation, such
 /// as `records/lookup`; the sign-in, management, console, courier and asset routes each as one
 /// family), its environment and its status class, never by container, user or record. Every
-/// request through `StratusHTTPChannel` is recorded once answered; errors are counted by their
-/// `serverErrorCode` (`StratusError.response`). The lock is held for two array updates per
-/// request; the path's family is read from its bytes without allocating.
+/// request through `StratusHTTPChannel` is counted in flight when it arrives and recorded once
+/// answered; errors are counted by their `serverErrorCode` (`StratusError.response`). The lock is
+/// taken twice per request, for an array update or three each time; the path's family is read
+/// from its bytes without allocating.
 public final class Metrics: Sendable {
     /// Upper bounds of the latency histogram's buckets, in seconds.
     static let buckets: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
@@ -48,6 +49,8 @@ public final class Metrics: Sendable {
         var errors: [String: Int] = [:]
         /// From a notification's making (its write) to its answer to a web courier poll or stream.
         var notificationDelivery = Histogram()
+        /// Requests being answered right now, by route family.
+        var inFlight = [Int](repeating: 0, count: Metrics.families.count)
     }
 
     private let state = Mutex(State())
@@ -117,18 +120,30 @@ public final class Metrics: Sendable {
         return segments.count >= 7 ? segments[5...].joined(separator: "/").prefix(64).description : name
     }
 
-    /// Counts one answered request, and its error code if it has one. Returns its route family.
-    @discardableResult
-    func request(path: Substring, status: Int, seconds: Double, errorCode: String?) -> Int {
-        let (family, environment) = Self.family(of: path)
+    /// Counts a request as being answered (`stratus_requests_in_flight`); returns its route family
+    /// and environment, for `request(_:status:seconds:errorCode:)` when it is answered.
+    func begin(path: Substring) -> (family: Int, environment: Int) {
+        let route = Self.family(of: path)
+        state.withLock { $0.inFlight[route.family] += 1 }
+        return route
+    }
+
+    /// Counts one answered request (begun with `begin(path:)`), and its error code if it has one.
+    func request(_ route: (family: Int, environment: Int), status: Int, seconds: Double, errorCode: String?) {
         let statusClass = min(max(status / 100, 1), 5) - 1
-        let slot = (family * Self.environments.count + environment) * Self.statusClasses.count + statusClass
+        let slot = (route.family * Self.environments.count + route.environment) * Self.statusClasses.count + statusClass
         state.withLock { state in
+            state.inFlight[route.family] -= 1
             state.requests[slot] += 1
-            state.latency[family].observe(seconds)
+            state.latency[route.family].observe(seconds)
             if let errorCode { state.errors[errorCode, default: 0] += 1 }
         }
-        return family
+    }
+
+    /// The requests being answered right now, by route family (those with any).
+    var inFlight: [(family: String, count: Int)] {
+        let counts = state.withLock { $0.inFlight }
+        return zip(Self.families, counts).filter { $0.1 > 0 }.map { ($0.0, $0.1) }
     }
 
     /// Counts a notification sent to a web courier client, made at `made`.
@@ -194,6 +209,10 @@ public final class Metrics: Sendable {
         family("stratus_request_duration_seconds", "histogram", "Time from a request's arrival to its answer, by route family.")
         for (familyIndex, name) in Self.families.enumerated() where state.latency[familyIndex].count > 0 {
             histogram("stratus_request_duration_seconds", state.latency[familyIndex], labels: "family=\"\(name)\",")
+        }
+        family("stratus_requests_in_flight", "gauge", "Requests being answered right now, by route family (each family once it has had a request).")
+        for (familyIndex, name) in Self.families.enumerated() where state.latency[familyIndex].count > 0 || state.inFlight[familyIndex] > 0 {
+            out += "stratus_requests_in_flight{family=\"\(name)\"} \(state.inFlight[familyIndex])\n"
         }
         family("stratus_errors_total", "counter", "Error dictionaries answered, by serverErrorCode (THROTTLED and QUOTA_EXCEEDED are the rate-limit and quota refusals).")
         for (code, count) in state.errors.sorted(by: { $0.key < $1.key }) {

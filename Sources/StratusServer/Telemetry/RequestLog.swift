@@ -94,14 +94,17 @@ public final class RequestLog: Sendable {
         // Waiters from here on are not kept; those already added go with the last write below.
         pending.withLock { $0.running = false }
         ticker.cancel()
-        // What came in the last second, given a few seconds (a database away does not hold up shutdown).
+        // What came in the last second, given a few seconds (a database away does not hold up
+        // shutdown): whichever ends first, the write or the wait, resumes this task. (Awaiting the
+        // write's `value` in a task group would not do: the group waits for every child, and
+        // cancelling the child that awaits does not end the write.)
         let last = Task { await self.write(store) }
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { await last.value }
-            group.addTask { try? await Task.sleep(for: .seconds(3)) }
-            await group.next()
-            group.cancelAll()
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let once = ResumeOnce(continuation)
+            Task { await last.value; once.resume() }
+            Task { try? await Task.sleep(for: .seconds(3)); once.resume() }
         }
+        last.cancel()
         runner.cancel()
     }
 
@@ -138,5 +141,19 @@ public final class RequestLog: Sendable {
             return over
         }
         if lost > 0 { dropped.add(lost, ordering: .relaxed) }
+    }
+}
+
+/// A continuation resumed by the first of several callers; the others do nothing.
+final class ResumeOnce: Sendable {
+    private let continuation: Mutex<CheckedContinuation<Void, Never>?>
+
+    init(_ continuation: CheckedContinuation<Void, Never>) { self.continuation = Mutex(continuation) }
+
+    func resume() {
+        continuation.withLock { held in
+            defer { held = nil }
+            return held
+        }?.resume()
     }
 }

@@ -78,7 +78,7 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("session-lifetime"), help: "Seconds a sign-in (web auth token) lasts at most, however often it is used (env STRATUS_SESSION_LIFETIME, default 2592000: 30 days).") var sessionLifetime: Int?
     @Option(name: .customLong("session-idle-timeout"), help: "Seconds a sign-in may go unused before it ends (env STRATUS_SESSION_IDLE_TIMEOUT, default 604800: 7 days).") var sessionIdleTimeout: Int?
     @Option(name: .customLong("max-connections-per-address"), help: "Most connections one client address may hold open at once; more are answered THROTTLED and closed (env STRATUS_MAX_CONNECTIONS_PER_ADDRESS, default 1024).") var maxConnectionsPerAddress: Int?
-    @Option(name: .customLong("shutdown-timeout"), help: "Seconds SIGTERM/SIGINT waits for requests in flight before it cancels them (env STRATUS_SHUTDOWN_TIMEOUT, default 30).") var shutdownTimeout: Int?
+    @Option(name: .customLong("shutdown-timeout"), help: "Seconds SIGTERM/SIGINT waits for requests in flight before it cancels them; what still runs 5 s later, or at a second SIGTERM/SIGINT, is logged and the process exits with status 1 (env STRATUS_SHUTDOWN_TIMEOUT, default 30).") var shutdownTimeout: Int?
     @OptionGroup var assets: AssetOptions
     @Option(name: .customLong("max-asset-bytes"), help: "Largest asset one upload may carry (env STRATUS_MAX_ASSET_BYTES, default 52428800: 50 MiB).") var maxAssetBytes: Int64?
     @Option(name: .customLong("replica-urls"), help: "PostgreSQL streaming replicas, comma-separated postgres:// URLs: queries and custom zones' change feeds go to one that has replayed every acknowledged write, else to the primary (env STRATUS_REPLICA_URLS).") var replicaURLs: String?
@@ -172,24 +172,32 @@ struct Serve: AsyncParsableCommand {
         }
         serverConfiguration.replicaURLs = replicas
         serverConfiguration.maximumAssetBytes = assetLimit
+        let parts = RunningParts()
+        let embedded = cluster
+        let watchdog = ShutdownWatchdog(deadline: .seconds(shutdown), parts: parts, logger: logger) { embedded?.stop() }
+        defer { watchdog.disarm() }
         try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { await db.run() }
+            group.addTask { await parts.run("database pools") { await db.run() } }
             defer { group.cancelAll() }
             try await MigrationRunner(migrations: migrations, logger: logger).run(on: db)
-            let stratus = try await StratusApp.make(database: db, configuration: serverConfiguration, logger: logger)
+            let stratus = try await StratusApp.make(database: db, configuration: serverConfiguration, running: parts, logger: logger)
             let app = Application(router: stratus.router(), server: stratus.httpServer(idleTimeout: .seconds(idle)),
                                   configuration: .init(address: .hostname(host, port: port), serverName: "Stratus"),
                                   services: [stratus.background], logger: logger)
-            var services: [any Service] = [app]
+            var services: [any Service] = [NamedService("HTTP server", app, in: parts)]
             if let redirectPort {
-                services.append(Application(responder: HTTPSRedirectResponder(publicURL: publicURL, httpsPort: port), server: .http1(configuration: .init(idleTimeout: .seconds(10))),
-                                            configuration: .init(address: .hostname(host, port: redirectPort), serverName: "Stratus"), logger: logger))
+                let redirect = Application(responder: HTTPSRedirectResponder(publicURL: publicURL, httpsPort: port), server: .http1(configuration: .init(idleTimeout: .seconds(10))),
+                                           configuration: .init(address: .hostname(host, port: redirectPort), serverName: "Stratus"), logger: logger)
+                services.append(NamedService("HTTP-to-HTTPS redirect", redirect, in: parts))
                 logger.notice("plain HTTP on port \(redirectPort) redirects to https")
             }
             let reloads = tls.map { Self.reloadOnHangup($0, logger: logger) }
             defer { reloads?.cancel() }
             // On SIGTERM/SIGINT the server stops accepting, finishes the requests in flight and
-            // closes idle connections; past the deadline, what is left is cancelled.
+            // closes idle connections; past the deadline, what is left is cancelled. The watchdog,
+            // last so that it hears of the shutdown first, ends the process if that still hangs.
+            watchdog.count(requestsIn: stratus.metrics)
+            services.append(watchdog)
             var group = ServiceGroupConfiguration(services: services, gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
             group.maximumGracefulShutdownDuration = .seconds(shutdown)
             try await ServiceGroup(configuration: group).run()
