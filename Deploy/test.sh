@@ -29,21 +29,30 @@ fi
 # the console and the sign-in page's origin rules in a browser (Playwright on Chromium), HTTPS
 # and the parsers' fuzzers (repeatable: a fixed seed and number of inputs) are not tests a
 # filter names.
+# Each check's time is printed after it, and all of them at the end (where CI's time goes).
+timings="build and tests ${SECONDS} s"
+step() {  # step NAME COMMAND...
+    local started=$SECONDS
+    "$@" || status=1
+    echo "test.sh: $1 took $((SECONDS - started)) s"
+    timings="$timings, $1 $((SECONDS - started)) s"
+}
 if [ "$#" -eq 0 ]; then
     check_logs_for_secrets || status=1
-    Deploy/contract.sh || status=1
-    Deploy/console/e2e.sh || status=1
-    Deploy/signin/e2e.sh || status=1
-    Deploy/tls/e2e.sh || status=1
-    Deploy/tls/postgres.sh || status=1
-    STRATUS_FUZZ_REPEATABLE=1 Deploy/fuzz/parsers.sh || status=1
+    step Deploy/contract.sh
+    step Deploy/console/e2e.sh
+    step Deploy/signin/e2e.sh
+    step Deploy/tls/e2e.sh
+    step Deploy/tls/postgres.sh
+    STRATUS_FUZZ_REPEATABLE=1 step Deploy/fuzz/parsers.sh
     # The end-to-end families again on a live Citus cluster, and a container moved between its
     # workers under load, when Citus can be built here (its source sits beside the repository,
     # as on CI) or is installed.
     if [ -f ../shared/vendor/citus-13.2.2.tar.gz ] || [ -f /usr/lib/postgresql/15/lib/citus.so ]; then
-        Deploy/citus/suite.sh || status=1
+        step Deploy/citus/suite.sh
     else
         echo "test.sh: no Citus source in ../shared/vendor and no Citus installed; the Citus suite did not run" >&2
     fi
+    echo "test.sh: $timings; $SECONDS s in all"
 fi
 exit "$status"
