@@ -117,8 +117,7 @@ public final class ShutdownWatchdog: Service, Sendable {
             return source
         })
         state.withLock { $0.signals = signals }
-        let seconds = Self.seconds(deadline + margin)
-        DispatchQueue.global().asyncAfter(deadline: .now() + seconds) { [self] in
+        DispatchQueue.global().asyncAfter(deadline: .now() + (deadline + margin).inSeconds) { [self] in
             giveUp(because: "the shutdown ran \(Self.text(margin)) past --shutdown-timeout (\(Self.text(deadline)))")
         }
     }
@@ -152,12 +151,13 @@ public final class ShutdownWatchdog: Service, Sendable {
         requests.isEmpty ? "none" : requests.map { "\($0.family) \($0.count)" }.joined(separator: ", ")
     }
 
-    static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-    }
-
     static func text(_ duration: Duration) -> String {
-        let seconds = seconds(duration)
+        let seconds = duration.inSeconds
         return seconds == seconds.rounded() ? "\(Int(seconds)) s" : "\(seconds) s"
     }
+}
+
+extension Duration {
+    /// The duration in seconds, with its fraction.
+    var inSeconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

@@ -215,8 +215,7 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
             let route = metrics?.begin(path: path)
             var response = await respond(head, body: body, on: channel, logger: logger)
             response.headers[RequestID.header] = id
-            let elapsed = ContinuousClock.now - started
-            let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+            let seconds = (ContinuousClock.now - started).inSeconds
             if let route { metrics?.request(route, status: Int(response.status.code), seconds: seconds, errorCode: state.errorCode) }
             if let requestLog, let (containerID, environment) = state.container {
                 let operation = Metrics.operation(family: route?.family ?? Metrics.family(of: path).family, path: path)
