@@ -2,8 +2,9 @@
 # The end-to-end families of the test suite on a live Citus cluster: builds Citus when it is
 # missing (Deploy/citus/build.sh), starts a coordinator and two workers of its own
 # (Deploy/citus/cluster.sh up, in a temporary folder, on ports 19180+), and runs the families
-# with STRATUS_TEST_CITUS: each test gets a database on every node, migrated and distributed by
-# Deploy/citus/distribute.sql, and its own Stratus app on the coordinator. Afterwards it lists
+# with STRATUS_TEST_CITUS: the test process sets up one database on every node, migrated and
+# distributed by Deploy/citus/distribute.sql, and each test gets a copy of it on every node
+# (CREATE DATABASE … TEMPLATE) and its own Stratus app on the coordinator. Afterwards it lists
 # every statement the coordinator ran on more than one worker (citus.multi_task_query_log_level):
 # the request path has none; what is listed is maintenance. Then moves a busy container to the
 # other worker under load (Deploy/citus/move.py). Run by Deploy/test.sh when the vendored Citus
@@ -17,7 +18,7 @@ filter='StratusServerTests\.((RecordFlowTests|QueryMatchTests|LocationQueryTests
 while [ "$#" -gt 0 ]; do
   case $1 in
     --filter) filter=$2; shift 2 ;;
-    -h|--help) sed -n '2,11p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
     *) echo "citus suite: unknown option $1" >&2; exit 64 ;;
   esac
 done
