@@ -1,4 +1,4 @@
-// swift-tools-version:6.1
+// swift-tools-version:6.0
 import PackageDescription
 
 let swiftSettings: [SwiftSetting] = [
@@ -12,10 +12,7 @@ let package = Package(
         .executable(name: "stratus", targets: ["stratus"])
     ],
     dependencies: [
-        // Without the default trait ConfigurationSupport: nothing here reads swift-configuration,
-        // so the `stratus` product does not build it (the tests still do: HummingbirdTesting's
-        // AsyncHTTPClient needs it).
-        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.20.0", traits: ["FullFoundation"]),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.20.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-auth.git", from: "2.0.0"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.25.0"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.5.0"),

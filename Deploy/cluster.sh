@@ -62,8 +62,7 @@ up() {
   fi
   if [ ! -x "$BIN" ]; then
     echo "cluster.sh: building stratus (swift build)" >&2
-    # shellcheck disable=SC2046 # the flags are words
-    swift build $(debug_build_flags) --product stratus >/dev/null
+    swift build --product stratus >/dev/null
     BIN=$PWD/.build/debug/stratus
   fi
   mkdir -p "$DIR"

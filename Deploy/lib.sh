@@ -26,23 +26,6 @@ build_release() {  # build_release [extra swift build arguments]
   swift build -c release -Xswiftc -enforce-exclusivity=unchecked --product stratus "$@"
 }
 
-# The flags of every debug build into .build (test.sh, the fuzzers, cluster.sh). A fresh .build is
-# built without SwiftPM's index store (the index editors read): it cost about a quarter of a fresh
-# build of the tests here (885 s with it, 681 s without, 2 cores, 2026-11-27). A .build built with
-# it (a developer's `swift build`: its store has records) keeps it, since changing the flag compiles
-# every module again. `.build/stratus-no-index-store` marks a .build built without. Test discovery
-# on Linux still reads the store's folder; the tests are Swift Testing's, found at run time, so an
-# empty one does.
-debug_build_flags() {
-  local store
-  store=.build/$(uname -m)-unknown-linux-gnu/debug/index/store
-  if [ -n "$(ls -A "$store" 2>/dev/null)" ]; then return 0; fi
-  if [ -d .build/debug ] && [ ! -f .build/stratus-no-index-store ]; then return 0; fi
-  mkdir -p "$store"
-  touch .build/stratus-no-index-store
-  echo --disable-index-store
-}
-
 # Installs Debian's Chromium and Python 3 when missing (the sign-in page is tested in a real
 # headless browser, driven by a Python script that needs nothing beyond the standard library).
 ensure_browser() {

@@ -7,8 +7,7 @@ cd "$(dirname "$0")/.."
 ensure_postgres
 ensure_browser
 ensure_promtool
-# shellcheck disable=SC2046 # the flags are words
-swift build $(debug_build_flags) --build-tests
+swift build --build-tests
 # After the build the suite takes two to four minutes here (2 cores), the contract, console and
 # fuzzing checks after it about five more. Each suite that talks to PostgreSQL has a time limit
 # that names a test running past it; a run that still hangs is stopped after 30 minutes rather

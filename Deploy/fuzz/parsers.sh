@@ -16,7 +16,6 @@
 #   STRATUS_FUZZ_SECONDS stays an upper bound on a slow machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-. Deploy/lib.sh
 seconds=${STRATUS_FUZZ_SECONDS:-30}
 targets=${STRATUS_FUZZ_TARGETS:-http json schema query token}
 resources=$(swiftc -print-target-info | sed -n 's/.*"runtimeResourcePath": "\(.*\)".*/\1/p' | head -1)
@@ -30,8 +29,7 @@ fi
 # modules are compiled again (instrumented here, plain again at the next ordinary build, about
 # half a minute each way on 2 cores; a folder of its own would build every dependency again).
 echo "fuzz: building stratus-fuzz (the project's modules with libFuzzer and AddressSanitizer)"
-# shellcheck disable=SC2046 # the flags are words
-STRATUS_FUZZ_LIBRARY=$library swift build $(debug_build_flags) --product stratus-fuzz >.build/fuzz-build.log 2>&1 || {
+STRATUS_FUZZ_LIBRARY=$library swift build --product stratus-fuzz >.build/fuzz-build.log 2>&1 || {
   grep -E "error" .build/fuzz-build.log | sort -u | head -40 >&2
   exit 1
 }
