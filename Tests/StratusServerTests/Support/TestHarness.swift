@@ -27,8 +27,6 @@ actor TestCluster {
 
     private var cluster: Task<EmbeddedPostgres, any Error>?
     private var counter = 0
-    /// The Citus database every test's database is copied from (`newCitusDatabase`).
-    private var citusTemplate: Task<Void, any Error>?
 
     /// The repository root (for Migrations/ and the built binary).
     static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -72,68 +70,45 @@ actor TestCluster {
         .map { $0.split(separator: ",").compactMap { Int($0.trimmingCharacters(in: .whitespaces)) } }
         .flatMap { $0.count >= 2 ? $0 : nil }
 
-    /// A new, migrated, empty database (on Citus, distributed as `Deploy/citus/distribute.sql` says).
+    /// A new, migrated, empty database (on Citus, distributed as `Deploy/citus/distribute.sql`
+    /// says): a copy (`CREATE DATABASE … TEMPLATE`, on every node of a Citus cluster) of a template
+    /// set up once per test process. On Citus, setting one up took about 9 s (most of it
+    /// `distribute.sql`); a copy takes 0.2–0.6 s per node.
     func newDatabase() async throws -> DatabaseConfiguration {
-        if let ports = Self.citusPorts { return try await newCitusDatabase(ports: ports) }
-        let cluster = try await server()
-        let base = cluster.configuration
+        let citus = Self.citusPorts
+        let servers = if let citus { citus.map { Self.citusNode($0, "postgres") } } else { [try await server().configuration] }
+        let templateName = citus == nil ? "stratus_template" : "citus_template_\(getpid())"
         if template == nil {
-            template = Task {
-                let migrations = try Migration.load(from: Self.repositoryRoot.appendingPathComponent("Migrations"))
-                try await withDatabase(base, maximumConnections: 1) { db in
-                    try await db.withConnection { try await $0.query("DROP DATABASE IF EXISTS stratus_template", logger: Self.logger) }
-                    try await db.withConnection { try await $0.query("CREATE DATABASE stratus_template", logger: Self.logger) }
-                }
-                try await withDatabase(base.with(database: "stratus_template"), maximumConnections: 1) { db in
-                    try await MigrationRunner(migrations: migrations, logger: Self.logger).run(on: db)
+            template = Task { [servers] in
+                if let citus {
+                    try await Self.setUpCitusTemplate(templateName, ports: citus)
+                } else {
+                    try await Self.run(["DROP DATABASE IF EXISTS \(templateName)", "CREATE DATABASE \(templateName)"], on: servers[0])
+                    try await Self.migrate(servers[0].with(database: templateName))
                 }
             }
         }
         try await template!.value
         counter += 1
         let name = "test_\(getpid())_\(counter)"
-        try await withDatabase(base, maximumConnections: 1) { db in
-            try await db.withConnection { try await $0.query(PostgresQuery(unsafeSQL: "CREATE DATABASE \(name) TEMPLATE stratus_template"), logger: Self.logger) }
+        for server in servers {
+            // CREATE DATABASE waits up to 5 s for the template's last sessions to end.
+            try await Self.run(["CREATE DATABASE \(name) TEMPLATE \(templateName)"], on: server)
         }
-        return base.with(database: name)
+        var database = servers[0].with(database: name)
+        if citus != nil { database.useCitus() }
+        return database
     }
 }
 
 extension TestCluster {
-    /// A copy, on the coordinator (`ports[0]`) and on every worker, of a template set up once per
-    /// test process by `setUpCitusDatabase` (what an operator does). Setting one up took about
-    /// 9 s (most of it `distribute.sql`); the copies take about half a second.
-    func newCitusDatabase(ports: [Int]) async throws -> DatabaseConfiguration {
-        let template = "citus_template_\(getpid())"
-        if citusTemplate == nil {
-            citusTemplate = Task { [ports] in
-                _ = try await Self.setUpCitusDatabase(template, ports: ports)
-                // A database is copied only while nobody is connected to it: Citus's maintenance
-                // daemon and the coordinator's connections to the workers are stopped, and kept
-                // out. The coordinator first, so that it opens no new connection to a worker.
-                for port in ports {
-                    try await Self.run(["ALTER DATABASE \(template) WITH ALLOW_CONNECTIONS false",
-                                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '\(template)'"],
-                                       on: Self.citusNode(port, "postgres"))
-                }
-            }
-        }
-        try await citusTemplate!.value
-        counter += 1
-        let name = "citus_test_\(getpid())_\(counter)"
-        for port in ports {
-            // CREATE DATABASE waits up to 5 s for the template's last sessions to end.
-            try await Self.run(["CREATE DATABASE \(name) TEMPLATE \(template)"], on: Self.citusNode(port, "postgres"))
-        }
-        var coordinator = Self.citusNode(ports[0], name)
-        coordinator.useCitus()
-        return coordinator
-    }
-
     /// A database of the same name on the coordinator (`ports[0]`) and every worker, with the
     /// citus extension in each, the workers added, the migrations run on the coordinator and
-    /// `distribute.sql` applied.
-    private static func setUpCitusDatabase(_ name: String, ports: [Int]) async throws -> DatabaseConfiguration {
+    /// `distribute.sql` applied (what an operator does), then closed to connections: a database
+    /// is copied only while nobody is connected to it, and Citus's maintenance daemon and the
+    /// coordinator's connections to the workers stay. The coordinator first, so that it opens no
+    /// new connection to a worker.
+    private static func setUpCitusTemplate(_ name: String, ports: [Int]) async throws {
         for port in ports {
             try await Self.run(["CREATE DATABASE \(name)"], on: Self.citusNode(port, "postgres"))
             try await Self.run(["CREATE EXTENSION citus"], on: Self.citusNode(port, name))
@@ -142,13 +117,22 @@ extension TestCluster {
         try await Self.run(["SELECT citus_set_coordinator_host('127.0.0.1', \(ports[0]))"]
                            + ports.dropFirst().map { "SELECT citus_add_node('127.0.0.1', \($0))" }, on: coordinator)
         coordinator.useCitus()
-        let migrations = try Migration.load(from: Self.repositoryRoot.appendingPathComponent("Migrations"))
-        try await withDatabase(coordinator, maximumConnections: 1) { db in
-            try await MigrationRunner(migrations: migrations, logger: Self.logger).run(on: db)
-        }
+        try await Self.migrate(coordinator)
         let placing = try String(contentsOf: Self.repositoryRoot.appendingPathComponent("Deploy/citus/distribute.sql"), encoding: .utf8)
         try await Self.run(Self.statements(of: placing), on: coordinator)
-        return coordinator
+        for port in ports {
+            try await Self.run(["ALTER DATABASE \(name) WITH ALLOW_CONNECTIONS false",
+                                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '\(name)'"],
+                               on: Self.citusNode(port, "postgres"))
+        }
+    }
+
+    /// Runs the repository's migrations on `database`.
+    private static func migrate(_ database: DatabaseConfiguration) async throws {
+        let migrations = try Migration.load(from: Self.repositoryRoot.appendingPathComponent("Migrations"))
+        try await withDatabase(database, maximumConnections: 1) { db in
+            try await MigrationRunner(migrations: migrations, logger: Self.logger).run(on: db)
+        }
     }
 
     static func citusNode(_ port: Int, _ database: String) -> DatabaseConfiguration {
