@@ -2,7 +2,6 @@ import Crypto
 import Foundation
 import HTTPTypes
 import Hummingbird
-import HummingbirdTesting
 import NIOCore
 @testable import StratusCore
 @testable import StratusServer
@@ -247,7 +246,7 @@ import Testing
             var instant = harness.app.configuration
             instant.uploadURLLifetime = .zero
             let quick = try await StratusApp.make(database: harness.database, configuration: instant, logger: TestCluster.logger)
-            let stale = try await Application(router: quick.router()).test(.router) { client in
+            let stale = try await TestApp.run(router: quick.router(), logger: TestCluster.logger, mode: .router) { client in
                 let tokens = try await Harness(client: client, database: harness.database, app: quick).send(
                     .post, alice.path("private", "assets/upload"), json: ["tokens": [["recordType": "Note", "fieldName": "attachment"]]])
                 return try Self.path(of: try #require(tokens.json["tokens"]?.arrayValue?.first?["url"]?.stringValue, "\(tokens.json)"))

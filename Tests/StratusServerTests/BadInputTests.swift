@@ -1,5 +1,4 @@
 import Foundation
-import HummingbirdTesting
 import NIOCore
 import StratusCore
 import Testing

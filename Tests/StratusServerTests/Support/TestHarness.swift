@@ -1,6 +1,5 @@
 import Foundation
 import Hummingbird
-import HummingbirdTesting
 import Logging
 import NIOCore
 import PostgresNIO
@@ -235,10 +234,8 @@ struct Harness: Sendable {
             configure(&server)
             let stratus = try await StratusApp.make(database: db, configuration: server, logger: TestCluster.logger)
             // Live tests run the server `stratus serve` runs; router tests skip HTTP.
-            let app = Application(router: stratus.router(), server: stratus.httpServer(idleTimeout: idleTimeout),
-                                  configuration: .init(address: .hostname("127.0.0.1", port: port)),
-                                  services: [stratus.background], logger: TestCluster.logger)
-            try await app.test(live ? .live : .router) { client in
+            try await TestApp.run(router: stratus.router(), server: stratus.httpServer(idleTimeout: idleTimeout), port: port,
+                                  services: [stratus.background], logger: TestCluster.logger, mode: live ? .live : .router) { client in
                 try await Self.waitUntilListening(stratus)
                 try await body(Harness(client: client, database: db, app: stratus))
             }
@@ -276,9 +273,7 @@ struct Harness: Sendable {
     /// process, through its router.
     func otherProcess(_ body: @escaping @Sendable (Harness) async throws -> Void) async throws {
         let stratus = try await StratusApp.make(database: database, configuration: app.configuration, logger: TestCluster.logger)
-        let other = Application(router: stratus.router(), configuration: .init(address: .hostname("127.0.0.1", port: 0)),
-                                services: [stratus.background], logger: TestCluster.logger)
-        try await other.test(.router) { client in
+        try await TestApp.run(router: stratus.router(), services: [stratus.background], logger: TestCluster.logger, mode: .router) { client in
             try await Self.waitUntilListening(stratus)
             try await body(Harness(client: client, database: database, app: stratus))
         }
