@@ -7,6 +7,21 @@ cd "$(dirname "$0")/.."
 ensure_postgres
 ensure_browser
 ensure_promtool
+# A whole run also needs the contract checks' Python tools and, where its source is here, Citus:
+# fetched and built in the background while Swift builds (niced: the build comes first; it
+# leaves a core idle now and then, and pip mostly waits on the network). The steps that use
+# them check again, and do it themselves if this failed.
+prepared=""
+if [ "$#" -eq 0 ]; then
+    mkdir -p .build/test-output
+    (
+        started=$SECONDS
+        ensure_python_tools
+        if [ -f ../shared/vendor/citus-13.2.2.tar.gz ]; then nice -n 19 Deploy/citus/build.sh; fi
+        echo "test.sh: the Python tools and Citus were ready after $((SECONDS - started)) s"
+    ) >.build/test-output/prepare.log 2>&1 &
+    prepared=$!
+fi
 swift build --build-tests
 # After the build the suite takes two to four minutes here (2 cores), the contract, console and
 # fuzzing checks after it about five more. Each suite that talks to PostgreSQL has a time limit
@@ -39,6 +54,8 @@ step() {  # step NAME COMMAND...
 }
 if [ "$#" -eq 0 ]; then
     check_logs_for_secrets || status=1
+    wait "$prepared" || echo "test.sh: preparing the Python tools or Citus failed (the steps below try again):" >&2
+    cat .build/test-output/prepare.log
     step Deploy/contract.sh
     step Deploy/console/e2e.sh
     step Deploy/signin/e2e.sh
