@@ -24,7 +24,7 @@ if [ "$#" -eq 0 ]; then
 fi
 swift build --build-tests
 # After the build the suite takes two to four minutes here (2 cores), the contract, console and
-# fuzzing checks after it about five more. Each suite that talks to PostgreSQL has a time limit
+# fuzzing checks after it about six more. Each suite that talks to PostgreSQL has a time limit
 # that names a test running past it; a run that still hangs is stopped after 30 minutes rather
 # than holding CI to its own limit.
 # At most six test apps run at a time (STRATUS_TEST_WIDTH; `HarnessSlots` in the tests' harness):
