@@ -24,7 +24,7 @@ openapi-spec-validator Sources/StratusServer/Resources/openapi.json
 
 echo "contract: generating and building a client with swift-openapi-generator (in the background)"
 # When `Deploy/test.sh` started this build already, this one waits for it (SwiftPM's lock) and
-# then finds nothing left to do.
+# then has little left to do (about 20 s: the generator's plugin runs again).
 nice -n 19 swift build --package-path Deploy/openapi-client --scratch-path .build/openapi-client >"$reports/client-build.log" 2>&1 &
 client_build=$!
 

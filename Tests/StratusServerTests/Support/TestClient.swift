@@ -54,10 +54,14 @@ enum TestApp {
                                }, logger: logger)
         return try await withThrowingTaskGroup(of: Void.self) { group in
             let serviceGroup = ServiceGroup(configuration: .init(services: [app], gracefulShutdownSignals: [], logger: logger))
-            group.addTask { try await serviceGroup.run() }
+            group.addTask {
+                // Ended before the server was up (it could not bind, a service failed): the wait
+                // for its port below ends too, and the group's error says why.
+                defer { portContinuation.finish() }
+                try await serviceGroup.run()
+            }
             var firstPort = ports.makeAsyncIterator()
             guard let boundPort = await firstPort.next() else {
-                // The server never came up: the service group's error says why.
                 try await group.next()
                 throw TestClientError.serverDidNotStart
             }
