@@ -124,39 +124,42 @@ public final class RateLimiter: Sendable {
     let heldSecond = Mutex<Int64?>(nil)
     public func holdWindow(_ second: Int64?) { heldSecond.withLock { $0 = second } }
 
-    /// Admits a request of `cost` operations under every `(key, limit)`, or answers `THROTTLED`.
-    func admit(_ keys: [(key: Key, limit: Int64)], cost: Int64, containerID: Int64, environment: ContainerEnvironment) throws(StratusError) {
-        let second = nowSecond()
+    /// Admits a request of `cost` operations under both `(key, limit)` pairs (the container's and
+    /// the caller's), or answers `THROTTLED`. Two pairs, not a list: no array per request.
+    func admit(_ first: (key: Key, limit: Int64), _ second: (key: Key, limit: Int64), cost: Int64, containerID: Int64,
+               environment: ContainerEnvironment) throws(StratusError) {
+        let now = nowSecond()
         let refusal: Key? = state.withLock { state in
-            var windows: [Window] = []
-            var refusal: Key?
-            for (key, limit) in keys {
+            /// The key's window in this second; `nil` when `cost` does not fit in it.
+            func window(_ key: Key, limit: Int64) -> Window? {
                 var window = state.windows[key] ?? Window()
-                if window.second != second {
-                    let debt = window.second == second - 1 ? window.debt : 0
-                    window = Window(second: second, admitted: debt, allowance: max(1, limit / window.processes), limit: limit, debt: 0,
+                if window.second != now {
+                    let debt = window.second == now - 1 ? window.debt : 0
+                    window = Window(second: now, admitted: debt, allowance: max(1, limit / window.processes), limit: limit, debt: 0,
                                     processes: window.processes)
                 }
                 window.limit = limit
                 // A request larger than the whole allowance passes in an empty window, and the
                 // excess is carried into the next ones.
-                if window.admitted + cost > window.allowance, !(window.admitted == 0 && cost > window.allowance) {
-                    refusal = key
-                    break
-                }
-                windows.append(window)
+                if window.admitted + cost > window.allowance, !(window.admitted == 0 && cost > window.allowance) { return nil }
+                return window
             }
-            let meterKey = MeterKey(containerID: containerID, environment: environment, bucket: second / 10 * 10)
-            if refusal != nil {
+            let meterKey = MeterKey(containerID: containerID, environment: environment, bucket: now / 10 * 10)
+            guard var one = window(first.key, limit: first.limit) else {
                 state.meters[meterKey, default: Meter()].throttled += cost
-                return refusal
+                return first.key
             }
-            for (index, (key, _)) in keys.enumerated() {
-                var window = windows[index]
+            guard var two = window(second.key, limit: second.limit) else {
+                state.meters[meterKey, default: Meter()].throttled += cost
+                return second.key
+            }
+            func admit(_ window: inout Window, under key: Key) {
                 window.admitted += cost
                 if window.admitted > window.allowance { window.debt = window.admitted - window.allowance }
                 state.windows[key] = window
             }
+            admit(&one, under: first.key)
+            admit(&two, under: second.key)
             state.meters[meterKey, default: Meter()].requests += cost
             return nil
         }

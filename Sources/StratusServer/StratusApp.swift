@@ -24,6 +24,8 @@ public final class StratusApp: Sendable {
     /// Changes other server processes make to what this one caches.
     let invalidations: Invalidations
     let configuration: ServerConfiguration
+    /// Where asset download URLs start (`publicURL` and the download path), made once.
+    let downloadURLBase: String
     let logger: Logger
     /// Requests, latencies and errors counted for `GET /metrics`.
     public let metrics = Metrics()
@@ -80,6 +82,7 @@ public final class StratusApp: Sendable {
         self.syncSealer = TokenSealer(secret: TokenSealer.syncKey(from: secret))
         self.authenticator = Authenticator(admin: admin, sealer: sealer, configuration: configuration)
         self.configuration = configuration
+        self.downloadURLBase = configuration.publicURL + Self.downloadPathPrefix
         self.logger = logger
         self.invalidations = Invalidations(configuration: database.configuration, logger: logger)
         self.rateLimiter = RateLimiter(admin: admin, configuration: database.configuration, logger: logger)
@@ -155,7 +158,7 @@ public final class StratusApp: Sendable {
     /// `Content-Length`) or as soon as the limit is passed (chunked).
     func readBody(_ request: Request) async throws -> ByteBuffer {
         let limit = configuration.maximumBodyBytes
-        if let length = request.headers[.contentLength].flatMap({ Int($0) }), length > limit {
+        if let length = request.headers.first(.contentLength).flatMap({ Int($0) }), length > limit {
             throw StratusError.bodyTooLarge(limit: limit)
         }
         do {

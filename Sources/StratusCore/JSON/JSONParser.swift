@@ -130,6 +130,8 @@ public struct JSONParser {
             depth -= 1
             return .object([:])
         }
+        // One scratch list for every object of the document: reserved once, not grown member by member.
+        if members.capacity == 0 { members.reserveCapacity(16) }
         let base = members.count
         while true {
             skipWhitespace()

@@ -450,36 +450,37 @@ public enum ModifyPlanner {
     }
 }
 
-/// Small helpers for reading request JSON with precise errors.
+/// Small helpers for reading request JSON with precise errors. A member's name is built only for
+/// an error (`records[\(index)].desiredKeys` would otherwise be a new string per record read).
 public enum Wire {
     /// An optional boolean member.
-    public static func bool(_ json: JSON?, key: String) throws(StratusError) -> Bool? {
+    public static func bool(_ json: JSON?, key: @autoclosure () -> String) throws(StratusError) -> Bool? {
         guard let json, json != .null else { return nil }
-        guard case .bool(let flag) = json else { throw .badRequest("'\(key)' must be true or false, not \(json.kindName)") }
+        guard case .bool(let flag) = json else { throw .badRequest("'\(key())' must be true or false, not \(json.kindName)") }
         return flag
     }
 
     /// An optional integer member.
-    public static func int(_ json: JSON?, key: String) throws(StratusError) -> Int64? {
+    public static func int(_ json: JSON?, key: @autoclosure () -> String) throws(StratusError) -> Int64? {
         guard let json, json != .null else { return nil }
-        guard case .int(let number) = json else { throw .badRequest("'\(key)' must be a whole number, not \(json.kindName)") }
+        guard case .int(let number) = json else { throw .badRequest("'\(key())' must be a whole number, not \(json.kindName)") }
         return number
     }
 
     /// An optional string member.
-    public static func string(_ json: JSON?, key: String) throws(StratusError) -> String? {
+    public static func string(_ json: JSON?, key: @autoclosure () -> String) throws(StratusError) -> String? {
         guard let json, json != .null else { return nil }
-        guard let text = json.stringValue else { throw .badRequest("'\(key)' must be a string, not \(json.kindName)") }
+        guard let text = json.stringValue else { throw .badRequest("'\(key())' must be a string, not \(json.kindName)") }
         return text
     }
 
     /// An optional array-of-strings member, as a set.
-    public static func stringSet(_ json: JSON?, key: String) throws(StratusError) -> Set<String>? {
+    public static func stringSet(_ json: JSON?, key: @autoclosure () -> String) throws(StratusError) -> Set<String>? {
         guard let json, json != .null else { return nil }
-        guard let elements = json.arrayValue else { throw .badRequest("'\(key)' must be an array of strings") }
+        guard let elements = json.arrayValue else { throw .badRequest("'\(key())' must be an array of strings") }
         var out: Set<String> = []
         for element in elements {
-            guard let text = element.stringValue else { throw .badRequest("'\(key)' must be an array of strings") }
+            guard let text = element.stringValue else { throw .badRequest("'\(key())' must be an array of strings") }
             out.insert(text)
         }
         return out

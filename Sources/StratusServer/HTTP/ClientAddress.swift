@@ -18,6 +18,8 @@ final class RequestConnection: Sendable {
     @TaskLocal static var current: RequestConnection?
 
     let channel: any Channel
+    /// The client's IP address as the socket has it (NIO formats it anew on each `ipAddress`).
+    let peer: String?
     private let inputEnded = Atomic<Bool>(false)
     private let whenGone = Mutex<[Action]>([])
     /// Boxed: a closure stored in a `Mutex` is re-wrapped in reabstraction thunks on every access.
@@ -29,6 +31,7 @@ final class RequestConnection: Sendable {
 
     init(channel: any Channel) {
         self.channel = channel
+        self.peer = channel.remoteAddress?.ipAddress
         channel.closeFuture.whenComplete { _ in self.gone() }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import NIOCore
 import Synchronization
 
@@ -125,6 +126,16 @@ struct QueryItems {
             }
             start = end + 1
         }
+        return nil
+    }
+}
+
+extension HTTPFields {
+    /// The first value of `name`. The subscript joins every value of a name into a new string
+    /// (through generic code that looks its types up at run time), which a read of one
+    /// `Content-Length` on every request does not need.
+    func first(_ name: HTTPField.Name) -> String? {
+        for field in self where field.name == name { return field.value }
         return nil
     }
 }

@@ -80,7 +80,7 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
     }
 
     func handle(value connection: Connection, logger: Logger) async {
-        let address = connection.channel.remoteAddress?.ipAddress ?? ""
+        let address = connection.state.peer ?? ""
         // A trusted proxy carries many clients' connections: it is not held to one client's limit.
         let counted = !trustedProxies.contains(address)
         guard !counted || connections.open(address) else {
@@ -112,12 +112,12 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
                 switch inbound {
                 case .request(let head, let body):
                     response = await RequestConnection.$current.withValue(connection.state) {
-                        await answer(head, body: RequestBody(buffer: body), on: connection.channel, logger: logger)
+                        await answer(head, body: RequestBody(buffer: body), on: connection, logger: logger)
                     }
                     close = !head.isKeepAlive
                 case .streaming(let head, let body):
                     response = await RequestConnection.$current.withValue(connection.state) {
-                        await answer(head, body: RequestBody(asyncSequence: body), on: connection.channel, logger: logger)
+                        await answer(head, body: RequestBody(asyncSequence: body), on: connection, logger: logger)
                     }
                     // Answered before the whole body came (refused): the rest is not read as a request.
                     let pending = connection.channel.eventLoop.inEventLoop ? connection.handler.value.bodyPending : true
@@ -206,14 +206,14 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
     /// Answers one request under its id (`RequestID`): the response carries it in `X-Request-ID`,
     /// an error dictionary's `uuid` is it, and so is every log line's `stratus.request_id`. At
     /// `debug` level each request is logged once answered (method, path, status, milliseconds).
-    private func answer(_ head: HTTPRequestHead, body: RequestBody, on channel: any Channel, logger: Logger) async -> Response {
+    private func answer(_ head: HTTPRequestHead, body: RequestBody, on connection: Connection, logger: Logger) async -> Response {
         let id = RequestID.accepted(head.headers.first(name: "X-Request-ID")) ?? RandomUUID.sequential()
         let state = RequestID.State(id: id)
         return await RequestID.$state.withValue(state) {
             let started = ContinuousClock.now
             let path = head.uri.prefix { $0 != "?" }
             let route = metrics?.begin(path: path)
-            var response = await respond(head, body: body, on: channel, logger: logger)
+            var response = await respond(head, body: body, on: connection, logger: logger)
             response.headers[RequestID.header] = id
             let seconds = (ContinuousClock.now - started).inSeconds
             if let route { metrics?.request(route, status: Int(response.status.code), seconds: seconds, errorCode: state.errorCode) }
@@ -233,13 +233,13 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
     }
 
     /// Answers one request through the responder, with the router's error rendering around it.
-    private func respond(_ head: HTTPRequestHead, body: RequestBody, on channel: any Channel, logger: Logger) async -> Response {
+    private func respond(_ head: HTTPRequestHead, body: RequestBody, on connection: Connection, logger: Logger) async -> Response {
         guard let request = HTTPWire.request(head, body: body) else {
             return StratusError.badRequest("the request method '\(head.method.rawValue.prefix(40))' is not valid HTTP").response(uuid: newUUID())
         }
-        let context = BasicRequestContext(source: ApplicationRequestContextSource(channel: channel, logger: logger))
+        let context = BasicRequestContext(source: ApplicationRequestContextSource(channel: connection.channel, logger: logger))
         do {
-            let peer = channel.remoteAddress?.ipAddress
+            let peer = connection.state.peer
             let client = trustedProxies.isEmpty ? peer : trustedProxies.client(peer: peer, forwardedFor: head.headers["X-Forwarded-For"])
             RequestID.state?.client = client
             return try await ClientAddress.$current.withValue(client) {

@@ -226,7 +226,7 @@ extension StratusApp {
     /// The `downloadURL` of assets in records read by this request: signed, expiring, naming the
     /// container and the exact content (so it serves nothing else).
     func assetURL(containerID: Int64) -> @Sendable (AssetValue) -> String {
-        let (sealer, base, expires) = (sealer, configuration.publicURL + Self.downloadPathPrefix, millisecondsFromNow(configuration.downloadURLLifetime))
+        let (sealer, base, expires) = (sealer, downloadURLBase, millisecondsFromNow(configuration.downloadURLLifetime))
         return { asset in
             base + sealer.seal(["c": .int(containerID), "k": .string(asset.fileChecksum), "x": .int(expires)], purpose: Self.downloadPurpose)
         }

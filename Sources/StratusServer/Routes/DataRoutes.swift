@@ -301,8 +301,8 @@ extension StratusApp {
             personal = RateLimiter.Key(kind: .client, containerID: containerID, environment: environment,
                                        name: FNV1a.hex(caller.apiToken ?? "") + "@" + (ClientAddress.current ?? ""))
         }
-        try rateLimiter.admit([(RateLimiter.Key(kind: .container, containerID: containerID, environment: environment, name: ""), limits.requestsPerSecond),
-                               (personal, limits.userRequestsPerSecond)],
+        try rateLimiter.admit((RateLimiter.Key(kind: .container, containerID: containerID, environment: environment, name: ""), limits.requestsPerSecond),
+                              (personal, limits.userRequestsPerSecond),
                               cost: cost, containerID: containerID, environment: environment)
     }
 

@@ -1,11 +1,15 @@
 import Foundation
+import HTTPTypes
 import Hummingbird
 import StratusCore
 
 extension Response {
     /// A JSON response.
     static func json(_ value: JSON, status: HTTPResponse.Status = .ok, headers extra: HTTPFields = [:]) -> Response {
-        var headers: HTTPFields = [.contentType: "application/json; charset=utf-8"]
+        // Room for the request id the channel adds, so that header does not grow the list again.
+        var headers = HTTPFields()
+        headers.reserveCapacity(2 + extra.count)
+        headers.append(HTTPField(name: .contentType, value: "application/json; charset=utf-8"))
         headers.append(contentsOf: extra)
         let size = JSONWriter.byteCount(value)
         var buffer = ByteBufferAllocator().buffer(capacity: size)
