@@ -7,7 +7,7 @@ import Synchronization
 /// in-process router tests. Used for sign-in and sign-up limits and the audit log; never taken
 /// from a header a client could forge.
 enum ClientAddress {
-    @TaskLocal static var current: String?
+    static var current: String? { RequestID.state?.client }
 }
 
 /// The connection a request arrived on, for the web courier's long polls: whether the client is
@@ -15,7 +15,7 @@ enum ClientAddress {
 /// (its requests are answered one at a time). `nil` for requests that did not come through
 /// `StratusHTTPChannel` (the tests' in-process router).
 final class RequestConnection: Sendable {
-    @TaskLocal static var current: RequestConnection?
+    static var current: RequestConnection? { RequestID.state?.connection }
 
     let channel: any Channel
     /// The client's IP address as the socket has it (NIO formats it anew on each `ipAddress`).

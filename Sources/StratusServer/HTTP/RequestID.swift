@@ -18,9 +18,18 @@ public enum RequestID {
         var container: (id: Int64, environment: ContainerEnvironment)?
         var database: DatabaseScope?
         var user: String?
+        /// The client's address (`ClientAddress.current`).
         var client: String?
-        init(id: String) { self.id = id }
+        /// The connection the request came on (`RequestConnection.current`); nil in router tests.
+        let connection: RequestConnection?
+        init(id: String, connection: RequestConnection? = nil) {
+            self.id = id
+            self.connection = connection
+        }
     }
+    /// The one task-local value a request sets: its address and connection are read from it too,
+    /// since each `withValue` is an async call of its own (two executor checks, a task-local
+    /// entry) on every request.
     @TaskLocal static var state: State?
 
     public static var current: String? { state?.id }

@@ -111,14 +111,10 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
                 let close: Bool
                 switch inbound {
                 case .request(let head, let body):
-                    response = await RequestConnection.$current.withValue(connection.state) {
-                        await answer(head, body: RequestBody(buffer: body), on: connection, logger: logger)
-                    }
+                    response = await answer(head, body: RequestBody(buffer: body), on: connection, logger: logger)
                     close = !head.isKeepAlive
                 case .streaming(let head, let body):
-                    response = await RequestConnection.$current.withValue(connection.state) {
-                        await answer(head, body: RequestBody(asyncSequence: body), on: connection, logger: logger)
-                    }
+                    response = await answer(head, body: RequestBody(asyncSequence: body), on: connection, logger: logger)
                     // Answered before the whole body came (refused): the rest is not read as a request.
                     let pending = connection.channel.eventLoop.inEventLoop ? connection.handler.value.bodyPending : true
                     close = !head.isKeepAlive || pending
@@ -208,7 +204,7 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
     /// `debug` level each request is logged once answered (method, path, status, milliseconds).
     private func answer(_ head: HTTPRequestHead, body: RequestBody, on connection: Connection, logger: Logger) async -> Response {
         let id = RequestID.accepted(head.headers.first(name: "X-Request-ID")) ?? RandomUUID.sequential()
-        let state = RequestID.State(id: id)
+        let state = RequestID.State(id: id, connection: connection.state)
         return await RequestID.$state.withValue(state) {
             let started = ContinuousClock.now
             let path = head.uri.prefix { $0 != "?" }
@@ -242,10 +238,8 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
             let peer = connection.state.peer
             let client = trustedProxies.isEmpty ? peer : trustedProxies.client(peer: peer, forwardedFor: head.headers["X-Forwarded-For"])
             RequestID.state?.client = client
-            return try await ClientAddress.$current.withValue(client) {
-                try await ErrorMiddleware<BasicRequestContext>().handle(request, context: context) { request, context in
-                    try await responder.respond(to: request, context: context)
-                }
+            return try await ErrorMiddleware<BasicRequestContext>().run(request, context: context) { request, context in
+                try await responder.respond(to: request, context: context)
             }
         } catch {
             // ErrorMiddleware renders every error; this is only for the compiler.

@@ -6,7 +6,14 @@ import StratusCore
 /// keep their code; anything unexpected is logged in full with an id and answered
 /// `INTERNAL_ERROR` without internals (Hummingbird's own 500 would have an empty body).
 struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
-    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+    /// As Hummingbird's router calls it (its protocol's functions leave the caller's executor).
+    @concurrent func handle(_ request: Request, context: Context, next: @concurrent (Request, Context) async throws -> Response) async throws -> Response {
+        try await run(request, context: context) { try await next($0, $1) }
+    }
+
+    /// The same for the service's own callers, on their executor: no executor switch on the way
+    /// in and out of it and of `next`.
+    func run(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
         } catch let error as StratusError {

@@ -196,13 +196,13 @@ public struct StratusResponder: HTTPResponder {
         guard let (route, container, environment, database) = DataRoute.match(method: request.method, target: request.head.path ?? "") else {
             // A web courier long poll: the other request a busy client sends most (one per notification).
             if request.method == .get, let (container, environment, token) = StratusApp.courierPollPath(request.uri.path) {
-                return try await ErrorMiddleware<Context>().handle(request, context: context) { request, _ in
+                return try await ErrorMiddleware<Context>().run(request, context: context) { request, _ in
                     try await app.pollCourier(request, container: container, environment: environment, token: token)
                 }
             }
             return try await router.respond(to: request, context: context)
         }
-        return try await ErrorMiddleware<Context>().handle(request, context: context) { request, _ in
+        return try await ErrorMiddleware<Context>().run(request, context: context) { request, _ in
             try await app.dataEndpoint(request, container: container, environment: environment, database: database,
                                        route: route) { try await route.handler(app, $0) }
         }
