@@ -4,7 +4,7 @@
 #
 #   Deploy/bench-ab.sh OLD_BINARY NEW_BINARY [--workloads "lookup query-eq"] [--pairs N]
 #                      [--duration S] [--concurrency N] [--containers N] [--records N]
-#                      [--no-flush]
+#                      [--no-flush] [--counts]
 #
 # Why: on a shared virtual machine the speed of the cores swings by half within minutes (one
 # release build measured between 85 and 132 µs of server CPU per lookup in one afternoon), so a
@@ -24,12 +24,18 @@
 # Everything runs on 127.0.0.1: a throwaway PostgreSQL cluster (tuned as Deploy/bench.sh's),
 # seeded through the old binary (100 containers × 1,000 records by default), stopped at the end;
 # with --no-flush it answers commits before flushing them (bench.sh's create-nf and modify-nf).
+#
+# --counts (root, perf with uprobes): also counts, per request, the server's Swift object
+# allocations (swift_allocObject), its executor switches (swift_task_switch) and its async frames
+# (swift_task_alloc), from uprobes on the Swift runtime during each run and the requests the
+# server's /metrics counted. Unlike CPU time these hardly move with the machine's speed (a little
+# with how many requests share a statement), so a change of one allocation per request shows.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . Deploy/lib.sh
 
-[ $# -ge 2 ] || { sed -n 2,26p "$0"; exit 64; }
-case "$1" in -h|--help) sed -n 2,26p "$0"; exit 0;; esac
+[ $# -ge 2 ] || { sed -n 2,32p "$0"; exit 64; }
+case "$1" in -h|--help) sed -n 2,32p "$0"; exit 0;; esac
 OLD=$(realpath "$1"); NEW=$(realpath "$2"); shift 2
 WORKLOADS="lookup"
 PAIRS=8
@@ -38,6 +44,7 @@ CONCURRENCY=16
 CONTAINERS=100
 RECORDS=1000
 NO_FLUSH=""
+COUNTS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --workloads) WORKLOADS=$2; shift 2;;
@@ -47,7 +54,8 @@ while [ $# -gt 0 ]; do
     --containers) CONTAINERS=$2; shift 2;;
     --records) RECORDS=$2; shift 2;;
     --no-flush) NO_FLUSH=1; shift;;
-    -h|--help) sed -n 2,26p "$0"; exit 0;;
+    --counts) COUNTS=1; shift;;
+    -h|--help) sed -n 2,32p "$0"; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 64;;
   esac
 done
@@ -56,6 +64,19 @@ for binary in "$OLD" "$NEW"; do [ -x "$binary" ] || { echo "$binary is not an ex
 [[ "$DURATION" =~ ^[1-9][0-9]*$ ]] || { echo "--duration must be a whole number of seconds" >&2; exit 64; }
 
 ensure_postgres
+PROBES=""
+if [ -n "$COUNTS" ]; then
+  command -v perf >/dev/null && [ "$(id -u)" = "0" ] || { echo "--counts needs root and perf (Debian: linux-perf)" >&2; exit 64; }
+  # The runtime's libraries as the new binary loads them; a probe that exists already is kept.
+  for probe in libswiftCore.so:swift_allocObject libswift_Concurrency.so:swift_task_switch libswift_Concurrency.so:swift_task_alloc; do
+    library=$(ldd "$NEW" | awk -v name="${probe%%:*}" '$1 == name { print $3 }')
+    [ -n "$library" ] || { echo "--counts: $NEW does not load ${probe%%:*}" >&2; exit 64; }
+    perf probe -q -x "$library" -a "${probe#*:}" 2>/dev/null || true
+    event="probe_${probe%%.so:*}:${probe#*:}"
+    [[ "$(perf list 2>/dev/null)" == *"$event"* ]] || { echo "--counts: could not place the uprobe $event" >&2; exit 64; }
+    PROBES="${PROBES:+$PROBES,}$event"
+  done
+fi
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 WORK=${STRATUS_BENCH_DIR:-/tmp/stratus-bench-ab}
 PGPORT=55434
@@ -98,13 +119,34 @@ echo "== seeding $CONTAINERS containers x $RECORDS records through the API" >&2
 # this shell, to be stopped by it.)
 run() {
   serve "$1"
-  local json pg0 pg1
+  local json pg0 pg1 perf_pid="" served0=0
+  if [ -n "$COUNTS" ]; then
+    served0=$(served_requests)
+    perf stat -x, -e "$PROBES" -p "$SERVER_PID" -o "$WORK/counts.csv" & perf_pid=$!
+  fi
   pg0=$(postgres_cpu_ticks "$WORK/pg")
   json=$("$1" bench --workload "$2" --concurrency "$CONCURRENCY" --duration "$DURATION" --state-file "$WORK/state.json" --json 2>/dev/null)
   pg1=$(postgres_cpu_ticks "$WORK/pg")
   RESULT=$(python3 -c 'import json, sys; j = json.loads(sys.argv[1]); n = j["requests"]
 print(j["requestsPerSecond"], j.get("serverCPUMicrosecondsPerRequest") or "nan", round(int(sys.argv[2]) * 1e6 / int(sys.argv[3]) / n, 1) if n else "nan")' \
     "$json" $(( pg1 - pg0 )) "$(getconf CLK_TCK)")
+  if [ -n "$perf_pid" ]; then
+    kill -INT "$perf_pid"; wait "$perf_pid" 2>/dev/null || true
+    # Per request: allocations, switches, async frames (warm-up included on both sides of the division).
+    RESULT="$RESULT $(python3 -c 'import sys
+n = int(sys.argv[2]) - int(sys.argv[1]); counts = {}
+for line in open(sys.argv[3]):
+    parts = line.split(",")
+    if len(parts) > 2 and parts[0].strip().isdigit(): counts[parts[2].split(":")[-1]] = int(parts[0])
+print(" ".join(f"{counts.get(name, 0) / n:.1f}" if n > 0 else "nan" for name in ("swift_allocObject", "swift_task_switch", "swift_task_alloc")))' \
+      "$served0" "$(served_requests)" "$WORK/counts.csv")"
+  fi
+}
+
+# The data requests the server has answered (its /metrics counters, all families but the management API's).
+served_requests() {
+  curl -sf -H "Authorization: Bearer $STRATUS_ADMIN_TOKEN" "$STRATUS_SERVER/metrics" |
+    awk '/^stratus_requests_total/ && !/family="(management|health|metrics)"/ { total += $NF } END { printf "%d\n", total }'
 }
 
 echo "old: $OLD"
@@ -116,22 +158,35 @@ for workload in $WORKLOADS; do
     if [ $((pair % 2)) = 1 ]; then run "$OLD" "$workload"; old=$RESULT; run "$NEW" "$workload"; new=$RESULT
     else run "$NEW" "$workload"; new=$RESULT; run "$OLD" "$workload"; old=$RESULT; fi
     echo "$old $new" >> "$WORK/$workload.pairs"
-    read -r old_rate old_cpu old_pg new_rate new_cpu new_pg <<< "$old $new"
-    printf "%-14s pair %2d: old %9.0f req/s %7.1f + %7.1f µs   new %9.0f req/s %7.1f + %7.1f µs (server + PostgreSQL)\n" \
-      "$workload" "$pair" "$old_rate" "$old_cpu" "$old_pg" "$new_rate" "$new_cpu" "$new_pg"
+    if [ -n "$COUNTS" ]; then
+      read -r old_rate old_cpu old_pg old_alloc old_switch old_frame new_rate new_cpu new_pg new_alloc new_switch new_frame <<< "$old $new"
+      printf "%-14s pair %2d: old %9.0f req/s %7.1f + %7.1f µs %5.1f/%5.1f/%5.1f   new %9.0f req/s %7.1f + %7.1f µs %5.1f/%5.1f/%5.1f\n" \
+        "$workload" "$pair" "$old_rate" "$old_cpu" "$old_pg" "$old_alloc" "$old_switch" "$old_frame" \
+        "$new_rate" "$new_cpu" "$new_pg" "$new_alloc" "$new_switch" "$new_frame"
+    else
+      read -r old_rate old_cpu old_pg new_rate new_cpu new_pg <<< "$old $new"
+      printf "%-14s pair %2d: old %9.0f req/s %7.1f + %7.1f µs   new %9.0f req/s %7.1f + %7.1f µs (server + PostgreSQL)\n" \
+        "$workload" "$pair" "$old_rate" "$old_cpu" "$old_pg" "$new_rate" "$new_cpu" "$new_pg"
+    fi
   done
+  [ -n "$COUNTS" ] && echo "  (each side: requests/s, server + PostgreSQL CPU µs per request, allocations/executor switches/async frames per request)"
   python3 - "$workload" "$WORK/$workload.pairs" <<'PY'
 import math, statistics, sys
 workload, path = sys.argv[1], sys.argv[2]
 pairs = [tuple(map(float, line.split())) for line in open(path) if line.strip()]
+width = len(pairs[0]) // 2
 for what, column in (("server", 1), ("PostgreSQL", 2)):
-    cpu = [(p[column], p[column + 3]) for p in pairs if not math.isnan(p[column]) and not math.isnan(p[column + 3]) and p[column] > 0]
+    cpu = [(p[column], p[column + width]) for p in pairs if not math.isnan(p[column]) and not math.isnan(p[column + width]) and p[column] > 0]
     if cpu:
         change = [100 * (new - old) / old for old, new in cpu]
         print(f"{workload}: {what} CPU per request, new against old: cheaper in {sum(c < 0 for c in change)} of {len(change)} pairs, "
               f"median {statistics.median(change):+.1f} % per pair (mean {statistics.mean(change):+.1f} %; "
               f"medians {statistics.median(o for o, _ in cpu):.1f} → {statistics.median(n for _, n in cpu):.1f} µs)")
-rate = [100 * (p[3] - p[0]) / p[0] for p in pairs]
+rate = [100 * (p[width] - p[0]) / p[0] for p in pairs]
 print(f"{workload}: requests/s, new against old: median {statistics.median(rate):+.1f} % per pair (mean {statistics.mean(rate):+.1f} %)")
+for what, column in (("Swift object allocations", 3), ("executor switches", 4), ("async frames", 5)):
+    if column < width:
+        print(f"{workload}: {what} per request, median of the runs: old {statistics.median(p[column] for p in pairs):.1f}, "
+              f"new {statistics.median(p[column + width] for p in pairs):.1f}")
 PY
 done

@@ -437,7 +437,8 @@ extension PostgresConnection {
     /// lost and the transaction went on aborted (`ReliabilityTests`, a transaction PostgreSQL
     /// rolled back).
     @discardableResult
-    public func statement(_ query: PostgresQuery, logger: Logger, file: String = #fileID, line: Int = #line) async throws -> [PostgresRow] {
+    /// `@concurrent` for the reason `rows(_:logger:)` is.
+    @concurrent public func statement(_ query: PostgresQuery, logger: Logger, file: String = #fileID, line: Int = #line) async throws -> [PostgresRow] {
         try requireOpen()
         var out: [PostgresRow] = []
         for try await row in try await self.query(query, logger: logger, file: file, line: line) { out.append(row) }

@@ -416,8 +416,9 @@ extension Prepared {
 }
 
 extension PostgresConnection {
-    /// Runs a prepared statement and collects its rows.
-    func rows<Statement: PostgresPreparedStatement>(_ statement: Statement, logger: Logger) async throws -> [Statement.Row] {
+    /// Runs a prepared statement and collects its rows. `@concurrent`, as PostgresNIO's functions
+    /// are: a caller-isolated loop would switch executors back after every row's `next()`.
+    @concurrent func rows<Statement: PostgresPreparedStatement>(_ statement: Statement, logger: Logger) async throws -> [Statement.Row] {
         try requireOpen()
         var out: [Statement.Row] = []
         for try await row in try await execute(statement, logger: logger) { out.append(row) }
