@@ -435,9 +435,8 @@ extension PostgresConnection {
     /// statement when the rows' description arrives, before it runs, and an error that ends it
     /// while it runs (a statement or lock timeout) reaches only its rows. Unread, the error was
     /// lost and the transaction went on aborted (`ReliabilityTests`, a transaction PostgreSQL
-    /// rolled back).
+    /// rolled back). `@concurrent` for the reason `rows(_:logger:)` is.
     @discardableResult
-    /// `@concurrent` for the reason `rows(_:logger:)` is.
     @concurrent public func statement(_ query: PostgresQuery, logger: Logger, file: String = #fileID, line: Int = #line) async throws -> [PostgresRow] {
         try requireOpen()
         var out: [PostgresRow] = []
