@@ -49,8 +49,6 @@ import Testing
         }
     }
 
-    /// One client address holds at most `maximumConnectionsPerAddress` connections: the next is
-    /// answered THROTTLED (with a retry hint) and closed, and a slot frees when one closes.
     /// The tests' harness: a live server that cannot have its port fails the test at once, with
     /// the bind's error, instead of waiting for a port that never comes.
     @Test func aServerThatCannotBindItsPortFailsInsteadOfWaiting() async throws {
@@ -62,6 +60,8 @@ import Testing
         }
     }
 
+    /// One client address holds at most `maximumConnectionsPerAddress` connections: the next is
+    /// answered THROTTLED (with a retry hint) and closed, and a slot frees when one closes.
     @Test func connectionsPerClientAddressAreBounded() async throws {
         try await Harness.run(live: true, server: { $0.maximumConnectionsPerAddress = 3 }) { harness in
             let port = harness.client.port ?? 0
