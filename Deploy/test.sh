@@ -57,7 +57,10 @@ if [ "$#" -eq 0 ]; then
     wait "$prepared" || echo "test.sh: preparing the Python tools or Citus failed (the steps below try again):" >&2
     cat .build/test-output/prepare.log
     # The generated client's build (the contract's), niced, while the browser and HTTPS checks
-    # leave a core mostly idle; Deploy/contract.sh waits for it.
+    # leave a core mostly idle; Deploy/contract.sh waits for it. Started beside the Swift build
+    # instead (at nice 15, on 2026-11-27), it took 420 s there and the Swift build 915 s, against
+    # 692-718 s alone; the contract check then waited for nothing (135 s against 219), but a fresh
+    # clone's whole run took 1,833 s against 1,694.
     nice -n 19 swift build --package-path Deploy/openapi-client --scratch-path .build/openapi-client \
         >.build/test-output/openapi-client-build.log 2>&1 &
     step Deploy/console/e2e.sh
