@@ -60,7 +60,7 @@ if [ "$#" -eq 0 ]; then
     # leave a core mostly idle; Deploy/contract.sh waits for it. Started beside the Swift build
     # instead (at nice 15, on 2026-11-27), it took 420 s there and the Swift build 915 s, against
     # 740 s alone the same evening (692-890 s on other fresh clones); the contract check then
-    # waited for nothing (135 s against 219), but the whole run took 1,833 s against 1,694.
+    # waited for nothing (135 s against 227), but the whole run took 1,833 s against 1,786.
     nice -n 19 swift build --package-path Deploy/openapi-client --scratch-path .build/openapi-client \
         >.build/test-output/openapi-client-build.log 2>&1 &
     step Deploy/console/e2e.sh
