@@ -36,8 +36,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 . Deploy/lib.sh
 
-[ $# -ge 2 ] || { sed -n 2,34p "$0"; exit 64; }
-case "$1" in -h|--help) sed -n 2,34p "$0"; exit 0;; esac
+# The header above, up to the first line that is not a comment.
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; }
+[ $# -ge 2 ] || { usage; exit 64; }
+case "$1" in -h|--help) usage; exit 0;; esac
 OLD=$(realpath "$1"); NEW=$(realpath "$2"); shift 2
 WORKLOADS="lookup"
 PAIRS=8
@@ -57,7 +59,7 @@ while [ $# -gt 0 ]; do
     --records) RECORDS=$2; shift 2;;
     --no-flush) NO_FLUSH=1; shift;;
     --counts) COUNTS=1; shift;;
-    -h|--help) sed -n 2,34p "$0"; exit 0;;
+    -h|--help) usage; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 64;;
   esac
 done
