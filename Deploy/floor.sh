@@ -157,6 +157,11 @@ for round in $(seq 1 "$ROUNDS"); do
     fi
   done
 done
+# The floor must run the service's statements: PostgreSQL files the same statement from both under
+# one entry, so more than two lookup entries (the single and the shared statement) means they differ.
+if [ "$(sql "SELECT count(*) FROM pg_stat_statements WHERE query LIKE '%AS k(i, c, e, d, o, zn, n)%' OR query LIKE '%AND z.owner = \$4 AND z.zone_name = \$5 AND NOT z.deleted%'")" -gt 2 ]; then
+  echo "warning: the floor's lookup statements differ from the service's; bring Deploy/floor/Sources/floor/main.swift in line with Prepared.Lookup and Prepared.LookupMany" >&2
+fi
 python3 - "$WORK/runs" <<'PY'
 import statistics, sys
 runs = {}
