@@ -147,12 +147,17 @@ public final class Database: Sendable {
     /// are retried up to three times, then answered `TRY_AGAIN_LATER`. Errors thrown by `body`
     /// roll the transaction back and are rethrown unchanged. Called inside a transaction, `body`
     /// joins it (and the outer transaction retries).
-    public func transaction<T: Sendable>(_ body: (PostgresConnection) async throws -> T) async throws -> T {
+    ///
+    /// When the connection fails during `COMMIT`, `settle` (if given) is asked with the body's
+    /// value whether it committed (see ``settle(xid:check:)``); without it, or when it cannot
+    /// tell, the request is answered TRY_AGAIN_LATER saying the outcome is unknown.
+    public func transaction<T: Sendable>(settle: (@Sendable (T) async throws -> Bool)? = nil,
+                                         _ body: (PostgresConnection) async throws -> T) async throws -> T {
         if let held {
             if held.inTransaction { return try await body(held.connection) }
             do {
                 return try await Database.$held.withValue(Held(owner: held.owner, connection: held.connection, inTransaction: true)) {
-                    try await inTransaction(on: held.connection, body)
+                    try await inTransaction(on: held.connection, settle: settle, body)
                 }
             } catch {
                 throw Database.map(error)
@@ -167,7 +172,7 @@ public final class Database: Sendable {
                         usage.acquired(since: started)
                         defer { usage.released() }
                         return try await Database.$held.withValue(Held(owner: ObjectIdentifier(self), connection: connection, inTransaction: true)) {
-                            try await inTransaction(on: connection, body)
+                            try await inTransaction(on: connection, settle: settle, body)
                         }
                     }
                 }
@@ -187,6 +192,25 @@ public final class Database: Sendable {
         }
     }
 
+    /// PostgreSQL rolled a statement outside `BEGIN … COMMIT` back at its commit (an error raised
+    /// by a deferred constraint, a serialization failure): nothing of it was saved.
+    struct CommitRefused: Error, CustomStringConvertible {
+        let failure: CommitWatch.ServerFailure
+        var description: String { "PostgreSQL refused the commit: \(failure)" }
+    }
+
+    /// The connection failed after a statement outside `BEGIN … COMMIT` ran and before its commit
+    /// was confirmed (a FATAL, a restart, a cut connection): PostgreSQL may have committed it or
+    /// not. Writers that know their transaction's id settle it (``settle(xid:check:)``); anything
+    /// else is answered TRY_AGAIN_LATER saying the outcome is unknown.
+    struct CommitUnknown: Error, CustomStringConvertible {
+        let failure: CommitWatch.ServerFailure?
+        var underlying: (any Error)? = nil
+        var description: String {
+            "the connection failed before the commit was confirmed" + (failure.map { " (\($0))" } ?? "") + (underlying.map { ": \(String(reflecting: $0))" } ?? "")
+        }
+    }
+
     /// A statement refused because its connection had closed (see
     /// `PostgresConnection.statement(_:logger:)`): answered TRY_AGAIN_LATER, and a transaction
     /// meeting it is run again on another connection.
@@ -195,10 +219,18 @@ public final class Database: Sendable {
         let closed: EventLoopFuture<Void>
     }
 
-    private func inTransaction<T: Sendable>(on connection: PostgresConnection, _ body: (PostgresConnection) async throws -> T) async throws -> T {
-        try await connection.statement("BEGIN", logger: logger)
+    private func inTransaction<T: Sendable>(on connection: PostgresConnection, settle: (@Sendable (T) async throws -> Bool)?,
+                                            _ body: (PostgresConnection) async throws -> T) async throws -> T {
+        do {
+            try await connection.statement("BEGIN", logger: logger)
+        } catch is CommitUnknown {
+            // Nothing was written yet: safe to run again on another connection.
+            throw ConnectionLost(closed: connection.closeFuture)
+        }
+        var result: T?
         do {
             let value = try await body(connection)
+            result = value
             // PostgreSQL answers COMMIT of a transaction that a failed statement aborted with
             // ROLLBACK, not an error. Every failure should have been thrown already (`statement`
             // reads every statement's rows), but one that ends a row-returning statement sent with
@@ -208,16 +240,90 @@ public final class Database: Sendable {
             // `PSQLError`s, so a serialization failure at commit is retried as before.)
             try connection.requireOpen()
             let committed: EventLoopFuture<PostgresQueryResult> = connection.query("COMMIT", logger: logger)
-            let tag = try await committed.get().metadata.command
+            let tag: String
+            do {
+                tag = try await committed.get().metadata.command
+            } catch let error as PSQLError where error.code == .server && !Self.endsSession(error) {
+                // Raised at commit (a deferred constraint, a serialization failure): rolled back.
+                if Self.isRetryable(error) { throw error }
+                throw CommitRefused(failure: CommitWatch.ServerFailure(error))
+            } catch {
+                // Cut off while committing: PostgreSQL may have committed, or not.
+                throw CommitUnknown(failure: (error as? PSQLError).flatMap { $0.code == .server ? CommitWatch.ServerFailure($0) : nil }, underlying: error)
+            }
             guard tag == "COMMIT" else {
                 throw StratusError(.tryAgainLater, "the database rolled the transaction back (\(tag) at commit): nothing of it was saved; retry",
                                    retryAfter: 1)
             }
             return value
+        } catch let unknown as CommitUnknown where result != nil && settle != nil {
+            guard try await settle!(result!) else {
+                throw StratusError(.tryAgainLater, "the connection to the database failed during the commit, and the change was not saved; retry",
+                                   retryAfter: 1, underlying: unknown)
+            }
+            return result!
         } catch {
             await connection.cleanUp("ROLLBACK", logger: logger)
             throw error
         }
+    }
+
+    /// Whether a server error ends the session (FATAL, PANIC): after one, a transaction's fate is
+    /// not told by the error.
+    static func endsSession(_ error: PSQLError) -> Bool {
+        let severity = error.serverInfo?[.severity] ?? error.serverInfo?[.localizedSeverity]
+        return severity == "FATAL" || severity == "PANIC"
+    }
+
+    /// PostgreSQL could not be asked within `settle`'s time whether a transaction committed.
+    struct CommitOutcomeUnknown: Error, CustomStringConvertible {
+        var underlying: (any Error)?
+        var description: String { "the commit's outcome could not be learned" + (underlying.map { ": \(String(reflecting: $0))" } ?? "") }
+    }
+
+    /// Whether the transaction `xid`, whose commit was not confirmed (``CommitUnknown``), committed:
+    /// asked of PostgreSQL (`pg_xact_status`) on a connection of its own, again while the
+    /// transaction is still in progress or PostgreSQL cannot be reached (a restart, a crash
+    /// recovery), for up to 10 seconds; then ``CommitOutcomeUnknown`` is thrown.
+    ///
+    /// Once the transaction has committed, `check` is asked on that connection whether what the
+    /// caller wrote is there (rows carrying `xid`): after a crash, PostgreSQL may hand out again the
+    /// ids of transactions whose records never reached the disk, so a status alone could describe
+    /// somebody else's transaction.
+    public func settle(xid: Int64, check: @Sendable (PostgresConnection) async throws -> Bool) async throws -> Bool {
+        let deadline = ContinuousClock.now + .seconds(10)
+        var last: (any Error)?
+        while ContinuousClock.now < deadline {
+            do {
+                let answer: Bool? = try await Database.$held.withValue(nil) {
+                    try await withConnection { connection -> Bool? in
+                        let status: String?
+                        do {
+                            status = try await connection.statement("SELECT pg_xact_status(\(String(xid))::text::xid8)", logger: logger)
+                                .first?.decode(String?.self)
+                        } catch let error as PSQLError where error.serverInfo?[.sqlState] == "22023" {
+                            // "in the future": the crash that cut the statement off lost it, and its id.
+                            return false
+                        }
+                        switch status {
+                        case "in progress": return nil
+                        case "aborted": return false
+                        default: return try await check(connection)
+                        }
+                    }
+                }
+                if let answer {
+                    logger.notice("a commit that was not confirmed settled", metadata: ["stratus.xid": "\(xid)", "stratus.committed": "\(answer)"])
+                    return answer
+                }
+            } catch is CancellationError {
+                throw CommitOutcomeUnknown(underlying: CancellationError())
+            } catch {
+                last = error
+            }
+            try? await Task.sleep(for: .milliseconds(50))
+        }
+        throw CommitOutcomeUnknown(underlying: last)
     }
 
     /// Runs `body` with a pooled connection, outside a transaction (or on the connection, and in
@@ -278,6 +384,18 @@ public final class Database: Sendable {
     /// and becomes `INTERNAL_ERROR` at the HTTP boundary.
     static func map(_ error: any Error) -> any Error {
         if error is StratusError { return error }
+        if let refused = error as? CommitRefused {
+            if refused.failure.sqlState == "40001" || refused.failure.sqlState == "40P01" {
+                return StratusError(.tryAgainLater, "too many concurrent changes to the same data; nothing was saved; retry", retryAfter: 1, underlying: error)
+            }
+            return StratusError(.tryAgainLater, "the database refused to commit the change (SQLSTATE \(refused.failure.sqlState)): nothing of it was saved; retry",
+                                retryAfter: 1, underlying: error)
+        }
+        if error is CommitUnknown || error is CommitOutcomeUnknown {
+            return StratusError(.tryAgainLater, "the connection to the database failed while the change was being committed, and whether it was saved "
+                                + "could not be learned: read it back before retrying (a retried create answers EXISTS with the record when the first one was saved)",
+                                retryAfter: 1, underlying: error)
+        }
         if error is ConnectionLost {
             return StratusError(.tryAgainLater, "the connection to the database was lost; retry shortly", retryAfter: 1, underlying: error)
         }
@@ -436,12 +554,42 @@ extension PostgresConnection {
     /// while it runs (a statement or lock timeout) reaches only its rows. Unread, the error was
     /// lost and the transaction went on aborted (`ReliabilityTests`, a transaction PostgreSQL
     /// rolled back). `@concurrent` for the reason `rows(_:logger:)` is.
+    ///
+    /// Outside `BEGIN … COMMIT` a statement is not done when its rows are: it is answered only once
+    /// its commit is confirmed (``confirmCommitted(_:logger:)``).
     @discardableResult
     @concurrent public func statement(_ query: PostgresQuery, logger: Logger, file: String = #fileID, line: Int = #line) async throws -> [PostgresRow] {
         try requireOpen()
+        let watch = await CommitWatch.of(self, logger: logger)
         var out: [PostgresRow] = []
         for try await row in try await self.query(query, logger: logger, file: file, line: line) { out.append(row) }
+        try await confirmCommitted(watch, logger: logger)
         return out
+    }
+
+    /// Waits until PostgreSQL has committed the statement whose rows were just read, when it ran
+    /// outside `BEGIN … COMMIT` (see ``CommitWatch``). Throws ``Database/CommitRefused`` when
+    /// PostgreSQL rolled it back at commit, and ``Database/CommitUnknown`` when the connection
+    /// failed before the commit was confirmed.
+    ///
+    /// `watch` is the connection's (`CommitWatch.of`), asked for before the statement was sent.
+    func confirmCommitted(_ watch: CommitWatch?, logger: Logger) async throws {
+        switch await watch?.outcome() ?? .unwatched {
+        case .confirmed:
+            return
+        case .refused(let failure):
+            throw Database.CommitRefused(failure: failure)
+        case .unknown(let failure):
+            throw Database.CommitUnknown(failure: failure)
+        case .unwatched:
+            // PostgresNIO sends this only after the statement's ReadyForQuery.
+            do {
+                try requireOpen()
+                _ = try await self.query("SELECT 1", logger: logger).collect()
+            } catch {
+                throw Database.CommitUnknown(failure: nil, underlying: error)
+            }
+        }
     }
 
     /// Throws ``Database/ConnectionLost`` when the connection has closed (see `statement`).

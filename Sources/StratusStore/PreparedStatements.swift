@@ -418,10 +418,21 @@ extension Prepared {
 extension PostgresConnection {
     /// Runs a prepared statement and collects its rows. `@concurrent`, as PostgresNIO's functions
     /// are: a caller-isolated loop would switch executors back after every row's `next()`.
-    @concurrent func rows<Statement: PostgresPreparedStatement>(_ statement: Statement, logger: Logger) async throws -> [Statement.Row] {
+    ///
+    /// Outside `BEGIN … COMMIT` the rows are returned once the statement's commit is confirmed
+    /// (`confirmCommitted`). When the connection fails before that, `settle`, if given, decides
+    /// with the rows read: it returns them when the statement did commit, and throws otherwise.
+    @concurrent func rows<Statement: PostgresPreparedStatement>(_ statement: Statement, logger: Logger,
+                                                                settle: (([Statement.Row]) async throws -> [Statement.Row])? = nil) async throws -> [Statement.Row] {
         try requireOpen()
+        let watch = await CommitWatch.of(self, logger: logger)
         var out: [Statement.Row] = []
         for try await row in try await execute(statement, logger: logger) { out.append(row) }
+        do {
+            try await confirmCommitted(watch, logger: logger)
+        } catch where settle != nil && (error is Database.CommitUnknown || error is Database.CommitRefused) {
+            return try await settle!(out)
+        }
         return out
     }
 }

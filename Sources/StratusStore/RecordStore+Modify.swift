@@ -12,6 +12,10 @@ public enum ModifyResult: Sendable {
     case failed(recordName: String?, StratusError)
 }
 
+/// What a modify transaction answers: the results, the changes to report, and the records it wrote
+/// (which settle it when the connection fails during COMMIT).
+typealias ModifyTransaction = (results: [ModifyResult], changes: RecordChanges?, written: [RecordStore.WrittenRecord])
+
 /// Thrown inside a modify transaction to roll it back while still answering per item.
 struct AtomicAbort: Error {
     var results: [ModifyResult]
@@ -38,7 +42,9 @@ extension RecordStore {
         }
         let atomic = request.atomic && zone != Names.defaultZone
         do {
-            let (results, changes) = try await database.transaction { connection -> ([ModifyResult], RecordChanges?) in
+            // Cut off during COMMIT, the transaction is settled by its records (`committed`).
+            let settle: @Sendable (ModifyTransaction) async throws -> Bool = { [database, logger] in try await Self.committed($0.written, database: database, logger: logger) }
+            let (results, changes, _) = try await database.transaction(settle: settle) { connection -> ModifyTransaction in
                 let names = request.recordNames.compactMap { $0 }
                 // Share roots are locked with the records: a share checks and changes its root.
                 let roots = Self.shareRoots(of: request).filter { !names.contains($0) }
@@ -102,9 +108,10 @@ extension RecordStore {
                 for record in cascade { expected[record.recordName] = record.changeSeq }
                 let sizes = liveSizes.merging(Self.liveSizes(cascade)) { old, _ in old }
                 var start: ChangePosition?
+                var written: [WrittenRecord] = []
                 var results = try await apply(db, zone: zone, zoneID: zoneID, outcomes: outcomes, cascade: cascade, schema: finalSchema,
                                               names: request.recordNames, expected: expected, liveSizes: sizes, stripes: reservation.stripes,
-                                              lockZone: false, start: &start, on: connection)
+                                              lockZone: false, start: &start, written: &written, on: connection)
                 if atomic, results.contains(where: { if case .failed = $0 { return true } else { return false } }) {
                     throw AtomicAbort(results: Self.atomicFailure(results.map { result -> Result<PlannedWrite, StratusError> in
                         if case .failed(_, let error) = result { return .failure(error) }
@@ -122,7 +129,7 @@ extension RecordStore {
                 let changes = observed ? RecordChanges(db: db, zone: zone, zoneID: zoneID, start: start,
                                                        changes: Self.changes(of: results, current: current, cascade: cascade)) : nil
                 Self.keepDesiredKeys(&results, plan: plan)
-                return (results, changes)
+                return (results, changes, written)
             }
             await report(changes)
             return results
@@ -209,10 +216,11 @@ extension RecordStore {
                 }
                 guard let (plan, _, schema) = try await plainSave(current: current) else { return nil }
                 var start: ChangePosition?
+                var written: [WrittenRecord] = []
                 var results = try await apply(db, zone: zone, zoneID: zoneID, outcomes: plan.outcomes, cascade: [], schema: schema,
                                               names: request.recordNames, expected: current.mapValues(\.changeSeq),
                                               liveSizes: Self.liveSizes(current.values), stripes: (-1, -1), lockZone: zone != Names.defaultZone,
-                                              start: &start, on: connection)
+                                              start: &start, written: &written, on: connection)
                 guard case .saved = results[0] else {
                     // Unwritten: the record exists (or came meanwhile), or the zone is gone. The
                     // transaction reads and decides.
@@ -478,7 +486,7 @@ extension RecordStore {
     /// record written, if that is earlier than it was.
     func apply(_ db: DatabaseRef, zone: String, zoneID: Int64, outcomes: [Result<PlannedWrite, StratusError>], cascade: [Record], schema: Schema,
                names: [String?], expected: [String: Int64], liveSizes: [String: Int64], stripes: (Int16, Int16), lockZone: Bool,
-               start: inout ChangePosition?, on connection: PostgresConnection) async throws -> [ModifyResult] {
+               start: inout ChangePosition?, written log: inout [WrittenRecord], on connection: PostgresConnection) async throws -> [ModifyResult] {
         var inserts: [Record] = []
         var updates: [Record] = []
         for outcome in outcomes {
@@ -519,10 +527,16 @@ extension RecordStore {
             updates: updates, updateFields: updateFields, entries: entries, tracksZoneChanges: db.tracksZoneChanges,
             expectedSeqs: updates.map { expected[$0.recordName] ?? 0 }, lockZone: lockZone, environment: db.environment.code,
             meteredOwner: Self.meteredOwner(db), oldSizes: updates.map { liveSizes[$0.recordName] ?? -1 }, stripes: stripes)
-        let rows = updates.isEmpty ? try await connection.rows(Prepared.InsertRecords(write: write, db: db, zone: zone), logger: logger)
-                                   : try await connection.rows(write, logger: logger)
+        // Outside a transaction (`modifyOne`) the statement commits on its own: if the connection
+        // fails before that is confirmed, the records it returned tell whether it did.
+        let settle: @Sendable ([Prepared.WriteRecords.Row]) async throws -> [Prepared.WriteRecords.Row] = { [database, logger] rows in
+            try await Self.settled(rows, containerID: db.containerID, zoneID: zoneID, database: database, logger: logger)
+        }
+        let rows = updates.isEmpty ? try await connection.rows(Prepared.InsertRecords(write: write, db: db, zone: zone), logger: logger, settle: settle)
+                                   : try await connection.rows(write, logger: logger, settle: settle)
         var written: [String: Int64] = [:]
         for (name, seq, xid) in rows {
+            log.append(WrittenRecord(containerID: db.containerID, zoneID: zoneID, name: name, seq: seq, xid: xid))
             written[name] = seq
             let before = ChangePosition(xid: xid, seq: seq - 1)
             if start.map({ before < $0 }) ?? true { start = before }

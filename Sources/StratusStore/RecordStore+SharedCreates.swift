@@ -43,7 +43,11 @@ final class SharedCreate: Sendable {
     }
 
     /// One statement for `creates`, committed on its own; an outcome for each.
-    static func run(_ creates: [SharedCreate], on connection: PostgresConnection, logger: Logger) async throws -> [Outcome] {
+    ///
+    /// When the connection fails before the statement's commit is confirmed, it is settled
+    /// (`RecordStore.committed`): its creates are written if it committed, and TRY_AGAIN_LATER
+    /// saying nothing was saved answers each if not.
+    static func run(_ creates: [SharedCreate], database: Database, on connection: PostgresConnection, logger: Logger) async throws -> [Outcome] {
         // A second create of one name would be answered as written with the first: it decides alone.
         var seen: Set<RecordKey> = []
         var statement: [SharedCreate] = []
@@ -61,11 +65,22 @@ final class SharedCreate: Sendable {
             if statement.count == 1 {
                 // Alone, the single-record statement: PostgreSQL spent 8.6 % more on a lone create
                 // in `CreateRecords` (`Deploy/bench-ab.sh --concurrency 1`, 3 pairs).
-                for (_, seq, xid) in try await connection.rows(statement[0].insertRecords, logger: logger) {
+                let create = statement[0]
+                for (_, seq, xid) in try await connection.rows(create.insertRecords, logger: logger, settle: { rows in
+                    try await RecordStore.settled(rows, containerID: create.db.containerID, zoneID: create.zoneID, database: database, logger: logger)
+                }) {
                     written[0] = .written(seq: seq, xid: xid)
                 }
             } else {
-                for (index, seq, xid) in try await connection.rows(Prepared.CreateRecords(creates: statement), logger: logger) {
+                for (index, seq, xid) in try await connection.rows(Prepared.CreateRecords(creates: statement), logger: logger, settle: { rows in
+                    let records = rows.map { row in
+                        let create = statement[Int(row.0) - 1]
+                        return RecordStore.WrittenRecord(containerID: create.db.containerID, zoneID: create.zoneID, name: create.record.recordName,
+                                                         seq: row.1, xid: row.2)
+                    }
+                    guard try await RecordStore.committed(records, database: database, logger: logger) else { throw RecordStore.notCommitted }
+                    return rows
+                }) {
                     written[Int(index) - 1] = .written(seq: seq, xid: xid)
                 }
             }

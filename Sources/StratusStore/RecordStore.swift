@@ -150,7 +150,7 @@ public final class RecordStore: Sendable {
         self.creates = StatementSharing(shares: shares, keysPerStatement: 64) { requests, sending in
             try await database.withConnection { connection in
                 sending()
-                return try await SharedCreate.run(requests, on: connection, logger: logger)
+                return try await SharedCreate.run(requests, database: database, on: connection, logger: logger)
             }
         }
         self.dynamicReads = StatementSharing(shares: shares, keysPerStatement: 16, canShare: DynamicRead.canShare) { requests, sending in
