@@ -110,6 +110,55 @@ struct Signer: Sendable {
         }
     }
 
+    /// CloudKit JS and MistKit date their signatures to the second, so a client that polls, retries
+    /// or looks up in parallel sends equal requests in one second, each signed anew: all are
+    /// accepted. A signature received before is refused, also with its `s` replaced by `n − s`
+    /// (the other valid form of the same signature).
+    @Test(arguments: ["CloudKit JS", "MistKit"])
+    func requestsAlikeInOneSecondAreNewAndAResentSignatureIsAReplay(client: String) async throws {
+        try await Harness.run { harness in
+            let session = try await harness.container()
+            let signer = try await Self.addKey(harness, container: session.container)
+            let path = "/database/1/\(session.container)/development/public/records/lookup"
+            let body = #"{"records":[{"recordName":"nothing"}]}"#
+            // CloudKit JS: `new Date().toISOString()` with its milliseconds cut off; MistKit:
+            // ISO8601DateFormatter with internet date-time. Both give one-second dates.
+            let dateText: String
+            if client == "CloudKit JS" {
+                let iso = ISO8601DateFormatter()
+                iso.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+                dateText = iso.string(from: Date()).replacingOccurrences(of: #"\.\d+Z$"#, with: "Z", options: .regularExpression)
+            } else {
+                dateText = Signer.dateText(Date())
+            }
+            var sent: [HTTPFields] = []
+            for attempt in 0..<3 {
+                let headers = signer.headers(signedPath: path, body: body, dateText: dateText)
+                sent.append(headers)
+                let answer = try await Self.send(harness, path, body: body, headers: headers)
+                #expect(answer.status == 200, "\(client), request \(attempt + 1) with the date \(dateText): \(answer.status) \(answer.json)")
+            }
+            // Two at once, as parallel lookups go.
+            async let first = Self.send(harness, path, body: body, headers: signer.headers(signedPath: path, body: body, dateText: dateText))
+            async let second = Self.send(harness, path, body: body, headers: signer.headers(signedPath: path, body: body, dateText: dateText))
+            let statuses = try await [first.status, second.status]
+            #expect(statuses == [200, 200], "\(client): parallel requests alike")
+
+            let resent = try await Self.send(harness, path, body: body, headers: sent[0])
+            #expect(resent.status == 401 && resent.json["reason"]?.stringValue?.contains("replay") == true, "\(client): \(resent.json)")
+            // The same signature with s flipped to n - s is valid for the same message, and the same request.
+            var flipped = sent[1]
+            let text = try #require(flipped[RequestSignature.signatureHeader])
+            let der = try #require(Data(base64Encoded: text))
+            let raw = Array(try P256.Signing.ECDSASignature(derRepresentation: der).rawRepresentation)
+            let other = try P256.Signing.ECDSASignature(rawRepresentation: raw[0..<32] + RequestSignature.subtract(RequestSignature.order, Array(raw[32..<64])))
+            flipped[RequestSignature.signatureHeader] = other.derRepresentation.base64EncodedString()
+            let malleated = try await Self.send(harness, path, body: body, headers: flipped)
+            #expect(malleated.status == 401 && malleated.json["reason"]?.stringValue?.contains("replay") == true,
+                    "\(client): the signature with n - s: \(malleated.status) \(malleated.json)")
+        }
+    }
+
     /// Every way a signature can be wrong is 401 `AUTHENTICATION_FAILED` with a reason naming it.
     @Test func badSignaturesAreRefusedWithAReason() async throws {
         try await Harness.run { harness in

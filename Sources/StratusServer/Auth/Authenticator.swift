@@ -172,7 +172,7 @@ final class Authenticator: Sendable {
         RequestID.state?.container = (container.id, environment)
         let query = QueryItems(target: request.head.path)
         if let signedBody {
-            guard query.get("ckAPIToken") == nil, query.get("ckWebAuthToken") == nil, query.get("ckSession") == nil else {
+            guard query.get("ckAPIToken") == nil, query.webAuthToken == nil else {
                 throw StratusError(.authenticationFailed, "send either ckAPIToken (and ckWebAuthToken) or a server-to-server signature, not both")
             }
             return try await authenticateSigned(request, body: signedBody, container: container, environment: environment)
@@ -189,7 +189,7 @@ final class Authenticator: Sendable {
         try Self.checkOrigin(request, token: token)
         var caller = Caller(container: container, environment: environment)
         caller.apiToken = String(tokenText)
-        if let webToken = query.get("ckWebAuthToken") ?? query.get("ckSession"), !webToken.isEmpty {
+        if let webToken = query.webAuthToken {
             let claims = try await session(fromWebAuthToken: webToken, containerID: container.id, environment: environment)
             caller.user = claims.user
             caller.sessionID = claims.sessionID
@@ -210,8 +210,8 @@ final class Authenticator: Sendable {
 
     /// Checks a server-to-server signature: the key (known, live, this container's and
     /// environment's), the date (within 10 minutes), the signature over the date, the body's hash
-    /// and the path (with or without its query string), and that the same signed request was not
-    /// received before within the date's window.
+    /// and the path (with or without its query string), and that the same signature was not
+    /// received before within the date's window (`RequestSignature.replayDigest`).
     func authenticateSigned(_ request: Request, body: ByteBuffer, container: ContainerInfo, environment: ContainerEnvironment) async throws -> Caller {
         let signature = try RequestSignature(headers: request.headers)
         try signature.checkDate(now: Date().timeIntervalSince1970)
@@ -229,14 +229,14 @@ final class Authenticator: Sendable {
         }
         let bodyHash = RequestSignature.bodyHash(body.readableBytesView)
         let target = request.head.path ?? request.uri.string
-        guard let message = signature.verifiedMessage(signature.messages(bodyHash: bodyHash, target: target), key: publicKey) else {
+        guard signature.verifiedMessage(signature.messages(bodyHash: bodyHash, target: target), key: publicKey) != nil else {
             throw StratusError(.authenticationFailed, "the X-Apple-CloudKit-Request-SignatureV1 does not match the request: sign "
                 + "'<date header>:<base64 of SHA-256 of the body>:<path>' with the key's private key (ECDSA P-256, SHA-256)")
         }
-        let digest = Data(SHA256.hash(data: Data(message.utf8)))
+        let digest = signature.replayDigest
         let expires = Date(timeIntervalSince1970: Double(signature.date + RequestSignature.allowedSkew + 1))
         guard try await admin.recordSignature(containerID: container.id, keyID: key.keyID, digest: digest, expires: expires) else {
-            throw StratusError(.authenticationFailed, "this signed request was already received (a replay): sign every request anew, with its own date")
+            throw StratusError(.authenticationFailed, "this signature was already received (a replay): sign every request anew")
         }
         var caller = Caller(container: container, environment: environment)
         caller.user = "_key_" + key.keyID

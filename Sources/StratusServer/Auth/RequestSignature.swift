@@ -111,6 +111,55 @@ struct RequestSignature {
         messages.first { Self.verify(signature, message: Data($0.utf8), key: key) }
     }
 
+    /// What the replay guard records of a verified request: the signature itself, with its `s`
+    /// made the lower of `s` and `n − s` (`(r, s)` and `(r, n − s)` are both valid signatures of
+    /// one message, so a resent request could otherwise pass as new with `s` flipped).
+    ///
+    /// Not the signed message: CloudKit JS and MistKit date requests to the second, so two equal
+    /// requests in one second (a poll, a retry, two parallel lookups) sign the same message, each
+    /// with a signature of its own (ECDSA signing is randomized). Those are new requests; only a
+    /// signature received before is a replay.
+    var replayDigest: Data {
+        let raw = Array(signature.rawRepresentation)
+        var r = Array(raw[0..<32])
+        var s = Array(raw[32..<64])
+        if Self.isGreater(s, Self.halfOrder) { s = Self.subtract(Self.order, s) }
+        r += s
+        return Data(SHA256.hash(data: r))
+    }
+
+    /// The order n of P-256's group, big-endian, and n / 2 (rounded down).
+    static let order: [UInt8] = [0xFF, 0xFF, 0xFF, 0xFF, 0x00, 0x00, 0x00, 0x00, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF,
+                                 0xBC, 0xE6, 0xFA, 0xAD, 0xA7, 0x17, 0x9E, 0x84, 0xF3, 0xB9, 0xCA, 0xC2, 0xFC, 0x63, 0x25, 0x51]
+    static let halfOrder: [UInt8] = {
+        var half = [UInt8](repeating: 0, count: 32)
+        var carry: UInt8 = 0
+        for index in 0..<32 {
+            half[index] = (order[index] >> 1) | (carry << 7)
+            carry = order[index] & 1
+        }
+        return half
+    }()
+
+    /// Whether big-endian `a` > `b` (equal lengths).
+    static func isGreater(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        for (x, y) in zip(a, b) where x != y { return x > y }
+        return false
+    }
+
+    /// Big-endian `a − b` (equal lengths, `a` ≥ `b`).
+    static func subtract(_ a: [UInt8], _ b: [UInt8]) -> [UInt8] {
+        var result = [UInt8](repeating: 0, count: a.count)
+        var borrow = 0
+        for index in stride(from: a.count - 1, through: 0, by: -1) {
+            var value = Int(a[index]) - Int(b[index]) - borrow
+            borrow = value < 0 ? 1 : 0
+            if value < 0 { value += 256 }
+            result[index] = UInt8(value)
+        }
+        return result
+    }
+
     /// ECDSA P-256 / SHA-256 verification (swift-crypto; the Wycheproof vectors test it).
     static func verify(_ signature: P256.Signing.ECDSASignature, message: Data, key: P256.Signing.PublicKey) -> Bool {
         key.isValidSignature(signature, for: message)
