@@ -12,6 +12,8 @@ does with AUTHENTICATION_REQUIRED's redirectURL) and wait for the session to be 
   registered, and offers no form;
 - with a development token that names no origins: an app on localhost receives the session; the
   same app under another host name (mapped to this machine in Chromium) gets the explanation.
+And an app that sets up sign-in as CloudKit JS 1.2.0 does (`ckSession=null` while signed out) is
+answered AUTHENTICATION_REQUIRED with the sign-in URL, shows its sign-in button, and signs in.
 Screenshots go to OUTPUT_DIR. Fails (exit 1) on the first thing that is not so.
 """
 import json
@@ -64,6 +66,35 @@ def expect_session(app, name):
     step(f"{name}: the app received the session and is signed in as {caller['user']}")
 
 
+def signed_out_v1(context, app_url, token):
+    """CloudKit JS 1.2.0's sign-in: ckSession=null is signed out, answered 421 with the sign-in URL."""
+    name = "CloudKit JS 1.x, signed out"
+    query = urllib.parse.urlencode({
+        "signin": "", "caller": f"{BASE}/database/1/{CONTAINER}/production/public/users/caller?ckAPIToken={token}"})
+    app = context.new_page()
+    app.goto(f"{app_url}/app.html?{query}")
+    first = app.evaluate("setUpAuthV1()")
+    if first["status"] != 421 or first["code"] != "AUTHENTICATION_REQUIRED" or "/signin" not in (first["redirectURL"] or ""):
+        fail(f"{name}: users/caller with ckSession=null answered {first}")
+    if not app.is_visible("#signin-v1"):
+        fail(f"{name}: the sign-in button did not appear")
+    with app.expect_popup() as info:
+        app.click("#signin-v1")
+    popup = info.value
+    popup.wait_for_load_state()
+    testapp.sign_up(popup, "hopper@example.com")
+    app.wait_for_function("window.received !== null", timeout=15000)
+    session = app.evaluate("window.received")["data"].get("ckSession")
+    if not session:
+        fail(f"{name}: the popup's message holds no ckSession: {app.evaluate('window.received')}")
+    second = app.evaluate("(session) => { window.v1.session = session; return setUpAuthV1(); }", session)
+    if second["status"] != 200 or not (second["user"] or "").startswith("_"):
+        fail(f"{name}: users/caller with the session answered {second}")
+    app.screenshot(path=os.path.join(OUT, "cloudkit-js-1-app.png"))
+    step(f"{name}: answered AUTHENTICATION_REQUIRED with the sign-in URL; signed in as {second['user']}")
+    app.close()
+
+
 def expect_nothing(app, popup, name, email):
     """The person signed in on the page, and the app on this origin received nothing."""
     app.wait_for_timeout(2500)
@@ -102,6 +133,8 @@ def main():
             app, popup = open_sign_in(context, registered, "production", named, "registered")
             testapp.sign_up(popup, "ada@example.com")
             expect_session(app, "production, registered origin")
+
+            signed_out_v1(context, registered, named)
 
             app, popup = open_sign_in(context, unregistered, "production", named, "unregistered")
             testapp.sign_up(popup, "grace@example.com")

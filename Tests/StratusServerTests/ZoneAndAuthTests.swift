@@ -173,6 +173,12 @@ import Testing
             #expect(anonymous.status == 421)
             #expect(anonymous.json.errorCode == "AUTHENTICATION_REQUIRED")
             #expect(anonymous.json["redirectURL"]?.stringValue?.contains("/auth/1/\(session.container)/development/signin") == true)
+            // Signed out as CloudKit JS sends it: 1.2.0 sends its stored session, null, as `ckSession=null`.
+            for signedOut in ["ckSession=null", "ckSession=undefined", "ckSession=", "ckWebAuthToken=null", "ckWebAuthToken=&ckSession=null"] {
+                let answer = try await harness.send(.get, "\(base)/caller?ckAPIToken=\(session.apiToken)&\(signedOut)")
+                #expect(answer.status == 421 && answer.json.errorCode == "AUTHENTICATION_REQUIRED" && answer.json["redirectURL"]?.stringValue != nil,
+                        "\(signedOut): \(answer.status) \(answer.json)")
+            }
             let page = try await harness.send(.get, "/auth/1/\(session.container)/development/signin")
             #expect(page.status == 200)
             let badToken = try await harness.send(.get, "\(base)/caller?ckAPIToken=ck_forged&ckWebAuthToken=\(encoded)")

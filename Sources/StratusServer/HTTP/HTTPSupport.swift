@@ -112,6 +112,22 @@ struct QueryItems {
         return escaped ? value.removingPercentEncoding ?? value : value
     }
 
+    /// The session's web auth token: `ckWebAuthToken`, or `ckSession` as CloudKit JS 1.x names
+    /// it. `null`, `undefined` and an empty value mean signed out: CloudKit JS 1.2.0 sends
+    /// `ckSession=null` when nobody is signed in, and expects AUTHENTICATION_REQUIRED (421) with
+    /// the sign-in URL, not a refused token.
+    var webAuthToken: String? {
+        for name in ["ckWebAuthToken", "ckSession"] {
+            if let value = get(name), !Self.meansSignedOut(value) { return value }
+        }
+        return nil
+    }
+
+    /// Whether a session parameter's value says "nobody is signed in".
+    static func meansSignedOut(_ value: String) -> Bool {
+        value.isEmpty || value == "null" || value == "undefined"
+    }
+
     /// Where the value of the first `name` parameter lies in `query`: `nil` when there is none,
     /// `.some(nil)` when it has no `=`.
     private static func value(of name: UnsafeBufferPointer<UInt8>, in query: UnsafeBufferPointer<UInt8>) -> Range<Int>?? {

@@ -234,11 +234,10 @@ extension StratusApp {
 
     /// The web auth token of an auth request: the `ckWebAuthToken` (or `ckSession`) query parameter.
     func webAuthToken(_ request: Request) throws(StratusError) -> String {
-        let query = request.uri.queryParameters
-        guard let token = query.get("ckWebAuthToken") ?? query.get("ckSession"), !token.isEmpty else {
+        guard let token = QueryItems(target: request.uri.string).webAuthToken else {
             throw StratusError(.authenticationFailed, "missing ckWebAuthToken query parameter: send the token of the session")
         }
-        return String(token)
+        return token
     }
 
     /// `POST /auth/1/{container}/{environment}/signout`: ends the session of the `ckWebAuthToken`
