@@ -38,6 +38,16 @@ public enum Subprocess {
         }
     }
 
+    /// Kills a started program (SIGKILL) and reaps it on a thread of its own: callable from a
+    /// `defer` in async code without waiting there.
+    public static func killAndReap(_ pid: pid_t) {
+        kill(pid, SIGKILL)
+        Thread {
+            var status: Int32 = 0
+            while waitpid(pid, &status, 0) == -1 && errno == EINTR {}
+        }.start()
+    }
+
     /// Waits up to `limit` for a started program to exit, without blocking a thread; its wait
     /// status, or `nil` if it is still running.
     public static func waitForExit(_ pid: pid_t, within limit: Duration) async throws -> Int32? {

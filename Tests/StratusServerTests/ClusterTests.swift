@@ -78,19 +78,27 @@ import Testing
         let base = Self.freeBase()
         let up = try await Self.script(["up", "--dir", folder + "/c", "--port", String(base), "--bin", EndToEndTests.binary] + (tls ? ["--tls"] : [])
                                     + (prometheus ? ["--with-prometheus"] : []))
-        defer {
-            let down = try? Subprocess.run([TestCluster.repositoryRoot.appendingPathComponent("Deploy/cluster.sh").path, "down", "--dir", folder + "/c"])
-            if down?.status != 0 { print("cluster.sh down: \(down?.text ?? "")") }
-            try? FileManager.default.removeItem(atPath: folder)
+        // Taken down after the body, awaited on a thread of its own: `cluster.sh down` waits for
+        // servers to stop, and a blocking wait in a `defer` held one of the test process's two
+        // cooperative threads for as long (`SourceChecks` refuses blocking calls in tests).
+        let outcome: Result<Void, any Error>
+        do {
+            try #require(up.status == 0, "cluster.sh up failed: \(up.text.suffix(3000))")
+            var settings: [String: String] = [:]
+            for line in up.text.split(separator: "\n") where line.hasPrefix("STRATUS_") {
+                let parts = line.split(separator: "=", maxSplits: 1)
+                if parts.count == 2 { settings[String(parts[0])] = String(parts[1]) }
+            }
+            if let admin = settings["STRATUS_ADMIN_TOKEN"] { TestSecrets.record(admin) }
+            try await body(settings, folder)
+            outcome = .success(())
+        } catch {
+            outcome = .failure(error)
         }
-        try #require(up.status == 0, "cluster.sh up failed: \(up.text.suffix(3000))")
-        var settings: [String: String] = [:]
-        for line in up.text.split(separator: "\n") where line.hasPrefix("STRATUS_") {
-            let parts = line.split(separator: "=", maxSplits: 1)
-            if parts.count == 2 { settings[String(parts[0])] = String(parts[1]) }
-        }
-        if let admin = settings["STRATUS_ADMIN_TOKEN"] { TestSecrets.record(admin) }
-        try await body(settings, folder)
+        let down = try? await Subprocess.runDetached([TestCluster.repositoryRoot.appendingPathComponent("Deploy/cluster.sh").path, "down", "--dir", folder + "/c"])
+        if down?.status != 0 { print("cluster.sh down: \(down?.text ?? "")") }
+        try? FileManager.default.removeItem(atPath: folder)
+        try outcome.get()
     }
 
     /// Runs SQL on a cluster's PostgreSQL server (as the `postgres` account when root).

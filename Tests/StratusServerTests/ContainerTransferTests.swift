@@ -30,20 +30,26 @@ final class Kept: @unchecked Sendable {
     static func withFreshCluster(_ body: (DatabaseConfiguration) async throws -> Void) async throws {
         let folder = try EndToEndTests.scratchFolder("transfer-target")
         let cluster = try await Subprocess.onOwnThread { try EmbeddedPostgres.start(directory: folder, logger: TestCluster.logger, maximumConnections: 50) }
-        defer {
-            cluster.stop()
-            try? FileManager.default.removeItem(atPath: cluster.dataDirectory)
-            try? FileManager.default.removeItem(atPath: folder)
+        let outcome: Result<Void, any Error>
+        do {
+            try await withDatabase(cluster.configuration, maximumConnections: 1) { db in
+                _ = try await db.withConnection { try await $0.query("CREATE DATABASE stratus", logger: TestCluster.logger) }
+            }
+            let target = cluster.configuration.with(database: "stratus")
+            let migrations = try Migration.load(from: TestCluster.repositoryRoot.appendingPathComponent("Migrations"))
+            try await withDatabase(target, maximumConnections: 1) { db in
+                _ = try await MigrationRunner(migrations: migrations, logger: TestCluster.logger).run(on: db)
+            }
+            try await body(target)
+            outcome = .success(())
+        } catch {
+            outcome = .failure(error)
         }
-        try await withDatabase(cluster.configuration, maximumConnections: 1) { db in
-            _ = try await db.withConnection { try await $0.query("CREATE DATABASE stratus", logger: TestCluster.logger) }
-        }
-        let target = cluster.configuration.with(database: "stratus")
-        let migrations = try Migration.load(from: TestCluster.repositoryRoot.appendingPathComponent("Migrations"))
-        try await withDatabase(target, maximumConnections: 1) { db in
-            _ = try await MigrationRunner(migrations: migrations, logger: TestCluster.logger).run(on: db)
-        }
-        try await body(target)
+        // `pg_ctl stop` waits for the cluster: on a thread of its own, not the cooperative pool's.
+        _ = try? await Subprocess.onOwnThread { cluster.stop() }
+        try? FileManager.default.removeItem(atPath: cluster.dataDirectory)
+        try? FileManager.default.removeItem(atPath: folder)
+        try outcome.get()
     }
 
     static func url(_ configuration: DatabaseConfiguration) -> String {

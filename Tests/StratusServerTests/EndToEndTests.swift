@@ -96,7 +96,7 @@ import FoundationNetworking
         let pid = try Subprocess.spawn(["/bin/sh", "-c", "cd \"$0\" && exec ./bin/stratus serve --port \"$1\" --data-dir state", folder, String(port)],
                                        outputPath: log, environment: environment)
         var stopped = false
-        defer { if !stopped { kill(pid, SIGKILL); var status: Int32 = 0; waitpid(pid, &status, 0) } }
+        defer { if !stopped { Subprocess.killAndReap(pid) } }
 
         // /health answers once the embedded cluster is up and migrated
         let health = try await Self.waitForHealth(server)
@@ -277,7 +277,7 @@ import FoundationNetworking
                                         "--idle-timeout", "2", "--lock-timeout", "1", "--shutdown-timeout", "3"],
                                        outputPath: log, environment: environment)
         var exited = false
-        defer { if !exited { kill(pid, SIGKILL); var status: Int32 = 0; waitpid(pid, &status, 0) } }
+        defer { if !exited { Subprocess.killAndReap(pid) } }
         let health = try await Self.waitForHealth(server)
         try #require(health?.0 == 200, "server log: \(((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").suffix(2000))")
 
@@ -323,7 +323,7 @@ import FoundationNetworking
             printf 'POST /management/1/containers HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer bounds-admin\\r\\nContent-Length: 400\\r\\n\\r\\n' >&3
             for i in $(seq 1 400); do printf 'x' >&3 || exit 0; sleep 0.5; done
             """], outputPath: folder + "/trickle.log")
-        defer { kill(trickle, SIGKILL); var status: Int32 = 0; waitpid(trickle, &status, 0) }
+        defer { Subprocess.killAndReap(trickle) }
         try await Task.sleep(for: .seconds(2))
         let stopping = ContinuousClock.now
         kill(pid, SIGTERM)
@@ -360,7 +360,7 @@ import FoundationNetworking
                                             "--lock-timeout", "0", "--statement-timeout", "0", "--shutdown-timeout", String(shutdownTimeout)],
                                            outputPath: log, environment: environment)
             var exited = false
-            defer { if !exited { kill(pid, SIGKILL); var status: Int32 = 0; waitpid(pid, &status, 0) } }
+            defer { if !exited { Subprocess.killAndReap(pid) } }
             let health = try await Self.waitForHealth(server)
             try #require(health?.0 == 200, "server log: \(((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").suffix(2000))")
             var tenant = tenant

@@ -106,7 +106,7 @@ import Testing
             try await connection.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
             _ = try await connection.text(until: { RawConnection.parse($0).count >= 1 })
             let child = try Subprocess.spawn(["/bin/sleep", "20"], outputPath: "/dev/null")
-            defer { kill(child, SIGKILL); var status: Int32 = 0; waitpid(child, &status, 0) }
+            defer { Subprocess.killAndReap(child) }
             try await connection.send("GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             let (responses, closed) = try await connection.responses(count: 2)
             #expect(responses.map(\.status) == [200, 200], "\(responses)")

@@ -7,7 +7,7 @@ import Testing
 /// from a point (`relativeLocation`), checked against a haversine oracle written here (it does
 /// not call the server's `Geo`) on 10,000 generated points, clustered at both poles and across
 /// the antimeridian as well as spread over the globe.
-@Suite(.timeLimit(.minutes(TestTime.minutes(8)))) struct LocationQueryTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct LocationQueryTests {
     static let earthRadius = 6_371_008.8
 
     /// The oracle: great-circle distance by the haversine formula, in metres.

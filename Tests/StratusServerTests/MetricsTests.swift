@@ -9,7 +9,7 @@ import Testing
 /// counters moved by exactly those requests; the text passes `promtool check metrics` (Debian's
 /// prometheus package: `Deploy/test.sh` installs it); labels never name a container or user; the
 /// route needs the metrics token, the admin token or a superuser.
-@Suite(.timeLimit(.minutes(TestTime.minutes(5)))) struct MetricsTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct MetricsTests {
     static let token = "metrics-scrape-token-0123456789"
 
     /// The samples of an exposition, by series (name and labels as written).

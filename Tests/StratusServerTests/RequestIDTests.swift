@@ -7,7 +7,7 @@ import Testing
 /// Request ids: every answer carries `X-Request-ID` (the client's when well formed, else a new
 /// one), an error dictionary's `uuid` is that id, and the server's log lines for the request
 /// carry it as `stratus.request_id` (`--log-format json`, one object per line).
-@Suite(.timeLimit(.minutes(TestTime.minutes(5)))) struct RequestIDTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct RequestIDTests {
     static func exchange(_ port: Int, _ request: String) async throws -> RawResponse {
         let connection = try await RawConnection(port: port)
         try await connection.send(request)

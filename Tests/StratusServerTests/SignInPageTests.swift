@@ -40,7 +40,7 @@ import Testing
         var servers: [String] = []
         var pids: [pid_t] = []
         defer { for index in 0..<2 { TestOutput.keepServerLog(folder + "/serve-\(index).log", name: "browser") } }
-        defer { for pid in pids { kill(pid, SIGKILL); var status: Int32 = 0; waitpid(pid, &status, 0) } }
+        defer { for pid in pids { Subprocess.killAndReap(pid) } }
         for index in 0..<2 {
             let port = EndToEndTests.freePort()
             let server = "http://127.0.0.1:\(port)"

@@ -7,7 +7,7 @@ import Testing
 /// client's address is read from `X-Forwarded-For`, but only on connections from a listed proxy;
 /// anyone else's header is ignored. Shown through the per-address sign-up limit and the
 /// per-address connection limit, on a live server, clients bound to distinct loopback addresses.
-@Suite(.timeLimit(.minutes(TestTime.minutes(5)))) struct TrustedProxyTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct TrustedProxyTests {
     static let proxy = "127.0.0.9"
 
     static func signUp(_ session: Session, port: Int, from address: String, forwardedFor: String?, email: String) async throws -> RawResponse {

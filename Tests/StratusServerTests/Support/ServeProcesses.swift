@@ -32,7 +32,7 @@ func withServeProcesses(_ count: Int, adminToken: String, name: String, argument
     var servers: [ServeProcess] = []
     var pids: [pid_t] = []
     defer {
-        for pid in pids { kill(pid, SIGKILL); var status: Int32 = 0; waitpid(pid, &status, 0) }
+        for pid in pids { Subprocess.killAndReap(pid) }
     }
     for index in 0..<count {
         let port = EndToEndTests.freePort()

@@ -493,7 +493,14 @@ actor HarnessSlots {
             free -= 1
             return
         }
+        let queued = ContinuousClock.now
+        let ahead = waiting.count
         await withCheckedContinuation { waiting.append($0) }
+        // A suite's time limit counts this wait: one that runs out should say where its time went.
+        let waited = ContinuousClock.now - queued
+        if waited > .seconds(60) {
+            print("HarnessSlots: a test waited \(waited.components.seconds) s for a slot (\(ahead) waiting before it)")
+        }
     }
 
     func release() {
