@@ -393,7 +393,7 @@ public final class Database: Sendable {
         }
         if error is CommitUnknown || error is CommitOutcomeUnknown {
             return StratusError(.tryAgainLater, "the connection to the database failed while the change was being committed, and whether it was saved "
-                                + "could not be learned: read it back before retrying (a retried create answers EXISTS with the record when the first one was saved)",
+                                + "could not be learned: read it back before retrying",
                                 retryAfter: 1, underlying: error)
         }
         if error is ConnectionLost {

@@ -22,7 +22,9 @@ import Testing
             #expect(try await session.modify("private", zone: "Work", [op("create", "known")]).json.record(0)?["recordChangeTag"] != nil)
             let existing = try await session.modify("private", [op("create", "existing", fields: ["n": ["value": 1]])])
             let tag = try #require(existing.json.record(0)?["recordChangeTag"]?.stringValue)
-            let faults = try await CommitFaults.install(on: harness.database, tables: ["records"])
+            // The faults' statements on a pool of their own: the app's loses connections on purpose.
+            try await withDatabase(harness.database.configuration, maximumConnections: 1) { own in
+            let faults = try await CommitFaults.install(on: own, tables: ["records"])
 
             let writes: [(String, @Sendable () async throws -> (status: Int, json: JSON))] = [
                 ("create in the default zone", { try await session.modify("private", [op("create", "lost-default")]) }),
@@ -83,6 +85,7 @@ import Testing
             // Disarmed, the same writes are saved.
             #expect(try await session.modify("private", [op("create", "lost-default")]).json.record(0)?["recordChangeTag"] != nil)
             #expect(try await session.modify("private", zone: "Work", [op("create", "lost-custom")]).json.record(0)?["recordChangeTag"] != nil)
+            }
         }
     }
 }
