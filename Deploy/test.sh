@@ -68,6 +68,9 @@ if [ "$#" -eq 0 ]; then
     step Deploy/tls/e2e.sh
     step Deploy/tls/postgres.sh
     step Deploy/contract.sh
+    # The fault campaign's short form: one cycle of each fault against two servers (the long form
+    # is a hand run: Deploy/faults.sh --cycles 20).
+    step Deploy/faults.sh --bin .build/debug/stratus --cycles 1 --servers 2
     STRATUS_FUZZ_REPEATABLE=1 step Deploy/fuzz/parsers.sh
     # The end-to-end families again on a live Citus cluster, and a container moved between its
     # workers under load, when Citus can be built here (its source sits beside the repository,

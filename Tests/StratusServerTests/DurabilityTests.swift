@@ -83,6 +83,16 @@ import Testing
             #expect(unchanged.json.record(0)?["recordChangeTag"]?.stringValue == tag)
 
             // Disarmed, the same writes are saved.
+            // A client that was told "unknown" retries; a create that did commit is answered EXISTS
+            // with the stored record, so the client can tell its own save from somebody else's.
+            for zone in [nil, "Work"] as [String?] {
+                let first = try await session.modify("private", zone: zone, [op("create", "retried", fields: ["n": ["value": 7]])])
+                #expect(first.json.record(0)?["recordChangeTag"] != nil, "\(first.json)")
+                let again = try await session.modify("private", zone: zone, [op("create", "retried", fields: ["n": ["value": 7]])])
+                let answer = again.json.record(0)
+                #expect(answer?.errorCode == "EXISTS" && answer?["serverRecord"]?["fields"]?["n"]?["value"] == 7
+                        && answer?["serverRecord"]?["recordChangeTag"] == first.json.record(0)?["recordChangeTag"], "\(zone ?? "default zone"): \(again.json)")
+            }
             #expect(try await session.modify("private", [op("create", "lost-default")]).json.record(0)?["recordChangeTag"] != nil)
             #expect(try await session.modify("private", zone: "Work", [op("create", "lost-custom")]).json.record(0)?["recordChangeTag"] != nil)
             }
