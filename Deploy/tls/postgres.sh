@@ -54,6 +54,12 @@ check() {  # check NAME EXPECTED_EXIT EXPECTED_TEXT URL
 }
 ca="sslrootcert=$work/certs/ca.pem"
 check "verify-full with the authority" 0 "applied migrations" "$url?sslmode=verify-full&$ca"
+# Each migration is confirmed committed by the ReadyForQuery watch, which reads the messages
+# inside TLS: it must not have lost track of them.
+if grep -q "lost track" "$work/out"; then
+  echo "postgres tls: the commit watch lost track of the messages over TLS: $(grep "lost track" "$work/out" | head -1)" >&2
+  failures=$((failures + 1))
+fi
 check "verify-full with the system's authorities" 1 "sslmode=verify-full wants a certificate signed by an authority" "$url?sslmode=verify-full"
 serve_certificate wrong-host
 as_postgres "$PG_BIN/pg_ctl" -D "$data" reload >/dev/null

@@ -225,7 +225,7 @@ final class CommitWatch: Sendable {
         do {
             try await channel.eventLoop.submit {
                 let pipeline = channel.pipeline.syncOperations
-                let handler = Handler(watch: watch)
+                let handler = Handler(watch: watch, logger: logger)
                 // Between TLS, when there is TLS, and PostgresNIO's handler, which is first otherwise.
                 if let tls = try? pipeline.handler(type: NIOSSLClientHandler.self) {
                     try pipeline.addHandler(handler, position: .after(tls))
@@ -249,27 +249,34 @@ final class CommitWatch: Sendable {
         typealias OutboundOut = ByteBuffer
 
         let watch: CommitWatch
+        let logger: Logger
         private var inbound = Frames(keeping: [UInt8(ascii: "E"), UInt8(ascii: "Z")])
         private var outbound = Frames(keeping: [])
 
-        init(watch: CommitWatch) {
+        init(watch: CommitWatch, logger: Logger) {
             self.watch = watch
+            self.logger = logger
+        }
+
+        private func lostTrack(_ direction: String) {
+            logger.warning("CommitWatch lost track of a PostgreSQL connection's \(direction) messages: its writes are confirmed with a second round trip from now on")
+            watch.lostTrack()
         }
 
         func channelRead(context: ChannelHandlerContext, data: NIOAny) {
             let watch = watch
-            if !inbound.read(unwrapInboundIn(data), each: { type, body in watch.received(type: type, body: body) }) {
-                watch.lostTrack()
+            if !inbound.broken, !inbound.read(unwrapInboundIn(data), each: { type, body in watch.received(type: type, body: body) }) {
+                lostTrack("incoming")
             }
             context.fireChannelRead(data)
         }
 
         func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
             let watch = watch
-            if !outbound.read(unwrapOutboundIn(data), each: { type, _ in
+            if !outbound.broken, !outbound.read(unwrapOutboundIn(data), each: { type, _ in
                 if type == UInt8(ascii: "S") || type == UInt8(ascii: "Q") { watch.sentSync() }
             }) {
-                watch.lostTrack()
+                lostTrack("outgoing")
             }
             context.write(data, promise: promise)
         }
