@@ -286,6 +286,10 @@ public final class Database: Sendable {
     /// transaction is still in progress or PostgreSQL cannot be reached (a restart, a crash
     /// recovery), for up to 10 seconds; then ``CommitOutcomeUnknown`` is thrown.
     ///
+    /// The connection is opened for the question, not leased: the caller still holds its lease on
+    /// the connection that failed, and when PostgreSQL restarts every request in flight settles at
+    /// once; leasing a second connection each could leave them all waiting on the pool.
+    ///
     /// Once the transaction has committed, `check` is asked on that connection whether what the
     /// caller wrote is there (rows carrying `xid`): after a crash, PostgreSQL may hand out again the
     /// ids of transactions whose records never reached the disk, so a status alone could describe
@@ -296,7 +300,7 @@ public final class Database: Sendable {
         while ContinuousClock.now < deadline {
             do {
                 let answer: Bool? = try await Database.$held.withValue(nil) {
-                    try await withConnection { connection -> Bool? in
+                    try await Database.withSingleConnection(configuration, logger: logger) { connection -> Bool? in
                         let status: String?
                         do {
                             status = try await connection.statement("SELECT pg_xact_status(\(String(xid))::text::xid8)", logger: logger)
