@@ -115,63 +115,105 @@ class Postgres:
 
 
 class Proxy:
-    """TCP between the servers and PostgreSQL; `cut` resets every connection it carries."""
+    """TCP between the servers and PostgreSQL; `cut` resets every connection it carries (RST both
+    ways, at once). One thread with a selector: a socket closed while another thread is blocked
+    reading it stays open in the kernel until that read returns, so a cut made that way left
+    connections neither open nor reset, and their requests waiting for ever."""
 
     def __init__(self, upstream):
+        import selectors
         self.upstream = upstream
+        self.selector = selectors.DefaultSelector()
         self.listener = socket.socket()
         self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.listener.bind(("127.0.0.1", 0))
         self.listener.listen(256)
+        self.listener.setblocking(False)
         self.port = self.listener.getsockname()[1]
+        self.wake_read, self.wake_write = socket.socketpair()
+        self.wake_read.setblocking(False)
+        self.selector.register(self.listener, selectors.EVENT_READ, ("accept", None))
+        self.selector.register(self.wake_read, selectors.EVENT_READ, ("wake", None))
+        self.peers = {}  # socket -> its other end
+        self.cuts = []   # (done event, result list)
         self.lock = threading.Lock()
-        self.pairs = []
-        threading.Thread(target=self.accept, daemon=True).start()
+        threading.Thread(target=self.loop, daemon=True).start()
 
-    def accept(self):
+    def loop(self):
+        import selectors
         while True:
-            client, _ = self.listener.accept()
-            try:
-                server = socket.create_connection(("127.0.0.1", self.upstream), timeout=5)
-                server.settimeout(None)
-            except OSError:
-                client.close()
-                continue
-            pair = (client, server)
-            with self.lock:
-                self.pairs.append(pair)
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self.pump, args=(a, b, pair), daemon=True).start()
+            for key, _ in self.selector.select():
+                kind, _ = key.data
+                if kind == "accept":
+                    try:
+                        client, _ = self.listener.accept()
+                        server = socket.create_connection(("127.0.0.1", self.upstream), timeout=5)
+                    except OSError:
+                        try:
+                            client.close()
+                        except (OSError, UnboundLocalError):
+                            pass
+                        continue
+                    for end in (client, server):
+                        end.setblocking(False)
+                        self.selector.register(end, selectors.EVENT_READ, ("pipe", None))
+                    self.peers[client], self.peers[server] = server, client
+                elif kind == "wake":
+                    try:
+                        self.wake_read.recv(64)
+                    except OSError:
+                        pass
+                    with self.lock:
+                        cuts, self.cuts = self.cuts, []
+                    for done, result in cuts:
+                        count = len(self.peers) // 2
+                        for end in list(self.peers):
+                            self.drop(end, reset=True)
+                        result.append(count)
+                        done.set()
+                else:
+                    source = key.fileobj
+                    if source not in self.peers:
+                        continue
+                    try:
+                        data = source.recv(65536)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        self.drop(source, reset=False)
+                        continue
+                    try:
+                        # Small enough to go at once on loopback; a full buffer blocks briefly.
+                        self.peers[source].setblocking(True)
+                        self.peers[source].sendall(data)
+                        self.peers[source].setblocking(False)
+                    except OSError:
+                        self.drop(source, reset=False)
 
-    def pump(self, source, sink, pair):
-        try:
-            while True:
-                data = source.recv(65536)
-                if not data:
-                    break
-                sink.sendall(data)
-        except OSError:
-            pass
-        for end in pair:
+    def drop(self, end, reset):
+        other = self.peers.pop(end, None)
+        for sock in (end, other):
+            if sock is None:
+                continue
+            self.peers.pop(sock, None)
             try:
-                end.shutdown(socket.SHUT_RDWR)
+                self.selector.unregister(sock)
+            except (KeyError, ValueError):
+                pass
+            try:
+                if reset:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                sock.close()
             except OSError:
                 pass
-        with self.lock:
-            if pair in self.pairs:
-                self.pairs.remove(pair)
 
     def cut(self):
+        done, result = threading.Event(), []
         with self.lock:
-            pairs, self.pairs = self.pairs, []
-        for pair in pairs:
-            for end in pair:
-                try:
-                    end.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                    end.close()
-                except OSError:
-                    pass
-        return len(pairs)
+            self.cuts.append((done, result))
+        self.wake_write.send(b"x")
+        done.wait(10)
+        return result[0] if result else 0
 
 
 class Server:
@@ -367,7 +409,17 @@ class Campaign:
                 sync_token = None
                 for _ in range(10000):
                     body = {"zones": [{"zoneID": {"zoneName": zone}, **({"syncToken": sync_token} if sync_token else {})}]}
-                    status, answer = self.data(self.servers[0].port, token, "changes/zone", body)
+                    # As a client would: TRY_AGAIN_LATER (the servers' pools may still be recovering
+                    # from the last fault) is asked again, for up to a minute.
+                    deadline = time.time() + 60
+                    while True:
+                        try:
+                            status, answer = self.data(self.servers[0].port, token, "changes/zone", body)
+                        except OSError as error:
+                            status, answer = 0, {"error": str(error)}
+                        if status not in (0, 503) or time.time() > deadline:
+                            break
+                        time.sleep(0.5)
                     page = (answer.get("zones") or [{}])[0] if status == 200 else {}
                     if status != 200 or page.get("serverErrorCode"):
                         feed_errors.append(f"writer {index} zone {zone}: feed answered {status} {json.dumps(answer)[:200]}")
@@ -401,10 +453,16 @@ class Campaign:
                          sum(1 for o in outcomes if o[5] not in (0, 200, 500, 503))))
         servers = len(self.servers)
         print(f"\nfaults: {servers} server{'s' if servers > 1 else ''}, {self.args.writers} writers, {self.args.cycles} cycles of each fault")
-        print(f"{'fault':<12} {'writes':>7} {'acknowledged':>13} {'missing':>8} {'500':>5} {'503':>6} {'refused':>8} {'other':>6}")
+        print(f"{'fault':<12} {'writes':>7} {'acknowledged':>13} {'missing':>8} {'500':>5} {'503':>6} {'refused':>8} {'other':>6} {'slowest':>8}")
         for row in rows:
-            print(f"{row[0]:<12} {row[1]:>7} {row[2]:>13} {row[3]:>8} {row[4]:>5} {row[5]:>6} {row[6]:>8} {row[7]:>6}")
+            slowest = max((o[8] - o[7] for o in self.outcomes if o[0] == row[0]), default=0.0)
+            print(f"{row[0]:<12} {row[1]:>7} {row[2]:>13} {row[3]:>8} {row[4]:>5} {row[5]:>6} {row[6]:>8} {row[7]:>6} {slowest:>7.1f}s")
         total_500 = sum(row[4] for row in rows)
+        # Never a hang: a request that took 30 s or more (the client gives up at 60) fails the run.
+        hung = [o for o in self.outcomes if o[8] - o[7] >= 30]
+        for o in hung[:10]:
+            print(f"faults: HUNG {o[2][0]} (writer {o[4]}, during {o[0]}) sent at +{o[7] - self.start_time:.3f} s, "
+                  f"{'answered ' + str(o[5]) if o[5] else 'no answer'} after {o[8] - o[7]:.1f} s")
         other = sum(row[7] for row in rows)
         print(f"faults: {len(acknowledged)} records acknowledged, {len(stored)} stored, {len(missing)} acknowledged and missing, "
               f"{total_500} answered 500, {other} answered otherwise; feeds: {'each stored record exactly once' if not feed_errors else 'WRONG'}")
@@ -418,7 +476,7 @@ class Campaign:
         if other:
             codes = sorted({f"{o[5]} {o[6]}" for o in self.outcomes if o[5] not in (0, 200, 500, 503)})
             print(f"faults: other answers: {codes[:10]}")
-        return not missing and total_500 == 0 and not feed_errors and other == 0
+        return not missing and total_500 == 0 and not feed_errors and other == 0 and not hung
 
 
 def urllib_quote(text):
