@@ -35,14 +35,31 @@ func withServeProcesses(_ count: Int, adminToken: String, name: String, argument
         for pid in pids { Subprocess.killAndReap(pid) }
     }
     for index in 0..<count {
-        let port = EndToEndTests.freePort()
         let log = folder + "/serve\(index).log"
-        pids.append(try Subprocess.spawn([EndToEndTests.binary, "serve", "--port", String(port), "--database-url", url, "--bcrypt-cost", "4"]
-                                         + ["--asset-dir", folder + "/assets"] + arguments(folder), outputPath: log, environment: environment))
+        // A free port is free only when asked: another test's server may take it before this one
+        // binds it, and then answered this test's requests (with another admin token). So the
+        // process must say it listens on the port, or it is started again on another.
+        var started: (port: Int, pid: pid_t)?
+        for _ in 0..<3 where started == nil {
+            let port = EndToEndTests.freePort()
+            let pid = try Subprocess.spawn([EndToEndTests.binary, "serve", "--port", String(port), "--database-url", url, "--bcrypt-cost", "4"]
+                                           + ["--asset-dir", folder + "/assets"] + arguments(folder), outputPath: log, environment: environment)
+            pids.append(pid)
+            let deadline = ContinuousClock.now + .seconds(60)
+            while ContinuousClock.now < deadline {
+                if ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").contains("listening on 127.0.0.1:\(port)") {
+                    started = (port, pid)
+                    break
+                }
+                if try await Subprocess.waitForExit(pid, within: .milliseconds(100)) != nil { break }
+            }
+        }
+        let tail = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").suffix(2000)
+        let (port, pid) = try #require(started, "stratus serve did not start listening: \(tail)")
         let server = "http://127.0.0.1:\(port)"
         let health = try await EndToEndTests.waitForHealth(server)
-        try #require(health?.0 == 200, "server log: \(((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").suffix(2000))")
-        servers.append(ServeProcess(url: server, pid: pids.last!, folder: folder))
+        try #require(health?.0 == 200, "server log: \(tail)")
+        servers.append(ServeProcess(url: server, pid: pid, folder: folder))
     }
     try await body(servers)
 }
