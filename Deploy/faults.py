@@ -33,6 +33,7 @@ import http.client
 import json
 import os
 import random
+import selectors
 import shutil
 import signal
 import socket
@@ -42,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.parse
 
 FAULTS = ["fast", "immediate", "crash", "terminate", "server-kill", "cut"]
 ADMIN = "faults-admin-token"
@@ -121,7 +123,6 @@ class Proxy:
     connections neither open nor reset, and their requests waiting for ever."""
 
     def __init__(self, upstream):
-        import selectors
         self.upstream = upstream
         self.selector = selectors.DefaultSelector()
         self.listener = socket.socket()
@@ -140,7 +141,6 @@ class Proxy:
         threading.Thread(target=self.loop, daemon=True).start()
 
     def loop(self):
-        import selectors
         while True:
             for key, _ in self.selector.select():
                 kind, _ = key.data
@@ -304,7 +304,7 @@ class Campaign:
                 raise SystemExit(f"faults: zone not made: {status} {answer}")
 
     def data(self, port, token, operation, body):
-        query = f"ckAPIToken={self.api_token}&ckWebAuthToken={urllib_quote(token)}"
+        query = f"ckAPIToken={self.api_token}&ckWebAuthToken={urllib.parse.quote(token, safe='')}"
         return request(port, "POST", f"/database/1/{CONTAINER}/development/private/{operation}?{query}", body)
 
     def writer(self, index):
@@ -477,11 +477,6 @@ class Campaign:
             codes = sorted({f"{o[5]} {o[6]}" for o in self.outcomes if o[5] not in (0, 200, 500, 503)})
             print(f"faults: other answers: {codes[:10]}")
         return not missing and total_500 == 0 and not feed_errors and other == 0 and not hung
-
-
-def urllib_quote(text):
-    import urllib.parse
-    return urllib.parse.quote(text, safe="")
 
 
 def main():
