@@ -20,7 +20,7 @@
 // connection's event loop), the cheaper of its two paths; eight connections per event loop, each
 // HTTP connection keeps one. Sessions plan as the service's do (`plan_cache_mode =
 // force_generic_plan`). The SQL must stay the same as `Prepared.Lookup` and `Prepared.LookupMany`
-// in Sources/StratusStore/PreparedStatements.swift.
+// in Sources/StratusStore/Connections/PreparedStatements.swift.
 #if canImport(Glibc)
 import Glibc
 #endif
