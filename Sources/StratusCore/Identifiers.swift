@@ -170,8 +170,8 @@ extension String {
 /// Random (version 4) UUID strings drawn from the system's secure generator.
 ///
 /// Foundation's `UUID()` on Linux opens, reads and closes `/dev/urandom` on every call: three
-/// system calls and a file descriptor per response id (`open` alone was ~1.4% of the server's
-/// CPU on `records/lookup` in `perf`). `SystemRandomNumberGenerator` reads from `getrandom(2)`
+/// system calls and a file descriptor per response id, visible in a lookup's profile.
+/// `SystemRandomNumberGenerator` reads from `getrandom(2)`
 /// without a descriptor.
 public enum RandomUUID {
     /// `xxxxxxxx-xxxx-4xxx-yxxx-xxxxxxxxxxxx` in upper case (`UUID().uuidString`'s form) or lower case.

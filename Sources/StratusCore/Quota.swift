@@ -1,4 +1,4 @@
-/// The limits of one container-environment (issue 25). Each is set by the operator or takes its
+/// The limits of one container-environment. Each is set by the operator or takes its
 /// documented default.
 public struct QuotaLimits: Sendable, Equatable {
     public var maxRecords: Int64

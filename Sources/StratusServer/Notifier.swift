@@ -74,7 +74,7 @@ public final class Notifier: RecordChangeObserver {
     /// Wakes the polls of the other server processes for what this one queued, 5 ms after the
     /// first owner of a batch: one `pg_notify` per batch instead of one per write, since every
     /// transaction that notifies takes PostgreSQL's notification-queue lock at commit, one at a
-    /// time (batches gave 6 % more creates with 100 polls waiting, `Deploy/bench.sh` create-subscribed).
+    /// time, which held up creates while polls waited.
     func scheduleWakeUps(_ owners: Set<String>, key: Key) {
         let first = wakeUps.withLock { pending -> Bool in
             defer { pending[key, default: []].formUnion(owners) }

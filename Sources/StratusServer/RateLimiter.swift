@@ -4,7 +4,7 @@ import StratusCore
 import StratusStore
 import Synchronization
 
-/// Rate limits and request metering, shared by every server process on one database (issue 25).
+/// Rate limits and request metering, shared by every server process on one database.
 ///
 /// Each limited key (a container-environment; a signed-in user; for calls without a user, the API
 /// token and client address) has a one-second window. A process admits requests against its

@@ -8,7 +8,7 @@ import StratusCore
 /// `StreamLogHandler` re-renders (sorts and joins) its whole metadata dictionary every time a
 /// key is set. Hummingbird sets a request id on every request, and PostgresNIO a connection id
 /// on every query, so at the default `info` level the server paid that cost on each request
-/// (~1.4% of its CPU on `records/lookup` in `perf`) for lines it never wrote.
+/// (visible in a lookup's profile) for lines it never wrote.
 ///
 /// With `json` (`--log-format json`), each line is one JSON object instead: `time` (ISO 8601, UTC),
 /// `level`, `label`, `source`, `message`, and the metadata's keys at the top level (a request's

@@ -64,9 +64,8 @@ public enum JSONWriter {
 
     /// Writes `value` into `memory`, which must hold exactly ``byteCount(_:)`` bytes, the count
     /// passed as `size`. Large responses are written once into memory of their final size: writing
-    /// into an array that grew by doubling, then copying it into the response buffer, made encoding
-    /// 11% of the server's CPU on 100-record change pages (copies, and page faults on fresh
-    /// memory); written this way it is 3% (`perf`, Deploy/PERFORMANCE-HISTORY.md).
+    /// into an array that grew by doubling, then copying it into the response buffer, cost copies
+    /// and page faults on fresh memory that dominated encoding on large change-feed pages.
     public static func write(_ value: JSON, exactly size: Int, into memory: UnsafeMutableRawBufferPointer) {
         precondition(memory.count == size, "the memory must have the size byteCount(_:) measured")
         var out = JSONFixedOutput(memory: memory)

@@ -78,8 +78,8 @@ final class EventLoopTaskExecutor: TaskExecutor {
 /// The query string of a request target, read for a few named parameters.
 ///
 /// Hummingbird's `URI.queryParameters` splits and percent-decodes every parameter into a new
-/// dictionary on each use: 1.7 % of the server's CPU per `records/lookup`, which reads two or
-/// three parameters once. This finds a parameter by scanning the query's bytes, and decodes only
+/// dictionary on each use, a visible cost for `records/lookup`, which reads two or three
+/// parameters once. This finds a parameter by scanning the query's bytes, and decodes only
 /// the value asked for, as Hummingbird does (percent-escapes; a value that does not decode is
 /// taken as it is).
 struct QueryItems {

@@ -16,9 +16,8 @@ import Synchronization
 ///
 /// Hummingbird's own HTTP/1 channel converts every request and response between NIO's HTTP/1
 /// types and swift-http-types in the pipeline, and passes each part through a back-pressured
-/// `NIOAsyncChannel` in both directions. On this 2-core machine that cost ~90 µs of CPU per
-/// request against ~48 µs for NIO's codec with one hop to a task and one back (a hello-world
-/// POST under `wrk`, 16 connections), where a lookup costs the server ~250 µs in all. Here:
+/// `NIOAsyncChannel` in both directions: nearly twice the CPU per request of NIO's codec with one
+/// hop to a task and one back (a hello-world POST under `wrk`). Here:
 /// - NIO's `HTTPRequestDecoder` parses requests (with its header limits);
 /// - `StratusHTTPHandler` reads each one whole on the event loop (the service's bodies are JSON
 ///   documents bounded by `maximumBodyBytes`) and hands it to the connection's task through an

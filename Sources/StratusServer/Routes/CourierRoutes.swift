@@ -84,7 +84,7 @@ extension StratusApp {
     }
 
     /// `/device/1/<container>/<environment>/courier/<token>`'s parts (answered ahead of the router,
-    /// as the data API is: its trie cost ~3 % of the server's CPU per poll).
+    /// as the data API is: its trie showed in the profile of every poll).
     static func courierPollPath(_ path: String) -> (container: String, environment: String, token: String)? {
         guard path.hasPrefix("/device/1/") else { return nil }
         let parts = path.utf8.split(separator: UInt8(ascii: "/"), maxSplits: 7, omittingEmptySubsequences: false).map { Substring($0) }

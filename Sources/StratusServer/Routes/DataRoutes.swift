@@ -131,7 +131,7 @@ struct DataRoute: Sendable {
     }
 
     /// Reads the path's bytes once, without splitting it into an array of parts or building a
-    /// key to hash (under a lookup load that cost 1.4 % of the server's CPU).
+    /// key to hash, which showed in a lookup's profile.
     static func match(method: HTTPRequest.Method, path: Substring) -> (route: DataRoute, container: String, environment: String, database: String)? {
         let prefix = "/database/1/".utf8
         guard path.utf8.starts(with: prefix), let routes = byMethod[method] else { return nil }
@@ -155,8 +155,8 @@ struct DataRoute: Sendable {
 
 /// The service's HTTP surface: the data API answered directly, everything else by the router.
 /// Hummingbird's router resolves a path in its trie before any middleware runs, and for the data
-/// API's seven-component paths, three of them parameters, that cost ~4% of the server's CPU per
-/// lookup (`perf`). Only the exact form `/database/1/<container>/<environment>/<database>/<group>/<verb>`
+/// API's seven-component paths, three of them parameters, that was a visible share of a lookup's
+/// CPU. Only the exact form `/database/1/<container>/<environment>/<database>/<group>/<verb>`
 /// with a known method and endpoint is taken here, with the router's error handling; everything
 /// else goes to the router, which registers the same endpoints and answers the rest (a known path
 /// with another method is a 404 there, as it was before).

@@ -3,7 +3,7 @@ import Hummingbird
 import StratusCore
 import StratusStore
 
-/// A user's data rights (issue 28): everything they own, as JSON (`stratus user export`), and
+/// A user's data rights: everything they own, as JSON (`stratus user export`), and
 /// its erasure (`stratus user erase`), through the management API.
 extension StratusApp {
     func addUserDataRoutes(to router: Router<BasicRequestContext>) {

@@ -198,15 +198,14 @@ extension AdminStore {
 /// One container-environment's batch of the request log, in one statement: its numbers taken
 /// (`request_log_heads`), the batch stored, and the batches past the limit deleted (the DELETE
 /// sees the table as it was before the statement, so never the new batch). Answers how many
-/// batches went. Prepared: PostgreSQL planned it in ~90 µs, nearly half of what it took to run.
+/// batches went. Prepared, because planning it cost nearly as much as running it.
 ///
 /// Batches number their requests in order without gaps, so a batch's `first_seq` is past the
 /// limit whenever its `last_seq` is, and only the newest such batch can straddle it: bounded by
 /// `first_seq` (the primary key's last column), the DELETE reads the batches it deletes and at
 /// most one more. Bounded by `last_seq` alone it read every batch kept: up to `keep` of them for
-/// a quiet container (a request a second is a batch a second), on every write. On a bench
-/// database of ~1,100 kept batches per container, that was 8 ms a write and about 40 % of
-/// PostgreSQL's CPU per lookup.
+/// a quiet container (a request a second is a batch a second), on every write, so the log's
+/// cost grew with its length.
 struct WriteRequestLog: PostgresPreparedStatement {
     static let name = "stratus.WriteRequestLog"
     static let sql = """

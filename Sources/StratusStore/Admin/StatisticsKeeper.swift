@@ -9,9 +9,8 @@ import Synchronization
 /// Every pooled session plans each prepared statement once (`plan_cache_mode =
 /// force_generic_plan`), and PostgreSQL makes those plans again only when a table's statistics
 /// change. A new deployment (or a restored backup) has statistics from when its tables were
-/// empty, and autovacuum analyzes on its own schedule (a minute's nap, then 10% growth): until it
-/// does, lookups were planned as scans of a few pages and ran ten times slower than after an
-/// `ANALYZE` (issue 29: 559–1,638 against 12,130–13,318 lookups/s after 5,000 records).
+/// empty, and autovacuum analyzes on its own schedule: until it does, lookups are planned as
+/// scans of a few pages and run many times slower than after an `ANALYZE`.
 ///
 /// The keeper reads PostgreSQL's own counters (`pg_stat_user_tables`, one small query) every
 /// `interval` and analyzes a table as soon as the rows changed since its last analyze reach the

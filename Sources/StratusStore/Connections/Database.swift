@@ -18,13 +18,10 @@ public final class Database: Sendable {
 
     /// A request's statements go to a pool on its own event loop. Requests run on their HTTP
     /// connection's loop (`StratusHTTPChannel`), so PostgreSQL's replies are read and handed back
-    /// on the request's thread instead of waking the other one. Fourteenth session, two
-    /// interleaved rounds against one pool: 21.6–22.6k against 18.1–19.3k lookups/s, 2,942–3,127
-    /// against 2,420–2,888 modifies/s, 2,350–2,386 against 2,080–2,271 change-feed pages/s
-    /// (Deploy/PERFORMANCE-HISTORY.md). The tenth session's split was taken back after a lease waited for
-    /// ever in the dropped-connections test; the twelfth found a statement written to a closed
-    /// connection waits for ever, and fixed that (`requireOpen`; a lease that finds its connection
-    /// closed takes another).
+    /// on the request's thread instead of waking the other one: more lookups, modifies and
+    /// change-feed pages per second than one pool. A statement written to a closed connection
+    /// would wait for ever, so a lease that finds its connection closed takes another
+    /// (`requireOpen`).
     public init(configuration: DatabaseConfiguration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
@@ -413,8 +410,8 @@ struct RowReader {
 
     // The types every row of the read paths carries, decoded straight from their binary form.
     // `PostgresCell.decode` is general (any source type, a decoding context holding a JSON
-    // decoder, errors naming file and line): on 100-record change-feed pages it cost ~5% of the
-    // server's CPU. Any other column type or format goes the general way.
+    // decoder, errors naming file and line), which showed in profiles of change-feed pages. Any
+    // other column type or format goes the general way.
 
     mutating func next(_: String.Type) throws -> String {
         let cell = try nextCell()

@@ -172,10 +172,9 @@ public struct DatabaseConfiguration: Sendable {
         configuration.options.connectTimeout = Self.connectTimeout
         // The service's statements are written to be planned once per connection: tenant columns
         // lead every index they use, so the plan should not depend on a parameter's value. Left to
-        // choose (`auto`), PostgreSQL built a fresh custom plan for 29% of change-feed reads (their
-        // LIMIT parameter makes the generic estimate depend on the zone's size), at ~0.5 ms of
-        // planning each: forcing the generic plan cut PostgreSQL's CPU per `changes/zone` page
-        // from ~1,000–1,150 to ~620 µs (Deploy/PERFORMANCE-HISTORY.md). The risk it takes: a value-skewed
+        // choose (`auto`), PostgreSQL built fresh custom plans for many change-feed reads (their
+        // LIMIT parameter makes the generic estimate depend on the zone's size), and planning
+        // cost more than reading. The risk it takes: a value-skewed
         // predicate (a rare against a common indexed value) no longer gets a plan of its own.
         configuration.options.additionalStartupParameters = [("plan_cache_mode", planCacheMode)]
         for (name, limit) in [("lock_timeout", lockTimeout), ("statement_timeout", statementTimeout)] {

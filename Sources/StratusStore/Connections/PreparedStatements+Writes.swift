@@ -216,10 +216,8 @@ extension Prepared {
 
     /// `WriteRecords` for a batch that only creates records, the commonest write: the same
     /// bindings and answer, without the UPDATE of records and the deletes that only follow one.
-    /// PostgreSQL no longer initialises and runs those parts of the plan (initialising the plan was
-    /// ~20 % of its CPU per create). pgbench, `create.sql` against this statement, interleaved, 16
-    /// clients, commits not flushed: 2,264–2,389 against 2,576–2,804 creates/s, PostgreSQL and the
-    /// rest 786–836 against 667–727 µs of CPU per create.
+    /// PostgreSQL no longer initialises and runs those parts of the plan, a large share of its
+    /// CPU per create.
     ///
     /// With `lockZone`, the zone must also still be the one named (`zone`, in `db`): a zone id
     /// remembered from an earlier write is checked here instead of read again.

@@ -20,8 +20,8 @@ enum Prepared {
 
     /// `records/lookup` when its statement serves no other request (`StatementSharing`): the zone
     /// row joined to the named records, tombstones included (the caller skips them), in one round
-    /// trip. Cheaper for one request than `LookupMany`, whose seven-array `unnest` cost PostgreSQL
-    /// ~60 µs more per execution under pgbench (13–15k against 19–24k tps at 16 clients).
+    /// trip. Cheaper for one request than `LookupMany`, whose seven-array `unnest` costs PostgreSQL
+    /// more per execution.
     ///
     /// Written so that PostgreSQL plans it once per connection, and well:
     /// - the names array is read through a sub-select, so no plan knows its length. Given

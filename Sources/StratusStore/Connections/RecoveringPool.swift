@@ -12,9 +12,8 @@ import Synchronization
 /// deletes the others that fail, and after PostgreSQL is back the first lease that finds every
 /// remaining connection busy trips `precondition(minimumConcurrentConnections <= stats.active)`
 /// (`PoolStateMachine.ConnectionGroup.createNewDemandConnectionIfPossible`) and the process dies.
-/// Restarting PostgreSQL under load did exactly that (`Deploy/PERFORMANCE-HISTORY.md`). A pool
-/// with no minimum avoids the crash too, but arms an idle timer on every release, which cost
-/// lookups over 40 % of their throughput.
+/// Restarting PostgreSQL under load did exactly that. A pool with no minimum avoids the crash
+/// too, but arms an idle timer on every release, which cost lookups much of their throughput.
 ///
 /// So a pool is leased from only until one of its connection attempts fails. Then a fresh pool
 /// takes its place at once (a slow connection under load, or one refused by a full

@@ -8,11 +8,8 @@ import Synchronization
 /// with earlier ones of their kind wait, and the next statement serves all that can share it.
 ///
 /// For short reads, what a request costs is mostly the round trip around its statement, on both
-/// sides. In PostgreSQL, receiving, binding, starting the executor and sending the answer cost
-/// ~90 µs of CPU per statement on this machine: a one-record lookup cost ~90 µs alone, against
-/// ~35 µs per key when one statement looks up eight (pgbench, same SQL). In the service,
-/// PostgresNIO and the pool took ~30% of the CPU of a lookup. A statement shared by k requests
-/// pays those once.
+/// sides: in PostgreSQL, receiving, binding, starting the executor and sending the answer; in the
+/// service, PostgresNIO and the pool. A statement shared by k requests pays those once.
 ///
 /// No request waits for company: with fewer than `maximumStatements` statements of its kind
 /// running, a request runs its own at once, so a lone client sees the latency it would without
@@ -28,10 +25,9 @@ import Synchronization
 /// for `patience` (counted from when it is sent, not while it waits for a pooled connection), the
 /// next request to arrive starts another statement with the queue, up to `maximumSlowStatements`
 /// at once: the database gets the concurrency it would have without sharing exactly when
-/// statements stall. (Ten milliseconds: with 2 ms, wall time under mere CPU contention on this
-/// two-core machine often passed it, and shared queries ran in smaller batches, with PostgreSQL's
-/// CPU per query at 249–291 µs against 163–192 without; a lookup statement of 16 keys executes in
-/// well under a millisecond.)
+/// statements stall. (Ten milliseconds: with less, wall time under mere CPU contention often
+/// passed it, and shared queries ran in smaller batches that cost PostgreSQL more per query; a
+/// lookup statement of 16 keys executes in well under a millisecond.)
 final class StatementSharing<Request: Sendable, Answer: Sendable>: Sendable {
     private enum Wake: Sendable {
         /// The answer to this request, or the statement's error.
@@ -83,10 +79,8 @@ final class StatementSharing<Request: Sendable, Answer: Sendable>: Sendable {
         }
     }
 
-    /// One statement per two cores by default. For lookups on this machine's two, one statement at
-    /// a time did 6.2–6.7k lookups/s at 16 connections, two did 4.6–6.2k and three 3.6–5.0k
-    /// (smaller batches: PostgreSQL's CPU per lookup went from ~42 to ~65 and ~90 µs), against
-    /// 3.6–4.5k without sharing.
+    /// One statement per two cores by default: for lookups on two cores, more statements at a time
+    /// made smaller batches, which cost PostgreSQL more per lookup and did fewer lookups.
     static var defaultMaximumStatements: Int { max(1, ProcessInfo.processInfo.activeProcessorCount / 2) }
 
     /// How many statements of this kind may run at once.

@@ -143,10 +143,9 @@ public final class RecordStore: Sendable {
                 return try await RecordStore.takeNotifications(requests, on: connection, logger: logger)
             }
         }
-        // Creates run one statement at a time (per two cores, the default), like lookups. With two
-        // at once (`Deploy/bench-ab.sh --no-flush`, 3 pairs) batches were smaller and PostgreSQL's
-        // CPU per create 33 % higher, creates/s 7 % lower; starting a second statement once six
-        // requests queue instead was no better (+47 %, -7 %).
+        // Creates run one statement at a time (per two cores, the default), like lookups: with two
+        // at once batches were smaller, so each create cost PostgreSQL more and fewer were done;
+        // starting a second statement only once several requests queue was no better.
         self.creates = StatementSharing(shares: shares, keysPerStatement: 64) { requests, sending in
             try await database.withConnection { connection in
                 sending()
@@ -161,16 +160,10 @@ public final class RecordStore: Sendable {
         }
         // Queries run one statement per core, lookups one per two cores (the default). A query
         // costs PostgreSQL far more than a lookup, so the second statement's overhead matters less
-        // than the idle time one at a time leaves: on this 2-core machine, equality queries at 16
-        // connections left 26–28% of the CPU idle with one statement and 15–16% with two, and did
-        // 7,371–8,112 against 6,717–7,321 per second (five interleaved rounds, every round won by
-        // two). Lookups with two did 17,977–19,338 against 17,810–20,118 with one, for more CPU
-        // per lookup (99–105 µs against 85–94).
+        // than the idle CPU one at a time leaves; lookups with two were no faster and cost more.
         // Queries share within their event loop's connection pool, so a statement and the
-        // requests it answers stay on one thread; the slots are split between the pools. Against
-        // one sharing for both loops with two slots, in four interleaved rounds: 9,027–10,883
-        // against 7,725–9,016 equality queries/s, no idle CPU left (12–14% before). Lookups shared
-        // per loop were no faster (18.7–21.8k against 19.2–22.3k/s) for more CPU per lookup, so
+        // requests it answers stay on one thread; the slots are split between the pools. That
+        // left no CPU idle; lookups shared per loop were no faster for more CPU per lookup, so
         // they share across loops.
         let slots = max(1, ProcessInfo.processInfo.activeProcessorCount / database.pools.values.count)
         self.queriesByLoop = database.pools.map {

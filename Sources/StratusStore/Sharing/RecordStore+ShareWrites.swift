@@ -4,7 +4,7 @@ import PostgresNIO
 import StratusCore
 
 // What records/modify does to shares and hierarchies: checking share records, participants and
-// parents, then keeping share rows, participants and each record's share root (issue 24).
+// parents, then keeping share rows, participants and each record's share root.
 
 /// What a `records/modify` request does to shares and hierarchies, found while planning it and
 /// carried out after its records are written (`RecordStore.applySharing`).

@@ -5,10 +5,9 @@ import StratusCore
 /// A single-record create in a custom zone written before (`RecordStore.modifyOne`), waiting to
 /// share a statement with the creates arriving at the same time (`RecordStore.creates`).
 ///
-/// A create's own statement cost PostgreSQL ~750 µs of CPU on this machine, of which receiving,
-/// binding, starting the executor and committing were most: a batch of 100 cost ~70 µs per record.
-/// pgbench on the two statements (16 clients, a record in each of four random zones of 400 per
-/// `CreateRecords`): PostgreSQL 398 against 770 µs per create, 4,292 against 2,298 creates/s.
+/// Most of what a create's own statement costs PostgreSQL is receiving, binding, starting the
+/// executor and committing, not the record: one statement for many creates pays that once
+/// (the measurement is in `Deploy/PERFORMANCE.md`, "What made it fast").
 ///
 /// A class: the sharing queue moves requests between arrays, and a reference is one retain where
 /// the record and its index entries were a dozen.
@@ -63,8 +62,8 @@ final class SharedCreate: Sendable {
         var written: [Int: Outcome] = [:]
         do {
             if statement.count == 1 {
-                // Alone, the single-record statement: PostgreSQL spent 8.6 % more on a lone create
-                // in `CreateRecords` (`Deploy/bench-ab.sh --concurrency 1`, 3 pairs).
+                // Alone, the single-record statement: a lone create costs PostgreSQL more in
+                // `CreateRecords`'s set-based form.
                 let create = statement[0]
                 for (_, seq, xid) in try await connection.rows(create.insertRecords, logger: logger, settle: { rows in
                     try await RecordStore.settled(rows, containerID: create.db.containerID, zoneID: create.zoneID, database: database, logger: logger)

@@ -3,7 +3,7 @@ import Logging
 import PostgresNIO
 import StratusCore
 
-// The shared database (issue 24): what a participant may reach, and the reads that honour it.
+// The shared database: what a participant may reach, and the reads that honour it.
 
 /// What a participant may reach in one zone another user shared with them.
 public struct ShareAccess: Sendable {

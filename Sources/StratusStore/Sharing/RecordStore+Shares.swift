@@ -3,7 +3,7 @@ import Logging
 import PostgresNIO
 import StratusCore
 
-// Shares as stored, and reading them (issue 24). Writing them: RecordStore+ShareWrites.swift;
+// Shares as stored, and reading them. Writing them: RecordStore+ShareWrites.swift;
 // the shared database: RecordStore+SharedDatabase.swift.
 
 /// A participant of a share as stored (the owner is not one).

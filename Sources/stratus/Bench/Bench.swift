@@ -149,7 +149,7 @@ enum BenchRecord {
     /// Titles of the records the write workloads add (create, batch). The equality query asks for
     /// seeded titles only, so it keeps finding ~10 records (B3a) however many records the write
     /// workloads (and their pgbench baselines) added before it; with seeded titles it found ~47
-    /// records per query by the time it ran (at run S's rates, Deploy/PERFORMANCE-HISTORY.md).
+    /// records per query by the time it ran.
     static let writtenTitlePrefix = "new-title-"
 
     static func fields(_ index: Int, rank: Int, titles: Int = 25, titlePrefix: String = seededTitlePrefix) -> String {

@@ -2,7 +2,7 @@ import ArgumentParser
 import Foundation
 import StratusCore
 
-/// Subscriptions and long-polling clients for measuring writes under notifications (issue 26):
+/// Subscriptions and long-polling clients for measuring writes under notifications:
 /// `stratus bench subscribe` gives every container users with subscriptions, and
 /// `stratus bench --workload create --pollers N` keeps N web courier polls waiting while it saves,
 /// reporting how long each query notification took from its save being sent (its record name
@@ -201,8 +201,8 @@ final class BenchPollers: @unchecked Sendable {
 
     /// Polls every path until `deadline` from one thread (`BenchLoop`: `poll(2)` over keep-alive
     /// connections, as the workers run), timing the query notifications that arrive after
-    /// `measureFrom`. (A thread per poll cost the generator ~90 µs of CPU per notification,
-    /// which the server on the same cores then lacked.)
+    /// `measureFrom`. (A thread per poll cost the generator CPU per notification that the server
+    /// on the same cores then lacked.)
     func start(_ paths: [String], host: String, port: Int, deadline: Date, measureFrom: Date) {
         group.enter()
         Thread {

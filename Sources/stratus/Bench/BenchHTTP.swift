@@ -304,7 +304,7 @@ final class BenchLoop {
     }
 
     /// The first offset of `needle` in `haystack` at or after offset `from` (offsets count from the start, also for slices).
-    /// The generator scans every response body for an error code; a byte-by-byte loop cost it ~40%
+    /// The generator scans every response body for an error code; a byte-by-byte loop took much
     /// of its CPU on 100-record pages, CPU the server on the same machine then lacked. So it jumps
     /// with `memchr` (vectorised) to each occurrence of one byte of the needle, its first capital
     /// letter when it has one (rarer in JSON than quotes and lowercase letters), and compares there.
