@@ -10,7 +10,9 @@ let package = Package(
     name: "stratus",
     platforms: [.macOS(.v15)],
     products: [
-        .executable(name: "stratus", targets: ["stratus"])
+        .executable(name: "stratus", targets: ["stratus"]),
+        // The load generator (`Deploy/bench/`), a program of its own beside the admin CLI.
+        .executable(name: "stratus-bench", targets: ["stratus-bench"]),
     ],
     dependencies: [
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.20.0"),
@@ -82,9 +84,16 @@ let package = Package(
             swiftSettings: swiftSettings,
             plugins: ["StratusEmbedPlugin"]
         ),
+        // What the two command-line programs share: settings, errors, the local admin token.
+        .target(
+            name: "StratusCommandLine",
+            dependencies: ["StratusCore"],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "stratus",
             dependencies: [
+                "StratusCommandLine",
                 "StratusCore",
                 "StratusStore",
                 "StratusServer",
@@ -95,9 +104,18 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        .executableTarget(
+            name: "stratus-bench",
+            dependencies: [
+                "StratusCommandLine",
+                "StratusCore",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "StratusBenchTests",
-            dependencies: ["stratus", "StratusCore", "StratusStore"],
+            dependencies: ["stratus-bench", "StratusCore", "StratusStore"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -56,7 +56,7 @@ up() {
   fi
   ensure_postgres
   ensure_haproxy
-  PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  pg_bin
   if [ -z "$BIN" ]; then
     if [ -x .build/release/stratus ]; then BIN=$PWD/.build/release/stratus; else BIN=$PWD/.build/debug/stratus; fi
   fi
@@ -72,7 +72,7 @@ up() {
   if [ "$(id -u)" = "0" ]; then chown postgres "$pg"; fi
 
   echo "cluster.sh: PostgreSQL primary on 127.0.0.1:$PRIMARY_PORT" >&2
-  as_postgres "$PG_BIN/initdb" -D "$pg/primary" -U postgres --auth=trust -E UTF8 >"$DIR/initdb.log" 2>&1
+  pg_create "$pg/primary"
   cat >>"$pg/primary/postgresql.conf" <<EOF
 listen_addresses = '127.0.0.1'
 port = $PRIMARY_PORT
@@ -98,13 +98,13 @@ EOF
     if [ "$(id -u)" = "0" ]; then chown postgres "$pg/primary/server.crt" "$pg/primary/server.key"; fi
     echo "ssl = on" >>"$pg/primary/postgresql.conf"
   fi
-  as_postgres "$PG_BIN/pg_ctl" -D "$pg/primary" -l "$pg/primary.log" -w start >/dev/null
+  pg_start "$pg/primary" "$pg/primary.log"
   as_postgres "$PG_BIN/createdb" -h 127.0.0.1 -p "$PRIMARY_PORT" -U postgres stratus
 
   echo "cluster.sh: streaming replica on 127.0.0.1:$REPLICA_PORT" >&2
   as_postgres "$PG_BIN/pg_basebackup" -h 127.0.0.1 -p "$PRIMARY_PORT" -U postgres -D "$pg/replica" -R -X stream --checkpoint=fast >/dev/null
   sed -i "s/^port = $PRIMARY_PORT$/port = $REPLICA_PORT/" "$pg/replica/postgresql.conf"
-  as_postgres "$PG_BIN/pg_ctl" -D "$pg/replica" -l "$pg/replica.log" -w start >/dev/null
+  pg_start "$pg/replica" "$pg/replica.log"
 
   local token metrics_token
   token="adm_$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')"
@@ -203,7 +203,7 @@ down() {
   done
   for node in replica primary; do
     if [ -f "$DIR/postgres/$node/postmaster.pid" ]; then
-      as_postgres "$PG_BIN/pg_ctl" -D "$DIR/postgres/$node" -m fast -w stop >/dev/null 2>&1 || true
+      pg_stop "$DIR/postgres/$node"
     fi
   done
   rm -rf "$DIR"

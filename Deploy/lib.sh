@@ -12,8 +12,9 @@ ensure_postgres() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq postgresql >/dev/null
 }
 
-# Builds the release `stratus` (.build/release/stratus). Every release build goes through here:
-# run.sh, the benchmarks, and (with the same flags written out) the Dockerfile.
+# Builds the release programs: `stratus` and the load generator `stratus-bench`
+# (.build/release/). Every release build goes through here: run.sh, the benchmarks, and (with
+# the same flags written out) the Dockerfile.
 #
 # -enforce-exclusivity=unchecked, for every module (the service's and its dependencies'): the
 # release binary does not check Swift's exclusive-access rule at run time. Those checks are a
@@ -23,7 +24,7 @@ ensure_postgres() {
 # that traps when checked and is undefined behaviour when not: the tests run debug builds, which
 # keep every check, so a violation on a tested path still fails the suite.
 build_release() {  # build_release [extra swift build arguments]
-  swift build -c release -Xswiftc -enforce-exclusivity=unchecked --product stratus "$@"
+  swift build -c release -Xswiftc -enforce-exclusivity=unchecked "$@"
 }
 
 # Installs Debian's Chromium and Python 3 when missing (the sign-in page is tested in a real
@@ -118,9 +119,58 @@ stop_test_server() {
   rm -rf "$SERVER_WORK"
 }
 
-# Helpers of the cluster scripts (Deploy/cluster.sh, Deploy/citus/cluster.sh).
+# Runs a command as the postgres account when run as root (PostgreSQL refuses to run as root).
 as_postgres() {
   if [ "$(id -u)" = "0" ]; then runuser -u postgres -- "$@"; else "$@"; fi
+}
+
+# Throwaway PostgreSQL clusters. Every script that needs a cluster of its own (the benchmarks,
+# the loopback and Citus clusters, the TLS and fault checks) makes, starts and stops it here;
+# the Swift tests' harness does the same for the suite (Tests/…/Support/TestHarness.swift).
+#
+# pg_bin: sets PG_BIN to the newest installed server binaries' folder (installed when missing).
+pg_bin() {
+  ensure_postgres
+  if [ -z "${PG_BIN:-}" ] || [ ! -x "$PG_BIN/pg_ctl" ]; then
+    PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+  fi
+}
+
+# pg_create DATA [initdb options …]: a new cluster in the folder DATA (its parent is made, and
+# given to the postgres account when run as root): superuser `postgres`, trusted on this machine,
+# UTF-8. Append settings to DATA/postgresql.conf, then pg_start.
+pg_create() {
+  local data=$1 parent
+  shift
+  pg_bin
+  parent=$(dirname "$data")
+  mkdir -p "$parent"
+  if [ "$(id -u)" = "0" ]; then chown postgres "$parent"; fi
+  if ! as_postgres "$PG_BIN/initdb" -D "$data" -U postgres --auth=trust -E UTF8 "$@" >"$parent/$(basename "$data")-create.log" 2>&1; then
+    echo "Deploy: could not create a PostgreSQL cluster in $data:" >&2
+    tail -20 "$parent/$(basename "$data")-create.log" >&2
+    return 1
+  fi
+}
+
+# pg_start DATA LOG: starts the cluster, waiting until it accepts connections.
+pg_start() {
+  pg_bin
+  as_postgres "$PG_BIN/pg_ctl" -D "$1" -l "$2" -w -t 120 start >/dev/null
+}
+
+# pg_stop DATA [MODE]: stops it (fast by default; never fails: for clean-up traps).
+pg_stop() {
+  pg_bin
+  as_postgres "$PG_BIN/pg_ctl" -D "$1" -m "${2:-fast}" -w stop >/dev/null 2>&1 || true
+}
+
+# pg_ctl_as DATA ARGS …: pg_ctl on the cluster, as its owner (reload, restart).
+pg_ctl_as() {
+  local data=$1
+  shift
+  pg_bin
+  as_postgres "$PG_BIN/pg_ctl" -D "$data" "$@"
 }
 
 # promtool (Debian's prometheus package), which MetricsTests runs on `/metrics`'s output.
@@ -221,7 +271,7 @@ browser_check() {  # browser_check NAME SCRIPT OUTPUT_DIR
 
 # The PostgreSQL settings the benchmarks run on (shared/reference/performance.md §2.1: tuned for
 # this 2-core, 24 GiB machine), listening on 127.0.0.1:<port> only. Appended to a new cluster's
-# postgresql.conf by Deploy/bench.sh and Deploy/bench-ab.sh.
+# postgresql.conf by Deploy/bench/bench.sh and Deploy/bench/bench-ab.sh.
 bench_postgres_settings() {
   cat <<CONF
 listen_addresses = '127.0.0.1'
@@ -241,7 +291,7 @@ CONF
 
 # postgres_cpu_ticks <data directory>: the CPU time (clock ticks) a running PostgreSQL cluster has
 # used so far: its postmaster, its live children, and the children it has reaped (a session's time
-# moves there when it ends). Used by Deploy/bench.sh and Deploy/bench-ab.sh.
+# moves there when it ends). Used by Deploy/bench/bench.sh and Deploy/bench/bench-ab.sh.
 postgres_cpu_ticks() {
   local postmaster ticks
   postmaster=$(head -1 "$1/postmaster.pid")

@@ -57,20 +57,20 @@ if [ "$#" -eq 0 ]; then
     wait "$prepared" || echo "test.sh: preparing the Python tools or Citus failed (the steps below try again):" >&2
     cat .build/test-output/prepare.log
     # The generated client's build (the contract's), niced, while the browser and HTTPS checks
-    # leave a core mostly idle; Deploy/contract.sh waits for it. Started beside the Swift build
+    # leave a core mostly idle; Deploy/contract/contract.sh waits for it. Started beside the Swift build
     # instead (at nice 15, on 2026-11-27), it took 420 s there and the Swift build 915 s, against
     # 740 s alone the same evening (692-890 s on other fresh clones); the contract check then
     # waited for nothing (135 s against 227), but the whole run took 1,833 s against 1,786.
-    nice -n 19 swift build --package-path Deploy/openapi-client --scratch-path .build/openapi-client \
+    nice -n 19 swift build --package-path Deploy/contract/openapi-client --scratch-path .build/openapi-client \
         >.build/test-output/openapi-client-build.log 2>&1 &
     step Deploy/console/e2e.sh
     step Deploy/signin/e2e.sh
     step Deploy/tls/e2e.sh
     step Deploy/tls/postgres.sh
-    step Deploy/contract.sh
+    step Deploy/contract/contract.sh
     # The fault campaign's short form: one cycle of each fault against two servers (the long form
-    # is a hand run: Deploy/faults.sh --cycles 20).
-    step Deploy/faults.sh --bin .build/debug/stratus --cycles 1 --servers 2
+    # is a hand run: Deploy/faults/faults.sh --cycles 20).
+    step Deploy/faults/faults.sh --bin .build/debug/stratus --cycles 1 --servers 2
     STRATUS_FUZZ_REPEATABLE=1 step Deploy/fuzz/parsers.sh
     # The end-to-end families again on a live Citus cluster, and a container moved between its
     # workers under load, when Citus can be built here (its source sits beside the repository,

@@ -68,7 +68,7 @@ up() {
     local node=${NODES[$index]} port
     port=$(node_port "$index")
     echo "citus cluster: $node on 127.0.0.1:$port" >&2
-    as_postgres "$PG_BIN/initdb" -D "$DIR/postgres/$node" -U postgres --auth=trust -E UTF8 --locale=C >"$DIR/initdb-$node.log" 2>&1
+    pg_create "$DIR/postgres/$node" --locale=C
     {
       echo "listen_addresses = '127.0.0.1'"
       echo "port = $port"
@@ -84,7 +84,7 @@ up() {
       echo "max_worker_processes = 160"
       echo "shared_buffers = 128MB"
     } | as_postgres tee -a "$DIR/postgres/$node/postgresql.conf" >/dev/null
-    as_postgres "$PG_BIN/pg_ctl" -D "$DIR/postgres/$node" -l "$DIR/postgres/$node.log" -w start >/dev/null
+    pg_start "$DIR/postgres/$node" "$DIR/postgres/$node.log"
     as_postgres "$PG_BIN/createdb" -h 127.0.0.1 -p "$port" -U postgres stratus
     psql_on "$port" -c "CREATE EXTENSION citus"
   done
@@ -155,7 +155,7 @@ down() {
   done
   for node in "${NODES[@]}"; do
     if [ -f "$DIR/postgres/$node/postmaster.pid" ]; then
-      as_postgres "$PG_BIN/pg_ctl" -D "$DIR/postgres/$node" -m fast -w stop >/dev/null 2>&1 || true
+      pg_stop "$DIR/postgres/$node"
     fi
   done
   # After the Citus suite (a database per test on each of three nodes) removing the files took a

@@ -4,7 +4,7 @@ time (a person's clicks), after a warm-up, as the browser does (session cookie, 
 
     bench.py SERVER_URL ADMIN_TOKEN STATE_FILE [REQUESTS]
 
-STATE_FILE is what `stratus bench seed` wrote (its first container is used: its user's private
+STATE_FILE is what `stratus-bench seed` wrote (its first container is used: its user's private
 zones hold the records; the page shows the first zone's). Prints one row per page: requests, p50, p95 and p99 in milliseconds, and
 the `console-records` row the performance goal names (the records page with a query on an
 index, 50 records a page). Exits 1 when console-records' p95 is over 50 ms.

@@ -11,7 +11,7 @@ configuration that hands each operation real values for its credentials and iden
 that end sessions, then those two with a session of their own. Checks: not_a_server_error,
 status_code_conformance, response_schema_conformance, content_type_conformance, and
 `no_internal_error_item` (checks.py: no item of a batch answer fails with INTERNAL_ERROR either).
-Deploy/contract.sh runs it against a server of its own. Needs only the standard library besides
+Deploy/contract/contract.sh runs it against a server of its own. Needs only the standard library besides
 schemathesis and cryptography.
 """
 import json

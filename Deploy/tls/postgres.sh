@@ -12,16 +12,16 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 . Deploy/lib.sh
 binary=${STRATUS_BINARY:-.build/debug/stratus}
-PG_BIN=${PG_BIN:-/usr/lib/postgresql/15/bin}
+pg_bin
 work=$(mktemp -d /tmp/stratus-pg-tls.XXXXXX)
 chmod 755 "$work"
 data="$work/pg/data"
-stop() { as_postgres "$PG_BIN/pg_ctl" -D "$data" -m fast stop >/dev/null 2>&1 || true; rm -rf "$work"; }
+stop() { pg_stop "$data"; rm -rf "$work"; }
 trap stop EXIT
 Deploy/tls/make-certs.sh "$work/certs" 2>/dev/null
 mkdir -p "$work/pg"
 chown postgres "$work/pg" 2>/dev/null || true
-as_postgres "$PG_BIN/initdb" -D "$data" -U postgres --auth=trust >/dev/null
+pg_create "$data"
 port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 serve_certificate() {
   cp "$work/certs/$1.pem" "$data/server.crt"
@@ -31,7 +31,7 @@ serve_certificate() {
 }
 serve_certificate server
 { echo "listen_addresses = '127.0.0.1'"; echo "port = $port"; echo "unix_socket_directories = '$work/pg'"; echo "ssl = on"; } >>"$data/postgresql.conf"
-as_postgres "$PG_BIN/pg_ctl" -D "$data" -l "$work/pg/log" -w start >/dev/null
+pg_start "$data" "$work/pg/log"
 url="postgres://postgres@localhost:$port/postgres"
 failures=0
 check() {  # check NAME EXPECTED_EXIT EXPECTED_TEXT URL
@@ -62,13 +62,13 @@ if grep -q "lost track" "$work/out"; then
 fi
 check "verify-full with the system's authorities" 1 "sslmode=verify-full wants a certificate signed by an authority" "$url?sslmode=verify-full"
 serve_certificate wrong-host
-as_postgres "$PG_BIN/pg_ctl" -D "$data" reload >/dev/null
+pg_ctl_as "$data" reload >/dev/null
 sleep 1
 check "verify-full, a certificate for another host" 1 "names 'localhost'" "$url?sslmode=verify-full&$ca"
 check "verify-ca, a certificate for another host" 0 "database is up to date" "$url?sslmode=verify-ca&$ca"
 check "require, a certificate for another host" 0 "database is up to date" "$url?sslmode=require"
 sed -i 's/^ssl = on$/ssl = off/' "$data/postgresql.conf"
-as_postgres "$PG_BIN/pg_ctl" -D "$data" -w restart -l "$work/pg/log" >/dev/null
+pg_ctl_as "$data" -w restart -l "$work/pg/log" >/dev/null
 check "require, a server without TLS" 1 "does not offer TLS" "$url?sslmode=require"
 check "disable" 0 "database is up to date" "$url?sslmode=disable"
 check "an unknown sslmode" 1 "use disable, require, verify-ca or verify-full" "$url?sslmode=verify"

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import StratusCommandLine
 import StratusCore
 
 /// Writes log lines to standard error in `StreamLogHandler`'s format, but renders metadata only

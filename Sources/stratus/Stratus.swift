@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import StratusCommandLine
 import StratusCore
 import StratusServer
 
@@ -52,13 +53,8 @@ struct Stratus: AsyncParsableCommand {
               stratus token create --container iCloud.com.example.Notes --environment development --name web
               stratus token list --json
             """,
-        subcommands: [Serve.self, Migrate.self, LoginCommand.self, LogoutCommand.self, WhoamiCommand.self, OperatorCommand.self, TeamCommand.self, ContainerCommand.self, TokenCommand.self, UserCommand.self, RoleCommand.self, ShareCommand.self, SubscriptionCommand.self, QuotaCommand.self, UsageCommand.self, LogsCommand.self, KeyCommand.self, SchemaCommand.self, AuditCommand.self, Bench.self]
+        subcommands: [Serve.self, Migrate.self, LoginCommand.self, LogoutCommand.self, WhoamiCommand.self, OperatorCommand.self, TeamCommand.self, ContainerCommand.self, TokenCommand.self, UserCommand.self, RoleCommand.self, ShareCommand.self, SubscriptionCommand.self, QuotaCommand.self, UsageCommand.self, LogsCommand.self, KeyCommand.self, SchemaCommand.self, AuditCommand.self]
     )
-}
-
-/// Reads an environment variable through the one resolution rule (flag > env > default).
-func setting(_ flag: String?, _ variable: String, default fallback: String? = nil) -> String? {
-    Setting.resolve(flag: flag, variable: variable, environment: ProcessInfo.processInfo.environment, default: fallback)
 }
 
 /// Prints one line to standard error.

@@ -1,10 +1,10 @@
 import Foundation
 @testable import StratusCore
 @testable import StratusStore
-@testable import stratus
+@testable import stratus_bench
 import Testing
 
-/// `Deploy/pgbench`'s scripts are the baselines of `Deploy/bench.sh`: hand-written copies of the
+/// `Deploy/bench/pgbench`'s scripts are the baselines of `Deploy/bench/bench.sh`: hand-written copies of the
 /// SQL the service runs for each workload (with the zone picked from `bench_zones` and pgbench
 /// variables for the bound values). A copy that no longer matches the service measures something
 /// else, silently. So each script names the service statements it copies, with a digest of their
@@ -12,7 +12,7 @@ import Testing
 /// changes, naming the scripts to rewrite and the new digests.
 @Suite struct BaselineScriptTests {
     static let folder = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().appendingPathComponent("Deploy/pgbench")
+        .deletingLastPathComponent().appendingPathComponent("Deploy/bench/pgbench")
 
     /// The statements the bench workloads make the service run, built as the service builds them
     /// for the seeded data (a private database's custom zone, the bench schema).

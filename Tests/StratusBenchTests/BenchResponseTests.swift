@@ -1,4 +1,4 @@
-@testable import stratus
+@testable import stratus_bench
 import Testing
 
 /// The load generator's HTTP reading: it must find where each response ends (or it would count a

@@ -185,14 +185,14 @@ import Testing
         let modify = lb + "/database/1/iCloud.com.example.Cluster/development/private/records/modify?" + query
         // Writes through the balancer (round robin over both servers), then one server killed
         // part-way: every write the service acknowledged must be there afterwards.
-        // Beside the test's own writers, `stratus bench`'s mixed load (lookups, queries, change
+        // Beside the test's own writers, `stratus-bench`'s mixed load (lookups, queries, change
         // feeds, modifies) through the balancer for the whole kill-and-restart, on seeded data.
         let state = folder + "/bench-state.json"
-        let seeded = try await Subprocess.runDetached([EndToEndTests.binary, "bench", "seed", "--server", lb, "--admin-token", admin,
+        let seeded = try await Subprocess.runDetached([EndToEndTests.benchBinary, "seed", "--server", lb, "--admin-token", admin,
                                                        "--state-file", state, "--containers", "2", "--records", "200", "--prefix", "cl"])
         #expect(seeded.status == 0, "bench seed: \(seeded.text.suffix(1000))")
         let benchLog = folder + "/bench.log"
-        let bench = try Subprocess.spawn([EndToEndTests.binary, "bench", "run", "--server", lb, "--admin-token", admin, "--state-file", state,
+        let bench = try Subprocess.spawn([EndToEndTests.benchBinary, "run", "--server", lb, "--admin-token", admin, "--state-file", state,
                                           "--workload", "mixed", "--concurrency", "8", "--duration", "25", "--warmup", "0"], outputPath: benchLog)
         var acknowledged: [String] = []
         var failed = 0
@@ -250,7 +250,7 @@ import Testing
         let benchExit = try await Subprocess.waitForExit(bench, within: .seconds(60))
         let benchSummary = ((try? String(contentsOfFile: benchLog, encoding: .utf8)) ?? "").split(separator: "\n")
             .filter { $0.contains("req/s") || $0.contains("errors") }.suffix(2).joined(separator: " | ")
-        print("cluster: stratus bench mixed load beside the kill and the restart (exit \(benchExit.map(String.init) ?? "still running")): \(benchSummary)")
+        print("cluster: stratus-bench mixed load beside the kill and the restart (exit \(benchExit.map(String.init) ?? "still running")): \(benchSummary)")
         #expect(outcome.errors.isEmpty, "answers other than success or TRY_AGAIN_LATER with a retry hint: \(outcome.errors.prefix(5))")
         let recovered = outcome.recoveredAfterRestart
         #expect(recovered, "no write succeeded after PostgreSQL came back (restart at \(outcome.restartedAt.map { "\($0)" } ?? "?"))")

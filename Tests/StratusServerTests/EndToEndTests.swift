@@ -11,13 +11,18 @@ import FoundationNetworking
 /// `Deploy/run.sh` runs it), the admin CLI against it, and the README's curl walk-through.
 @Suite(.serialized, .timeLimit(.minutes(TestTime.minutes(10)))) struct EndToEndTests {
     /// The `stratus` executable next to the test bundle (SwiftPM builds both into the same folder).
-    static var binary: String {
+    static var binary: String { executable("stratus") }
+
+    /// The load generator, `stratus-bench`, built beside it.
+    static var benchBinary: String { executable("stratus-bench") }
+
+    static func executable(_ name: String) -> String {
         let folder = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
         for candidate in [folder, folder.deletingLastPathComponent()] {
-            let path = candidate.appendingPathComponent("stratus").path
+            let path = candidate.appendingPathComponent(name).path
             if FileManager.default.isExecutableFile(atPath: path) { return path }
         }
-        return TestCluster.repositoryRoot.appendingPathComponent(".build/debug/stratus").path
+        return TestCluster.repositoryRoot.appendingPathComponent(".build/debug/" + name).path
     }
 
     static func freePort() -> Int {

@@ -12,7 +12,7 @@ import Testing
         (#"DispatchSemaphore\("#, "a semaphore waited on blocks the thread"),
         (#"\.wait\(\)"#, "waits on a thread"),
         (#"waitpid\((?![^)]*WNOHANG)"#, "waits for a child process (use Subprocess.waitForExit)"),
-        (#"EmbeddedPostgres\.start\("#, "runs initdb and pg_ctl"),
+        (#"EmbeddedPostgres\.start\("#, "makes and starts a PostgreSQL cluster"),
         (#"cluster\.stop\(\)"#, "runs pg_ctl stop and waits"),
     ]
 

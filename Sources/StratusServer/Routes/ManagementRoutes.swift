@@ -132,7 +132,7 @@ extension StratusApp {
         addKeyRoutes(to: router, base: base)
         manage(router, .get, "\(base)/stats") { request, _, grant -> Response in
             var stats: [String: JSON] = ["rssBytes": Self.residentBytes().map { .int($0) } ?? .null, "pid": .int(Int64(getpid()))]
-            // The process's CPU time and context switches, all threads: `stratus bench` divides their growth by its requests.
+            // The process's CPU time and context switches, all threads: `stratus-bench` divides their growth by its requests.
             var usage = rusage()
             getrusage(RUSAGE_SELF.rawValue, &usage)
             stats["cpuSeconds"] = .double(Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6)

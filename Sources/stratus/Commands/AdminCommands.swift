@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import StratusCommandLine
 import StratusCore
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -77,11 +78,6 @@ struct ManagementClient {
 }
 
 /// An error the CLI reports as one line on stderr with a non-zero exit.
-struct CLIError: Error, CustomStringConvertible {
-    var description: String
-    init(_ message: String) { description = message }
-}
-
 /// Runs an admin verb: errors become one line on stderr and exit code 1.
 func runAdmin(_ body: () async throws -> Void) async throws {
     do {

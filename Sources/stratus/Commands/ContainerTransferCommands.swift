@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import StratusCommandLine
 import StratusCore
 import StratusServer
 import StratusStore

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import StratusCommandLine
 import StratusCore
 
 /// The operator credentials `stratus login` keeps: one per server, in

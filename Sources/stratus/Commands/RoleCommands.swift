@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import StratusCommandLine
 import StratusCore
 
 struct RoleCommand: AsyncParsableCommand {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import StratusCommandLine
 import StratusCore
 
 /// Who runs the CLI, `user@host`: recorded by the commands that work on the database directly

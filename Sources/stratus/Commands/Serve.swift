@@ -3,6 +3,7 @@ import Foundation
 import Hummingbird
 import Logging
 import ServiceLifecycle
+import StratusCommandLine
 import StratusCore
 import StratusServer
 import StratusStore
@@ -272,20 +273,4 @@ struct Migrate: AsyncParsableCommand {
             print(applied.isEmpty ? "database is up to date (\(migrations.count) migrations)" : "applied migrations \(applied.map(String.init).joined(separator: ", "))")
         }
     }
-}
-
-/// The admin token kept in `<dataDir>/admin-token` for local use, created when asked.
-func localAdminToken(dataDir: String, create: Bool) throws -> String? {
-    let path = dataDir + "/admin-token"
-    if let existing = try? String(contentsOfFile: path, encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines), !existing.isEmpty {
-        return existing
-    }
-    guard create else { return nil }
-    try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true)
-    var generator = SystemRandomNumberGenerator()
-    let token = "adm_" + (0..<24).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
-    guard FileManager.default.createFile(atPath: path, contents: Data(token.utf8), attributes: [.posixPermissions: 0o600]) else {
-        throw CLIError("cannot write the admin token to \(path); check the folder's permissions or set STRATUS_ADMIN_TOKEN")
-    }
-    return token
 }

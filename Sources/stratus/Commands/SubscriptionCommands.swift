@@ -1,4 +1,5 @@
 import ArgumentParser
+import StratusCommandLine
 import StratusCore
 
 /// `stratus subscription list`: the operator's view of what users subscribed to.

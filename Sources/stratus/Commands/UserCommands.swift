@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import StratusCommandLine
 import StratusCore
 
 /// Percent-encodes one path component.
