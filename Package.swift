@@ -123,12 +123,50 @@ let package = Package(
             dependencies: ["StratusCore"],
             swiftSettings: swiftSettings
         ),
+        // What the test targets share: one PostgreSQL cluster per test process, the apps under
+        // test and their clients, the built programs, secrets and time limits.
+        .target(
+            name: "StratusTestSupport",
+            dependencies: [
+                "StratusCore",
+                "StratusStore",
+                "StratusServer",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
+            path: "Tests/StratusTestSupport",
+            swiftSettings: swiftSettings
+        ),
+        // PostgreSQL below the HTTP surface: migrations, statements, pools.
+        .testTarget(
+            name: "StratusStoreTests",
+            dependencies: [
+                "StratusCore",
+                "StratusStore",
+                "StratusTestSupport",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The HTTP surface: the data, auth and management APIs, the console, sign-in.
         .testTarget(
             name: "StratusServerTests",
             dependencies: [
                 "StratusCore",
                 "StratusStore",
                 "StratusServer",
+                "StratusTestSupport",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "PostgresNIO", package: "postgres-nio"),
@@ -142,6 +180,24 @@ let package = Package(
             ],
             // Read from the source tree: test data (Wycheproof vectors), the browser driver.
             exclude: ["Data", "Browser"],
+            swiftSettings: swiftSettings
+        ),
+        // The built programs: `stratus` served and used as the admin CLI, several processes, the
+        // loopback cluster, a container moved between servers, and the operator's files.
+        .testTarget(
+            name: "StratusCLITests",
+            dependencies: [
+                "StratusCore",
+                "StratusStore",
+                "StratusServer",
+                "StratusTestSupport",
+                // Built for the tests that run them (SwiftPM builds a test target's executables).
+                "stratus",
+                "stratus-bench",
+                .product(name: "PostgresNIO", package: "postgres-nio"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
             swiftSettings: swiftSettings
         ),
     ]

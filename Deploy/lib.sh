@@ -41,7 +41,7 @@ ensure_browser() {
 }
 
 # After the suite: no token, password or signature the tests used may appear in a server log
-# (the tests write both lists under .build/test-output; see Tests/…/Support/TestSecrets.swift).
+# (the tests write both lists under .build/test-output; see Tests/StratusTestSupport/TestSecrets.swift).
 check_logs_for_secrets() {
   local out=.build/test-output
   local secrets="$out/secrets.all"
@@ -126,7 +126,7 @@ as_postgres() {
 
 # Throwaway PostgreSQL clusters. Every script that needs a cluster of its own (the benchmarks,
 # the loopback and Citus clusters, the TLS and fault checks) makes, starts and stops it here;
-# the Swift tests' harness does the same for the suite (Tests/…/Support/TestHarness.swift).
+# the Swift tests' harness does the same for the suite (Tests/StratusTestSupport/TestHarness.swift).
 #
 # pg_bin: sets PG_BIN to the newest installed server binaries' folder (installed when missing).
 pg_bin() {

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import StratusCore
 @testable import StratusServer
+@testable import StratusTestSupport
 import Testing
 
 /// API token options (issue 23 §5): allowed origins answered and enforced for browsers (CORS,

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+@testable import StratusTestSupport
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -43,7 +44,7 @@ import Testing
 
     static func uploadURLs(_ server: String, _ tenant: (token: String, user: String), count: Int) async throws -> [String] {
         let tokens = (0..<count).map { index in #"{"recordType":"Note","fieldName":"file","recordName":"n\#(index)"}"# }.joined(separator: ",")
-        let answer = try await EndToEndTests.post(server + "/database/1/iCloud.com.example.Assets/development/private/assets/upload?ckAPIToken=\(tenant.token)&ckWebAuthToken=\(tenant.user)",
+        let answer = try await Programs.post(server + "/database/1/iCloud.com.example.Assets/development/private/assets/upload?ckAPIToken=\(tenant.token)&ckWebAuthToken=\(tenant.user)",
                                                   #"{"tokens":[\#(tokens)]}"#)
         #expect(answer.0 == 200, "\(answer.1)")
         return answer.1["tokens"]?.arrayValue?.compactMap { $0["url"]?.stringValue } ?? []
@@ -74,13 +75,6 @@ import Testing
         return data
     }
 
-    static func getJSON(_ url: String, headers: [String: String]) async throws -> JSON {
-        var request = URLRequest(url: URL(string: url)!)
-        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
-        let (data, _) = try await URLSession.shared.data(for: request)
-        return (try? JSONParser.parse(Array(data))) ?? .null
-    }
-
     static func checksum(_ data: Data) -> String { Data(SHA256.hash(data: data)).base64EncodedString() }
 
     /// A 40 MB upload and its download each stream: the server's resident memory grows by at most
@@ -99,7 +93,7 @@ import Testing
             let (sent, uploadPeak) = try await Self.peakMemory(of: server.pid) { try await Self.send(urls[1], data) }
             #expect(sent.0 == 200 && sent.1["singleFile"]?["fileChecksum"]?.stringValue == Self.checksum(data), "\(sent.1)")
             let file = try #require(sent.1["singleFile"])
-            let save = try await EndToEndTests.post(server.url + "/database/1/iCloud.com.example.Assets/development/private/records/modify?ckAPIToken=\(tenant.token)&ckWebAuthToken=\(tenant.user)",
+            let save = try await Programs.post(server.url + "/database/1/iCloud.com.example.Assets/development/private/records/modify?ckAPIToken=\(tenant.token)&ckWebAuthToken=\(tenant.user)",
                                                     JSONWriter.string(["operations": [["operationType": "create", "record": ["recordName": "n1", "recordType": "Note",
                                                                                                                            "fields": ["file": ["value": file]]]]]]))
             let downloadURL = try #require(save.1["records"]?.arrayValue?.first?["fields"]?["file"]?["value"]?["downloadURL"]?.stringValue, "\(save.1)")
@@ -182,16 +176,16 @@ import Testing
             #expect(staged.isEmpty, "staged files left by cut uploads: \(staged)")
             let stored = (try? FileManager.default.subpathsOfDirectory(atPath: server.folder + "/assets"))?.filter { !$0.hasPrefix("staging") && $0.split(separator: "/").count == 3 } ?? []
             #expect(stored.isEmpty, "asset files left by cut uploads: \(stored)")
-            let verify = try await EndToEndTests.get(server.url + "/health")
+            let verify = try await Programs.get(server.url + "/health")
             #expect(verify?.0 == 200)
             // A whole upload still works after them.
             let whole = Self.randomData(300_000)
             let sent = try await Self.send(urls[50], whole)
             #expect(sent.0 == 200 && sent.1["singleFile"]?["fileChecksum"]?.stringValue == Self.checksum(whole), "\(sent.1)")
             // The service's own count: the one whole asset, and usage counters that match the data.
-            let usage = try await Self.getJSON(server.url + "/management/1/containers/iCloud.com.example.Assets/usage", headers: ["Authorization": "Bearer \(Self.adminToken)"])
+            let usage = try await Programs.getJSON(server.url + "/management/1/containers/iCloud.com.example.Assets/usage", headers: ["Authorization": "Bearer \(Self.adminToken)"])
             #expect(usage["storedAssets"] == ["count": 1, "bytes": 300_000], "\(usage)")
-            let verified = try await Self.getJSON(server.url + "/management/1/usage/verify", headers: ["Authorization": "Bearer \(Self.adminToken)"])
+            let verified = try await Programs.getJSON(server.url + "/management/1/usage/verify", headers: ["Authorization": "Bearer \(Self.adminToken)"])
             #expect(verified["differences"]?.arrayValue?.isEmpty == true, "\(verified)")
             print("interrupted uploads: 50 cut at \(cutPoints.min() ?? 0)–\(cutPoints.max() ?? 0) of \(length) bytes; 0 staged files, 0 asset files left")
         }

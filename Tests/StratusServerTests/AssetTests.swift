@@ -6,6 +6,7 @@ import NIOCore
 @testable import StratusCore
 @testable import StratusServer
 @testable import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// Assets (issue 27): CloudKit JS's three steps — `assets/upload`, the bytes POSTed to the URL it
@@ -17,7 +18,7 @@ import Testing
     /// A harness on the given asset store, with `configure` applied after.
     static func run(_ store: Store, configure: @escaping @Sendable (inout ServerConfiguration) -> Void = { _ in },
                     _ body: @escaping @Sendable (Harness) async throws -> Void) async throws {
-        let folder = try EndToEndTests.scratchFolder("assets")
+        let folder = try Programs.scratchFolder("assets")
         defer { try? FileManager.default.removeItem(atPath: folder) }
         try await Harness.run(server: { configuration in
             configuration.assetStorage = store == .files ? .files(directory: folder) : .postgres(stagingDirectory: folder + "/staging")
@@ -25,45 +26,13 @@ import Testing
         }, body)
     }
 
-    /// A request with a raw body, answered with status, headers and raw bytes.
-    static func raw(_ harness: Harness, _ method: HTTPRequest.Method, _ uri: String, body: [UInt8]? = nil,
-                    headers: HTTPFields = [:]) async throws -> (status: Int, headers: HTTPFields, bytes: [UInt8]) {
-        try await harness.client.execute(uri: uri, method: method, headers: headers, body: body.map { ByteBuffer(bytes: $0) }) { response in
-            (Int(response.status.code), response.headers, Array(response.body.readableBytesView))
-        }
-    }
-
-    static func path(of url: String) throws -> String {
-        let parsed = try #require(URL(string: url))
-        return parsed.path
-    }
-
-    static func randomBytes(_ count: Int) -> [UInt8] {
-        var generator = SplitMix64(seed: UInt64.random(in: 0...UInt64.max))
-        return (0..<count).map { _ in UInt8(truncatingIfNeeded: generator.next()) }
-    }
-
     static func checksum(_ bytes: [UInt8]) -> String { Data(SHA256.hash(data: bytes)).base64EncodedString() }
-
-    /// `assets/upload` for one field, then the bytes: the `singleFile` answer.
-    static func upload(_ session: Session, _ bytes: [UInt8], database: String = "private", recordName: String = "n-1",
-                       recordType: String = "Note", field: String = "attachment", contentType: String = "image/png") async throws -> JSON {
-        let tokens = try await session.post(database, "assets/upload", ["zoneID": ["zoneName": "_defaultZone"],
-            "tokens": [["recordName": .string(recordName), "recordType": .string(recordType), "fieldName": .string(field)]]])
-        #expect(tokens.status == 200, "\(tokens.json)")
-        let url = try #require(tokens.json["tokens"]?.arrayValue?.first?["url"]?.stringValue, "\(tokens.json)")
-        #expect(tokens.json["tokens"]?.arrayValue?.first?["recordName"]?.stringValue == recordName)
-        let sent = try await raw(session.harness, .post, try path(of: url), body: bytes, headers: [.contentType: contentType])
-        #expect(sent.status == 200, "\(String(decoding: sent.bytes, as: UTF8.self))")
-        let answer = try JSONParser.parse(sent.bytes)
-        return try #require(answer["singleFile"], "\(answer)")
-    }
 
     @Test(arguments: Store.allCases) func cloudKitJSPathUploadsAttachesAndDownloads(_ store: Store) async throws {
         try await Self.run(store) { harness in
             let alice = try await harness.container().signedUp()
-            let bytes = Self.randomBytes(700_000)
-            let file = try await Self.upload(alice, bytes)
+            let bytes = AssetRequests.randomBytes(700_000)
+            let file = try await AssetRequests.upload(alice, bytes)
             #expect(file["fileChecksum"]?.stringValue == Self.checksum(bytes) && file["size"] == .int(Int64(bytes.count)), "\(file)")
             #expect(file["receipt"]?.stringValue?.isEmpty == false)
             // Step 3, as CloudKit JS sends it: the singleFile as the field's value, no type.
@@ -77,24 +46,24 @@ import Testing
             let asset = try #require(found.json.record(0)?["fields"]?["attachment"]?["value"], "\(found.json)")
             #expect(asset["fileChecksum"] == file["fileChecksum"] && asset["size"] == file["size"])
             let url = try #require(asset["downloadURL"]?.stringValue)
-            let downloaded = try await Self.raw(harness, .get, try Self.path(of: url))
+            let downloaded = try await AssetRequests.raw(harness, .get, try AssetRequests.path(of: url))
             #expect(downloaded.status == 200 && downloaded.bytes.count == bytes.count)
             #expect(Self.checksum(downloaded.bytes) == Self.checksum(bytes), "the downloaded bytes differ from the uploaded ones")
             #expect(downloaded.headers[.contentType] == "image/png" && downloaded.headers[.acceptRanges] == "bytes")
             // Ranges: a middle slice, the last bytes, and one outside the file.
-            let middle = try await Self.raw(harness, .get, try Self.path(of: url), headers: [.range: "bytes=300000-300099"])
+            let middle = try await AssetRequests.raw(harness, .get, try AssetRequests.path(of: url), headers: [.range: "bytes=300000-300099"])
             #expect(middle.status == 206 && middle.bytes == Array(bytes[300_000..<300_100]), "\(middle.status) \(middle.bytes.count)")
             #expect(middle.headers[.contentRange] == "bytes 300000-300099/700000")
-            let tail = try await Self.raw(harness, .get, try Self.path(of: url), headers: [.range: "bytes=-10"])
+            let tail = try await AssetRequests.raw(harness, .get, try AssetRequests.path(of: url), headers: [.range: "bytes=-10"])
             #expect(tail.status == 206 && tail.bytes == Array(bytes.suffix(10)))
-            let outside = try await Self.raw(harness, .get, try Self.path(of: url), headers: [.range: "bytes=700000-"])
+            let outside = try await AssetRequests.raw(harness, .get, try AssetRequests.path(of: url), headers: [.range: "bytes=700000-"])
             let error = try JSONParser.parse(outside.bytes)
             #expect(outside.status == 416 && error["serverErrorCode"] == "BAD_REQUEST" && error["reason"]?.stringValue?.contains("700000") == true, "\(error)")
             // Any page may use the URLs (they are the credential): a preflight, then the answer, allow any origin.
-            let preflight = try await Self.raw(harness, .options, try Self.path(of: url),
+            let preflight = try await AssetRequests.raw(harness, .options, try AssetRequests.path(of: url),
                                                headers: [.origin: "https://app.example.com", .accessControlRequestMethod: "GET"])
             #expect(preflight.status == 204 && preflight.headers[.accessControlAllowOrigin] == "*", "\(preflight.headers)")
-            let crossOrigin = try await Self.raw(harness, .get, try Self.path(of: url), headers: [.origin: "https://app.example.com", .range: "bytes=0-0"])
+            let crossOrigin = try await AssetRequests.raw(harness, .get, try AssetRequests.path(of: url), headers: [.origin: "https://app.example.com", .range: "bytes=0-0"])
             #expect(crossOrigin.status == 206 && crossOrigin.headers[.accessControlAllowOrigin] == "*", "\(crossOrigin.headers)")
             // A query renders the asset too; the record's stored size counts the asset's bytes.
             let queried = try await alice.post("private", "records/query", ["query": ["recordType": "Note"]])
@@ -112,12 +81,12 @@ import Testing
         try await Self.run(store) { harness in
             let alice = try await harness.container().signedUp()
             let container = try await harness.app.authenticator.container(named: alice.container)
-            let bytes = Self.randomBytes(50_000)
-            let first = try await Self.upload(alice, bytes, recordName: "a")
-            let second = try await Self.upload(alice, bytes, recordName: "b")
+            let bytes = AssetRequests.randomBytes(50_000)
+            let first = try await AssetRequests.upload(alice, bytes, recordName: "a")
+            let second = try await AssetRequests.upload(alice, bytes, recordName: "b")
             #expect(first["fileChecksum"] == second["fileChecksum"])
             #expect(try await harness.app.assets.totals(containerID: container.id) == (1, 50_000))
-            let unattached = try await Self.upload(alice, Self.randomBytes(1_000), recordName: "c")
+            let unattached = try await AssetRequests.upload(alice, AssetRequests.randomBytes(1_000), recordName: "c")
             #expect(try await harness.app.assets.totals(containerID: container.id) == (2, 51_000))
             for (name, file) in [("a", first), ("b", second)] {
                 let saved = try await alice.modify("private", [op("create", name, fields: ["attachment": ["value": file]])])
@@ -157,8 +126,8 @@ import Testing
     @Test func rereferencedAssetsAttachElsewhere() async throws {
         try await Self.run(.postgres) { harness in
             let alice = try await harness.container().signedUp()
-            let bytes = Self.randomBytes(10_000)
-            let file = try await Self.upload(alice, bytes)
+            let bytes = AssetRequests.randomBytes(10_000)
+            let file = try await AssetRequests.upload(alice, bytes)
             #expect(try await alice.modify("private", [op("create", "n-1", fields: ["attachment": ["value": file]])]).status == 200)
             let again = try await alice.post("private", "assets/rereference", ["assets": [["recordName": "n-1", "fieldName": "attachment"]]])
             let copy = try #require(again.json["assets"]?.arrayValue?.first, "\(again.json)")
@@ -178,10 +147,10 @@ import Testing
             let alice = try await harness.container().signedUp()
             #expect(try await harness.admin(.patch, "containers/\(alice.container)/quota",
                                             json: ["environment": "development", "userPrivateStorageBytes": 30_000]).status == 200)
-            let first = try await Self.upload(alice, Self.randomBytes(20_000), recordName: "a")
+            let first = try await AssetRequests.upload(alice, AssetRequests.randomBytes(20_000), recordName: "a")
             let saved = try await alice.modify("private", [op("create", "a", fields: ["attachment": ["value": first]])])
             #expect(saved.json.record(0)?["serverErrorCode"] == nil, "\(saved.json)")
-            let second = try await Self.upload(alice, Self.randomBytes(20_000), recordName: "b")
+            let second = try await AssetRequests.upload(alice, AssetRequests.randomBytes(20_000), recordName: "b")
             let refused = try await alice.modify("private", [op("create", "b", fields: ["attachment": ["value": second]])])
             #expect(refused.json.record(0)?["serverErrorCode"] == "QUOTA_EXCEEDED", "\(refused.json)")
             let usage = try await harness.admin(.get, "containers/\(alice.container)/usage?environment=development")
@@ -207,7 +176,7 @@ import Testing
             let alice = try await anonymous.signedUp()
             let bob = try await anonymous.signedUp()
             for (type, name) in [("Diary", "d1"), ("Poster", "p1")] {
-                let file = try await Self.upload(alice, Self.randomBytes(3_000), database: "public", recordName: name, recordType: type, field: "page")
+                let file = try await AssetRequests.upload(alice, AssetRequests.randomBytes(3_000), database: "public", recordName: name, recordType: type, field: "page")
                 let saved = try await alice.modify("public", [op("create", name, type: type, fields: ["page": ["value": file]])])
                 #expect(saved.json.record(0)?["fields"]?["page"]?["value"]?["downloadURL"] != nil, "\(saved.json)")
             }
@@ -217,7 +186,7 @@ import Testing
             #expect(copy.json["assets"]?.arrayValue?.first?["receipt"] == nil, "\(copy.json)")
             let poster = try await anonymous.post("public", "records/lookup", ["records": [["recordName": "p1"]]])
             let url = try #require(poster.json.record(0)?["fields"]?["page"]?["value"]?["downloadURL"]?.stringValue, "\(poster.json)")
-            #expect(try await Self.raw(harness, .get, try Self.path(of: url)).bytes.count == 3_000)
+            #expect(try await AssetRequests.raw(harness, .get, try AssetRequests.path(of: url)).bytes.count == 3_000)
         }
     }
 
@@ -229,18 +198,18 @@ import Testing
             let container = try await harness.app.authenticator.container(named: alice.container)
             func tokenPath(_ session: Session, field: String = "attachment") async throws -> String {
                 let tokens = try await session.post("private", "assets/upload", ["tokens": [["recordType": "Note", "fieldName": .string(field)]]])
-                return try Self.path(of: try #require(tokens.json["tokens"]?.arrayValue?.first?["url"]?.stringValue, "\(tokens.json)"))
+                return try AssetRequests.path(of: try #require(tokens.json["tokens"]?.arrayValue?.first?["url"]?.stringValue, "\(tokens.json)"))
             }
             // Over the size limit: by Content-Length, before reading.
-            let big = try await Self.raw(harness, .post, try await tokenPath(alice), body: Self.randomBytes(100_001))
+            let big = try await AssetRequests.raw(harness, .post, try await tokenPath(alice), body: AssetRequests.randomBytes(100_001))
             #expect(try big.status == 413 && (JSONParser.parse(big.bytes))["reason"]?.stringValue?.contains("at most 100000 bytes") == true,
                     "\(String(decoding: big.bytes, as: UTF8.self))")
             // A Content-Digest that does not match the bytes.
-            let wrongDigest = try await Self.raw(harness, .post, try await tokenPath(alice), body: Self.randomBytes(1_000),
+            let wrongDigest = try await AssetRequests.raw(harness, .post, try await tokenPath(alice), body: AssetRequests.randomBytes(1_000),
                                                  headers: [HTTPField.Name("Content-Digest")!: "sha-256=:\(Self.checksum([1, 2, 3])):"])
             #expect(try wrongDigest.status == 400 && (JSONParser.parse(wrongDigest.bytes))["reason"]?.stringValue?.contains("Content-Digest") == true)
             // A forged URL, and an expired one.
-            let forged = try await Self.raw(harness, .post, "/assets/1/upload/eyJjIjoxfQ.AAAA", body: [1, 2, 3])
+            let forged = try await AssetRequests.raw(harness, .post, "/assets/1/upload/eyJjIjoxfQ.AAAA", body: [1, 2, 3])
             #expect(try forged.status == 401 && (JSONParser.parse(forged.bytes))["serverErrorCode"] == "AUTHENTICATION_FAILED")
             // An expired URL: made by a server process whose upload URLs expire at once (same database, same secret).
             var instant = harness.app.configuration
@@ -249,13 +218,13 @@ import Testing
             let stale = try await TestApp.run(router: quick.router(), logger: TestCluster.logger, mode: .router) { client in
                 let tokens = try await Harness(client: client, database: harness.database, app: quick).send(
                     .post, alice.path("private", "assets/upload"), json: ["tokens": [["recordType": "Note", "fieldName": "attachment"]]])
-                return try Self.path(of: try #require(tokens.json["tokens"]?.arrayValue?.first?["url"]?.stringValue, "\(tokens.json)"))
+                return try AssetRequests.path(of: try #require(tokens.json["tokens"]?.arrayValue?.first?["url"]?.stringValue, "\(tokens.json)"))
             }
-            let expired = try await Self.raw(harness, .post, stale, body: [1, 2, 3])
+            let expired = try await AssetRequests.raw(harness, .post, stale, body: [1, 2, 3])
             #expect(try expired.status == 401 && (JSONParser.parse(expired.bytes))["reason"]?.stringValue?.contains("expired") == true)
             #expect(try await harness.app.assets.totals(containerID: container.id) == (0, 0), "a refused upload left an asset")
             // Receipts: another field, another user's (another container), a changed size, none at all.
-            let file = try await Self.upload(alice, Self.randomBytes(2_000))
+            let file = try await AssetRequests.upload(alice, AssetRequests.randomBytes(2_000))
             let otherField = try await alice.modify("private", [op("create", "x1", fields: ["cover": ["value": file]])])
             #expect(otherField.json.record(0)?["reason"]?.stringValue?.contains("is for field 'attachment'") == true, "\(otherField.json)")
             let foreign = try await bob.modify("private", [op("create", "x2", fields: ["attachment": ["value": file]])])
@@ -280,7 +249,7 @@ import Testing
             // A download URL that was tampered with.
             let saved = try await alice.modify("private", [op("create", "ok", fields: ["attachment": ["value": file]])])
             let url = try #require(saved.json.record(0)?["fields"]?["attachment"]?["value"]?["downloadURL"]?.stringValue, "\(saved.json)")
-            let tampered = try await Self.raw(harness, .get, try Self.path(of: url) + "x")
+            let tampered = try await AssetRequests.raw(harness, .get, try AssetRequests.path(of: url) + "x")
             #expect(tampered.status == 401)
         }
     }

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import StratusCore
 @testable import StratusServer
+@testable import StratusTestSupport
 import Testing
 
 /// The audit log holds every management action, written with the action (a refused action

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import StratusCore
 @testable import StratusServer
+@testable import StratusTestSupport
 import Testing
 
 /// The authorization matrix (issue 23, "Done when"): every principal × generated grants ×

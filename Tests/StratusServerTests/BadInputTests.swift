@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import StratusCore
+@testable import StratusTestSupport
 import Testing
 
 /// The bad-input catalogue of reliability-plan §4 (entries 1–12, 16–17, 19–23, 25–26, 29–31):

@@ -3,6 +3,7 @@ import HTTPTypes
 import NIOCore
 import StratusCore
 @testable import StratusServer
+@testable import StratusTestSupport
 import Testing
 
 /// The console over HTTP: its session cookie, the CSRF token and origin check on every change,

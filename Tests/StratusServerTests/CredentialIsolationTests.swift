@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import StratusCore
 @testable import StratusServer
+@testable import StratusTestSupport
 import Testing
 
 /// Credentials of one container never reach another, and a development credential never opens

@@ -1,6 +1,7 @@
 import Foundation
 import StratusCore
 @testable import StratusServer
+@testable import StratusTestSupport
 import Testing
 
 /// Custom roles (`CREATE ROLE` in the schema) through the management API and the CLI's routes:

@@ -1,5 +1,6 @@
 import HTTPTypes
 @testable import StratusServer
+@testable import StratusTestSupport
 import Testing
 
 /// `StratusResponder` answers the data API ahead of the router for the paths `DataRoute.match`

@@ -1,9 +1,10 @@
 import Foundation
 import PostgresNIO
 import StratusCore
-import StratusStore
-import Testing
 @testable import StratusServer
+import StratusStore
+@testable import StratusTestSupport
+import Testing
 
 /// "Saved" only after PostgreSQL has committed: writes whose commit fails, or whose backend is
 /// terminated in the middle of the commit, are never answered as saved, and the database holds

@@ -1,5 +1,6 @@
 import PostgresNIO
 @testable import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// Statements built at run time (queries, change feeds) are prepared under names that never

@@ -1,5 +1,6 @@
-import Testing
 @testable import StratusServer
+@testable import StratusTestSupport
+import Testing
 
 /// The bounded caches the authenticator keeps tokens and containers in.
 @Suite struct ExpiringCacheTests {

@@ -3,6 +3,7 @@ import PostgresNIO
 import StratusCore
 @testable import StratusServer
 import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// Change feeds under load: writers in several containers commit concurrently, one write in four

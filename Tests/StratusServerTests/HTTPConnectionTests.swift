@@ -2,8 +2,9 @@ import Foundation
 import NIOCore
 import NIOPosix
 import StratusCore
-import Synchronization
 import StratusStore
+@testable import StratusTestSupport
+import Synchronization
 import Testing
 
 /// The HTTP/1.1 layer `stratus serve` runs (`StratusHTTPChannel`), spoken to over a raw socket:

@@ -1,4 +1,5 @@
 import StratusCore
+@testable import StratusTestSupport
 import Testing
 
 /// A production index build, run in small batches, walks every production zone: the public

@@ -3,6 +3,7 @@ import PostgresNIO
 import StratusCore
 @testable import StratusServer
 @testable import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// A create in a custom zone written before skips reading the zone (`RecordStore.knownZones`):

@@ -1,6 +1,7 @@
 import Foundation
 import StratusCore
 @testable import StratusServer
+@testable import StratusTestSupport
 import Testing
 
 /// Location queries (issue 22 §1): `NEAR` with a `distance` in metres, and sorting by distance

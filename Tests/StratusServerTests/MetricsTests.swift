@@ -3,6 +3,7 @@ import HTTPTypes
 import StratusCore
 @testable import StratusServer
 import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// `GET /metrics`: after a scripted set of requests through the server's HTTP channel, the

@@ -1,4 +1,5 @@
 import Foundation
+@testable import StratusTestSupport
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -309,19 +310,19 @@ import Testing
             let (apiToken, user) = try await serveTenant(servers[0], adminToken: "courier-admin", container: container)
             let query = "ckAPIToken=\(apiToken)&ckWebAuthToken=\(user)"
             func data(_ server: Int, _ path: String, _ body: String) async throws -> (Int, JSON) {
-                try await EndToEndTests.post(servers[server] + "/database/1/\(container)/development/private/\(path)?\(query)", body)
+                try await Programs.post(servers[server] + "/database/1/\(container)/development/private/\(path)?\(query)", body)
             }
             #expect(try await data(1, "records/modify", #"{"operations":[{"operationType":"create","record":{"recordName":"seed","recordType":"Note","fields":{"pinned":{"value":0}}}}]}"#).0 == 200)
             let subscribed = try await data(0, "subscriptions/modify", #"{"operations":[{"operationType":"create","subscription":{"subscriptionID":"pinned","subscriptionType":"query","query":{"recordType":"Note","filterBy":[{"fieldName":"pinned","comparator":"EQUALS","fieldValue":{"value":1}}]},"firesOn":["create"]}}]}"#)
             #expect(subscribed.0 == 200 && subscribed.1["subscriptions"]?.arrayValue?.first?.errorCode == nil, "\(subscribed.1)")
-            let created = try await EndToEndTests.post(servers[0] + "/device/1/\(container)/development/tokens/create?\(query)", #"{"apnsEnvironment":"development"}"#)
+            let created = try await Programs.post(servers[0] + "/device/1/\(container)/development/tokens/create?\(query)", #"{"apnsEnvironment":"development"}"#)
             let courier = try #require(created.1["webcourierURL"]?.stringValue.flatMap { URL(string: $0)?.path }, "\(created.1)")
             // Both servers poll the same courier URL; each notification reaches exactly one of them.
             let started = Mutex(ContinuousClock.now)
             let answers = try await withThrowingTaskGroup(of: (status: Int, body: String, at: ContinuousClock.Instant)?.self) { group in
                 for server in servers {
                     group.addTask {
-                        guard let answer = await EndToEndTests.get(server + courier + "?timeout=4") else { return nil }
+                        guard let answer = await Programs.get(server + courier + "?timeout=4") else { return nil }
                         return (answer.0, answer.1, ContinuousClock.now)
                     }
                 }
@@ -563,7 +564,7 @@ import Testing
                 ["operationType": "create", "subscription": ["subscriptionID": "notes", "subscriptionType": "query", "query": ["recordType": "Note"]]]]]).status == 200)
             let path = try await Self.courierPath(alice)
             func cli(_ arguments: [String]) async throws -> Subprocess.Output {
-                try await EndToEndTests.cli(arguments, server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
+                try await Programs.cli(arguments, server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
             }
             let set = try await cli(["quota", "set", "--container", alice.container, "--environment", "development", "--notifications-per-second", "3"])
             #expect(set.status == 0 && set.text.contains("notificationsPerSecond\t3\tset"), "\(set.text)")

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import StratusCore
 @testable import StratusServer
+@testable import StratusTestSupport
 import Testing
 
 /// The published contract, `GET /openapi.json`, against the server's own router: a route missing

@@ -1,5 +1,6 @@
-import Testing
 @testable import StratusServer
+@testable import StratusTestSupport
+import Testing
 
 /// `QueryItems` reads the data API's credentials from the request target as Hummingbird's
 /// `URI.queryParameters` did: the first value of a name, percent-escapes decoded, `+` kept.

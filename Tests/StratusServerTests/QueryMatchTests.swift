@@ -1,5 +1,6 @@
 import Foundation
 import StratusCore
+@testable import StratusTestSupport
 import Testing
 
 /// `Query.matches` decides in memory which records a query subscription fires on. It must agree

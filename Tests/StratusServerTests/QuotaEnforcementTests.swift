@@ -2,6 +2,7 @@ import Foundation
 import PostgresNIO
 import StratusCore
 import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// Quotas (issue 25): storage limits enforced exactly under concurrency, metered in the writes'
@@ -77,7 +78,7 @@ import Testing
     }
 
     static func verify(_ harness: Harness) async throws -> (status: Int32, text: String) {
-        let output = try await EndToEndTests.cli(["usage", "--verify"], server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
+        let output = try await Programs.cli(["usage", "--verify"], server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
         return (output.status, output.text)
     }
 
@@ -193,11 +194,11 @@ import Testing
             // Each user's `Users` record in the public database counts too.
             #expect(usage.json["records"] == 8 && usage.json["topUsers"]?.arrayValue?.first?["userRecordName"] == .string(alice.userRecordName ?? ""), "\(usage.json)")
 
-            let report = try await EndToEndTests.cli(["usage", "--container", alice.container], server: "http://127.0.0.1:\(harness.client.port ?? 0)",
+            let report = try await Programs.cli(["usage", "--container", alice.container], server: "http://127.0.0.1:\(harness.client.port ?? 0)",
                                                      token: Harness.adminToken)
             #expect(report.status == 0 && report.text.contains("records\t8 of \(QuotaLimits.defaults.maxRecords)")
                     && report.text.contains("TOP USERS BY PRIVATE STORAGE") && report.text.contains(alice.userRecordName ?? "?"), "\(report.text)")
-            let missing = try await EndToEndTests.cli(["usage"], server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
+            let missing = try await Programs.cli(["usage"], server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
             #expect(missing.status != 0 && missing.text.contains("give --container"), "\(missing.text)")
 
             // The meters are checked against the data: a counter changed behind the service's back is reported.

@@ -1,6 +1,7 @@
 import Foundation
 import StratusCore
 import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// Quotas (issue 25), first part: limits as data, set per container-environment through the CLI
@@ -10,7 +11,7 @@ import Testing
         try await Harness.run(live: true) { harness in
             let session = try await harness.container()
             func cli(_ arguments: [String]) async throws -> Subprocess.Output {
-                try await EndToEndTests.cli(arguments, server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
+                try await Programs.cli(arguments, server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
             }
             let shown = try await cli(["quota", "show", "--container", session.container, "--json"])
             let initial = try JSONParser.parse(Array(shown.text.utf8))

@@ -1,4 +1,5 @@
 import Foundation
+@testable import StratusTestSupport
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif

@@ -1,5 +1,6 @@
 import Foundation
 import StratusCore
+@testable import StratusTestSupport
 import Testing
 
 /// The request sequence of a CloudKit JS app: text/plain bodies, ckAPIToken + ckWebAuthToken and

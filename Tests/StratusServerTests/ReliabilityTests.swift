@@ -1,10 +1,11 @@
 import Foundation
 import PostgresNIO
 import StratusCore
+@testable import StratusServer
 import StratusStore
+@testable import StratusTestSupport
 import Synchronization
 import Testing
-@testable import StratusServer
 
 /// Reliability-plan families R1, R4 and R8 through the HTTP API on real PostgreSQL.
 @Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct ReliabilityTests {

@@ -2,6 +2,7 @@ import Foundation
 import StratusCore
 @testable import StratusServer
 import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// Request ids: every answer carries `X-Request-ID` (the client's when well formed, else a new

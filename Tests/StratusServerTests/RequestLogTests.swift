@@ -4,6 +4,7 @@ import PostgresNIO
 import StratusCore
 @testable import StratusServer
 @testable import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// The request log: every data-API request of a container is logged once, with the id its answer
@@ -232,23 +233,23 @@ import Testing
             var environment = ProcessInfo.processInfo.environment
             environment["STRATUS_ADMIN_TOKEN"] = Harness.adminToken
             environment["STRATUS_SERVER"] = server
-            let printed = try await Subprocess.runDetached([EndToEndTests.binary, "logs", "--container", session.container, "--status", "4xx"], environment: environment)
+            let printed = try await Subprocess.runDetached([Programs.binary, "logs", "--container", session.container, "--status", "4xx"], environment: environment)
             #expect(printed.status == 0, "\(printed.text)")
             let lines = printed.text.split(separator: "\n")
             #expect(lines.first?.hasPrefix("AT\t") == true && lines.count == 2, "\(printed.text)")
             #expect(lines.last?.contains("cli-bad") == true && lines.last?.contains("records/modify\t400 BAD_REQUEST") == true, "\(printed.text)")
-            let json = try await Subprocess.runDetached([EndToEndTests.binary, "logs", "--container", session.container, "--since", "5m", "--json"],
+            let json = try await Subprocess.runDetached([Programs.binary, "logs", "--container", session.container, "--since", "5m", "--json"],
                                                         environment: environment)
             let ids = (try JSONParser.parse(Array(json.text.utf8))["entries"]?.arrayValue ?? []).compactMap { $0["requestID"]?.stringValue }
             #expect(Set(ids) == ["cli-ok", "cli-bad"], "\(json.text) \(json.status)")
-            let refused = try await Subprocess.runDetached([EndToEndTests.binary, "logs", "--container", session.container, "--since", "soon"], environment: environment)
+            let refused = try await Subprocess.runDetached([Programs.binary, "logs", "--container", session.container, "--since", "soon"], environment: environment)
             #expect(refused.status != 0 && refused.text.contains("--since"), "\(refused.text)")
 
             // --follow prints what comes after it started.
-            let folder = try EndToEndTests.scratchFolder("logs-follow")
+            let folder = try Programs.scratchFolder("logs-follow")
             defer { try? FileManager.default.removeItem(atPath: folder) }
             let output = folder + "/follow.txt"
-            let pid = try Subprocess.spawn([EndToEndTests.binary, "logs", "--container", session.container, "--follow", "--operation", "records/lookup"],
+            let pid = try Subprocess.spawn([Programs.binary, "logs", "--container", session.container, "--follow", "--operation", "records/lookup"],
                                            outputPath: output, environment: environment)
             defer { kill(pid, SIGKILL) }
             var text = ""

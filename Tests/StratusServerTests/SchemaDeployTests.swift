@@ -2,12 +2,13 @@ import Foundation
 import PostgresNIO
 import StratusCore
 import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// Schema environments and promotion through the CLI (`stratus schema …`) and the data API.
 @Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct SchemaDeployTests {
     func cli(_ harness: Harness, _ arguments: [String]) async throws -> Subprocess.Output {
-        try await EndToEndTests.cli(arguments, server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
+        try await Programs.cli(arguments, server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
     }
 
     @Test func justInTimeDevelopmentStrictProductionAndDeploy() async throws {

@@ -3,6 +3,7 @@ import PostgresNIO
 import StratusCore
 @testable import StratusServer
 @testable import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// Security roles guard the public database (DESIGN, security roles): a record type's grants say

@@ -3,6 +3,7 @@ import PostgresNIO
 import StratusCore
 @testable import StratusServer
 @testable import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// Concurrent single-record creates in zones written before share one statement

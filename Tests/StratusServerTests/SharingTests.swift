@@ -1,7 +1,8 @@
 import Foundation
 import StratusCore
-@testable import StratusStore
 @testable import StratusServer
+@testable import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// Sharing (issue 24): shares saved through `records/modify`, `records/resolve` and
@@ -10,7 +11,7 @@ import Testing
     /// A `records/modify` operation with extra record keys (parent, share keys…).
     static func op(_ type: String, _ name: String, recordType: String? = "Note", tag: String? = nil, fields: [String: JSON] = [:],
                    _ extra: [String: JSON] = [:]) -> JSON {
-        guard case .object(let operation) = StratusServerTests.op(type, name, type: recordType, tag: tag, fields: fields),
+        guard case .object(let operation) = StratusTestSupport.op(type, name, type: recordType, tag: tag, fields: fields),
               case .object(var record)? = operation["record"] else { return .null }
         record.merge(extra) { $1 }
         return ["operationType": .string(type), "record": .object(record)]
@@ -485,7 +486,7 @@ extension SharingTests {
             let guid = try #require(made.json.record(1)?["shortGUID"]?.stringValue, "\(made.json)")
             #expect(try await ben.post("public", "records/accept", ["shortGUIDs": [["value": .string(guid)]]]).status == 200)
             func cli(_ arguments: [String]) async throws -> Subprocess.Output {
-                try await EndToEndTests.cli(arguments, server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
+                try await Programs.cli(arguments, server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
             }
             let table = try await cli(["share", "list", "--container", anonymous.container, "--environment", "development"])
             #expect(table.status == 0, "\(table.text)")

@@ -1,4 +1,5 @@
 import Foundation
+@testable import StratusTestSupport
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -33,7 +34,7 @@ import Testing
         let chromium = try #require(Self.chromium, "Chromium is needed for this test: apt-get install chromium (Deploy/test.sh installs it)")
         // Two `stratus serve` processes on one database: the browser uses the first.
         let configuration = try await TestCluster.shared.newDatabase()
-        let folder = try EndToEndTests.scratchFolder("stratus-browser")
+        let folder = try Programs.scratchFolder("stratus-browser")
         defer { try? FileManager.default.removeItem(atPath: folder) }
         let password = configuration.password.map { ":" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0) } ?? ""
         let databaseURL = "postgres://\(configuration.username)\(password)@\(configuration.host):\(configuration.port)/\(configuration.database)"
@@ -42,17 +43,17 @@ import Testing
         defer { for index in 0..<2 { TestOutput.keepServerLog(folder + "/serve-\(index).log", name: "browser") } }
         defer { for pid in pids { Subprocess.killAndReap(pid) } }
         for index in 0..<2 {
-            let port = EndToEndTests.freePort()
+            let port = Programs.freePort()
             let server = "http://127.0.0.1:\(port)"
-            pids.append(try Subprocess.spawn([EndToEndTests.binary, "serve", "--port", String(port), "--database-url", databaseURL,
+            pids.append(try Subprocess.spawn([Programs.binary, "serve", "--port", String(port), "--database-url", databaseURL,
                                               "--bcrypt-cost", "4", "--public-url", server],
-                                             outputPath: folder + "/serve-\(index).log", environment: EndToEndTests.serveEnvironment(adminToken: "browser-admin")))
-            let health = try await EndToEndTests.waitForHealth(server)
+                                             outputPath: folder + "/serve-\(index).log", environment: Programs.serveEnvironment(adminToken: "browser-admin")))
+            let health = try await Programs.waitForHealth(server)
             try #require(health?.0 == 200, "server \(index): \(((try? String(contentsOfFile: folder + "/serve-\(index).log", encoding: .utf8)) ?? "").suffix(2000))")
             servers.append(server)
         }
         let stratus = servers[0]
-        let appPort = EndToEndTests.freePort()
+        let appPort = Programs.freePort()
         let appOrigin = "http://127.0.0.1:\(appPort)"
         let name = "iCloud.com.example.Browser"
         #expect(try await Self.request("POST", "\(stratus)/management/1/containers", body: ["name": .string(name)], admin: true).status == 201)

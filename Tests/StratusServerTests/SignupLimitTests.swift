@@ -1,6 +1,7 @@
 import Foundation
 import StratusCore
 @testable import StratusServer
+@testable import StratusTestSupport
 import Testing
 
 /// Sign-up limits (`signupsPerAddressPerHour`, `signupsPerHour`): floods from one client address

@@ -1,4 +1,5 @@
 import Foundation
+@testable import StratusTestSupport
 import Testing
 
 /// Checks on the tests' own source.
@@ -23,7 +24,7 @@ import Testing
     /// `cluster.sh down` with a blocking call was one such call.
     @Test func noTestBlocksACooperativeThread() throws {
         let root = TestCluster.repositoryRoot.appendingPathComponent("Tests")
-        let folders = ["StratusServerTests", "StratusCoreTests", "StratusBenchTests"]
+        let folders = ["StratusServerTests", "StratusStoreTests", "StratusCLITests", "StratusCoreTests", "StratusBenchTests", "StratusTestSupport"]
         var found: [String] = []
         var scanned = 0
         for folder in folders {

@@ -2,6 +2,7 @@ import Foundation
 import StratusCore
 @testable import StratusServer
 @testable import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// Concurrent `records/lookup`s share one statement, and so do concurrent `records/query`s of one

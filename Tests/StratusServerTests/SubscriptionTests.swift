@@ -1,6 +1,7 @@
 import Foundation
 import StratusCore
 import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// Subscriptions (issue 26): `subscriptions/list`, `lookup` and `modify` in the public, private
@@ -69,7 +70,7 @@ import Testing
 
             // The operator's view.
             func cli(_ arguments: [String]) async throws -> Subprocess.Output {
-                try await EndToEndTests.cli(arguments, server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
+                try await Programs.cli(arguments, server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
             }
             let table = try await cli(["subscription", "list", "--container", anonymous.container, "--environment", "development"])
             #expect(table.status == 0 && table.text.contains("OWNER") && table.text.contains("Note records (1 filter)")

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import StratusCore
 @testable import StratusServer
+@testable import StratusTestSupport
 import Testing
 
 /// Operators and teams through the management API: every route × every kind of caller, the

@@ -1,7 +1,8 @@
 import Foundation
-@testable import StratusServer
 import StratusCore
+@testable import StratusServer
 import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 @Suite struct TokenSealerTests {

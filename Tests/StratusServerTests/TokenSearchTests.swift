@@ -1,6 +1,7 @@
 import Foundation
 import StratusCore
 @testable import StratusServer
+@testable import StratusTestSupport
 import Testing
 
 /// Full-text token search (issue 22 §2): `CONTAINS_ALL_TOKENS` / `CONTAINS_ANY_TOKENS` on

@@ -1,6 +1,7 @@
 import Foundation
 import StratusCore
 @testable import StratusServer
+@testable import StratusTestSupport
 import Testing
 
 /// `--trusted-proxies`: behind a load balancer every connection comes from the balancer, so the

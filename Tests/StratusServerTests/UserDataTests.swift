@@ -1,5 +1,6 @@
 import Foundation
 @testable import StratusCore
+@testable import StratusTestSupport
 import Testing
 
 /// A user's data rights (issue 28): `export` gives everything they own as JSON; `erase` removes

@@ -1,6 +1,7 @@
 import Foundation
 import StratusCore
 @testable import StratusServer
+@testable import StratusTestSupport
 import Testing
 
 /// Users and discovery (issue 23 §3): each user's `Users` record in the public database, their

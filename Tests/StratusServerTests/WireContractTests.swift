@@ -4,6 +4,7 @@ import PostgresNIO
 import StratusCore
 @testable import StratusServer
 import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// What real clients read of the first calls they make: `users/caller` as CloudKit JS and MistKit

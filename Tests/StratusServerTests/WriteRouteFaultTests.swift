@@ -1,9 +1,10 @@
 import Foundation
 import HTTPTypes
 import StratusCore
-import StratusStore
-import Testing
 @testable import StratusServer
+import StratusStore
+@testable import StratusTestSupport
+import Testing
 
 /// Every route of the router, with the commit failing: a route that writes is answered
 /// TRY_AGAIN_LATER and leaves the database as it was, whether the commit raises an error or its
@@ -244,7 +245,7 @@ import Testing
         #expect(shared.json.record(0)?.errorCode == nil, "\(shared.json)")
         #expect(try await alice.post("private", "subscriptions/modify", ["operations": [["operationType": "create", "subscription": [
             "subscriptionID": "kept", "subscriptionType": "zone", "zoneID": ["zoneName": "Lists"]]]]]).status == 200)
-        let file = try await AssetTests.upload(alice, AssetTests.randomBytes(1000), recordName: "with-asset")
+        let file = try await AssetRequests.upload(alice, AssetRequests.randomBytes(1000), recordName: "with-asset")
         #expect(try await alice.modify("private", [op("create", "with-asset", fields: ["attachment": ["value": file]])]).status == 200)
         let tokens = try await alice.post("private", "assets/upload", ["tokens": [["recordName": "fault-asset", "recordType": "Note", "fieldName": "attachment"]]])
         let uploadURL = try #require(tokens.json["tokens"]?.arrayValue?.first?["url"]?.stringValue, "\(tokens.json)")
@@ -260,7 +261,7 @@ import Testing
         let member = try await harness.signedInOperator("team-fault@example.com", teams: [(alice.container, .viewer)])
         #expect(try await harness.admin(.post, "operators/\(member.email)/disable").status == 200)
         let superuser = try await harness.signedInOperator("super-fault@example.com", superuser: true)
-        return Fixture(harness: harness, alice: alice, bob: bob, shareGUID: shareGUID, uploadPath: try AssetTests.path(of: uploadURL),
+        return Fixture(harness: harness, alice: alice, bob: bob, shareGUID: shareGUID, uploadPath: try AssetRequests.path(of: uploadURL),
                        tokenID: tokenID, keyID: key.keyID, operatorEmail: op1.email, teamEmail: member.email, superuser: superuser.credential, dave: dave)
     }
 

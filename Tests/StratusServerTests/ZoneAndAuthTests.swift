@@ -1,5 +1,6 @@
 import Foundation
 import StratusCore
+@testable import StratusTestSupport
 import Testing
 
 @Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct ZoneTests {

@@ -1,4 +1,5 @@
 import Foundation
+@testable import StratusTestSupport
 import Testing
 
 /// The operator's files in `Deploy/` stay true to the code: every `STRATUS_…` variable the

@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import PostgresNIO
 @testable import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// `BinaryArray` writes the bytes PostgresNIO's own array encoding writes, for every element type

@@ -2,6 +2,7 @@ import Foundation
 import PostgresNIO
 import StratusCore
 import StratusStore
+@testable import StratusTestSupport
 import Testing
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -10,173 +11,98 @@ import FoundationNetworking
 /// The built `stratus` binary: `serve` with no database configured (embedded PostgreSQL, as
 /// `Deploy/run.sh` runs it), the admin CLI against it, and the README's curl walk-through.
 @Suite(.serialized, .timeLimit(.minutes(TestTime.minutes(10)))) struct EndToEndTests {
-    /// The `stratus` executable next to the test bundle (SwiftPM builds both into the same folder).
-    static var binary: String { executable("stratus") }
-
-    /// The load generator, `stratus-bench`, built beside it.
-    static var benchBinary: String { executable("stratus-bench") }
-
-    static func executable(_ name: String) -> String {
-        let folder = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        for candidate in [folder, folder.deletingLastPathComponent()] {
-            let path = candidate.appendingPathComponent(name).path
-            if FileManager.default.isExecutableFile(atPath: path) { return path }
-        }
-        return TestCluster.repositoryRoot.appendingPathComponent(".build/debug/" + name).path
-    }
-
-    static func freePort() -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-        return Int(UInt16(bigEndian: address.sin_port))
-    }
-
-    static func get(_ url: String) async -> (Int, String)? {
-        guard let url = URL(string: url) else { return nil }
-        do {
-            let (data, response) = try await URLSession.shared.data(from: url)
-            return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
-        } catch {
-            return nil
-        }
-    }
-
-    /// A new empty folder under the temporary directory (the caller removes it).
-    static func scratchFolder(_ prefix: String) throws -> String {
-        let folder = NSTemporaryDirectory() + "\(prefix)-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        return folder
-    }
-
-    /// This process's environment plus what `stratus serve` needs here: the admin token (and its
-    /// own compiled-in migrations, never a folder).
-    static func serveEnvironment(adminToken: String) -> [String: String] {
-        var environment = ProcessInfo.processInfo.environment
-        environment["STRATUS_ADMIN_TOKEN"] = adminToken
-        environment["STRATUS_MIGRATIONS_DIR"] = nil
-        // Asset files of servers the tests start stay out of the working tree.
-        environment["STRATUS_ASSET_DIR"] = NSTemporaryDirectory() + "stratus-test-assets-\(getpid())"
-        TestSecrets.record(adminToken)
-        return environment
-    }
-
-    /// Polls `/health` for up to a minute; returns its last answer (200 once the server is up).
-    static func waitForHealth(_ server: String) async throws -> (Int, String)? {
-        var health: (Int, String)?
-        for _ in 0..<240 {
-            health = await get(server + "/health")
-            if health?.0 == 200 { break }
-            try await Task.sleep(for: .milliseconds(250))
-        }
-        return health
-    }
-
-    /// Runs the CLI; returns exit status and combined output.
-    static func cli(_ arguments: [String], server: String, token: String = "e2e-admin") async throws -> Subprocess.Output {
-        var environment = ProcessInfo.processInfo.environment
-        environment["STRATUS_SERVER"] = server
-        environment["STRATUS_ADMIN_TOKEN"] = token
-        return try await Subprocess.runDetached([binary] + arguments, environment: environment)
-    }
-
     @Test func serveWithEmbeddedPostgresCLIAndWalkthrough() async throws {
-        let folder = try Self.scratchFolder("stratus-e2e")
+        let folder = try Programs.scratchFolder("stratus-e2e")
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let port = Self.freePort()
+        let port = Programs.freePort()
         let server = "http://127.0.0.1:\(port)"
-        var environment = Self.serveEnvironment(adminToken: "e2e-admin")
+        var environment = Programs.serveEnvironment(adminToken: "e2e-admin")
         environment["STRATUS_DATABASE_URL"] = nil
         let log = folder + "/serve.log"
         defer { TestOutput.keepServerLog(log, name: "serve") }
         // An installed copy of the binary, started from a folder with no Migrations/ anywhere
         // above it: it carries its migrations (and finds its data folder relative to there).
         try FileManager.default.createDirectory(atPath: folder + "/bin", withIntermediateDirectories: true)
-        try FileManager.default.copyItem(atPath: Self.binary, toPath: folder + "/bin/stratus")
+        try FileManager.default.copyItem(atPath: Programs.binary, toPath: folder + "/bin/stratus")
         let pid = try Subprocess.spawn(["/bin/sh", "-c", "cd \"$0\" && exec ./bin/stratus serve --port \"$1\" --data-dir state", folder, String(port)],
                                        outputPath: log, environment: environment)
         var stopped = false
         defer { if !stopped { Subprocess.killAndReap(pid) } }
 
         // /health answers once the embedded cluster is up and migrated
-        let health = try await Self.waitForHealth(server)
+        let health = try await Programs.waitForHealth(server)
         let serveLog = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
         #expect(health?.0 == 200, "server log: \(serveLog.suffix(2000))")
         #expect(health?.1.contains("\"status\":\"ok\"") == true)
         // The console comes with it, its page, style sheet and script compiled in.
-        let console = await Self.get(server + "/console/signin")
+        let console = await Programs.get(server + "/console/signin")
         #expect(console?.0 == 200 && console?.1.contains("autocomplete=\"current-password\"") == true, "\(String(describing: console))")
-        #expect(await Self.get(server + "/console/assets/console.js")?.1.contains("index-build") == true)
-        #expect(await Self.get(server + "/console/assets/console.css")?.0 == 200)
+        #expect(await Programs.get(server + "/console/assets/console.js")?.1.contains("index-build") == true)
+        #expect(await Programs.get(server + "/console/assets/console.css")?.0 == 200)
 
         // CLI verbs
-        let create = try await Self.cli(["container", "create", "iCloud.com.example.E2E"], server: server)
+        let create = try await Programs.cli(["container", "create", "iCloud.com.example.E2E"], server: server)
         #expect(create.status == 0, "\(create.text)")
-        let again = try await Self.cli(["container", "create", "iCloud.com.example.E2E"], server: server)
+        let again = try await Programs.cli(["container", "create", "iCloud.com.example.E2E"], server: server)
         #expect(again.status != 0)
         #expect(again.text.contains("EXISTS"))
         #expect(again.text.split(separator: "\n").count == 1, "one clear line: \(again.text)")
-        let list = try await Self.cli(["container", "list", "--json"], server: server)
+        let list = try await Programs.cli(["container", "list", "--json"], server: server)
         #expect(list.status == 0)
         #expect((try? JSONParser.parse(list.text))?["containers"]?.arrayValue?.first?["name"] == "iCloud.com.example.E2E")
-        let token = try await Self.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "development", "--name", "web", "--json"], server: server)
+        let token = try await Programs.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "development", "--name", "web", "--json"], server: server)
         #expect(token.status == 0, "\(token.text)")
         let apiToken = (try? JSONParser.parse(token.text))?["apiToken"]?.stringValue ?? ""
         TestSecrets.record(apiToken)
         #expect(apiToken.utf8.count == 64 && apiToken.allSatisfy { $0.isHexDigit && !$0.isUppercase }, "CloudKit's form: \(apiToken)")
-        let tokens = try await Self.cli(["token", "list", "--container", "iCloud.com.example.E2E", "--json"], server: server)
+        let tokens = try await Programs.cli(["token", "list", "--container", "iCloud.com.example.E2E", "--json"], server: server)
         #expect(!tokens.text.contains(apiToken), "listings never print the secret")
         let id = (try? JSONParser.parse(tokens.text))?["tokens"]?.arrayValue?.first?["id"]
         // Every container's tokens (no --container): a PostgreSQL type error once made this a 500.
-        let everyToken = try await Self.cli(["token", "list", "--json"], server: server)
+        let everyToken = try await Programs.cli(["token", "list", "--json"], server: server)
         #expect(everyToken.status == 0, "\(everyToken.text)")
         #expect((try? JSONParser.parse(everyToken.text))?["tokens"]?.arrayValue?.first?["id"] == id, "\(everyToken.text)")
-        let badEnvironment = try await Self.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "staging"], server: server)
+        let badEnvironment = try await Programs.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "staging"], server: server)
         #expect(badEnvironment.status != 0)
         #expect(badEnvironment.text.contains("development"))
-        let wrongAdmin = try await Self.cli(["container", "list"], server: server, token: "wrong")
+        let wrongAdmin = try await Programs.cli(["container", "list"], server: server, token: "wrong")
         #expect(wrongAdmin.status != 0)
         #expect(wrongAdmin.text.contains("AUTHENTICATION_FAILED"))
-        let unreachable = try await Self.cli(["container", "list"], server: "http://127.0.0.1:1")
+        let unreachable = try await Programs.cli(["container", "list"], server: "http://127.0.0.1:1")
         #expect(unreachable.status != 0)
         #expect(unreachable.text.contains("cannot reach"))
-        let revoke = try await Self.cli(["token", "revoke", "--container", "iCloud.com.example.E2E", id.map { JSONWriter.string($0) } ?? "0"], server: server)
+        let revoke = try await Programs.cli(["token", "revoke", "--container", "iCloud.com.example.E2E", id.map { JSONWriter.string($0) } ?? "0"], server: server)
         #expect(revoke.status == 0, "\(revoke.text)")
-        let help = try await Self.cli(["token", "create", "--help"], server: server)
+        let help = try await Programs.cli(["token", "create", "--help"], server: server)
         #expect(help.text.contains("--environment"))
         // A production token names its app's origins, or says --any-origin: warned about, and flagged in the list.
-        let unnamed = try await Self.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "production"], server: server)
+        let unnamed = try await Programs.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "production"], server: server)
         #expect(unnamed.status != 0 && unnamed.text.contains("--allowed-origin") && unnamed.text.contains("--any-origin"), "\(unnamed.text)")
-        let anyOrigin = try await Self.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "production", "--any-origin"],
+        let anyOrigin = try await Programs.cli(["token", "create", "--container", "iCloud.com.example.E2E", "--environment", "production", "--any-origin"],
                                            server: server)
         #expect(anyOrigin.status == 0 && anyOrigin.text.contains("warning: this production token may be used from any web page"), "\(anyOrigin.text)")
         TestSecrets.record(anyOrigin.text.split(separator: "\n").first { $0.count == 64 }.map(String.init))
-        let flagged = try await Self.cli(["token", "list", "--container", "iCloud.com.example.E2E"], server: server)
+        let flagged = try await Programs.cli(["token", "list", "--container", "iCloud.com.example.E2E"], server: server)
         #expect(flagged.text.contains("production\tweb") == false && flagged.text.contains("active\tany (!)")
                 && flagged.text.contains("1 active production token(s) name no origins"), "\(flagged.text)")
         // Sign-up limits are set like the other limits, and usage counts sign-ups.
-        let signupLimit = try await Self.cli(["quota", "set", "--container", "iCloud.com.example.E2E", "--environment", "production",
+        let signupLimit = try await Programs.cli(["quota", "set", "--container", "iCloud.com.example.E2E", "--environment", "production",
                                               "--signups-per-address-per-hour", "3", "--signups-per-hour", "1_000"], server: server)
         #expect(signupLimit.status == 0 && signupLimit.text.contains("signupsPerAddressPerHour\t3\tset")
                 && signupLimit.text.contains("signupsPerHour\t1000\tset") && signupLimit.text.contains("signupsPerAddressPerHour") , "\(signupLimit.text)")
-        let usageTable = try await Self.cli(["usage", "--container", "iCloud.com.example.E2E", "--environment", "production"], server: server)
+        let usageTable = try await Programs.cli(["usage", "--container", "iCloud.com.example.E2E", "--environment", "production"], server: server)
         #expect(usageTable.status == 0 && usageTable.text.contains("SIGN-UPS\tSIGN-UPS THROTTLED"), "\(usageTable.text)")
         // The audit log names the credential the CLI used (here the admin token) and holds the token's creation and revocation.
-        let audit = try await Self.cli(["audit", "--container", "iCloud.com.example.E2E", "--json"], server: server)
+        let audit = try await Programs.cli(["audit", "--container", "iCloud.com.example.E2E", "--json"], server: server)
         #expect(audit.status == 0, "\(audit.text)")
         let auditActions = ((try? JSONParser.parse(Array(audit.text.utf8)))?["entries"]?.arrayValue ?? []).compactMap { $0["action"]?.stringValue }
         #expect(auditActions == ["container.create", "token.create", "token.revoke", "token.create", "quota.set"], "\(audit.text)")
         #expect(audit.text.contains(#""actor":"admin token""#), "\(audit.text)")
-        let badSince = try await Self.cli(["audit", "--container", "iCloud.com.example.E2E", "--since", "yesterday"], server: server)
+        let badSince = try await Programs.cli(["audit", "--container", "iCloud.com.example.E2E", "--since", "yesterday"], server: server)
         #expect(badSince.status != 0 && badSince.text.contains("ISO 8601"), "\(badSince.text)")
-        let users = try await Self.cli(["user", "list", "--container", "iCloud.com.example.E2E"], server: server)
+        let users = try await Programs.cli(["user", "list", "--container", "iCloud.com.example.E2E"], server: server)
         #expect(users.status == 0 && users.text.contains("no users yet"), "\(users.text)")
-        let unknownUser = try await Self.cli(["user", "disable", "--container", "iCloud.com.example.E2E", "--user", "nobody@example.com"], server: server)
+        let unknownUser = try await Programs.cli(["user", "disable", "--container", "iCloud.com.example.E2E", "--user", "nobody@example.com"], server: server)
         #expect(unknownUser.status != 0 && unknownUser.text.contains("NOT_FOUND"), "\(unknownUser.text)")
 
         // The README walk-through, verbatim but for the port.
@@ -194,38 +120,38 @@ import FoundationNetworking
 
         // Custom roles through the CLI: declared in the schema, given to a user who signed up.
         let roles = "iCloud.com.example.Roles"
-        #expect(try await Self.cli(["container", "create", roles], server: server).status == 0)
-        let rolesToken = try await Self.cli(["token", "create", "--container", roles, "--environment", "development", "--json"], server: server)
+        #expect(try await Programs.cli(["container", "create", roles], server: server).status == 0)
+        let rolesToken = try await Programs.cli(["token", "create", "--container", roles, "--environment", "development", "--json"], server: server)
         let rolesAPIToken = (try? JSONParser.parse(rolesToken.text))?["apiToken"]?.stringValue ?? ""
         TestSecrets.record(rolesAPIToken)
         TestSecrets.record("correct horse")
-        let (signUpStatus, signedUp) = try await Self.post("\(server)/auth/1/\(roles)/development/signup?ckAPIToken=\(rolesAPIToken)",
+        let (signUpStatus, signedUp) = try await Programs.post("\(server)/auth/1/\(roles)/development/signup?ckAPIToken=\(rolesAPIToken)",
                                                            #"{"emailAddress":"ed@example.com","password":"correct horse"}"#)
         #expect(signUpStatus == 200, "\(signedUp)")
         TestSecrets.record(signedUp["ckWebAuthToken"]?.stringValue)
         let schemaFile = folder + "/roles.ckdb"
         try "DEFINE SCHEMA\n  CREATE ROLE Editor;\n  RECORD TYPE Article (title STRING, GRANT READ, WRITE TO Editor);\n"
             .write(toFile: schemaFile, atomically: true, encoding: .utf8)
-        #expect(try await Self.cli(["schema", "import", "--container", roles, "--file", schemaFile, "--yes"], server: server).status == 0)
-        let assign = try await Self.cli(["role", "assign", "--container", roles, "--role", "Editor", "--user", "ed@example.com"], server: server)
+        #expect(try await Programs.cli(["schema", "import", "--container", roles, "--file", schemaFile, "--yes"], server: server).status == 0)
+        let assign = try await Programs.cli(["role", "assign", "--container", roles, "--role", "Editor", "--user", "ed@example.com"], server: server)
         #expect(assign.status == 0 && assign.text.contains("now holds role Editor"), "\(assign.text)")
         // An email address in a path (percent-encoded by the CLI) names the user.
-        let shown = try await Self.cli(["user", "show", "--container", roles, "--user", "ed@example.com"], server: server)
+        let shown = try await Programs.cli(["user", "show", "--container", roles, "--user", "ed@example.com"], server: server)
         #expect(shown.status == 0 && shown.text.contains("ed@example.com\tactive"), "\(shown.text)")
-        let roleMembers = try await Self.cli(["role", "members", "--container", roles, "--role", "Editor", "--json"], server: server)
+        let roleMembers = try await Programs.cli(["role", "members", "--container", roles, "--role", "Editor", "--json"], server: server)
         #expect((try? JSONParser.parse(roleMembers.text))?["members"]?.arrayValue?.first?["emailAddress"] == "ed@example.com", "\(roleMembers.text)")
-        let roleList = try await Self.cli(["role", "list", "--container", roles], server: server)
+        let roleList = try await Programs.cli(["role", "list", "--container", roles], server: server)
         #expect(roleList.status == 0 && roleList.text.contains("Editor\t1"), "\(roleList.text)")
-        let unassign = try await Self.cli(["role", "unassign", "--container", roles, "--role", "Editor", "--user", "ed@example.com"], server: server)
+        let unassign = try await Programs.cli(["role", "unassign", "--container", roles, "--role", "Editor", "--user", "ed@example.com"], server: server)
         #expect(unassign.status == 0 && unassign.text.contains("no longer holds role Editor"), "\(unassign.text)")
-        let undeclared = try await Self.cli(["role", "assign", "--container", roles, "--role", "Writer", "--user", "ed@example.com"], server: server)
+        let undeclared = try await Programs.cli(["role", "assign", "--container", roles, "--role", "Writer", "--user", "ed@example.com"], server: server)
         #expect(undeclared.status != 0 && undeclared.text.contains("no role 'Writer'"), "\(undeclared.text)")
 
         // Server-to-server keys through the CLI, and a signed request to the served binary.
         let signer = Signer()
         let keyFile = folder + "/pub.pem"
         try signer.publicKeyPEM.write(toFile: keyFile, atomically: true, encoding: .utf8)
-        let added = try await Self.cli(["key", "add", "--container", roles, "--environment", "development", "--public-key-file", keyFile, "--json"], server: server)
+        let added = try await Programs.cli(["key", "add", "--container", roles, "--environment", "development", "--public-key-file", keyFile, "--json"], server: server)
         let keyID = (try? JSONParser.parse(added.text))?["keyID"]?.stringValue ?? ""
         #expect(added.status == 0 && keyID.count == 64, "\(added.text)")
         let signedPath = "/database/1/\(roles)/development/public/users/caller"
@@ -235,11 +161,11 @@ import FoundationNetworking
         }
         let (_, signedResponse) = try await URLSession.shared.data(for: signed)
         #expect((signedResponse as? HTTPURLResponse)?.statusCode == 200)
-        let keyList = try await Self.cli(["key", "list", "--container", roles], server: server)
+        let keyList = try await Programs.cli(["key", "list", "--container", roles], server: server)
         #expect(keyList.status == 0 && keyList.text.contains("\(keyID)\tdevelopment"), "\(keyList.text)")
-        let keyRevoke = try await Self.cli(["key", "revoke", "--container", roles, String(keyID.prefix(10))], server: server)
+        let keyRevoke = try await Programs.cli(["key", "revoke", "--container", roles, String(keyID.prefix(10))], server: server)
         #expect(keyRevoke.status == 0 && keyRevoke.text.contains("revoked key \(keyID)"), "\(keyRevoke.text)")
-        let badKey = try await Self.cli(["key", "add", "--container", roles, "--environment", "development", "--public-key-file", schemaFile], server: server)
+        let badKey = try await Programs.cli(["key", "add", "--container", roles, "--environment", "development", "--public-key-file", schemaFile], server: server)
         #expect(badKey.status != 0 && badKey.text.contains("P-256"), "\(badKey.text)")
 
         // SIGTERM stops the service and its embedded cluster
@@ -253,37 +179,27 @@ import FoundationNetworking
         #expect(clusterLog.contains("embedded PostgreSQL stopped"), "\(clusterLog.suffix(1500))")
     }
 
-    /// POSTs `body` and returns status and the parsed answer.
-    static func post(_ url: String, _ body: String, headers: [String: String] = [:]) async throws -> (Int, JSON) {
-        var request = URLRequest(url: URL(string: url)!)
-        request.httpMethod = "POST"
-        request.httpBody = Data(body.utf8)
-        for (name, value) in headers { request.setValue(value, forHTTPHeaderField: name) }
-        let (data, response) = try await URLSession.shared.data(for: request)
-        return ((response as? HTTPURLResponse)?.statusCode ?? 0, (try? JSONParser.parse(Array(data))) ?? .null)
-    }
-
     /// The served binary bounds what a slow client or a held lock can cost it: a connection that
     /// stops sending in the middle of its request head is closed after `--idle-timeout`; a write
     /// behind a lock another session holds is answered TRY_AGAIN_LATER after `--lock-timeout`;
     /// SIGTERM ends the process within `--shutdown-timeout` while a client still trickles a body.
     @Test func servedBinaryBoundsSlowClientsLockWaitsAndShutdown() async throws {
         let configuration = try await TestCluster.shared.newDatabase()
-        let folder = try Self.scratchFolder("stratus-bounds")
+        let folder = try Programs.scratchFolder("stratus-bounds")
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let port = Self.freePort()
+        let port = Programs.freePort()
         let server = "http://127.0.0.1:\(port)"
-        let environment = Self.serveEnvironment(adminToken: "bounds-admin")
+        let environment = Programs.serveEnvironment(adminToken: "bounds-admin")
         let password = configuration.password.map { ":" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0) } ?? ""
         let url = "postgres://\(configuration.username)\(password)@\(configuration.host):\(configuration.port)/\(configuration.database)"
         let log = folder + "/serve.log"
         defer { TestOutput.keepServerLog(log, name: "serve") }
-        let pid = try Subprocess.spawn([Self.binary, "serve", "--port", String(port), "--database-url", url, "--bcrypt-cost", "4",
+        let pid = try Subprocess.spawn([Programs.binary, "serve", "--port", String(port), "--database-url", url, "--bcrypt-cost", "4",
                                         "--idle-timeout", "2", "--lock-timeout", "1", "--shutdown-timeout", "3"],
                                        outputPath: log, environment: environment)
         var exited = false
         defer { if !exited { Subprocess.killAndReap(pid) } }
-        let health = try await Self.waitForHealth(server)
+        let health = try await Programs.waitForHealth(server)
         try #require(health?.0 == 200, "server log: \(((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").suffix(2000))")
 
         // 1. A request head that never ends: the server closes the connection (cat sees EOF; a
@@ -302,7 +218,7 @@ import FoundationNetworking
         let (apiToken, userToken) = try await serveTenant(server, adminToken: "bounds-admin", container: container)
         let modify = server + "/database/1/\(container)/development/private/records/modify?ckAPIToken=\(apiToken)&ckWebAuthToken=\(userToken)"
         @Sendable func create(_ name: String) async throws -> (Int, JSON) {
-            try await Self.post(modify, #"{"operations":[{"operationType":"create","record":{"recordType":"Note","recordName":"\#(name)","fields":{"title":{"value":"x"}}}}]}"#)
+            try await Programs.post(modify, #"{"operations":[{"operationType":"create","record":{"recordType":"Note","recordName":"\#(name)","fields":{"title":{"value":"x"}}}}]}"#)
         }
         #expect(try await create("first").0 == 200)
         try await withDatabase(configuration, maximumConnections: 1) { db in
@@ -346,9 +262,9 @@ import FoundationNetworking
     /// shows the request while it waits.
     @Test func shutdownGivesUpOnWorkThatOutlivesItsDeadline() async throws {
         let configuration = try await TestCluster.shared.newDatabase()
-        let folder = try Self.scratchFolder("stratus-watchdog")
+        let folder = try Programs.scratchFolder("stratus-watchdog")
         defer { try? FileManager.default.removeItem(atPath: folder) }
-        let environment = Self.serveEnvironment(adminToken: "watchdog-admin")
+        let environment = Programs.serveEnvironment(adminToken: "watchdog-admin")
         let password = configuration.password.map { ":" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0) } ?? ""
         let url = "postgres://\(configuration.username)\(password)@\(configuration.host):\(configuration.port)/\(configuration.database)"
         let container = "iCloud.com.example.Watchdog"
@@ -357,16 +273,16 @@ import FoundationNetworking
         /// second apart; returns how long it took to exit after the first, its exit status and its log.
         @Sendable func stop(name: String, shutdownTimeout: Int, signals: Int,
                   held connection: PostgresConnection, tenant: (String, String)?) async throws -> (Duration, Int32?, String, (String, String)) {
-            let port = Self.freePort()
+            let port = Programs.freePort()
             let server = "http://127.0.0.1:\(port)"
             let log = folder + "/\(name).log"
             defer { TestOutput.keepServerLog(log, name: name) }
-            let pid = try Subprocess.spawn([Self.binary, "serve", "--port", String(port), "--database-url", url, "--bcrypt-cost", "4",
+            let pid = try Subprocess.spawn([Programs.binary, "serve", "--port", String(port), "--database-url", url, "--bcrypt-cost", "4",
                                             "--lock-timeout", "0", "--statement-timeout", "0", "--shutdown-timeout", String(shutdownTimeout)],
                                            outputPath: log, environment: environment)
             var exited = false
             defer { if !exited { Subprocess.killAndReap(pid) } }
-            let health = try await Self.waitForHealth(server)
+            let health = try await Programs.waitForHealth(server)
             try #require(health?.0 == 200, "server log: \(((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").suffix(2000))")
             var tenant = tenant
             if tenant == nil {
@@ -375,10 +291,10 @@ import FoundationNetworking
             let (apiToken, userToken) = try #require(tenant)
             let modify = server + "/database/1/\(container)/development/private/records/modify?ckAPIToken=\(apiToken)&ckWebAuthToken=\(userToken)"
             let body = #"{"operations":[{"operationType":"create","record":{"recordType":"Note","fields":{"title":{"value":"x"}}}}]}"#
-            #expect(try await Self.post(modify, body).0 == 200, "a write before the lock")
+            #expect(try await Programs.post(modify, body).0 == 200, "a write before the lock")
             try await connection.query("BEGIN", logger: TestCluster.logger)
             try await connection.query("SELECT zone_id FROM zones FOR UPDATE", logger: TestCluster.logger)
-            let blocked = Task { try? await Self.post(modify, body) }
+            let blocked = Task { try? await Programs.post(modify, body) }
             // The gauge shows the write waiting (the scrape counts itself too).
             var gauge = ""
             for _ in 0..<100 {

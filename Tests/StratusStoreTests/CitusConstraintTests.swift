@@ -1,6 +1,7 @@
 import Foundation
 import PostgresNIO
 @testable import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// What Citus needs to route each request to one node (issue 28): every table is either

@@ -1,4 +1,5 @@
 import Foundation
+@testable import StratusTestSupport
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -38,7 +39,7 @@ import Testing
 
     /// A POST that answers nil when the connection fails (a killed server's request).
     static func tryPost(_ url: String, _ body: String, headers: [String: String] = [:]) async -> (Int, JSON)? {
-        try? await EndToEndTests.post(url, body, headers: headers)
+        try? await Programs.post(url, body, headers: headers)
     }
 
     /// What the writers saw while PostgreSQL restarted.
@@ -74,9 +75,9 @@ import Testing
 
     /// Brings a cluster up in a scratch folder, runs `body` with what `up` printed, and takes it down.
     static func withCluster(tls: Bool = false, prometheus: Bool = false, _ body: (_ settings: [String: String], _ folder: String) async throws -> Void) async throws {
-        let folder = try EndToEndTests.scratchFolder("cluster")
+        let folder = try Programs.scratchFolder("cluster")
         let base = Self.freeBase()
-        let up = try await Self.script(["up", "--dir", folder + "/c", "--port", String(base), "--bin", EndToEndTests.binary] + (tls ? ["--tls"] : [])
+        let up = try await Self.script(["up", "--dir", folder + "/c", "--port", String(base), "--bin", Programs.binary] + (tls ? ["--tls"] : [])
                                     + (prometheus ? ["--with-prometheus"] : []))
         // Taken down after the body, awaited on a thread of its own: `cluster.sh down` waits for
         // servers to stop, and a blocking wait in a `defer` held one of the test process's two
@@ -188,11 +189,11 @@ import Testing
         // Beside the test's own writers, `stratus-bench`'s mixed load (lookups, queries, change
         // feeds, modifies) through the balancer for the whole kill-and-restart, on seeded data.
         let state = folder + "/bench-state.json"
-        let seeded = try await Subprocess.runDetached([EndToEndTests.benchBinary, "seed", "--server", lb, "--admin-token", admin,
+        let seeded = try await Subprocess.runDetached([Programs.benchBinary, "seed", "--server", lb, "--admin-token", admin,
                                                        "--state-file", state, "--containers", "2", "--records", "200", "--prefix", "cl"])
         #expect(seeded.status == 0, "bench seed: \(seeded.text.suffix(1000))")
         let benchLog = folder + "/bench.log"
-        let bench = try Subprocess.spawn([EndToEndTests.benchBinary, "run", "--server", lb, "--admin-token", admin, "--state-file", state,
+        let bench = try Subprocess.spawn([Programs.benchBinary, "run", "--server", lb, "--admin-token", admin, "--state-file", state,
                                           "--workload", "mixed", "--concurrency", "8", "--duration", "25", "--warmup", "0"], outputPath: benchLog)
         var acknowledged: [String] = []
         var failed = 0
@@ -264,7 +265,7 @@ import Testing
         for start in stride(from: 0, to: acknowledged.count, by: 200) {
             let chunk = acknowledged[start..<min(start + 200, acknowledged.count)]
             let names = chunk.map { #"{"recordName":"\#($0)"}"# }.joined(separator: ",")
-            let found = try await EndToEndTests.post(lookup, #"{"records":[\#(names)]}"#)
+            let found = try await Programs.post(lookup, #"{"records":[\#(names)]}"#)
             #expect(found.0 == 200, "\(found.1)")
             for record in found.1["records"]?.arrayValue ?? [] {
                 checked += 1
@@ -321,25 +322,25 @@ import Testing
             let tenant = try await serveTenant(lb, adminToken: admin, container: "iCloud.com.example.Replica")
             let base = lb + "/database/1/iCloud.com.example.Replica/development/private/"
             let query = "?ckAPIToken=\(tenant.token)&ckWebAuthToken=\(tenant.user)"
-            #expect(try await EndToEndTests.post(base + "zones/modify" + query, #"{"operations":[{"operationType":"create","zone":{"zoneID":{"zoneName":"z"}}}]}"#).0 == 200)
+            #expect(try await Programs.post(base + "zones/modify" + query, #"{"operations":[{"operationType":"create","zone":{"zoneID":{"zoneName":"z"}}}]}"#).0 == 200)
             func create(_ name: String) async throws -> Bool {
                 let body = #"{"zoneID":{"zoneName":"z"},"operations":[{"operationType":"create","record":{"recordName":"\#(name)","recordType":"Note","fields":{"n":{"value":1}}}}]}"#
-                let answer = try await EndToEndTests.post(base + "records/modify" + query, body)
+                let answer = try await Programs.post(base + "records/modify" + query, body)
                 return answer.0 == 200 && answer.1["records"]?.arrayValue?.first?["serverErrorCode"] == nil
             }
             func names() async throws -> Set<String> {
-                let answer = try await EndToEndTests.post(base + "records/query" + query, #"{"zoneID":{"zoneName":"z"},"query":{"recordType":"Note"},"resultsLimit":200}"#)
+                let answer = try await Programs.post(base + "records/query" + query, #"{"zoneID":{"zoneName":"z"},"query":{"recordType":"Note"},"resultsLimit":200}"#)
                 #expect(answer.0 == 200, "\(answer.1)")
                 return Set(answer.1["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? [])
             }
             func feed() async throws -> Set<String> {
-                let answer = try await EndToEndTests.post(base + "changes/zone" + query, #"{"zones":[{"zoneID":{"zoneName":"z"}}]}"#)
+                let answer = try await Programs.post(base + "changes/zone" + query, #"{"zones":[{"zoneID":{"zoneName":"z"}}]}"#)
                 return Set(answer.1["zones"]?.arrayValue?.first?["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? [])
             }
             func served() async throws -> (replica: Int64, primary: Int64) {
                 var total: (Int64, Int64) = (0, 0)
                 for server in servers {
-                    let stats = try await AssetStreamingTests.getJSON(server + "/management/1/stats", headers: ["Authorization": "Bearer \(admin)"])
+                    let stats = try await Programs.getJSON(server + "/management/1/stats", headers: ["Authorization": "Bearer \(admin)"])
                     if case .int(let replica)? = stats["replicaReads"]?["servedByReplica"], case .int(let primary)? = stats["replicaReads"]?["servedByPrimary"] {
                         total = (total.0 + replica, total.1 + primary)
                     }

@@ -24,11 +24,11 @@ struct ServeProcess: Sendable {
 func withServeProcesses(_ count: Int, adminToken: String, name: String, arguments: (String) -> [String],
                         _ body: ([ServeProcess]) async throws -> Void) async throws {
     let configuration = try await TestCluster.shared.newDatabase()
-    let folder = try EndToEndTests.scratchFolder(name)
+    let folder = try Programs.scratchFolder(name)
     defer { try? FileManager.default.removeItem(atPath: folder) }
     let password = configuration.password.map { ":" + ($0.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? $0) } ?? ""
     let url = "postgres://\(configuration.username)\(password)@\(configuration.host):\(configuration.port)/\(configuration.database)"
-    let environment = EndToEndTests.serveEnvironment(adminToken: adminToken)
+    let environment = Programs.serveEnvironment(adminToken: adminToken)
     var servers: [ServeProcess] = []
     var pids: [pid_t] = []
     defer {
@@ -41,8 +41,8 @@ func withServeProcesses(_ count: Int, adminToken: String, name: String, argument
         // process must say it listens on the port, or it is started again on another.
         var started: (port: Int, pid: pid_t)?
         for _ in 0..<3 where started == nil {
-            let port = EndToEndTests.freePort()
-            let pid = try Subprocess.spawn([EndToEndTests.binary, "serve", "--port", String(port), "--database-url", url, "--bcrypt-cost", "4"]
+            let port = Programs.freePort()
+            let pid = try Subprocess.spawn([Programs.binary, "serve", "--port", String(port), "--database-url", url, "--bcrypt-cost", "4"]
                                            + ["--asset-dir", folder + "/assets"] + arguments(folder), outputPath: log, environment: environment)
             pids.append(pid)
             let deadline = ContinuousClock.now + .seconds(60)
@@ -57,7 +57,7 @@ func withServeProcesses(_ count: Int, adminToken: String, name: String, argument
         let tail = ((try? String(contentsOfFile: log, encoding: .utf8)) ?? "").suffix(2000)
         let (port, pid) = try #require(started, "stratus serve did not start listening: \(tail)")
         let server = "http://127.0.0.1:\(port)"
-        let health = try await EndToEndTests.waitForHealth(server)
+        let health = try await Programs.waitForHealth(server)
         try #require(health?.0 == 200, "server log: \(tail)")
         servers.append(ServeProcess(url: server, pid: pid, folder: folder))
     }
@@ -68,10 +68,10 @@ func withServeProcesses(_ count: Int, adminToken: String, name: String, argument
 /// and the user's web auth token, percent-encoded for a query string.
 func serveTenant(_ server: String, adminToken: String, container: String) async throws -> (token: String, user: String) {
     let admin = ["Authorization": "Bearer \(adminToken)"]
-    #expect(try await EndToEndTests.post(server + "/management/1/containers", #"{"name":"\#(container)"}"#, headers: admin).0 == 201)
-    let token = try await EndToEndTests.post(server + "/management/1/containers/\(container)/tokens", #"{"environment":"development","name":"t"}"#, headers: admin)
+    #expect(try await Programs.post(server + "/management/1/containers", #"{"name":"\#(container)"}"#, headers: admin).0 == 201)
+    let token = try await Programs.post(server + "/management/1/containers/\(container)/tokens", #"{"environment":"development","name":"t"}"#, headers: admin)
     let apiToken = try #require(token.1["apiToken"]?.stringValue)
-    let signup = try await EndToEndTests.post(server + "/auth/1/\(container)/development/signup?ckAPIToken=\(apiToken)",
+    let signup = try await Programs.post(server + "/auth/1/\(container)/development/signup?ckAPIToken=\(apiToken)",
                                               #"{"emailAddress":"ada@example.com","password":"correct horse"}"#)
     let user = try #require(signup.1["ckWebAuthToken"]?.stringValue)
     return (apiToken, user.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? user)

@@ -3,6 +3,7 @@ import PostgresNIO
 import StratusCore
 @testable import StratusServer
 import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// What the source server's part hands to the target's.
@@ -28,7 +29,7 @@ final class Kept: @unchecked Sendable {
 
     /// A PostgreSQL cluster of its own with a migrated `stratus` database, for `body`; removed afterwards.
     static func withFreshCluster(_ body: (DatabaseConfiguration) async throws -> Void) async throws {
-        let folder = try EndToEndTests.scratchFolder("transfer-target")
+        let folder = try Programs.scratchFolder("transfer-target")
         let cluster = try await Subprocess.onOwnThread { try EmbeddedPostgres.start(directory: folder, logger: TestCluster.logger, maximumConnections: 50) }
         let outcome: Result<Void, any Error>
         do {
@@ -58,7 +59,7 @@ final class Kept: @unchecked Sendable {
 
     /// Runs the CLI; its output (progress lines on stderr included).
     static func stratus(_ arguments: [String]) async throws -> Subprocess.Output {
-        try await Subprocess.runDetached([EndToEndTests.binary] + arguments)
+        try await Subprocess.runDetached([Programs.binary] + arguments)
     }
 
     /// Every change of the zone after `token` (to the end of the feed): record name → (change tag, deleted), and the last token.
@@ -123,7 +124,7 @@ final class Kept: @unchecked Sendable {
     }
 
     @Test func aContainerMovesToAFreshServerWithIdenticalRecordsAndItsSyncTokensKeepWorking() async throws {
-        let folder = try EndToEndTests.scratchFolder("transfer")
+        let folder = try Programs.scratchFolder("transfer")
         defer { try? FileManager.default.removeItem(atPath: folder) }
         let file = folder + "/notes.stratus"
         let assetFolder = folder + "/assets"
@@ -131,7 +132,7 @@ final class Kept: @unchecked Sendable {
         let name = "iCloud.com.example.Transfer\(UInt32.random(in: 0...UInt32.max))"
         let first = 2_000
         let kept = Kept()
-        let bytes = AssetTests.randomBytes(300_000)
+        let bytes = AssetRequests.randomBytes(300_000)
         let started = ContinuousClock.now
 
         try await Harness.run { source in
@@ -158,7 +159,7 @@ final class Kept: @unchecked Sendable {
             #expect(changed.status == 200 && changed.json["records"]?.arrayValue?.allSatisfy { $0["serverErrorCode"] == nil } == true, "\(changed.json)")
             kept.changedAfterToken.formUnion((0..<100).map { "early-\($0)" })
             kept.deletedAfterToken = Set((100..<200).map { "early-\($0)" })
-            let file = try await AssetTests.upload(alice, bytes)
+            let file = try await AssetRequests.upload(alice, bytes)
             let attached = try await alice.modify("private", [op("create", "n-1", fields: ["attachment": ["value": file]])])
             #expect(attached.status == 200, "\(attached.json)")
             print("transfer: \(Self.recordCount) records written in \(ContinuousClock.now - started)")
@@ -238,7 +239,7 @@ final class Kept: @unchecked Sendable {
                 // The asset's bytes came along.
                 let found = try await session.post("private", "records/lookup", ["records": [["recordName": "n-1"]]])
                 let url = try #require(found.json.record(0)?["fields"]?["attachment"]?["value"]?["downloadURL"]?.stringValue, "\(found.json)")
-                let downloaded = try await AssetTests.raw(harness, .get, try AssetTests.path(of: url))
+                let downloaded = try await AssetRequests.raw(harness, .get, try AssetRequests.path(of: url))
                 #expect(downloaded.status == 200 && downloaded.bytes == bytes, "asset after import: \(downloaded.status), \(downloaded.bytes.count) bytes")
                 // Another server's token is still refused.
                 let forged = try await session.post("private", "changes/zone", ["zones": [["zoneID": ["zoneName": "Transfer"], "syncToken": "eyJ4IjoxfQ.AAAA"]]])

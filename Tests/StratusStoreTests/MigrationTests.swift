@@ -2,6 +2,7 @@ import Foundation
 import PostgresNIO
 import StratusCore
 import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 @Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct MigrationTests {

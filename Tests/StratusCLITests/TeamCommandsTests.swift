@@ -1,6 +1,7 @@
 import Foundation
 import StratusCore
 import StratusStore
+@testable import StratusTestSupport
 import Testing
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -19,12 +20,12 @@ import FoundationNetworking
         environment["HOME"] = config
         // No local admin-token file to fall back on.
         environment["STRATUS_DATA_DIR"] = config + "/no-data-dir"
-        return try await Subprocess.runDetached([EndToEndTests.binary] + arguments, environment: environment)
+        return try await Subprocess.runDetached([Programs.binary] + arguments, environment: environment)
     }
 
     @Test func aDeveloperSignsInWorksIsRefusedWhatTheirRoleDoesNotAllowAndSignsOut() async throws {
         try await withServeProcesses(2, adminToken: "teams-admin", name: "stratus-teams") { servers in
-            let folder = try EndToEndTests.scratchFolder("stratus-team-cli")
+            let folder = try Programs.scratchFolder("stratus-team-cli")
             defer { try? FileManager.default.removeItem(atPath: folder) }
             let (server, other) = (servers[0], servers[1])
             let root = folder + "/root", dev = folder + "/dev", viewer = folder + "/viewer"

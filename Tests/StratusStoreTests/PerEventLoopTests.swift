@@ -1,6 +1,7 @@
 import NIOCore
 import NIOPosix
 @testable import StratusStore
+@testable import StratusTestSupport
 import Testing
 
 /// `PerEventLoop` gives work on each event loop that loop's value: the connection pools and the

@@ -29,7 +29,7 @@ actor TestCluster {
 
     /// The repository root (for Migrations/ and the built binary).
     static let repositoryRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
-        .deletingLastPathComponent().deletingLastPathComponent()
+        .deletingLastPathComponent()
 
     /// The cluster, started on first use (`initdb` and `pg_ctl` on a thread of their own: run
     /// on one of Swift concurrency's few shared threads they stalled every test's tasks). The
