@@ -143,33 +143,48 @@ extension Prepared {
         /// A written record's name and change sequence, and the writing transaction's id.
         typealias Row = (String, Int64, Int64)
 
-        var containerID: Int64
-        var zoneID: Int64
-        var inserts: [Record]
-        var insertFields: [String]
-        var updates: [Record]
-        var updateFields: [String]
+        /// Where the records go, and whose usage they count in.
+        struct Target: Sendable {
+            var containerID: Int64
+            var zoneID: Int64
+            var environment: Int16
+            var tracksZoneChanges: Bool
+            /// Lock the zone row, and write only if the zone is live.
+            var lockZone: Bool
+            /// Whose private storage the records count against ('' in the public database).
+            var meteredOwner: String
+            /// The counter stripes the container's and the owner's usage count in (reserved by the
+            /// transaction), or -1: the connection's own (`pg_backend_pid() % 16`).
+            var stripes: (container: Int16, owner: Int16) = (-1, -1)
+        }
+
+        /// Records to write, each with its fields encoded as stored.
+        struct Rows: Sendable {
+            var records: [Record] = []
+            var fields: [String] = []
+        }
+
+        /// Records that exist, as they were when read.
+        struct Updates: Sendable {
+            var rows = Rows()
+            /// The change sequence each record had when read.
+            var expectedSeqs: [Int64] = []
+            /// The stored size of each record if it was live when read, or -1.
+            var oldSizes: [Int64] = []
+        }
+
+        var target: Target
+        var inserts: Rows
+        var updates = Updates()
         var entries: RecordStore.IndexEntryRows
-        var tracksZoneChanges: Bool
-        /// The change sequence each of `updates` had when read.
-        var expectedSeqs: [Int64]
-        /// Lock the zone row, and write only if the zone is live.
-        var lockZone: Bool
-        var environment: Int16
-        /// Whose private storage the records count against ('' in the public database).
-        var meteredOwner: String
-        /// The stored size of each of `updates` if it was live when read, or -1.
-        var oldSizes: [Int64]
-        /// The counter stripes the container's and the owner's usage count in (reserved by the
-        /// transaction), or -1: the connection's own (`pg_backend_pid() % 16`).
-        var stripes: (container: Int16, owner: Int16) = (-1, -1)
 
         func makeBindings() throws -> PostgresBindings {
+            let (inserts, updates) = (inserts.records, updates.rows.records)
             var bindings = PostgresBindings(capacity: 47)
-            bindings.append(containerID)
-            bindings.append(zoneID)
+            bindings.append(target.containerID)
+            bindings.append(target.zoneID)
             // Every array in its binary form, written directly (`BinaryArray`).
-            for (records, fields) in [(inserts, insertFields), (updates, updateFields)] {
+            for (records, fields) in [(inserts, self.inserts.fields), (updates, self.updates.rows.fields)] {
                 bindings.append(BinaryArray.texts(records.lazy.map(\.recordName)))
                 bindings.append(BinaryArray.texts(records.lazy.map(\.recordType)))
                 bindings.append(BinaryArray.texts(fields))
@@ -188,9 +203,9 @@ extension Prepared {
             for column in [entries.texts.types, entries.texts.fields, entries.texts.values, entries.texts.names] {
                 bindings.append(BinaryArray.texts(column))
             }
-            bindings.append(tracksZoneChanges)
-            bindings.append(BinaryArray.int64s(expectedSeqs))
-            bindings.append(lockZone)
+            bindings.append(target.tracksZoneChanges)
+            bindings.append(BinaryArray.int64s(self.updates.expectedSeqs))
+            bindings.append(target.lockZone)
             let locations = entries.locations
             for column in [locations.column.types, locations.column.fields] { bindings.append(BinaryArray.texts(column)) }
             bindings.append(BinaryArray.int64s(locations.column.values))
@@ -200,11 +215,11 @@ extension Prepared {
             // No parent: '' (arrays of optionals do not bind; no record is named '').
             bindings.append(BinaryArray.texts(inserts.lazy.map { $0.parent ?? "" }))
             bindings.append(BinaryArray.texts(updates.lazy.map { $0.parent ?? "" }))
-            bindings.append(environment)
-            bindings.append(meteredOwner)
-            bindings.append(BinaryArray.int64s(oldSizes))
-            bindings.append(stripes.container)
-            bindings.append(stripes.owner)
+            bindings.append(target.environment)
+            bindings.append(target.meteredOwner)
+            bindings.append(BinaryArray.int64s(self.updates.oldSizes))
+            bindings.append(target.stripes.container)
+            bindings.append(target.stripes.owner)
             // What each record's assets add to its stored size (0 for tombstones).
             bindings.append(BinaryArray.int64s(inserts.lazy.map(\.assetBytes)))
             bindings.append(BinaryArray.int64s(updates.lazy.map { $0.deleted ? 0 : $0.assetBytes }))

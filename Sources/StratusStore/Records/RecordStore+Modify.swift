@@ -523,10 +523,12 @@ extension RecordStore {
         let updateFields = updates.map(encode)
         let entries = Self.indexEntryRows((inserts + updates).filter { !$0.deleted }, schema: schema)
         let write = Prepared.WriteRecords(
-            containerID: db.containerID, zoneID: zoneID, inserts: inserts, insertFields: insertFields,
-            updates: updates, updateFields: updateFields, entries: entries, tracksZoneChanges: db.tracksZoneChanges,
-            expectedSeqs: updates.map { expected[$0.recordName] ?? 0 }, lockZone: lockZone, environment: db.environment.code,
-            meteredOwner: Self.meteredOwner(db), oldSizes: updates.map { liveSizes[$0.recordName] ?? -1 }, stripes: stripes)
+            target: .init(containerID: db.containerID, zoneID: zoneID, environment: db.environment.code, tracksZoneChanges: db.tracksZoneChanges,
+                          lockZone: lockZone, meteredOwner: Self.meteredOwner(db), stripes: stripes),
+            inserts: .init(records: inserts, fields: insertFields),
+            updates: .init(rows: .init(records: updates, fields: updateFields), expectedSeqs: updates.map { expected[$0.recordName] ?? 0 },
+                           oldSizes: updates.map { liveSizes[$0.recordName] ?? -1 }),
+            entries: entries)
         // Outside a transaction (`modifyOne`) the statement commits on its own: if the connection
         // fails before that is confirmed, the records it returned tell whether it did.
         let settle: @Sendable ([Prepared.WriteRecords.Row]) async throws -> [Prepared.WriteRecords.Row] = { [database, logger] rows in

@@ -97,9 +97,9 @@ final class SharedCreate: Sendable {
     /// zone named, in the connection's counter stripes.
     var insertRecords: Prepared.InsertRecords {
         let write = Prepared.WriteRecords(
-            containerID: db.containerID, zoneID: zoneID, inserts: [record], insertFields: [fields], updates: [], updateFields: [],
-            entries: entries, tracksZoneChanges: db.tracksZoneChanges, expectedSeqs: [], lockZone: true, environment: db.environment.code,
-            meteredOwner: RecordStore.meteredOwner(db), oldSizes: [], stripes: (-1, -1))
+            target: .init(containerID: db.containerID, zoneID: zoneID, environment: db.environment.code, tracksZoneChanges: db.tracksZoneChanges,
+                          lockZone: true, meteredOwner: RecordStore.meteredOwner(db)),
+            inserts: .init(records: [record], fields: [fields]), entries: entries)
         return Prepared.InsertRecords(write: write, db: db, zone: zone)
     }
 
