@@ -378,7 +378,7 @@ public final class Notifier: RecordChangeObserver {
     /// the notification is about and every later one.
     func syncToken(_ changes: RecordChanges, for db: DatabaseRef) -> String? {
         guard let start = changes.start else { return nil }
-        return StratusApp.syncToken(db, zoneID: changes.zoneID, cursor: FeedCursor(position: start), sealer: sealer)
+        return SyncTokens.token(db, zoneID: changes.zoneID, cursor: FeedCursor(position: start), sealer: sealer)
     }
 
     func notification(_ watcher: Watcher, _ change: RecordChange?, zone: String, zoneOwner: String, entry: Entry, key: Key,

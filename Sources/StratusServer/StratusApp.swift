@@ -16,31 +16,24 @@ public final class StratusApp: Sendable {
     let admin: AdminStore
     let records: RecordStore
     let sealer: TokenSealer
-    /// Seals sync tokens (`TokenSealer.syncKey`); tokens sealed with `sealer` before it existed are still opened.
-    let syncSealer: TokenSealer
     /// The sync-token keys of servers a container was imported from, by container (`ContainerArchive`).
-    let importedSyncKeys = Mutex<[Int64: [RecordStore.ImportedSyncKey]]>([:])
+    let importedSyncKeys = SyncTokens.ImportedKeys()
     let authenticator: Authenticator
     /// Changes other server processes make to what this one caches.
     let invalidations: Invalidations
     let configuration: ServerConfiguration
-    /// Where asset download URLs start (`publicURL` and the download path), made once.
-    let downloadURLBase: String
     let logger: Logger
     /// Requests, latencies and errors counted for `GET /metrics`.
     public let metrics = Metrics()
     /// The service's long-lived parts while they run (`BackgroundWork`'s pieces; `stratus serve`
     /// adds the HTTP server and the database pools): what an overrunning shutdown names.
     public let running: RunningParts
-    /// Development query shapes: when each was last noted, and those not yet written (see `noteQueryShape`).
-    struct QueryShapeState {
-        var seen: [SchemaStore.QueryShape: Date] = [:]
-        var pending: [SchemaStore.QueryShape] = []
-        var flushScheduled = false
-        /// Flushes writing shapes they have taken off `pending`.
-        var writing = 0
-    }
-    let queryShapes = Mutex(QueryShapeState())
+    /// Development query shapes, noted for deploy plans.
+    let queryShapes: QueryShapeNotes
+    /// Request bodies, read up to the limit.
+    let bodies: RequestBodies
+    /// The data API and its controllers.
+    let dataAPI: DataAPI
     /// Rate limits and request metering (shared with the other server processes through PostgreSQL).
     public let rateLimiter: RateLimiter
     /// Notifications for subscriptions, and the web courier polls waiting for them.
@@ -79,10 +72,10 @@ public final class StratusApp: Sendable {
         self.admin = admin
         self.records = RecordStore(database: database, logger: logger)
         self.sealer = TokenSealer(secret: secret)
-        self.syncSealer = TokenSealer(secret: TokenSealer.syncKey(from: secret))
+        // Seals sync tokens; tokens sealed with `sealer` before it existed are still opened.
+        let syncSealer = TokenSealer(secret: TokenSealer.syncKey(from: secret))
         self.authenticator = Authenticator(admin: admin, sealer: sealer, configuration: configuration)
         self.configuration = configuration
-        self.downloadURLBase = configuration.publicURL + Self.downloadPathPrefix
         self.logger = logger
         self.invalidations = Invalidations(configuration: database.configuration, logger: logger)
         self.rateLimiter = RateLimiter(admin: admin, configuration: database.configuration, logger: logger)
@@ -98,9 +91,15 @@ public final class StratusApp: Sendable {
             logger.error("the read replicas' URLs are not valid; every read goes to the primary", metadata: ["stratus.error": "\(error)"])
             self.replicaReads = nil
         }
+        self.queryShapes = QueryShapeNotes(schemas: records.schemas, logger: logger)
+        self.bodies = RequestBodies(maximumBodyBytes: configuration.maximumBodyBytes)
+        self.dataAPI = DataAPI.make(records: records, admin: admin, assets: assets, sealer: sealer, syncSealer: syncSealer,
+                                    importedSyncKeys: importedSyncKeys, authenticator: authenticator, notifier: notifier,
+                                    rateLimiter: rateLimiter, replicaReads: replicaReads, queryShapes: queryShapes, bodies: bodies,
+                                    configuration: configuration, downloadURLBase: configuration.publicURL + AssetsController.downloadPathPrefix, logger: logger)
         let (authenticator, schemas, rateLimiter, notifier) = (self.authenticator, self.records.schemas, self.rateLimiter, self.notifier)
         invalidations.subscribe { [weak self] event in
-            if event == .all { self?.importedSyncKeys.withLock { $0 = [:] } }
+            if event == .all { self?.importedSyncKeys.byContainer.withLock { $0 = [:] } }
             authenticator.invalidate(event)
             schemas.invalidate(event)
             rateLimiter.invalidate(event)
@@ -112,21 +111,20 @@ public final class StratusApp: Sendable {
     /// Every endpoint: the router, with the data API answered ahead of it (see `StratusRouter`).
     public func router() -> StratusRouter {
         let router = Router(context: BasicRequestContext.self)
-        router.add(middleware: ErrorMiddleware())
+        router.add(middleware: RouterErrors())
         router.get("/health") { _, _ in try await self.health() }
         router.get("/metrics") { request, _ in try await self.metricsResponse(request) }
-        addDataRoutes(to: router)
         addAuthRoutes(to: router)
         addManagementRoutes(to: router)
         addOperatorRoutes(to: router)
         addManagedRecordRoutes(to: router)
         addCourierRoutes(to: router)
         addSchemaRoutes(to: router)
-        addAssetRoutes(to: router)
+        dataAPI.assets.addRoutes(to: router)
         addUserDataRoutes(to: router)
         addOpenAPIRoute(to: router)
         addConsoleRoutes(to: router, box: consoleBox)
-        consoleBox.responder.withLock { $0 = router.buildResponder() }
+        consoleBox.responder.withLock { $0 = RenderingErrors(inner: router.buildResponder()) }
         return StratusRouter(app: self, router: router)
     }
 
@@ -154,51 +152,8 @@ public final class StratusApp: Sendable {
         }
     }
 
-    /// Reads a request body whole. Bodies over the limit get 413 before they are read (by
-    /// `Content-Length`) or as soon as the limit is passed (chunked).
-    func readBody(_ request: Request) async throws -> ByteBuffer {
-        let limit = configuration.maximumBodyBytes
-        if let length = request.headers.first(.contentLength).flatMap({ Int($0) }), length > limit {
-            throw StratusError.bodyTooLarge(limit: limit)
-        }
-        // Read piece by piece rather than with `collect(upTo:)`: its layers of async calls cost
-        // twice the executor checks, and the HTTP channel hands over each body as one piece.
-        var pieces = request.body.makeAsyncIterator()
-        guard var body = try await pieces.next() else { return ByteBuffer() }
-        guard body.readableBytes <= limit else { throw StratusError.bodyTooLarge(limit: limit) }
-        while var piece = try await pieces.next() {
-            guard piece.readableBytes <= limit - body.readableBytes else { throw StratusError.bodyTooLarge(limit: limit) }
-            body.writeBuffer(&piece)
-        }
-        return body
-    }
-
-    /// Parses a JSON body, whatever its content type.
-    func parseJSON(_ buffer: ByteBuffer) throws(StratusError) -> JSON {
-        do {
-            let result: Result<JSON, JSONParser.Failure> = buffer.withUnsafeReadableBytes { bytes in
-                Result { () throws(JSONParser.Failure) -> JSON in try JSONParser.parse(bytes) }
-            }
-            return try result.get()
-        } catch {
-            throw StratusError.badRequest(error.description)
-        }
-    }
-
-    /// Reads and parses a JSON body, whatever its content type.
-    func readJSON(_ request: Request) async throws -> JSON {
-        try parseJSON(try await readBody(request))
-    }
-
-    /// Parses a JSON body that must be an object.
-    func parseObject(_ buffer: ByteBuffer) throws(StratusError) -> [String: JSON] {
-        let body = try parseJSON(buffer)
-        guard let members = body.objectValue else { throw StratusError.badRequest("the body must be a JSON object, not \(body.kindName)") }
-        return members
-    }
-
-    /// Reads a JSON body that must be an object.
-    func readObject(_ request: Request) async throws -> [String: JSON] {
-        try parseObject(try await readBody(request))
-    }
+    func readBody(_ request: Request) async throws -> ByteBuffer { try await bodies.readBody(request) }
+    func readJSON(_ request: Request) async throws -> JSON { try await bodies.readJSON(request) }
+    func parseObject(_ buffer: ByteBuffer) throws(StratusError) -> [String: JSON] { try bodies.parseObject(buffer) }
+    func readObject(_ request: Request) async throws -> [String: JSON] { try await bodies.readObject(request) }
 }

@@ -21,7 +21,7 @@ import Testing
 
     /// Every route of the router, as `(method, path pattern)`.
     static func routeTable(_ harness: Harness) -> [(HTTPRequest.Method, String)] {
-        harness.app.router().router.routes.map { ($0.method, $0.path.description) }
+        harness.app.router().routes.map { ($0.method, $0.path) }
     }
 
     /// The route's path with its parameters filled in for `container` and `environment`.

@@ -35,12 +35,12 @@ import Testing
     @Test func shiftedPositionsThatLeave64BitsAreInvalidTokens() throws {
         let db = DatabaseRef(containerID: 1, environment: .development, scope: .private, owner: "_0123456789abcdef0123456789abcdef")
         var payload: [String: JSON] = ["c": 1, "e": "development", "d": "private", "o": "_0123456789abcdef0123456789abcdef", "x": .int(Int64.min + 1), "s": 3, "z": 4]
-        #expect(throws: StratusError.self) { _ = try StratusApp.cursor(.object(payload), db: db, zoneScoped: true, shift: 1 << 40) }
+        #expect(throws: StratusError.self) { _ = try SyncTokens.cursor(.object(payload), db: db, zoneScoped: true, shift: 1 << 40) }
         payload["x"] = 12
         payload["p"] = [.int(Int64.min)]
-        #expect(throws: StratusError.self) { _ = try StratusApp.cursor(.object(payload), db: db, zoneScoped: true, shift: 1) }
+        #expect(throws: StratusError.self) { _ = try SyncTokens.cursor(.object(payload), db: db, zoneScoped: true, shift: 1) }
         payload["p"] = [10]
-        let (cursor, zone) = try StratusApp.cursor(.object(payload), db: db, zoneScoped: true, shift: 2)
+        let (cursor, zone) = try SyncTokens.cursor(.object(payload), db: db, zoneScoped: true, shift: 2)
         #expect(cursor.position.xid == 10 && cursor.pending == [8] && zone == 4)
     }
 }

@@ -326,7 +326,7 @@ final class StratusHTTPHandler: ChannelDuplexHandler, RemovableChannelHandler {
     /// Requests whose bodies are streamed rather than read whole: asset uploads (up to the asset
     /// size limit, which the route enforces).
     static func streamsBody(_ head: HTTPRequestHead) -> Bool {
-        head.method == .POST && head.uri.hasPrefix(StratusApp.uploadPathPrefix)
+        head.method == .POST && head.uri.hasPrefix(AssetsController.uploadPathPrefix)
     }
 
     /// Whether a streamed request body has not all arrived yet.

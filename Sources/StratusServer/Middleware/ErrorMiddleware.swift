@@ -2,17 +2,13 @@ import Hummingbird
 import Logging
 import StratusCore
 
-/// The outermost middleware: renders every failure as a CKWS error dictionary. Client mistakes
+/// The outermost layer (`StratusResponder`, and the console's calls into the service through
+/// `RenderingErrors`): renders every failure as a CKWS error dictionary. Client mistakes
 /// keep their code; anything unexpected is logged in full with an id and answered
 /// `INTERNAL_ERROR` without internals (Hummingbird's own 500 would have an empty body).
-struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
-    /// As Hummingbird's router calls it (its protocol's functions leave the caller's executor).
-    @concurrent func handle(_ request: Request, context: Context, next: @concurrent (Request, Context) async throws -> Response) async throws -> Response {
-        try await run(request, context: context) { try await next($0, $1) }
-    }
-
-    /// The same for the service's own callers, on their executor: no executor switch on the way
-    /// in and out of it and of `next`.
+struct ErrorMiddleware<Context: RequestContext> {
+    /// Runs `next`, rendering what it throws; on the caller's executor (no executor switch on the
+    /// way in and out of it and of `next`).
     func run(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
@@ -44,6 +40,19 @@ struct ErrorMiddleware<Context: RequestContext>: RouterMiddleware {
         default:
             return StratusError(StratusError.Code("BAD_REQUEST", httpStatus: status.code < 500 ? status.code : 400),
                                 message ?? "the request could not be processed")
+        }
+    }
+}
+
+/// The router's one middleware: Hummingbird's own failures (`HTTPError`: no such route, a wrong
+/// method) become the service's errors, which the router would otherwise render itself before
+/// `ErrorMiddleware`, around the whole service, could.
+struct RouterErrors<Context: RequestContext>: RouterMiddleware {
+    @concurrent func handle(_ request: Request, context: Context, next: @concurrent (Request, Context) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let error as any HTTPResponseError {
+            throw ErrorMiddleware<Context>.translate(status: error.status, message: (error as? HTTPError)?.body, request: request)
         }
     }
 }

@@ -56,7 +56,7 @@ extension StratusApp {
     func courierCaller(_ request: Request, _ context: BasicRequestContext) async throws -> Caller {
         let caller = try await authenticator.authenticate(request, containerName: context.parameters.get("container") ?? "",
                                                           environmentSegment: context.parameters.get("environment") ?? "")
-        try await admitRequest(caller, body: [:])
+        try await rateLimiter.admit(caller, body: [:])
         return caller
     }
 

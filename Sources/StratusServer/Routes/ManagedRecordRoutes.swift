@@ -14,16 +14,16 @@ extension StratusApp {
     func addManagedRecordRoutes(to router: Router<BasicRequestContext>) {
         let base = "\(ManagementAccess.base)/containers/:container"
         manage(router, .post, "\(base)/records/query") { request, _, grant in
-            try await self.managedRecords(request, grant, action: "records.read") { try await self.queryRecords($0) }
+            try await self.managedRecords(request, grant, action: "records.read") { try await self.dataAPI.records.queryRecords($0) }
         }
         manage(router, .post, "\(base)/records/lookup") { request, _, grant in
-            try await self.managedRecords(request, grant, action: "records.read") { try await self.lookupRecords($0) }
+            try await self.managedRecords(request, grant, action: "records.read") { try await self.dataAPI.records.lookupRecords($0) }
         }
         manage(router, .post, "\(base)/zones/list") { request, _, grant in
-            try await self.managedRecords(request, grant, action: "records.read") { try await self.listZones($0) }
+            try await self.managedRecords(request, grant, action: "records.read") { try await self.dataAPI.zones.listZones($0) }
         }
         manage(router, .post, "\(base)/records/modify") { request, _, grant in
-            try await self.managedRecords(request, grant, action: "records.modify") { try await self.modifyRecords($0) }
+            try await self.managedRecords(request, grant, action: "records.modify") { try await self.dataAPI.records.modifyRecords($0) }
         }
     }
 
@@ -57,7 +57,7 @@ extension StratusApp {
             caller.user = found.userRecordName
             target = found.userRecordName
         }
-        let answer = try await handler(DataRequest(caller: caller, scope: scope, body: body, authenticator: authenticator))
+        let answer = try await handler(DataRequest(caller: caller, scope: scope, body: body, authenticator: authenticator, metered: false))
         if scope != .public || action == "records.modify" {
             try await admin.audit(AuditEntry(containerID: container.id, actor: grant.actor, action: action, environment: environment,
                                              target: target.isEmpty ? scope.rawValue : target, detail: "\(scope.rawValue) database"))

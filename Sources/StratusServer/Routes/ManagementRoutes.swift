@@ -77,7 +77,7 @@ extension StratusApp {
             let environment = try Self.environmentParameter(request)
             let user = try await self.userFilter(request, containerID: container.id, environment: environment)
             let shares = try await self.records.allShares(containerID: container.id, environment: environment, user: user)
-            return .json(["shares": .array(shares.map(self.shareAdminJSON))])
+            return .json(["shares": .array(shares.map(self.dataAPI.shares.shareAdminJSON))])
         }
         manage(router, .get, "\(base)/containers/:container/subscriptions") { request, context, grant -> Response in
             let container = try grant.container

@@ -160,7 +160,7 @@ extension StratusApp {
     }
 
     func operatorNamed(_ given: String) async throws -> OperatorInfo {
-        let name = Self.normalizedEmail(given)
+        let name = UsersController.normalizedEmail(given)
         guard Names.isPrintableName(name, maximumBytes: 254) else {
             throw StratusError.badRequest("give the operator's email address")
         }

@@ -106,7 +106,7 @@ extension StratusApp {
     /// The plan with backfill counts and warnings about development queries production would not
     /// index and record types without grants.
     func planResponse(_ plan: SchemaPlan, counts: [String: Int64], containerID: Int64, applied: Bool, version: Int64?) async throws -> JSON {
-        await settleQueryShapes()
+        await queryShapes.settle()
         let development = try await records.schemas.load(containerID: containerID, environment: .development)
         var warnings: [JSON] = []
         for (type, field, usage) in try await records.schemas.recentQueryShapes(containerID: containerID, days: 7) {
@@ -127,61 +127,6 @@ extension StratusApp {
         if let version { members["version"] = .int(version) }
         members["backfills"] = .array(plan.backfills.map { ["recordType": .string($0.recordType), "field": .string($0.field), "records": .int(counts[$0.recordType] ?? 0)] })
         return .object(members)
-    }
-
-    /// Remembers, at most once an hour per process, the fields a development query filtered or sorted on.
-    func noteQueryShape(_ query: Query, db: DatabaseRef) {
-        guard db.environment == .development else { return }
-        var fields: [(String, String)] = []
-        for filter in query.filters { if case .field(let name) = filter.target { fields.append((name, filter.comparator.isRange ? "range" : "filter")) } }
-        for sort in query.sorts { if case .field(let name) = sort.target { fields.append((name, "sort")) } }
-        let now = Date()
-        // Written off the request path, a second's worth at a time: with thousands of containers
-        // nearly every query would otherwise wait for its own durable commit.
-        let schedule = queryShapes.withLock { state -> Bool in
-            if state.seen.count > 100_000 { state.seen.removeAll() }
-            for (field, usage) in fields {
-                let shape = SchemaStore.QueryShape(containerID: db.containerID, recordType: query.recordType, field: field, usage: usage)
-                if let last = state.seen[shape], now.timeIntervalSince(last) < 3600 { continue }
-                state.seen[shape] = now
-                state.pending.append(shape)
-            }
-            guard !state.pending.isEmpty, !state.flushScheduled else { return false }
-            state.flushScheduled = true
-            return true
-        }
-        if schedule {
-            // Detached: a task-local pooled connection of the request must not outlive it here.
-            Task.detached {
-                try? await Task.sleep(for: .seconds(1))
-                await self.flushQueryShapes()
-            }
-        }
-    }
-
-    /// Writes the query shapes noted so far.
-    func flushQueryShapes() async {
-        let pending = queryShapes.withLock { state -> [SchemaStore.QueryShape] in
-            defer { state.pending.removeAll(); state.flushScheduled = false; state.writing += 1 }
-            return state.pending
-        }
-        do {
-            if !pending.isEmpty { try await records.schemas.recordQueryShapes(pending) }
-        } catch {
-            logger.warning("could not record development query shapes", metadata: ["stratus.error": "\(String(reflecting: error))"])
-        }
-        queryShapes.withLock { $0.writing -= 1 }
-    }
-
-    /// Before a deploy plan reads the query shapes: writes the pending ones, and waits (up to
-    /// 5 s) for a write already under way, which took its shapes off the pending list before
-    /// they were stored.
-    func settleQueryShapes() async {
-        await flushQueryShapes()
-        let deadline = ContinuousClock.now + .seconds(5)
-        while queryShapes.withLock({ $0.writing > 0 }), ContinuousClock.now < deadline {
-            try? await Task.sleep(for: .milliseconds(5))
-        }
     }
 }
 

@@ -12,7 +12,7 @@ extension StratusApp {
             let container = try grant.container
             let user = try await self.managedUser(container, context)
             var environments: [JSON] = []
-            let assetURL = self.assetURL(containerID: container.id)
+            let assetURL = self.dataAPI.records.links.assetURL(containerID: container.id)
             for environment in ContainerEnvironment.allCases {
                 let data = try await self.records.userData(containerID: container.id, environment: environment, user: user.userRecordName)
                 func render(_ record: Record, zone: String, owner: String) -> JSON {

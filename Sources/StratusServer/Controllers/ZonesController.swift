@@ -1,12 +1,17 @@
 import Foundation
 import Hummingbird
+import Logging
 import StratusCore
 import StratusStore
 
-extension StratusApp {
-    static let syncPurpose = "syncToken"
+/// `zones/list`, `zones/lookup` and `zones/modify`.
+struct ZonesController: Sendable {
+    let records: RecordStore
+    let notifier: Notifier
+    let shares: SharesController
+    let logger: Logger
 
-    func zoneJSON(_ request: DataRequest, _ zone: ZoneInfo) -> JSON {
+    static func zoneJSON(_ request: DataRequest, _ zone: ZoneInfo) -> JSON {
         if zone.deleted {
             return ["zoneID": request.zoneIDJSON(zone.name), "deleted": true]
         }
@@ -18,7 +23,7 @@ extension StratusApp {
         if request.scope == .shared { return try await listSharedZones(request) }
         let db = try request.database(requireUser: false)
         let zones = try await records.listZones(db)
-        return ["zones": .array(zones.map { zoneJSON(request, $0) })]
+        return ["zones": .array(zones.map { Self.zoneJSON(request, $0) })]
     }
 
     /// `zones/lookup`.
@@ -42,7 +47,7 @@ extension StratusApp {
         let db = try request.database(requireUser: false)
         let found = try await records.lookupZones(db, names: names.compactMap { try? $0.get() })
         return ["zones": .array(zip(list, names).map { item, name in
-            if case .success(let name) = name, let zone = found[name] { return zoneJSON(request, zone) }
+            if case .success(let name) = name, let zone = found[name] { return Self.zoneJSON(request, zone) }
             return StratusError(.zoneNotFound, "zone '\(Names.printable(item["zoneName"]?.stringValue ?? ""))' does not exist").dictionary(uuid: uuid, zoneID: item)
         })]
     }
@@ -74,11 +79,11 @@ extension StratusApp {
                 }
                 let db = try request.database(requireUser: true)
                 if type == "create" {
-                    let zone = try await wrap { try await self.records.createZone(db, name: name) }
-                    results.append(zoneJSON(request, zone))
-                } else if let zone = try await wrap({ try await self.records.deleteZone(db, name: name) }) {
+                    let zone = try await wrap(logger) { try await self.records.createZone(db, name: name) }
+                    results.append(Self.zoneJSON(request, zone))
+                } else if let zone = try await wrap(logger, { try await self.records.deleteZone(db, name: name) }) {
                     await notifier.zoneDeleted(db, zone: name)
-                    results.append(zoneJSON(request, zone))
+                    results.append(Self.zoneJSON(request, zone))
                 } else {
                     throw StratusError(.zoneNotFound, "zone '\(name)' does not exist")
                 }
@@ -90,16 +95,25 @@ extension StratusApp {
         return ["zones": .array(results)]
     }
 
-    /// Runs `body`, turning a thrown `StratusError` into a typed throw and rethrowing anything else as internal.
-    func wrap<T: Sendable>(_ body: () async throws -> T) async throws(StratusError) -> T {
-        do {
-            return try await body()
-        } catch let error as StratusError {
-            throw error
-        } catch {
-            let uuid = newUUID()
-            logger.error("internal error", metadata: ["stratus.error_id": "\(uuid)", "stratus.error": "\(String(reflecting: error))"])
-            throw StratusError(.internalError, "the server failed to handle the request; quote \(uuid) when reporting it", underlying: error)
+    /// `zones/list` of the shared database: the zones shared with the caller that they accepted.
+    func listSharedZones(_ request: DataRequest) async throws -> JSON {
+        let user = try request.caller.requireUser(signInURL: request.signInURL)
+        let zones = try await records.sharedZones(containerID: request.caller.container.id, environment: request.caller.environment, user: user)
+        return ["zones": .array(zones.map { SharesController.sharedZoneJSON(owner: $0.owner, zone: $0.zone) })]
+    }
+
+    /// `zones/lookup` of the shared database.
+    func lookupSharedZones(_ request: DataRequest, _ list: [JSON]) async throws -> JSON {
+        let uuid = newUUID()
+        var results: [JSON] = []
+        for item in list {
+            do {
+                let access = try await shares.shareAccess(request, item, key: "zones[]")
+                results.append(SharesController.sharedZoneJSON(owner: access.ownerDB.owner, zone: access.zone))
+            } catch let error as StratusError where error.code == .zoneNotFound {
+                results.append(error.dictionary(uuid: uuid, zoneID: item))
+            }
         }
+        return ["zones": .array(results)]
     }
 }

@@ -13,7 +13,13 @@ import _NIOFileSystem
 /// attaches the asset; records read back carry a signed, expiring `downloadURL` per asset.
 /// Upload and download URLs are capabilities: sealed tokens (`TokenSealer`) naming what they
 /// allow, no API token needed.
-extension StratusApp {
+struct AssetsController: Sendable {
+    let records: RecordStore
+    let assets: AssetStore
+    let sealer: TokenSealer
+    let configuration: ServerConfiguration
+    let schemas: SchemaReads
+
     static let uploadPathPrefix = "/assets/1/upload/"
     static let downloadPathPrefix = "/assets/1/download/"
     static let uploadPurpose = "asset-upload"
@@ -22,7 +28,7 @@ extension StratusApp {
     /// Most upload URLs one `assets/upload` hands out (CloudKit's limit).
     static let maximumUploadTokens = 200
 
-    func addAssetRoutes(to router: Router<BasicRequestContext>) {
+    func addRoutes(to router: Router<BasicRequestContext>) {
         router.post("/assets/1/upload/:token") { request, context -> Response in
             try await self.receiveUpload(request, token: context.parameters.get("token") ?? "")
         }
@@ -51,7 +57,7 @@ extension StratusApp {
     }
 
     private func millisecondsFromNow(_ duration: Duration) -> Int64 {
-        now() + duration.components.seconds * 1000
+        AssetLinks.millisecondsFromNow(duration)
     }
 
     // MARK: assets/upload
@@ -192,45 +198,7 @@ extension StratusApp {
 
     // MARK: Receipts
 
-    /// Checks the receipts of assets saved in the caller's `scope`: each must be one this server
-    /// sealed for this container, environment, database and user, for this record type and field
-    /// (a receipt from `assets/rereference` fits any), not expired, for this checksum and size.
-    func receiptCheck(_ caller: Caller, scope: DatabaseScope) -> ModifyRequest.ReceiptCheck {
-        let (sealer, containerID, environment, user, now) = (sealer, caller.container.id, caller.environment.rawValue, caller.user ?? "", now())
-        return { asset, recordType, field in
-            guard let receipt = asset.receipt, let payload = sealer.open(receipt, purpose: Self.receiptPurpose)?.objectValue else {
-                return .badRequest("field '\(field)': the asset's receipt is not one Stratus made; save the 'singleFile' the upload returned")
-            }
-            guard payload["c"] == .int(containerID), payload["e"]?.stringValue == environment,
-                  payload["d"]?.stringValue == scope.rawValue, payload["o"]?.stringValue == user else {
-                return .badRequest("field '\(field)': the asset's receipt was made for another container, environment, database or user; upload the file again for this one")
-            }
-            if let type = payload["t"]?.stringValue, type != recordType {
-                return .badRequest("field '\(field)': the asset's receipt is for a '\(type)' record, not a '\(recordType)'; ask assets/upload for this record type")
-            }
-            if let expected = payload["f"]?.stringValue, expected != field {
-                return .badRequest("field '\(field)': the asset's receipt is for field '\(expected)'; save it there, or ask assets/rereference for a receipt that fits any field")
-            }
-            guard case .int(let expires)? = payload["x"], expires > now else {
-                return .badRequest("field '\(field)': the asset's receipt expired; upload the file again (or ask assets/rereference)")
-            }
-            guard payload["k"]?.stringValue == asset.fileChecksum, payload["s"] == .int(asset.size) else {
-                return .badRequest("field '\(field)': the asset's fileChecksum or size is not what its upload returned; save the 'singleFile' as it came")
-            }
-            return nil
-        }
-    }
-
     // MARK: Download
-
-    /// The `downloadURL` of assets in records read by this request: signed, expiring, naming the
-    /// container and the exact content (so it serves nothing else).
-    func assetURL(containerID: Int64) -> @Sendable (AssetValue) -> String {
-        let (sealer, base, expires) = (sealer, downloadURLBase, millisecondsFromNow(configuration.downloadURLLifetime))
-        return { asset in
-            base + sealer.seal(["c": .int(containerID), "k": .string(asset.fileChecksum), "x": .int(expires)], purpose: Self.downloadPurpose)
-        }
-    }
 
     /// Serves an asset's bytes (all, or one `Range`), streamed from the store.
     func download(_ request: Request, token: String, context: BasicRequestContext) async throws -> Response {
@@ -334,14 +302,14 @@ extension StratusApp {
             let (owner, zone) = try request.sharedZoneName(request.body["zoneID"])
             guard let (_, records) = try await records.sharedLookup(containerID: containerID, environment: request.caller.environment,
                                                                     user: user, owner: owner, zone: zone, names: names) else {
-                throw Self.notShared(owner: owner, zone: zone)
+                throw SharesController.notShared(owner: owner, zone: zone)
             }
             found = records
         } else {
             let db = try request.database(requireUser: true)
             var records = try await records.lookup(db, zone: try request.zoneName(request.body["zoneID"]), names: names)
             if request.access != nil {
-                let readable = try await self.readable(Array(records.values), by: request, in: db)
+                let readable = try await schemas.readable(Array(records.values), by: request, in: db)
                 records = Dictionary(readable.map { ($0.recordName, $0) }, uniquingKeysWith: { a, _ in a })
             }
             found = records

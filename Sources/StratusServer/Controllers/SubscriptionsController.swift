@@ -1,3 +1,4 @@
+import Logging
 import StratusCore
 import StratusStore
 
@@ -5,7 +6,13 @@ import StratusStore
 /// subscriptions in the database they address. Query subscriptions live in the public and
 /// private databases, zone subscriptions in the private and shared ones, database subscriptions
 /// in the private and shared ones (as in CloudKit).
-extension StratusApp {
+struct SubscriptionsController: Sendable {
+    let records: RecordStore
+    let notifier: Notifier
+    let shares: SharesController
+    let schemas: SchemaReads
+    let logger: Logger
+
     /// The subscriber's view of the addressed database: subscriptions are kept per user, in every database.
     func subscriberDatabase(_ request: DataRequest) throws(StratusError) -> DatabaseRef {
         let user = try request.caller.requireUser(signInURL: request.signInURL)
@@ -64,13 +71,13 @@ extension StratusApp {
                 if type == "delete" {
                     guard let id = givenID else { throw .badRequest("\(key).subscription needs a string 'subscriptionID' to delete") }
                     try Subscription.validateID(id, key: "\(key).subscription.subscriptionID")
-                    try await wrap { try await self.records.deleteSubscription(db, id: id) }
+                    try await wrap(logger) { try await self.records.deleteSubscription(db, id: id) }
                     results.append(["subscriptionID": .string(id), "deleted": true])
                     continue
                 }
                 if type == "update", givenID == nil { throw .badRequest("\(key).subscription needs a string 'subscriptionID' to update") }
-                let subscription = try await wrap { try await self.parseSubscription(json, key: "\(key).subscription", request: request) }
-                try await wrap { try await self.records.saveSubscription(db, subscription, create: type == "create") }
+                let subscription = try await wrap(logger) { try await self.parseSubscription(json, key: "\(key).subscription", request: request) }
+                try await wrap(logger) { try await self.records.saveSubscription(db, subscription, create: type == "create") }
                 results.append(subscriptionJSON(subscription, request))
             } catch {
                 if error.code == .authenticationRequired { throw error }
@@ -114,9 +121,9 @@ extension StratusApp {
                 throw StratusError.badRequest("\(key).query is required for a query subscription: {\"recordType\": …, \"filterBy\": […]}")
             }
             let dataDB = try request.database(requireUser: true)
-            var query = try await parseQuery(queryJSON, db: dataDB)
+            var query = try await schemas.parseQuery(queryJSON, db: dataDB)
             // Refuses a type the caller's roles can never read (public database).
-            _ = try await restrict(&query, for: request, in: dataDB)
+            _ = try await schemas.restrict(&query, for: request, in: dataDB)
             subscription.query = query
             subscription.queryJSON = queryJSON
             subscription.firesOn = try Subscription.parseFiresOn(json["firesOn"], key: "\(key).firesOn")
@@ -132,7 +139,7 @@ extension StratusApp {
                 throw StratusError.badRequest("\(key).zoneID is required for a zone subscription")
             }
             if request.scope == .shared {
-                let access = try await shareAccess(request, zoneJSON, key: "\(key).zoneID")
+                let access = try await shares.shareAccess(request, zoneJSON, key: "\(key).zoneID")
                 (subscription.zoneName, subscription.zoneOwner) = (access.zone, access.ownerDB.owner)
             } else {
                 let dataDB = try request.database(requireUser: true)

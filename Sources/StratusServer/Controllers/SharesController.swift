@@ -3,12 +3,20 @@ import Hummingbird
 import StratusCore
 import StratusStore
 
-extension StratusApp {
+/// Shares: `records/resolve` and `records/accept`, the share keys of `cloudkit.share` records,
+/// and what a participant may reach in their shared database.
+struct SharesController: Sendable {
+    let admin: AdminStore
+    let records: RecordStore
+    let links: AssetLinks
+    /// The service's public URL, which a share's URL starts with.
+    let publicURL: String
+
     /// Most short GUIDs in one `records/resolve` or `records/accept`.
     static let maximumShortGUIDs = 50
 
     /// The URL a share is known by: the service's address and the share's short GUID.
-    func shareURL(_ shortGUID: String) -> String { "\(configuration.publicURL)/share/\(shortGUID)" }
+    func shareURL(_ shortGUID: String) -> String { "\(publicURL)/share/\(shortGUID)" }
 
     /// A participant dictionary (CKWS ref §3.9). Email addresses are shown only to the owner
     /// (who typed them) and to the participant themselves.
@@ -154,7 +162,7 @@ extension StratusApp {
         if let root = share.rootName { result["rootRecordName"] = .string(root) }
         if let record = found.first(where: { $0.recordName == share.shareName }) { result["share"] = record.wireJSON() }
         if fetchRoot, let root = share.rootName, let record = found.first(where: { $0.recordName == root }) {
-            result["rootRecord"] = record.wireJSON(RecordRendering(desiredKeys: desired, assetURL: assetURL(containerID: ownerDB.containerID)))
+            result["rootRecord"] = record.wireJSON(RecordRendering(desiredKeys: desired, assetURL: links.assetURL(containerID: ownerDB.containerID)))
         }
         if isOwner {
             result["participantType"] = .string(ParticipantType.owner.wireName)
@@ -171,9 +179,7 @@ extension StratusApp {
         }
         return .object(result)
     }
-}
 
-extension StratusApp {
     /// A share for the operator (`stratus share list`): everything, addresses included.
     func shareAdminJSON(_ share: ShareInfo) -> JSON {
         [
@@ -231,7 +237,7 @@ extension DataRequest {
     }
 }
 
-extension StratusApp {
+extension SharesController {
     /// What the caller may reach in a zone of their shared database; ZONE_NOT_FOUND when the
     /// zone is not shared with them (any more), exactly as for a zone that does not exist.
     func shareAccess(_ request: DataRequest, _ json: JSON?, key: String = "zoneID") async throws -> ShareAccess {
@@ -248,63 +254,9 @@ extension StratusApp {
         StratusError(.zoneNotFound, "zone '\(Names.printable(zone))' of '\(Names.printable(owner))' is not shared with you")
     }
 
-    func sharedZoneJSON(owner: String, zone: String, deleted: Bool = false) -> JSON {
+    static func sharedZoneJSON(owner: String, zone: String, deleted: Bool = false) -> JSON {
         let zoneID = DataRequest.sharedZoneIDJSON(owner: owner, zone: zone)
         return deleted ? ["zoneID": zoneID, "deleted": true] : ["zoneID": zoneID, "atomic": true]
     }
 
-    /// `zones/list` of the shared database: the zones shared with the caller that they accepted.
-    func listSharedZones(_ request: DataRequest) async throws -> JSON {
-        let user = try request.caller.requireUser(signInURL: request.signInURL)
-        let zones = try await records.sharedZones(containerID: request.caller.container.id, environment: request.caller.environment, user: user)
-        return ["zones": .array(zones.map { sharedZoneJSON(owner: $0.owner, zone: $0.zone) })]
-    }
-
-    /// `zones/lookup` of the shared database.
-    func lookupSharedZones(_ request: DataRequest, _ list: [JSON]) async throws -> JSON {
-        let uuid = newUUID()
-        var results: [JSON] = []
-        for item in list {
-            do {
-                let access = try await shareAccess(request, item, key: "zones[]")
-                results.append(sharedZoneJSON(owner: access.ownerDB.owner, zone: access.zone))
-            } catch let error as StratusError where error.code == .zoneNotFound {
-                results.append(error.dictionary(uuid: uuid, zoneID: item))
-            }
-        }
-        return ["zones": .array(results)]
-    }
-
-    /// `records/modify` in the shared database: written to the owner's zone as the participant.
-    func modifySharedRecords(_ request: DataRequest) async throws -> JSON {
-        let access = try await shareAccess(request, request.body["zoneID"])
-        var decoded = try ModifyRequest.decode(.object(request.body), newRecordName: { RandomUUID.string(uppercase: true) })
-        decoded.receipts = receiptCheck(request.caller, scope: .shared)
-        let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings, assetURL: assetURL(containerID: access.ownerDB.containerID))
-        let results = try await records.modify(access.ownerDB, zone: access.zone, request: decoded, caller: access.user, now: now(),
-                                               allowSchemaChanges: access.ownerDB.environment == .development, participant: access,
-                                               render: { $0.wireJSON(rendering) })
-        return try await modifyResponse(results, decoded: decoded, rendering: rendering, db: access.ownerDB, zone: access.zone, viewer: access.user)
-    }
-
-    /// `records/lookup` in the shared database.
-    func lookupSharedRecords(_ request: DataRequest, wanted: [(name: String, desired: Set<String>?)], numbersAsStrings: Bool) async throws -> JSON {
-        let user = try request.caller.requireUser(signInURL: request.signInURL)
-        let (owner, zone) = try request.sharedZoneName(request.body["zoneID"])
-        guard let (access, found) = try await records.sharedLookup(containerID: request.caller.container.id, environment: request.caller.environment,
-                                                                   user: user, owner: owner, zone: zone, names: wanted.map(\.name)) else {
-            throw Self.notShared(owner: owner, zone: zone)
-        }
-        var list = Array(found.values)
-        try await decorateShares(&list, db: access.ownerDB, zone: access.zone, viewer: access.user)
-        let byName = Dictionary(list.map { ($0.recordName, $0) }, uniquingKeysWith: { a, _ in a })
-        lazy var uuid = newUUID()
-        return ["records": .array(wanted.map { item in
-            guard let record = byName[item.name] else {
-                return StratusError(.notFound, "record '\(Names.printable(item.name))' does not exist").dictionary(uuid: uuid, recordName: item.name)
-            }
-            return record.wireJSON(RecordRendering(desiredKeys: item.desired, numbersAsStrings: numbersAsStrings,
-                                                   assetURL: assetURL(containerID: access.ownerDB.containerID)))
-        })]
-    }
 }

@@ -4,14 +4,23 @@ import Hummingbird
 import StratusCore
 import StratusStore
 
-extension StratusApp {
+/// `records/modify`, `records/lookup` and `records/query`, in every database.
+struct RecordsController: Sendable {
+    let records: RecordStore
+    let sealer: TokenSealer
+    let replicaReads: ReplicaReads?
+    let shares: SharesController
+    let schemas: SchemaReads
+    let links: AssetLinks
+    let queryShapes: QueryShapeNotes
+    /// Counts the writes refused for quota (`stratus usage`).
+    let rateLimiter: RateLimiter
+
     /// Most records named in one `records/lookup`.
     static let maximumLookup = 200
     /// Largest page of `records/query` and the change feeds.
     static let maximumPage = 200
     static let markerPurpose = "continuationMarker"
-
-    func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
     /// `records/modify`.
     func modifyRecords(_ request: DataRequest) async throws -> JSON {
@@ -20,23 +29,28 @@ extension StratusApp {
         let zone = try request.zoneName(request.body["zoneID"])
         let body = JSON.object(request.body)
         var decoded = try ModifyRequest.decode(body, newRecordName: { RandomUUID.string(uppercase: true) })
-        decoded.receipts = receiptCheck(request.caller, scope: request.scope)
+        decoded.receipts = links.receiptCheck(request.caller, scope: request.scope)
         let caller = db.owner.isEmpty ? (request.caller.user ?? "") : db.owner
-        let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings, assetURL: assetURL(containerID: db.containerID))
+        let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings, assetURL: links.assetURL(containerID: db.containerID))
         let results = try await records.modify(db, zone: zone, request: decoded, caller: caller, now: now(),
                                                allowSchemaChanges: db.environment == .development, access: request.access,
                                                render: { $0.wireJSON(rendering) })
-        return try await modifyResponse(results, decoded: decoded, rendering: rendering, db: db, zone: zone, viewer: request.caller.user)
+        return try await modifyResponse(results, decoded: decoded, rendering: rendering, db: db, zone: zone, viewer: request.caller.user, metered: request.metered)
     }
 
     /// The `records/modify` response: one record, deletion or error per operation; share records
     /// with their share keys for `viewer`.
     func modifyResponse(_ results: [ModifyResult], decoded: ModifyRequest, rendering: RecordRendering, db: DatabaseRef, zone: String,
-                        viewer: String?) async throws -> JSON {
+                        viewer: String?, metered: Bool) async throws -> JSON {
         // One id for the response's per-record errors, made only if there is one (two getrandom calls).
         lazy var uuid = newUUID()
+        let refused = results.reduce(Int64(0)) { count, result in
+            if case .failed(_, let error) = result, error.code == .quotaExceeded { return count + 1 }
+            return count
+        }
+        if metered { rateLimiter.noteRefused(refused, containerID: db.containerID, environment: db.environment) }
         var shareRecords = results.compactMap { if case .saved(let record) = $0, record.recordType == Record.shareType { return record } else { return nil } }
-        if !shareRecords.isEmpty { try await decorateShares(&shareRecords, db: db, zone: zone, viewer: viewer) }
+        if !shareRecords.isEmpty { try await shares.decorateShares(&shareRecords, db: db, zone: zone, viewer: viewer) }
         let items: [JSON] = results.enumerated().map { index, result in
             switch result {
             case .saved(var record):
@@ -77,11 +91,11 @@ extension StratusApp {
         var found = try await records.lookup(db, zone: zone, names: wanted.map(\.name))
         if found.values.contains(where: { $0.recordType == Record.shareType }), db.scope == .private {
             var list = Array(found.values)
-            try await decorateShares(&list, db: db, zone: zone, viewer: request.caller.user)
+            try await shares.decorateShares(&list, db: db, zone: zone, viewer: request.caller.user)
             for record in list { found[record.recordName] = record }
         }
-        let schema = request.access == nil ? nil : try await accessSchema(db, for: Array(found.values))
-        let assetURL = assetURL(containerID: db.containerID)
+        let schema = request.access == nil ? nil : try await schemas.accessSchema(db, for: Array(found.values))
+        let assetURL = links.assetURL(containerID: db.containerID)
         return ["records": .array(wanted.map { item in
             guard let record = found[item.name] else {
                 return StratusError(.notFound, "record '\(Names.printable(item.name))' does not exist").dictionary(uuid: uuid, recordName: item.name)
@@ -106,16 +120,16 @@ extension StratusApp {
         var visibleRoots: [String]?
         var viewer = ""
         if request.scope == .shared {
-            let access = try await shareAccess(request, request.body["zoneID"])
+            let access = try await shares.shareAccess(request, request.body["zoneID"])
             (db, zone, visibleRoots, viewer) = (access.ownerDB, access.zone, access.visibleRoots, access.user)
         } else {
             db = try request.database(requireUser: false)
             zone = try request.zoneName(request.body["zoneID"])
         }
-        var query = try await parseQuery(queryJSON, db: db)
+        var query = try await schemas.parseQuery(queryJSON, db: db)
         // A query narrowed to the caller's own records pages through them alone: its marker is theirs.
-        let narrowedTo = try await restrict(&query, for: request, in: db)
-        noteQueryShape(query, db: db)
+        let narrowedTo = try await schemas.restrict(&query, for: request, in: db)
+        queryShapes.note(query, db: db)
         let fingerprint = Self.fingerprint(["c": .int(db.containerID), "e": .string(db.environment.rawValue),
                                             "d": .string(request.scope.rawValue), "o": .string(narrowedTo ?? db.owner), "z": .string(zone),
                                             "v": .string(viewer), "q": queryJSON])
@@ -125,7 +139,7 @@ extension StratusApp {
         }
         let run = { (store: RecordStore) in try await store.query(db, zone: zone, query: query, limit: limit, after: cursor, visibleRoots: visibleRoots) }
         let page = if let replicaReads { try await replicaReads.read(primary: records, run) } else { try await run(records) }
-        let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings, assetURL: assetURL(containerID: db.containerID))
+        let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings, assetURL: links.assetURL(containerID: db.containerID))
         var response: [String: JSON] = ["records": .array(page.records.map { $0.wireJSON(rendering) })]
         if let next = page.next {
             response["continuationMarker"] = .string(sealer.seal([
@@ -135,22 +149,6 @@ extension StratusApp {
             ], purpose: Self.markerPurpose))
         }
         return .object(response)
-    }
-
-    /// Parses a query, reloading the schema once if it names something the cached copy lacks
-    /// (another process may have added it).
-    func parseQuery(_ json: JSON, db: DatabaseRef) async throws -> Query {
-        var schema = try await records.schemas.schema(containerID: db.containerID, environment: db.environment)
-        if let query = try? Query.parse(json, schema: schema), schema.recordTypes[query.recordType] != nil { return query }
-        let recordType = json["recordType"]?.stringValue
-        schema = try await records.schemas.reload(containerID: db.containerID, environment: db.environment)
-        if let recordType, Names.isIdentifier(recordType), schema.recordTypes[recordType] == nil {
-            if db.environment == .production {
-                throw StratusError.badRequest("unknown record type '\(recordType)': it is not in the production schema; save it in development, then deploy the schema")
-            }
-            throw StratusError.badRequest("unknown record type '\(recordType)': no record of that type was ever saved in this environment")
-        }
-        return try Query.parse(json, schema: schema)
     }
 
     func openMarker(_ text: String, fingerprint: String, sorts: Int) throws(StratusError) -> QueryCursor {
@@ -187,5 +185,38 @@ extension StratusApp {
     static func fingerprint(_ json: JSON) -> String {
         let digest = SHA256.hash(data: Data(JSONWriter.bytes(json)))
         return TokenSealer.base64url(Array(digest.prefix(16)))
+    }
+
+    /// `records/modify` in the shared database: written to the owner's zone as the participant.
+    func modifySharedRecords(_ request: DataRequest) async throws -> JSON {
+        let access = try await shares.shareAccess(request, request.body["zoneID"])
+        var decoded = try ModifyRequest.decode(.object(request.body), newRecordName: { RandomUUID.string(uppercase: true) })
+        decoded.receipts = links.receiptCheck(request.caller, scope: .shared)
+        let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings, assetURL: links.assetURL(containerID: access.ownerDB.containerID))
+        let results = try await records.modify(access.ownerDB, zone: access.zone, request: decoded, caller: access.user, now: now(),
+                                               allowSchemaChanges: access.ownerDB.environment == .development, participant: access,
+                                               render: { $0.wireJSON(rendering) })
+        return try await modifyResponse(results, decoded: decoded, rendering: rendering, db: access.ownerDB, zone: access.zone, viewer: access.user, metered: request.metered)
+    }
+
+    /// `records/lookup` in the shared database.
+    func lookupSharedRecords(_ request: DataRequest, wanted: [(name: String, desired: Set<String>?)], numbersAsStrings: Bool) async throws -> JSON {
+        let user = try request.caller.requireUser(signInURL: request.signInURL)
+        let (owner, zone) = try request.sharedZoneName(request.body["zoneID"])
+        guard let (access, found) = try await records.sharedLookup(containerID: request.caller.container.id, environment: request.caller.environment,
+                                                                   user: user, owner: owner, zone: zone, names: wanted.map(\.name)) else {
+            throw SharesController.notShared(owner: owner, zone: zone)
+        }
+        var list = Array(found.values)
+        try await shares.decorateShares(&list, db: access.ownerDB, zone: access.zone, viewer: access.user)
+        let byName = Dictionary(list.map { ($0.recordName, $0) }, uniquingKeysWith: { a, _ in a })
+        lazy var uuid = newUUID()
+        return ["records": .array(wanted.map { item in
+            guard let record = byName[item.name] else {
+                return StratusError(.notFound, "record '\(Names.printable(item.name))' does not exist").dictionary(uuid: uuid, recordName: item.name)
+            }
+            return record.wireJSON(RecordRendering(desiredKeys: item.desired, numbersAsStrings: numbersAsStrings,
+                                                   assetURL: links.assetURL(containerID: access.ownerDB.containerID)))
+        })]
     }
 }

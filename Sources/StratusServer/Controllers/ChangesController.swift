@@ -3,82 +3,15 @@ import Hummingbird
 import StratusCore
 import StratusStore
 
-extension StratusApp {
-    /// A sync token for a position in a zone's record feed (`zoneID` set) or in a database's zone feed.
-    func syncToken(_ db: DatabaseRef, zoneID: Int64?, cursor: FeedCursor) -> String {
-        Self.syncToken(db, zoneID: zoneID, cursor: cursor, sealer: syncSealer)
-    }
-
-    static func syncToken(_ db: DatabaseRef, zoneID: Int64?, cursor: FeedCursor, sealer: TokenSealer) -> String {
-        var payload: [String: JSON] = ["c": .int(db.containerID), "e": .string(db.environment.rawValue), "d": .string(db.scope.rawValue),
-                                       "o": .string(db.owner), "x": .int(cursor.position.xid), "s": .int(cursor.position.seq)]
-        if !cursor.pending.isEmpty { payload["p"] = .array(cursor.pending.map { .int($0) }) }
-        if let zoneID { payload["z"] = .int(zoneID) }
-        return sealer.seal(.object(payload), purpose: syncPurpose)
-    }
-
-    /// Opens a sync token and checks it was issued for this database (and zone); returns the cursor and the zone id it names.
-    ///
-    /// Tokens this server issued open with its sync-token key (or, issued before that key existed,
-    /// with its secret). A container restored from another server's export also takes that
-    /// server's tokens: they name the container by its id there, and their positions are moved by
-    /// the import's shift (`ContainerArchive`).
-    func openSyncToken(_ text: String, db: DatabaseRef, zoneScoped: Bool) async throws(StratusError) -> (FeedCursor, Int64?) {
-        let invalid = StratusError.badRequest("invalid syncToken: pass back a token from a previous response unchanged, or omit it to start from the beginning")
-        let native = syncSealer.open(text, purpose: Self.syncPurpose) ?? sealer.open(text, purpose: Self.syncPurpose)
-        if let native, native["c"] == .int(db.containerID) {
-            return try Self.cursor(native, db: db, zoneScoped: zoneScoped, shift: 0)
-        }
-        for imported in try await importedKeys(db.containerID) {
-            if let payload = TokenSealer(secret: imported.key).open(text, purpose: Self.syncPurpose), payload["c"] == .int(imported.sourceContainerID) {
-                return try Self.cursor(payload, db: db, zoneScoped: zoneScoped, shift: imported.shift)
-            }
-        }
-        if native != nil {
-            throw StratusError.badRequest("this syncToken was issued for another database, user or container; omit it to start from the beginning")
-        }
-        throw invalid
-    }
-
-    /// The sync-token keys of the servers `containerID` was imported from (cached until an invalidation of everything).
-    private func importedKeys(_ containerID: Int64) async throws(StratusError) -> [RecordStore.ImportedSyncKey] {
-        if let known = importedSyncKeys.withLock({ $0[containerID] }) { return known }
-        let keys: [RecordStore.ImportedSyncKey]
-        do {
-            keys = try await records.importedSyncKeys(containerID: containerID)
-        } catch {
-            throw (error as? StratusError) ?? StratusError(.tryAgainLater, "the sync token could not be checked right now; retry", retryAfter: 1, underlying: error)
-        }
-        importedSyncKeys.withLock { $0[containerID] = keys }
-        return keys
-    }
-
-    /// The cursor of an opened token, checked against the database (its container already matched).
-    static func cursor(_ payload: JSON, db: DatabaseRef, zoneScoped: Bool, shift: Int64) throws(StratusError) -> (FeedCursor, Int64?) {
-        guard case .int(let xid)? = payload["x"], case .int(let seq)? = payload["s"] else {
-            throw StratusError.badRequest("invalid syncToken: pass back a token from a previous response unchanged, or omit it to start from the beginning")
-        }
-        guard payload["e"] == .string(db.environment.rawValue), payload["d"] == .string(db.scope.rawValue), payload["o"] == .string(db.owner) else {
-            throw StratusError.badRequest("this syncToken was issued for another database, user or container; omit it to start from the beginning")
-        }
-        var zoneID: Int64?
-        if case .int(let id)? = payload["z"] { zoneID = id }
-        guard (zoneID != nil) == zoneScoped else {
-            throw StratusError.badRequest("this syncToken is for a \(zoneID == nil ? "database" : "zone") change feed, not this one")
-        }
-        // Positions move by an import's shift; one that would leave 64 bits is no position of ours.
-        func shifted(_ xid: Int64) throws(StratusError) -> Int64 {
-            let (moved, overflow) = xid.subtractingReportingOverflow(shift)
-            if overflow { throw StratusError.badRequest("invalid syncToken: pass back a token from a previous response unchanged, or omit it to start from the beginning") }
-            return moved
-        }
-        var pending: [Int64] = []
-        for value in payload["p"]?.arrayValue ?? [] {
-            guard case .int(let xid) = value else { throw StratusError.badRequest("invalid syncToken") }
-            pending.append(try shifted(xid))
-        }
-        return (FeedCursor(position: ChangePosition(xid: try shifted(xid), seq: seq), pending: pending), zoneID)
-    }
+/// `changes/zone`, `records/changes`, `changes/database` and `zones/changes`: the change feeds
+/// and their sync tokens.
+struct ChangesController: Sendable {
+    let records: RecordStore
+    let tokens: SyncTokens
+    let replicaReads: ReplicaReads?
+    let shares: SharesController
+    let schemas: SchemaReads
+    let links: AssetLinks
 
     /// `changes/zone` (and, with one zone, the older `records/changes`).
     func zoneChanges(_ request: DataRequest) async throws -> JSON {
@@ -128,7 +61,7 @@ extension StratusApp {
         var expectedZone: Int64?
         if let tokenText = try Wire.string(options["syncToken"], key: "syncToken") {
             do throws(StratusError) {
-                (cursor, expectedZone) = try await openSyncToken(tokenText, db: db, zoneScoped: true)
+                (cursor, expectedZone) = try await tokens.open(tokenText, db: db, zoneScoped: true)
             } catch {
                 return error.dictionary(uuid: uuid, zoneID: zoneIDJSON)
             }
@@ -144,20 +77,20 @@ extension StratusApp {
             return StratusError(.zoneNotFound, "zone '\(name)' does not exist").dictionary(uuid: uuid, zoneID: zoneIDJSON)
         }
         let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings,
-                                        assetURL: assetURL(containerID: request.caller.container.id))
-        var items = try await readable(page.items, by: request, in: db)
-        if db.scope == .private { try await decorateShares(&items, db: db, zone: name, viewer: db.owner) }
+                                        assetURL: links.assetURL(containerID: request.caller.container.id))
+        var items = try await schemas.readable(page.items, by: request, in: db)
+        if db.scope == .private { try await shares.decorateShares(&items, db: db, zone: name, viewer: db.owner) }
         return [
             "zoneID": request.zoneIDJSON(name),
             "records": .array(items.map { $0.wireJSON(rendering) }),
-            "syncToken": .string(syncToken(db, zoneID: zoneID, cursor: page.cursor)),
+            "syncToken": .string(tokens.token(db, zoneID: zoneID, cursor: page.cursor)),
             "moreComing": .bool(page.moreComing),
         ]
     }
 
     /// The options of a zone's change feed: page size, desired keys and record types, numbers as strings.
     static func feedOptions(_ options: [String: JSON]) throws(StratusError) -> (Int, Set<String>?, Set<String>?, Bool) {
-        let limit = try Wire.resultsLimit(options["resultsLimit"], maximum: Self.maximumPage)
+        let limit = try Wire.resultsLimit(options["resultsLimit"], maximum: RecordsController.maximumPage)
         let desired = try Wire.stringSet(options["desiredKeys"], key: "desiredKeys")
         let types = try Wire.stringSet(options["desiredRecordTypes"], key: "desiredRecordTypes")
         let numbersAsStrings = try Wire.bool(options["numbersAsStrings"] ?? options["numberAsStrings"], key: "numbersAsStrings") ?? false
@@ -173,7 +106,7 @@ extension StratusApp {
         let zoneIDJSON = options["zoneID"] ?? .null
         let access: ShareAccess
         do {
-            access = try await shareAccess(request, zoneIDJSON, key: key.isEmpty ? "zoneID" : "\(key).zoneID")
+            access = try await shares.shareAccess(request, zoneIDJSON, key: key.isEmpty ? "zoneID" : "\(key).zoneID")
         } catch let error as StratusError where error.code == .zoneNotFound {
             return error.dictionary(uuid: uuid, zoneID: zoneIDJSON)
         }
@@ -182,7 +115,7 @@ extension StratusApp {
         var cursor = FeedCursor()
         if let tokenText = try Wire.string(options["syncToken"], key: "syncToken") {
             do throws(StratusError) {
-                let (opened, zoneID) = try await openSyncToken(tokenText, db: db, zoneScoped: true)
+                let (opened, zoneID) = try await tokens.open(tokenText, db: db, zoneScoped: true)
                 guard zoneID == access.zoneID else {
                     throw StratusError.badRequest("the syncToken is from another zone, or from this zone before it was deleted and made again; fetch its changes again without a token")
                 }
@@ -193,13 +126,13 @@ extension StratusApp {
         }
         let page = try await records.sharedZoneChanges(access, after: cursor, limit: limit, recordTypes: types)
         var items = page.items
-        try await decorateShares(&items, db: access.ownerDB, zone: access.zone, viewer: access.user)
+        try await shares.decorateShares(&items, db: access.ownerDB, zone: access.zone, viewer: access.user)
         let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings,
-                                        assetURL: assetURL(containerID: request.caller.container.id))
+                                        assetURL: links.assetURL(containerID: request.caller.container.id))
         return [
             "zoneID": DataRequest.sharedZoneIDJSON(owner: access.ownerDB.owner, zone: access.zone),
             "records": .array(items.map { $0.wireJSON(rendering) }),
-            "syncToken": .string(syncToken(db, zoneID: access.zoneID, cursor: page.cursor)),
+            "syncToken": .string(tokens.token(db, zoneID: access.zoneID, cursor: page.cursor)),
             "moreComing": .bool(page.moreComing),
         ]
     }
@@ -209,24 +142,24 @@ extension StratusApp {
         let tokenKey = legacy ? "metaSyncToken" : "syncToken"
         let db = request.scope == .shared ? request.sharedDatabase(user: try request.caller.requireUser(signInURL: request.signInURL))
             : try request.database(requireUser: false)
-        let limit = try Wire.resultsLimit(request.body["resultsLimit"], maximum: Self.maximumPage)
+        let limit = try Wire.resultsLimit(request.body["resultsLimit"], maximum: RecordsController.maximumPage)
         var cursor = FeedCursor()
         if let tokenText = try Wire.string(request.body[tokenKey] ?? request.body["syncToken"], key: tokenKey) {
-            (cursor, _) = try await openSyncToken(tokenText, db: db, zoneScoped: false)
+            (cursor, _) = try await tokens.open(tokenText, db: db, zoneScoped: false)
         }
         if request.scope == .shared {
             let page = try await records.sharedDatabaseChanges(containerID: db.containerID, environment: db.environment, user: db.owner,
                                                                after: cursor, limit: limit)
             return [
-                "zones": .array(page.items.map { sharedZoneJSON(owner: $0.owner, zone: $0.zone, deleted: $0.deleted) }),
-                tokenKey: .string(syncToken(db, zoneID: nil, cursor: page.cursor)),
+                "zones": .array(page.items.map { SharesController.sharedZoneJSON(owner: $0.owner, zone: $0.zone, deleted: $0.deleted) }),
+                tokenKey: .string(tokens.token(db, zoneID: nil, cursor: page.cursor)),
                 "moreComing": .bool(page.moreComing),
             ]
         }
         let page = try await records.databaseChanges(db, after: cursor, limit: limit)
         return [
-            "zones": .array(page.items.map { zoneJSON(request, $0) }),
-            tokenKey: .string(syncToken(db, zoneID: nil, cursor: page.cursor)),
+            "zones": .array(page.items.map { ZonesController.zoneJSON(request, $0) }),
+            tokenKey: .string(tokens.token(db, zoneID: nil, cursor: page.cursor)),
             "moreComing": .bool(page.moreComing),
         ]
     }

@@ -1,0 +1,20 @@
+import Foundation
+import Logging
+import StratusCore
+
+/// The time now, in milliseconds since 1970 (how records and tokens carry time).
+func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+/// Runs `body`, turning a thrown `StratusError` into a typed throw and rethrowing anything else as
+/// internal (logged with the id the answer quotes).
+func wrap<T: Sendable>(_ logger: Logger, _ body: () async throws -> T) async throws(StratusError) -> T {
+    do {
+        return try await body()
+    } catch let error as StratusError {
+        throw error
+    } catch {
+        let uuid = newUUID()
+        logger.error("internal error", metadata: ["stratus.error_id": "\(uuid)", "stratus.error": "\(String(reflecting: error))"])
+        throw StratusError(.internalError, "the server failed to handle the request; quote \(uuid) when reporting it", underlying: error)
+    }
+}
