@@ -52,13 +52,13 @@ public struct StratusError: Error, Sendable, CustomStringConvertible {
     public var retryAfter: Int?
     /// Where to sign in, with ``Code/authenticationRequired``.
     public var redirectURL: String?
-    /// The server's record (wire JSON), with ``Code/conflict`` and ``Code/exists``.
-    public var serverRecord: JSON?
+    /// The server's record, with ``Code/conflict`` and ``Code/exists`` (the server renders it).
+    public var serverRecord: Record?
     /// The cause, for the log only.
     public var underlying: (any Error)?
 
     public init(_ code: Code, _ reason: String, retryAfter: Int? = nil, redirectURL: String? = nil,
-                serverRecord: JSON? = nil, underlying: (any Error)? = nil) {
+                serverRecord: Record? = nil, underlying: (any Error)? = nil) {
         self.code = code
         self.reason = reason
         self.retryAfter = retryAfter

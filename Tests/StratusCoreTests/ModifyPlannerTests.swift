@@ -7,7 +7,7 @@ import Testing
     }
 
     func plan(_ request: ModifyRequest, current: [String: Record] = [:], schema: Schema = Schema(), allow: Bool = true) -> ModifyPlanner.BatchPlan {
-        ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allow, caller: "_u", now: 1000, render: { $0.wireJSON() })
+        ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allow, caller: "_u", now: 1000)
     }
 
     func error(_ outcome: Result<PlannedWrite, StratusError>) -> String? {
@@ -44,7 +44,7 @@ import Testing
         let stale = plan(try request([["operationType": "update", "record": ["recordName": "a", "recordChangeTag": "z", "fields": ["x": ["value": 2]]]]]),
                          current: ["a": existing])
         #expect(error(stale.outcomes[0]) == "CONFLICT")
-        if case .failure(let conflict) = stale.outcomes[0] { #expect(conflict.serverRecord?["recordChangeTag"] == "10") }
+        if case .failure(let conflict) = stale.outcomes[0] { #expect(conflict.serverRecord?.changeTag == "10") }
         let fresh = plan(try request([["operationType": "update", "record": ["recordName": "a", "recordChangeTag": "10", "fields": ["x": ["value": 2]]]]]),
                          current: ["a": existing])
         guard case .success(.save(let record, _)) = fresh.outcomes[0] else { Issue.record("not saved"); return }

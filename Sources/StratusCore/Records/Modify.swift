@@ -71,7 +71,7 @@ public struct ModifyRequest: Sendable {
         return desiredKeys
     }
     /// Decodes the structure of a `records/modify` body. Field values stay raw until
-    /// ``ModifyPlanner/plan(_:current:schema:allowSchemaChanges:caller:now:render:)`` knows each record's type.
+    /// ``ModifyPlanner/plan(_:current:schema:allowSchemaChanges:caller:now:access:)`` knows each record's type.
     ///
     /// - Parameters:
     ///   - body: the request JSON.
@@ -220,7 +220,7 @@ public enum ModifyPlanner {
     ///   - access: the caller's security roles in the public database; `nil` elsewhere (a private
     ///     database is its owner's alone).
     public static func plan(_ request: ModifyRequest, current: [String: Record], schema: Schema, allowSchemaChanges: Bool,
-                            caller: String, now: Int64, render: (Record) -> JSON, access: RecordAccess? = nil) -> BatchPlan {
+                            caller: String, now: Int64, access: RecordAccess? = nil) -> BatchPlan {
         var pending = schema
         var additions: [SchemaAddition] = []
         var outcomes: [Result<PlannedWrite, StratusError>] = []
@@ -248,7 +248,7 @@ public enum ModifyPlanner {
                 if let access, let denial = denial(of: op, live: live, access: access, schema: trial) {
                     throw denial
                 }
-                var outcome = plan(op, current: existing, caller: caller, now: now, render: render)
+                var outcome = plan(op, current: existing, caller: caller, now: now)
                 if let access, let live, case .failure(let error) = outcome, error.serverRecord != nil,
                    !access.allows(.read, on: live.recordType, creator: live.createdBy, in: trial) {
                     // EXISTS or CONFLICT carry the stored record: not to a caller who may not read it.
@@ -385,21 +385,19 @@ public enum ModifyPlanner {
     ///   - current: the record's current row (`nil` or a tombstone when it does not exist).
     ///   - caller: the user record name of the writer.
     ///   - now: milliseconds since the epoch.
-    ///   - render: how to render the server record carried by CONFLICT and EXISTS errors.
-    public static func plan(_ op: ModifyOperation, current: Record?, caller: String, now: Int64,
-                            render: (Record) -> JSON) -> Result<PlannedWrite, StratusError> {
+    public static func plan(_ op: ModifyOperation, current: Record?, caller: String, now: Int64) -> Result<PlannedWrite, StratusError> {
         let live = current.flatMap { $0.deleted ? nil : $0 }
         if let live, let recordType = op.recordType, recordType != live.recordType, op.type != .create {
             return .failure(.badRequest("record '\(Names.printable(op.recordName))' is a '\(live.recordType)'; its recordType cannot change to '\(recordType)'"))
         }
         if op.type.needsChangeTag, let live, op.changeTag != live.changeTag {
             return .failure(StratusError(.conflict, "record '\(Names.printable(op.recordName))' was changed by someone else (server tag \(live.changeTag), yours \(op.changeTag ?? "none")); fetch it, merge and retry",
-                                         serverRecord: render(live)))
+                                         serverRecord: live))
         }
         switch op.type {
         case .create:
             if let live {
-                return .failure(StratusError(.exists, "record '\(Names.printable(op.recordName))' already exists", serverRecord: render(live)))
+                return .failure(StratusError(.exists, "record '\(Names.printable(op.recordName))' already exists", serverRecord: live))
             }
             return .success(.save(newRecord(op, caller: caller, now: now, base: current), isNew: current == nil))
         case .update, .replace:

@@ -33,8 +33,7 @@ struct RecordsController: Sendable {
         let caller = db.owner.isEmpty ? (request.caller.user ?? "") : db.owner
         let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings, assetURL: links.assetURL(containerID: db.containerID))
         let results = try await records.modify(db, zone: zone, request: decoded, caller: caller, now: now(),
-                                               allowSchemaChanges: db.environment == .development, access: request.access,
-                                               render: { $0.wireJSON(rendering) })
+                                               allowSchemaChanges: db.environment == .development, access: request.access)
         return try await modifyResponse(results, decoded: decoded, rendering: rendering, db: db, zone: zone, viewer: request.caller.user, metered: request.metered)
     }
 
@@ -61,7 +60,7 @@ struct RecordsController: Sendable {
             case .deleted(let name):
                 return ["recordName": .string(name), "deleted": true]
             case .failed(let name, let error):
-                return error.dictionary(uuid: uuid, recordName: name)
+                return error.dictionary(uuid: uuid, recordName: name, rendering: rendering)
             }
         }
         return ["records": .array(items)]
@@ -194,8 +193,7 @@ struct RecordsController: Sendable {
         decoded.receipts = links.receiptCheck(request.caller, scope: .shared)
         let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings, assetURL: links.assetURL(containerID: access.ownerDB.containerID))
         let results = try await records.modify(access.ownerDB, zone: access.zone, request: decoded, caller: access.user, now: now(),
-                                               allowSchemaChanges: access.ownerDB.environment == .development, participant: access,
-                                               render: { $0.wireJSON(rendering) })
+                                               allowSchemaChanges: access.ownerDB.environment == .development, participant: access)
         return try await modifyResponse(results, decoded: decoded, rendering: rendering, db: access.ownerDB, zone: access.zone, viewer: access.user, metered: request.metered)
     }
 

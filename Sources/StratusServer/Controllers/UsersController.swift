@@ -47,7 +47,7 @@ struct UsersController: Sendable {
         let body: JSON = ["operations": [["operationType": "create", "record": ["recordName": .string(user), "recordType": .string(SystemRole.usersRecordType)]]]]
         let request = try ModifyRequest.decode(body, newRecordName: { user })
         _ = try await records.modify(db, zone: Names.defaultZone, request: request, caller: user, now: now(),
-                                     allowSchemaChanges: environment == .development, access: nil, render: { _ in .null })
+                                     allowSchemaChanges: environment == .development, access: nil)
     }
 
     /// Most lookup infos or users in one discovery or lookup request.

@@ -45,9 +45,9 @@ extension StratusApp {
             let (plan, counts, applied, version) = try await self.records.schemas.deploy(containerID: container.id, by: grant.actor, dryRun: dryRun)
             let response = try await self.planResponse(plan, counts: counts, containerID: container.id, applied: applied, version: version)
             if !plan.refused.isEmpty {
-                var error = StratusError(.badRequest, "the deploy is refused: production is additive only (\(plan.refused.count) refused change\(plan.refused.count == 1 ? "" : "s")); nothing was changed")
-                error.serverRecord = response
-                throw error
+                // The plan goes with the refusal, for the client to show what was refused.
+                return StratusError(.badRequest, "the deploy is refused: production is additive only (\(plan.refused.count) refused change\(plan.refused.count == 1 ? "" : "s")); nothing was changed")
+                    .response(uuid: newUUID(), details: ["serverRecord": response])
             }
             return .json(response)
         }

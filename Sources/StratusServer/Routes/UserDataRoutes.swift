@@ -91,7 +91,7 @@ extension StratusApp {
                 }
                 let request = try ModifyRequest.decode(["operations": .array(operations)], newRecordName: { RandomUUID.string(uppercase: true) })
                 let results = try await records.modify(publicDB, zone: Names.defaultZone, request: request, caller: user, now: now(),
-                                                       allowSchemaChanges: false, render: { $0.wireJSON() })
+                                                       allowSchemaChanges: false)
                 erasure.publicRecords += results.filter { if case .deleted = $0 { return true } else { return false } }.count
             }
         }

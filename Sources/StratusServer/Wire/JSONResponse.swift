@@ -24,8 +24,11 @@ extension Response {
 extension StratusError {
     /// The CKWS error dictionary. `uuid` identifies the failure in the server log. `zoneID` is the
     /// zone the request named, echoed as a zone ID dictionary (its string `zoneName` and
-    /// `ownerRecordName`) and left out when the client sent something else there.
-    func dictionary(uuid: String, recordName: String? = nil, zoneID: JSON? = nil) -> JSON {
+    /// `ownerRecordName`) and left out when the client sent something else there. A server record
+    /// is rendered as the request renders records (`rendering`). `details`: members a management
+    /// answer adds (a refused deploy's plan, as `serverRecord`).
+    func dictionary(uuid: String, recordName: String? = nil, zoneID: JSON? = nil, rendering: RecordRendering = RecordRendering(),
+                    details: [String: JSON] = [:]) -> JSON {
         var members: [String: JSON] = [
             "uuid": .string(uuid),
             "serverErrorCode": .string(code.name),
@@ -33,7 +36,8 @@ extension StratusError {
         ]
         if let retryAfter { members["retryAfter"] = .int(Int64(retryAfter)) }
         if let redirectURL { members["redirectURL"] = .string(redirectURL) }
-        if let serverRecord { members["serverRecord"] = serverRecord }
+        if let serverRecord { members["serverRecord"] = serverRecord.wireJSON(rendering) }
+        for (key, value) in details { members[key] = value }
         if let recordName { members["recordName"] = .string(recordName) }
         if let zoneID = zoneID.flatMap(Self.echoedZoneID) { members["zoneID"] = zoneID }
         return .object(members)
@@ -50,11 +54,11 @@ extension StratusError {
     }
 
     /// The whole-request error response (its code noted for `/metrics`).
-    func response(uuid: String) -> Response {
+    func response(uuid: String, details: [String: JSON] = [:]) -> Response {
         RequestID.state?.errorCode = code.name
         var headers: HTTPFields = [:]
         if let retryAfter { headers[.retryAfter] = String(retryAfter) }
-        return .json(dictionary(uuid: uuid), status: HTTPResponse.Status(code: code.httpStatus), headers: headers)
+        return .json(dictionary(uuid: uuid, details: details), status: HTTPResponse.Status(code: code.httpStatus), headers: headers)
     }
 
     /// A request body that is too large: HTTP 413 with `BAD_REQUEST`.

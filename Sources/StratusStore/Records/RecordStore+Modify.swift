@@ -32,12 +32,11 @@ extension RecordStore {
     /// `participant`: the request comes through the shared database from a participant of a share
     /// in this zone (`db` is the owner's private database): they see and write only what their shares allow.
     public func modify(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: String, now: Int64,
-                       allowSchemaChanges: Bool, access: RecordAccess? = nil, participant: ShareAccess? = nil,
-                       render: @escaping @Sendable (Record) -> JSON) async throws -> [ModifyResult] {
+                       allowSchemaChanges: Bool, access: RecordAccess? = nil, participant: ShareAccess? = nil) async throws -> [ModifyResult] {
         try await ensureUsageScopes(db)
         if request.operations.count == 1, testHooks.beforeCommit == nil, participant == nil,
            let results = try await modifyOne(db, zone: zone, request: request, caller: caller, now: now,
-                                             allowSchemaChanges: allowSchemaChanges, access: access, render: render) {
+                                             allowSchemaChanges: allowSchemaChanges, access: access) {
             return results
         }
         let atomic = request.atomic && zone != Names.defaultZone
@@ -71,7 +70,7 @@ extension RecordStore {
                 }
                 var schema = try await schemas.schema(containerID: db.containerID, environment: db.environment)
                 var plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
-                                              caller: caller, now: now, render: render, access: access)
+                                              caller: caller, now: now, access: access)
                 let failedInProduction = !allowSchemaChanges && plan.outcomes.contains { if case .failure(let error) = $0 { return error.code == .badRequest } else { return false } }
                 let denied = plan.outcomes.contains { if case .failure(let error) = $0 { return error.code == .accessDenied } else { return false } }
                 if !plan.schemaAdditions.isEmpty || failedInProduction || denied {
@@ -81,7 +80,7 @@ extension RecordStore {
                     // Read before this transaction writes anything: what it finds serves every request.
                     schemas.remember(schema, containerID: db.containerID, environment: db.environment)
                     plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
-                                              caller: caller, now: now, render: render, access: access)
+                                              caller: caller, now: now, access: access)
                 }
                 var outcomes = plan.outcomes
                 try await checkReferences(db, zoneID: zoneID, zone: zone, outcomes: &outcomes, on: connection)
@@ -159,7 +158,7 @@ extension RecordStore {
     /// locked read decides the error), references (checked in the transaction), assets (marked
     /// used and referenced in the transaction), or fields new to the schema.
     func modifyOne(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: String, now: Int64,
-                   allowSchemaChanges: Bool, access: RecordAccess?, render: @escaping @Sendable (Record) -> JSON) async throws -> [ModifyResult]? {
+                   allowSchemaChanges: Bool, access: RecordAccess?) async throws -> [ModifyResult]? {
         let names = request.recordNames.compactMap { $0 }
         // A create in a custom zone written before needs no read: the record must not exist, and
         // the write checks that, and that the zone is still live and still the one named, itself.
@@ -171,7 +170,7 @@ extension RecordStore {
         func plainSave(current: [String: Record]) async throws -> (plan: ModifyPlanner.BatchPlan, record: Record, schema: Schema)? {
             let schema = try await schemas.schema(containerID: db.containerID, environment: db.environment)
             let plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
-                                          caller: caller, now: now, render: render, access: access)
+                                          caller: caller, now: now, access: access)
             guard plan.schemaAdditions.isEmpty, plan.outcomes.count == 1, case .success(.save(let record, _)) = plan.outcomes[0],
                   !record.fields.values.contains(where: { !Self.references(in: $0).isEmpty || !$0.assets.isEmpty }),
                   record.recordType != Record.shareType, let op = plan.operations[0], op.parent == .keep, !op.createShortGUID else { return nil }
