@@ -34,6 +34,10 @@ public final class StratusApp: Sendable {
     let bodies: RequestBodies
     /// The data API and its controllers.
     let dataAPI: DataAPI
+    /// The management API's authorization, for its routes and the console.
+    let gate: ManagementGate
+    /// Records of any database, for operators.
+    let managedRecords: ManagedRecordsController
     /// Rate limits and request metering (shared with the other server processes through PostgreSQL).
     public let rateLimiter: RateLimiter
     /// Notifications for subscriptions, and the web courier polls waiting for them.
@@ -91,12 +95,15 @@ public final class StratusApp: Sendable {
             logger.error("the read replicas' URLs are not valid; every read goes to the primary", metadata: ["stratus.error": "\(error)"])
             self.replicaReads = nil
         }
+        self.gate = ManagementGate(admin: admin, authenticator: authenticator, adminToken: configuration.adminToken)
         self.queryShapes = QueryShapeNotes(schemas: records.schemas, logger: logger)
         self.bodies = RequestBodies(maximumBodyBytes: configuration.maximumBodyBytes)
         self.dataAPI = DataAPI.make(records: records, admin: admin, assets: assets, sealer: sealer, syncSealer: syncSealer,
                                     importedSyncKeys: importedSyncKeys, authenticator: authenticator, notifier: notifier,
                                     rateLimiter: rateLimiter, replicaReads: replicaReads, queryShapes: queryShapes, bodies: bodies,
                                     configuration: configuration, downloadURLBase: configuration.publicURL + AssetsController.downloadPathPrefix, logger: logger)
+        self.managedRecords = ManagedRecordsController(gate: gate, admin: admin, authenticator: authenticator, records: dataAPI.records,
+                                                       zones: dataAPI.zones)
         let (authenticator, schemas, rateLimiter, notifier) = (self.authenticator, self.records.schemas, self.rateLimiter, self.notifier)
         invalidations.subscribe { [weak self] event in
             if event == .all { self?.importedSyncKeys.byContainer.withLock { $0 = [:] } }

@@ -53,25 +53,25 @@ extension Bench {
             let record = Int.random(in: 0..<max(1, state.recordsPerZone), using: &random)
             switch workload {
             case .lookup:
-                return Request(path: base + "records/lookup" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"records":[{"recordName":"rec-\#(record)"}]}"#.utf8), records: 1)
+                return Request(path: base + DataOperation.recordsLookup.rawValue + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"records":[{"recordName":"rec-\#(record)"}]}"#.utf8), records: 1)
             case .create:
                 // The name ends with when it was sent: a poll times its notification by it (--pollers).
                 let op = BenchRecord.create("n-\(worker)-\(sequence)-\(UInt32.random(in: 0...UInt32.max, using: &random))-t\(BenchPollers.now())", index: record, rank: Int.random(in: 0..<1_048_576, using: &random),
                                             titlePrefix: BenchRecord.writtenTitlePrefix)
-                return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"operations":[\#(op)]}"#.utf8), records: 1)
+                return Request(path: base + DataOperation.recordsModify.rawValue + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"operations":[\#(op)]}"#.utf8), records: 1)
             case .modify:
                 let op = BenchRecord.create("rec-\(record)", index: record, rank: Int.random(in: 0..<1_048_576, using: &random), operation: "forceUpdate")
-                return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"operations":[\#(op)]}"#.utf8), records: 1)
+                return Request(path: base + DataOperation.recordsModify.rawValue + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"operations":[\#(op)]}"#.utf8), records: 1)
             case .batch:
                 let ops = (0..<100).map { BenchRecord.create("b-\(worker)-\(sequence)-\($0)-\(UInt32.random(in: 0...UInt32.max, using: &random))", index: $0, rank: Int.random(in: 0..<1_048_576, using: &random),
                                                         titlePrefix: BenchRecord.writtenTitlePrefix) }.joined(separator: ",")
-                return Request(path: base + "records/modify" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"atomic":false,"operations":[\#(ops)]}"#.utf8), records: 100)
+                return Request(path: base + DataOperation.recordsModify.rawValue + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"atomic":false,"operations":[\#(ops)]}"#.utf8), records: 100)
             case .queryEq:
-                return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"query":{"recordType":"Item","filterBy":[{"fieldName":"title","comparator":"EQUALS","fieldValue":{"value":"\#(BenchRecord.seededTitlePrefix)\#(Int.random(in: 0..<BenchRecord.titles(perZone: state.recordsPerZone), using: &random))"}}]}}"#.utf8), records: 10)
+                return Request(path: base + DataOperation.recordsQuery.rawValue + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"query":{"recordType":"Item","filterBy":[{"fieldName":"title","comparator":"EQUALS","fieldValue":{"value":"\#(BenchRecord.seededTitlePrefix)\#(Int.random(in: 0..<BenchRecord.titles(perZone: state.recordsPerZone), using: &random))"}}]}}"#.utf8), records: 10)
             case .queryRange:
-                return Request(path: base + "records/query" + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"resultsLimit":100,"query":{"recordType":"Item","filterBy":[{"fieldName":"rank","comparator":"GREATER_THAN_OR_EQUALS","fieldValue":{"value":\#(Int.random(in: 0..<524_288, using: &random))}}],"sortBy":[{"fieldName":"rank"}]}}"#.utf8), records: 100)
+                return Request(path: base + DataOperation.recordsQuery.rawValue + query, body: Array(#"{"zoneID":{"zoneName":"\#(zone)"},"resultsLimit":100,"query":{"recordType":"Item","filterBy":[{"fieldName":"rank","comparator":"GREATER_THAN_OR_EQUALS","fieldValue":{"value":\#(Int.random(in: 0..<524_288, using: &random))}}],"sortBy":[{"fieldName":"rank"}]}}"#.utf8), records: 100)
             case .changes:
-                return Request(path: base + "changes/zone" + query, body: Array(#"{"zones":[{"zoneID":{"zoneName":"\#(zone)"},"resultsLimit":100}]}"#.utf8), records: 100)
+                return Request(path: base + DataOperation.changesZone.rawValue + query, body: Array(#"{"zones":[{"zoneID":{"zoneName":"\#(zone)"},"resultsLimit":100}]}"#.utf8), records: 100)
             case .sharedLookup:
                 let path = "/database/1/\(tenant.container)/development/shared/records/lookup?" + (tenant.sharedQuery ?? "")
                 return Request(path: path, body: Array(#"{"zoneID":{"zoneName":"\#(zone)","ownerRecordName":"\#(tenant.owner ?? "")"},"records":[{"recordName":"rec-\#(record)"}]}"#.utf8), records: 1)

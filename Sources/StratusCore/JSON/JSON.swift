@@ -19,6 +19,17 @@ public enum JSON: Sendable, Equatable {
     case raw([UInt8])
 
     /// The value of `key` when this is an object.
+    /// The value with every `raw` part parsed into values, for a reader that looks inside (the
+    /// service writes records it read as raw bytes; the console reads their members).
+    public var expanded: JSON {
+        switch self {
+        case .raw(let bytes): (try? JSONParser.parse(bytes)) ?? .null
+        case .array(let elements): .array(elements.map(\.expanded))
+        case .object(let members): .object(members.mapValues(\.expanded))
+        default: self
+        }
+    }
+
     public subscript(key: String) -> JSON? {
         if case .object(let members) = self { return members[key] }
         return nil

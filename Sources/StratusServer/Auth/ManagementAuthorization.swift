@@ -55,107 +55,91 @@ struct ManagementGrant: Sendable {
     }
 }
 
-extension StratusApp {
+/// The management API's one authorization check, for its HTTP routes and for the console alike:
+/// who the caller is (`principal`), and whether `ManagementAccess` lets them act (`authorize`),
+/// which gives the `ManagementGrant` a management function acts under.
+struct ManagementGate: Sendable {
     /// Operator credentials start with this, so they are told apart from the admin token (and
     /// secret scanners can recognise them).
     static let operatorCredentialPrefix = "sto_"
 
-    /// Registers a management route: every request is authenticated and authorised by the
-    /// route's entry in `ManagementAccess.routes` before `handler` runs. A route missing there is
-    /// a programming error, found when the router is built.
-    func manage(_ router: Router<BasicRequestContext>, _ method: HTTPRequest.Method, _ path: String,
-                _ handler: @escaping @Sendable (Request, BasicRequestContext, ManagementGrant) async throws -> Response) {
-        let key = "\(method.rawValue) \(path)"
-        guard let requirement = ManagementAccess.routes[key] else {
-            preconditionFailure("\(key) is not in ManagementAccess.routes: say there who may use it")
-        }
-        router.on(RouterPath(path), method: method) { request, context -> Response in
-            var request = request
-            let grant = try await self.authorize(&request, context, requirement)
-            return try await handler(request, context, grant)
-        }
-    }
+    let admin: AdminStore
+    let authenticator: Authenticator
+    /// `STRATUS_ADMIN_TOKEN`, when the server has one.
+    let adminToken: String?
 
-    /// Authenticates the caller (the admin token or an operator credential, looked up on every
-    /// request: a revoked credential, a disabled operator or a team change holds at once on
-    /// every server process) and decides by `requirement`. A route whose environment is in the
-    /// body has the body read here, and left readable for the handler.
-    func authorize(_ request: inout Request, _ context: BasicRequestContext, _ requirement: ManagementRequirement) async throws -> ManagementGrant {
+    /// Decides by `requirement` for `principal` (`principal(bearer:)`: looked up on every call, so
+    /// a revoked credential, a disabled operator or a team change holds at once on every server
+    /// process). `container` is the container the call names;
+    /// `environment` tells, once the caller is known to be in its team, which environment the
+    /// call acts on (for a requirement that depends on it); `targetOperator`, the operator a
+    /// self-or-superuser call names.
+    func authorize(_ requirement: ManagementRequirement, principal: ManagementGrant.Principal, container containerName: String = "",
+                   targetOperator: String? = nil,
+                   environment: (ManagementRequirement.EnvironmentSource, ContainerInfo) async throws -> ContainerEnvironment? = { _, _ in nil })
+        async throws -> ManagementGrant {
         var grant = ManagementGrant()
         if requirement == .open { return grant }
-        grant.principal = try await managementPrincipal(request)
+        grant.principal = principal
         guard let caller = grant.caller else { throw StratusError(.authenticationFailed, "missing credential") }
-        var environment: ContainerEnvironment?
+        var acting: ContainerEnvironment?
         var targetsSelf = false
-        var containerName = ""
         switch requirement {
         case .member, .perEnvironment:
-            containerName = context.parameters.get("container") ?? ""
             let container = try await authenticator.container(named: containerName)
             grant.containerInfo = container
             if let operatorID = caller.operatorID {
                 grant.role = try await admin.teamRole(containerID: container.id, operatorID: operatorID)
             }
             // A non-member learns nothing more (not even whether the body is valid).
-            if !caller.isSuperuser, grant.role == nil { throw notFound(container: containerName) }
+            if !caller.isSuperuser, grant.role == nil { throw Self.notFound(container: containerName) }
             if case .perEnvironment(_, _, let source) = requirement, !caller.isSuperuser {
-                environment = try await self.environment(from: source, &request, context, container: container)
+                acting = try await environment(source, container)
             }
         case .selfOrSuperuser:
-            if let operatorID = caller.operatorID, let named = try await admin.operatorAccount(Self.pathParameter(context, "operator").lowercased()) {
+            if let operatorID = caller.operatorID, let targetOperator, let named = try await admin.operatorAccount(targetOperator.lowercased()) {
                 targetsSelf = named.info.operatorID == operatorID
             }
         case .open, .signedIn, .superuser:
             break
         }
-        switch ManagementAccess.decide(requirement, caller: caller, role: grant.role, environment: environment, container: containerName,
+        switch ManagementAccess.decide(requirement, caller: caller, role: grant.role, environment: acting, container: containerName,
                                        targetsSelf: targetsSelf) {
         case .allowed: return grant
-        case .notFound: throw notFound(container: containerName)
+        case .notFound: throw Self.notFound(container: containerName)
         case .unauthenticated: throw StratusError(.authenticationFailed, "missing credential")
         case .denied(let reason): throw StratusError(.accessDenied, reason)
         }
     }
 
+    /// The environment a body names (`environment`), else `fallback`.
+    static func environment(in body: [String: JSON], default fallback: ContainerEnvironment?) throws -> ContainerEnvironment {
+        guard let text = try Wire.string(body["environment"], key: "environment") else {
+            guard let fallback else { throw StratusError.badRequest("missing required key 'environment' (development or production)") }
+            return fallback
+        }
+        return try ContainerEnvironment(segment: text)
+    }
+
     /// What a missing container answers: a container whose team the caller is not in answers the same.
-    func notFound(container name: String) -> StratusError {
+    static func notFound(container name: String) -> StratusError {
         StratusError(.notFound, "container '\(name)' does not exist; create it with 'stratus container create \(name)'")
     }
 
-    /// The environment a request acts on, for a route whose role depends on it. For a token or
-    /// key the path names: production when any it names is production's, development when
-    /// none is found (the handler then answers NOT_FOUND).
-    func environment(from source: ManagementRequirement.EnvironmentSource, _ request: inout Request, _ context: BasicRequestContext,
-                     container: ContainerInfo) async throws -> ContainerEnvironment {
-        switch source {
-        case .query(let fallback):
-            return try request.uri.queryParameters.get("environment").map { try ContainerEnvironment(segment: String($0)) } ?? fallback
-        case .body(let fallback):
-            let buffer = try await readBody(request)
-            request.body = RequestBody(buffer: buffer)
-            let body = try parseObject(buffer)
-            guard let text = try Wire.string(body["environment"], key: "environment") else {
-                guard let fallback else { throw StratusError.badRequest("missing required key 'environment' (development or production)") }
-                return fallback
-            }
-            return try ContainerEnvironment(segment: text)
-        case .target:
-            let environments: Set<ContainerEnvironment>
-            if context.parameters.get("token") != nil {
-                environments = try await admin.apiTokenEnvironments(containerID: container.id, idOrPrefix: try Self.tokenParameter(context))
-            } else {
-                environments = try await admin.serverKeyEnvironments(containerID: container.id, idOrPrefix: Self.pathParameter(context, "key").lowercased())
-            }
-            return environments.contains(.production) ? .production : .development
-        }
-    }
-
-    /// The caller of a management request: `Authorization: Bearer` the admin token or an operator credential.
-    func managementPrincipal(_ request: Request) async throws -> ManagementGrant.Principal {
-        guard let header = request.headers[.authorization], header.hasPrefix("Bearer "), header.count > 7 else {
+    /// The caller of a management call: the admin token or an operator credential, as sent in
+    /// `Authorization: Bearer` (the whole header's value).
+    func principal(authorization header: String?) async throws -> ManagementGrant.Principal {
+        guard let header, header.hasPrefix("Bearer "), header.count > 7 else {
             throw StratusError(.authenticationFailed, "missing credential: sign in with 'stratus login', or send 'Authorization: Bearer <operator credential or admin token>'")
         }
-        let presented = String(header.dropFirst(7))
+        return try await principal(bearer: String(header.dropFirst(7)))
+    }
+
+    /// The caller a bearer credential names (`nil`: none presented).
+    func principal(bearer presented: String?) async throws -> ManagementGrant.Principal {
+        guard let presented, !presented.isEmpty else {
+            throw StratusError(.authenticationFailed, "missing credential: sign in with 'stratus login', or send 'Authorization: Bearer <operator credential or admin token>'")
+        }
         if presented.hasPrefix(Self.operatorCredentialPrefix) {
             guard presented.utf8.count <= 200, let credential = try await admin.operatorCredential(hash: TokenSealer.hash(presented)) else {
                 throw StratusError(.authenticationFailed, "the operator credential is not valid; sign in again with 'stratus login'")
@@ -173,12 +157,68 @@ extension StratusApp {
             }
             return .operatorCredential(credential)
         }
-        guard let expected = configuration.adminToken, !expected.isEmpty else {
+        guard let expected = adminToken, !expected.isEmpty else {
             throw StratusError(.authenticationFailed, "that is not an operator credential, and this server has no admin token (STRATUS_ADMIN_TOKEN); sign in with 'stratus login'")
         }
         guard TokenSealer.constantTimeEquals(presented, expected) else {
             throw StratusError(.authenticationFailed, "the admin token is wrong")
         }
         return .adminToken
+    }
+}
+
+extension StratusApp {
+    /// Registers a management route: every request is authenticated and authorised by the
+    /// route's entry in `ManagementAccess.routes` (through `ManagementGate`) before `handler`
+    /// runs. A route missing there is a programming error, found when the router is built.
+    func manage(_ router: Router<BasicRequestContext>, _ method: HTTPRequest.Method, _ path: String,
+                _ handler: @escaping @Sendable (Request, BasicRequestContext, ManagementGrant) async throws -> Response) {
+        let key = "\(method.rawValue) \(path)"
+        guard let requirement = ManagementAccess.routes[key] else {
+            preconditionFailure("\(key) is not in ManagementAccess.routes: say there who may use it")
+        }
+        router.on(RouterPath(path), method: method) { request, context -> Response in
+            var request = request
+            let grant = try await self.authorize(&request, context, requirement)
+            return try await handler(request, context, grant)
+        }
+    }
+
+    /// `ManagementGate.authorize` for an HTTP request: the container and operator from its path,
+    /// the environment from its query, body or the token or key its path names. A route whose
+    /// environment is in the body has the body read here, and left readable for the handler.
+    func authorize(_ request: inout Request, _ context: BasicRequestContext, _ requirement: ManagementRequirement) async throws -> ManagementGrant {
+        if requirement == .open { return ManagementGrant() }
+        let principal = try await gate.principal(authorization: request.headers[.authorization])
+        var body: Request? = request
+        let grant = try await gate.authorize(requirement, principal: principal, container: context.parameters.get("container") ?? "",
+                                             targetOperator: context.parameters.get("operator").map { _ in Self.pathParameter(context, "operator") }) { source, container in
+            try await self.environment(from: source, &body!, context, container: container)
+        }
+        request = body!
+        return grant
+    }
+
+    /// The environment a request acts on, for a route whose role depends on it. For a token or
+    /// key the path names: production when any it names is production's, development when
+    /// none is found (the handler then answers NOT_FOUND).
+    func environment(from source: ManagementRequirement.EnvironmentSource, _ request: inout Request, _ context: BasicRequestContext,
+                     container: ContainerInfo) async throws -> ContainerEnvironment {
+        switch source {
+        case .query(let fallback):
+            return try request.uri.queryParameters.get("environment").map { try ContainerEnvironment(segment: String($0)) } ?? fallback
+        case .body(let fallback):
+            let buffer = try await readBody(request)
+            request.body = RequestBody(buffer: buffer)
+            return try ManagementGate.environment(in: try parseObject(buffer), default: fallback)
+        case .target:
+            let environments: Set<ContainerEnvironment>
+            if context.parameters.get("token") != nil {
+                environments = try await admin.apiTokenEnvironments(containerID: container.id, idOrPrefix: try Self.tokenParameter(context))
+            } else {
+                environments = try await admin.serverKeyEnvironments(containerID: container.id, idOrPrefix: Self.pathParameter(context, "key").lowercased())
+            }
+            return environments.contains(.production) ? .production : .development
+        }
     }
 }

@@ -77,7 +77,7 @@ extension StratusApp {
 
     /// The signed-in person, or `nil` when the request has no live session.
     func consoleUser(_ request: Request) async throws -> ConsoleUser? {
-        guard let token = Self.consoleCookieValue(request), token.hasPrefix(Self.operatorCredentialPrefix), token.utf8.count <= 200,
+        guard let token = Self.consoleCookieValue(request), token.hasPrefix(ManagementGate.operatorCredentialPrefix), token.utf8.count <= 200,
               let session = try await admin.consoleSession(hash: TokenSealer.hash(token)), session.refusal == nil else { return nil }
         let csrf = Self.csrfToken(for: token)
         if let credential = session.credential {

@@ -20,6 +20,18 @@ struct ConsoleCall: Sendable {
         try await app.management(user, method, path, body: body, context, box: box)
     }
 
+    /// A records operation of the management API as the signed-in person: the functions its
+    /// routes call, authorized as they are; a failure is answered as the API answers it.
+    func records(_ operation: ManagedRecordsController.Operation, _ body: [String: JSON]) async -> StratusApp.ManagementAnswer {
+        do {
+            let principal = try await app.gate.principal(bearer: user.bearer)
+            return StratusApp.ManagementAnswer(status: 200, json: try await app.managedRecords.call(operation, as: principal, container: container, body: body).expanded)
+        } catch {
+            let (failure, uuid) = ErrorMiddleware<BasicRequestContext>.failure(error, request: request, logger: context.logger)
+            return StratusApp.ManagementAnswer(status: failure.code.httpStatus, json: failure.dictionary(uuid: uuid))
+        }
+    }
+
     /// An answer that must have succeeded: otherwise the page says why, with the API's status.
     func require(_ method: HTTPRequest.Method, _ path: String, _ body: JSON? = nil) async throws -> JSON {
         let answer = try await api(method, path, body)
@@ -129,7 +141,7 @@ extension StratusApp {
     /// Signs a person in with an operator's email address and password, or with the admin token:
     /// the new session's cookie value. Throttled as every sign-in.
     func consoleSignIn(_ form: ConsoleForm) async throws -> String {
-        let secret = Self.operatorCredentialPrefix + TokenSealer.randomAPIToken()
+        let secret = ManagementGate.operatorCredentialPrefix + TokenSealer.randomAPIToken()
         if let token = form.text("adminToken") {
             let keys = [(key: "admin-token-address:" + (ClientAddress.current ?? "unknown"), limit: Self.signInFailuresPerAddress)]
             if let wait = try await admin.signInRetryAfter(containerID: serverAuditContainerID, keys: keys, window: Self.signInWindow) {

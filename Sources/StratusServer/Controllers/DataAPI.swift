@@ -83,35 +83,35 @@ struct DataRoute: Sendable {
     /// registration.
     static let all: [DataRoute] = {
         var routes: [DataRoute] = [
-            DataRoute(method: .post, path: "records/modify", hasBody: true) { try await $0.records.modifyRecords($1) },
-            DataRoute(method: .post, path: "records/lookup", hasBody: true) { try await $0.records.lookupRecords($1) },
-            DataRoute(method: .post, path: "records/query", hasBody: true) { try await $0.records.queryRecords($1) },
-            DataRoute(method: .post, path: "records/changes", hasBody: true) { try await $0.changes.recordChanges($1) },
-            DataRoute(method: .post, path: "records/resolve", hasBody: true) { try await $0.shares.resolveShares($1, accept: false) },
-            DataRoute(method: .post, path: "records/accept", hasBody: true) { try await $0.shares.resolveShares($1, accept: true) },
-            DataRoute(method: .get, path: "zones/list", hasBody: false) { try await $0.zones.listZones($1) },
-            DataRoute(method: .post, path: "zones/list", hasBody: false) { try await $0.zones.listZones($1) },
-            DataRoute(method: .post, path: "zones/lookup", hasBody: true) { try await $0.zones.lookupZones($1) },
-            DataRoute(method: .post, path: "zones/modify", hasBody: true) { try await $0.zones.modifyZones($1) },
-            DataRoute(method: .post, path: "zones/changes", hasBody: true) { try await $0.changes.zoneListChanges($1, legacy: true) },
-            DataRoute(method: .post, path: "changes/database", hasBody: true) { try await $0.changes.zoneListChanges($1, legacy: false) },
-            DataRoute(method: .post, path: "changes/zone", hasBody: true) { try await $0.changes.zoneChanges($1) },
-            DataRoute(method: .get, path: "subscriptions/list", hasBody: false) { try await $0.subscriptions.listSubscriptions($1) },
-            DataRoute(method: .post, path: "subscriptions/list", hasBody: false) { try await $0.subscriptions.listSubscriptions($1) },
-            DataRoute(method: .post, path: "subscriptions/lookup", hasBody: true) { try await $0.subscriptions.lookupSubscriptions($1) },
-            DataRoute(method: .post, path: "subscriptions/modify", hasBody: true) { try await $0.subscriptions.modifySubscriptions($1) },
-            DataRoute(method: .post, path: "assets/upload", hasBody: true) { try await $0.assets.requestUploads($1) },
-            DataRoute(method: .post, path: "assets/rereference", hasBody: true) { try await $0.assets.rereferenceAssets($1) },
+            DataRoute(method: .post, path: DataOperation.recordsModify.rawValue, hasBody: true) { try await $0.records.modifyRecords($1) },
+            DataRoute(method: .post, path: DataOperation.recordsLookup.rawValue, hasBody: true) { try await $0.records.lookupRecords($1) },
+            DataRoute(method: .post, path: DataOperation.recordsQuery.rawValue, hasBody: true) { try await $0.records.queryRecords($1) },
+            DataRoute(method: .post, path: DataOperation.recordsChanges.rawValue, hasBody: true) { try await $0.changes.recordChanges($1) },
+            DataRoute(method: .post, path: DataOperation.recordsResolve.rawValue, hasBody: true) { try await $0.shares.resolveShares($1, accept: false) },
+            DataRoute(method: .post, path: DataOperation.recordsAccept.rawValue, hasBody: true) { try await $0.shares.resolveShares($1, accept: true) },
+            DataRoute(method: .get, path: DataOperation.zonesList.rawValue, hasBody: false) { try await $0.zones.listZones($1) },
+            DataRoute(method: .post, path: DataOperation.zonesList.rawValue, hasBody: false) { try await $0.zones.listZones($1) },
+            DataRoute(method: .post, path: DataOperation.zonesLookup.rawValue, hasBody: true) { try await $0.zones.lookupZones($1) },
+            DataRoute(method: .post, path: DataOperation.zonesModify.rawValue, hasBody: true) { try await $0.zones.modifyZones($1) },
+            DataRoute(method: .post, path: DataOperation.zonesChanges.rawValue, hasBody: true) { try await $0.changes.zoneListChanges($1, legacy: true) },
+            DataRoute(method: .post, path: DataOperation.changesDatabase.rawValue, hasBody: true) { try await $0.changes.zoneListChanges($1, legacy: false) },
+            DataRoute(method: .post, path: DataOperation.changesZone.rawValue, hasBody: true) { try await $0.changes.zoneChanges($1) },
+            DataRoute(method: .get, path: DataOperation.subscriptionsList.rawValue, hasBody: false) { try await $0.subscriptions.listSubscriptions($1) },
+            DataRoute(method: .post, path: DataOperation.subscriptionsList.rawValue, hasBody: false) { try await $0.subscriptions.listSubscriptions($1) },
+            DataRoute(method: .post, path: DataOperation.subscriptionsLookup.rawValue, hasBody: true) { try await $0.subscriptions.lookupSubscriptions($1) },
+            DataRoute(method: .post, path: DataOperation.subscriptionsModify.rawValue, hasBody: true) { try await $0.subscriptions.modifySubscriptions($1) },
+            DataRoute(method: .post, path: DataOperation.assetsUpload.rawValue, hasBody: true) { try await $0.assets.requestUploads($1) },
+            DataRoute(method: .post, path: DataOperation.assetsRereference.rawValue, hasBody: true) { try await $0.assets.rereferenceAssets($1) },
         ]
         for method in [HTTPRequest.Method.get, .post] {
-            routes.append(DataRoute(method: method, path: "users/caller", hasBody: false, keyOnAnyDatabase: true) { try await $0.users.caller($1) })
-            routes.append(DataRoute(method: method, path: "users/current", hasBody: false) { try await $0.users.currentUser($1) })
-            routes.append(DataRoute(method: method, path: "users/discover", hasBody: method == .post) { try await $0.users.discoverUsers($1) })
+            routes.append(DataRoute(method: method, path: DataOperation.usersCaller.rawValue, hasBody: false, keyOnAnyDatabase: true) { try await $0.users.caller($1) })
+            routes.append(DataRoute(method: method, path: DataOperation.usersCurrent.rawValue, hasBody: false) { try await $0.users.currentUser($1) })
+            routes.append(DataRoute(method: method, path: DataOperation.usersDiscover.rawValue, hasBody: method == .post) { try await $0.users.discoverUsers($1) })
         }
-        routes.append(DataRoute(method: .post, path: "users/lookup/email", hasBody: true) { try await $0.users.lookUpUsers($1, byEmail: true) })
-        routes.append(DataRoute(method: .post, path: "users/lookup/id", hasBody: true) { try await $0.users.lookUpUsers($1, byEmail: false) })
+        routes.append(DataRoute(method: .post, path: DataOperation.usersLookupEmail.rawValue, hasBody: true) { try await $0.users.lookUpUsers($1, byEmail: true) })
+        routes.append(DataRoute(method: .post, path: DataOperation.usersLookupID.rawValue, hasBody: true) { try await $0.users.lookUpUsers($1, byEmail: false) })
         for method in [HTTPRequest.Method.get, .post] {
-            routes.append(DataRoute(method: method, path: "users/lookup/contacts", hasBody: false) { try $0.users.lookUpContacts($1) })
+            routes.append(DataRoute(method: method, path: DataOperation.usersLookupContacts.rawValue, hasBody: false) { try $0.users.lookUpContacts($1) })
         }
         return routes
     }()

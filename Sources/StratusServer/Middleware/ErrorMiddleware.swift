@@ -12,20 +12,29 @@ struct ErrorMiddleware<Context: RequestContext> {
     func run(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         do {
             return try await next(request, context)
-        } catch let error as StratusError {
-            let uuid = newUUID()
-            if error.code == .internalError {
-                context.logger.error("internal error", metadata: ["stratus.error_id": "\(uuid)", "stratus.error": "\(String(reflecting: error.underlying ?? error))"])
-            } else if error.code == .tryAgainLater, let underlying = error.underlying {
-                context.logger.warning("transient failure", metadata: ["stratus.error_id": "\(uuid)", "stratus.error": "\(String(reflecting: underlying))"])
-            }
-            return error.response(uuid: uuid)
-        } catch let error as any HTTPResponseError {
-            return Self.translate(status: error.status, message: (error as? HTTPError)?.body, request: request).response(uuid: newUUID())
         } catch {
-            let uuid = newUUID()
-            context.logger.error("internal error", metadata: ["stratus.error_id": "\(uuid)", "stratus.error": "\(String(reflecting: error))"])
-            return StratusError(.internalError, "the server failed to handle the request; quote \(uuid) when reporting it").response(uuid: uuid)
+            let (failure, uuid) = Self.failure(error, request: request, logger: context.logger)
+            return failure.response(uuid: uuid)
+        }
+    }
+
+    /// What a failure is answered with, and the id it is logged and answered under: client
+    /// mistakes as they are, anything unexpected logged in full and answered `INTERNAL_ERROR`.
+    static func failure(_ error: any Error, request: Request, logger: Logger) -> (StratusError, uuid: String) {
+        let uuid = newUUID()
+        switch error {
+        case let error as StratusError:
+            if error.code == .internalError {
+                logger.error("internal error", metadata: ["stratus.error_id": "\(uuid)", "stratus.error": "\(String(reflecting: error.underlying ?? error))"])
+            } else if error.code == .tryAgainLater, let underlying = error.underlying {
+                logger.warning("transient failure", metadata: ["stratus.error_id": "\(uuid)", "stratus.error": "\(String(reflecting: underlying))"])
+            }
+            return (error, uuid)
+        case let error as any HTTPResponseError:
+            return (translate(status: error.status, message: (error as? HTTPError)?.body, request: request), uuid)
+        default:
+            logger.error("internal error", metadata: ["stratus.error_id": "\(uuid)", "stratus.error": "\(String(reflecting: error))"])
+            return (StratusError(.internalError, "the server failed to handle the request; quote \(uuid) when reporting it"), uuid)
         }
     }
 

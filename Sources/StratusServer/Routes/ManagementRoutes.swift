@@ -153,7 +153,7 @@ extension StratusApp {
             }
             if let name = request.uri.queryParameters.get("container").map { String($0) } {
                 let container = try await self.authenticator.container(named: name)
-                if let visible, !visible.contains(container.id) { throw self.notFound(container: name) }
+                if let visible, !visible.contains(container.id) { throw ManagementGate.notFound(container: name) }
                 containerID = container.id
             }
             let tokens = try await self.admin.listAPITokens(containerID: containerID).filter { visible?.contains($0.containerID) ?? true }

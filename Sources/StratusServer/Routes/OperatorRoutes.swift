@@ -17,7 +17,7 @@ extension StratusApp {
                 throw StratusError.badRequest("'name' (where the credential is used) must be 1–200 printable characters")
             }
             let account = try await self.verifyOperatorPassword(email: email, password: password)
-            let secret = Self.operatorCredentialPrefix + TokenSealer.randomAPIToken()
+            let secret = ManagementGate.operatorCredentialPrefix + TokenSealer.randomAPIToken()
             let id = try await self.admin.createOperatorCredential(operatorID: account.operatorID, tokenHash: TokenSealer.hash(secret), name: name)
             return .json(["credential": .string(secret), "credentialID": .int(id), "operator": Self.operatorJSON(account)])
         }

@@ -17,11 +17,7 @@ public final class Metrics: Sendable {
     static let buckets: [Double] = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30]
 
     /// The route families: the data API's operations by name, then the other routes.
-    static let families: [String] = [
-        "records/modify", "records/lookup", "records/query", "records/changes", "records/resolve", "records/accept",
-        "zones/list", "zones/lookup", "zones/modify", "zones/changes", "changes/zone", "changes/database",
-        "subscriptions/list", "subscriptions/lookup", "subscriptions/modify", "users/caller", "users/current", "users/discover",
-        "users/lookup", "assets/upload", "assets/rereference",
+    static let families: [String] = DataOperation.allCases.map(\.family).reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } } + [
         "database:other", "courier", "device", "auth", "management", "console", "assets", "share", "openapi", "health", "metrics", "other",
     ]
     /// The data API's operations (the first of `families`), as bytes to match paths against.

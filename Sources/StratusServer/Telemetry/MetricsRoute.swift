@@ -17,7 +17,7 @@ extension StratusApp {
             guard presented != nil else {
                 throw StratusError(.authenticationFailed, "missing credential: send 'Authorization: Bearer <metrics token>' (stratus serve --metrics-token), or the admin token")
             }
-            let principal = try await managementPrincipal(request)
+            let principal = try await gate.principal(authorization: request.headers[.authorization])
             let superuser = switch principal {
             case .adminToken: true
             case .operatorCredential(let credential): credential.operatorInfo.superuser

@@ -1,0 +1,94 @@
+import Foundation
+import HTTPTypes
+import StratusCore
+import StratusStore
+
+/// Records through the management API (the console's records browser): the data API's own
+/// query, lookup, modify and zone listing, for any database of the container. The body is the
+/// data API's, plus `environment` (development when absent), `database` (`public`, `private` or
+/// `shared`; public when absent) and, for a private or shared database, `user` (whose: a record
+/// name or an email address). The public database is used with the container administrator's
+/// privileges, as a server-to-server key does; a user's database as that user. Reading or
+/// changing a user's database, and changing the public one, is audited.
+///
+/// Its management routes and the console call the same functions: `call` authorizes through
+/// `ManagementGate` as the routes do, then `run`.
+struct ManagedRecordsController: Sendable {
+    /// What it does, each one management route.
+    enum Operation: CaseIterable, Sendable {
+        case query, lookup, zones, modify
+
+        var method: HTTPRequest.Method { .post }
+        var path: String {
+            let operation: DataOperation = switch self {
+            case .query: .recordsQuery
+            case .lookup: .recordsLookup
+            case .zones: .zonesList
+            case .modify: .recordsModify
+            }
+            return "\(ManagementAccess.base)/containers/:container/\(operation.rawValue)"
+        }
+        /// The audit log's action.
+        var action: String { self == .modify ? "records.modify" : "records.read" }
+        var requirement: ManagementRequirement { ManagementAccess.routes["\(method.rawValue) \(path)"] ?? .superuser }
+    }
+
+    let gate: ManagementGate
+    let admin: AdminStore
+    let authenticator: Authenticator
+    let records: RecordsController
+    let zones: ZonesController
+
+    /// `operation` as `principal` on `container`, authorized as its route is.
+    func call(_ operation: Operation, as principal: ManagementGrant.Principal, container: String, body: [String: JSON]) async throws -> JSON {
+        let grant = try await gate.authorize(operation.requirement, principal: principal, container: container) { source, _ in
+            guard case .body(let fallback) = source else { return nil }
+            return try ManagementGate.environment(in: body, default: fallback)
+        }
+        return try await run(operation, grant: grant, body: body)
+    }
+
+    /// Runs a data-API handler on the database the management body names, as the caller it implies.
+    func run(_ operation: Operation, grant: ManagementGrant, body: [String: JSON]) async throws -> JSON {
+        let action = operation.action
+        let container = try grant.container
+        var body = body
+        let environment = try ContainerEnvironment(segment: try Wire.string(body["environment"], key: "environment") ?? "development")
+        guard let scope = DatabaseScope(rawValue: try Wire.string(body["database"], key: "database") ?? "public") else {
+            throw StratusError.badRequest("'database' must be public, private or shared")
+        }
+        let given = try Wire.string(body["user"], key: "user")
+        for key in ["environment", "database", "user"] { body[key] = nil }
+        var caller = Caller(container: container, environment: environment)
+        var target = ""
+        if scope == .public {
+            // The container administrator's privileges, as for a server key: no security role
+            // restricts it, and what it creates names the operator as creator.
+            let who = grant.credential.map { "_operator_\($0.operatorInfo.operatorID)" } ?? "_admin"
+            caller.user = who
+            caller.serverKey = who
+        } else {
+            guard let given, !given.isEmpty else {
+                throw StratusError.badRequest("the \(scope.rawValue) database is a user's: give 'user' (their record name or email address)")
+            }
+            guard Names.isPrintableName(given, maximumBytes: 320),
+                  let found = try await admin.users(containerID: container.id, environment: environment, user: given).first else {
+                throw StratusError(.notFound, "no user '\(Names.printable(given))' in \(environment.rawValue); give a user record name or an email address")
+            }
+            caller.user = found.userRecordName
+            target = found.userRecordName
+        }
+        let request = DataRequest(caller: caller, scope: scope, body: body, authenticator: authenticator, metered: false)
+        let answer: JSON = switch operation {
+        case .query: try await records.queryRecords(request)
+        case .lookup: try await records.lookupRecords(request)
+        case .zones: try await zones.listZones(request)
+        case .modify: try await records.modifyRecords(request)
+        }
+        if scope != .public || action == "records.modify" {
+            try await admin.audit(AuditEntry(containerID: container.id, actor: grant.actor, action: action, environment: environment,
+                                             target: target.isEmpty ? scope.rawValue : target, detail: "\(scope.rawValue) database"))
+        }
+        return answer
+    }
+}
