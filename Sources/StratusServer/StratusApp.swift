@@ -38,6 +38,8 @@ public final class StratusApp: Sendable {
     let gate: ManagementGate
     /// Records of any database, for operators.
     let managedRecords: ManagedRecordsController
+    /// The management API's functions by route, for the console.
+    let managementFunctions = ManagementFunctions()
     /// Rate limits and request metering (shared with the other server processes through PostgreSQL).
     public let rateLimiter: RateLimiter
     /// Notifications for subscriptions, and the web courier polls waiting for them.
@@ -52,8 +54,6 @@ public final class StratusApp: Sendable {
     let courierTokens = Mutex<[String: (CourierToken, ContinuousClock.Instant)]>([:])
     /// A bcrypt hash of nothing, verified against when an email is unknown so sign-in takes as long either way.
     let dummyPasswordHash: String
-    /// The management API's responder, for the console's in-process calls.
-    let consoleBox = ManagementResponder()
 
     /// Wires the stores into the service. Reads (or creates) the server secret that signs tokens.
     /// `running`: where its background work registers while it runs (`stratus serve` shares it
@@ -102,7 +102,7 @@ public final class StratusApp: Sendable {
                                     importedSyncKeys: importedSyncKeys, authenticator: authenticator, notifier: notifier,
                                     rateLimiter: rateLimiter, replicaReads: replicaReads, queryShapes: queryShapes, bodies: bodies,
                                     configuration: configuration, downloadURLBase: configuration.publicURL + AssetsController.downloadPathPrefix, logger: logger)
-        self.managedRecords = ManagedRecordsController(gate: gate, admin: admin, authenticator: authenticator, records: dataAPI.records,
+        self.managedRecords = ManagedRecordsController(admin: admin, authenticator: authenticator, records: dataAPI.records,
                                                        zones: dataAPI.zones)
         let (authenticator, schemas, rateLimiter, notifier) = (self.authenticator, self.records.schemas, self.rateLimiter, self.notifier)
         invalidations.subscribe { [weak self] event in
@@ -130,8 +130,7 @@ public final class StratusApp: Sendable {
         dataAPI.assets.addRoutes(to: router)
         addUserDataRoutes(to: router)
         addOpenAPIRoute(to: router)
-        addConsoleRoutes(to: router, box: consoleBox)
-        consoleBox.responder.withLock { $0 = RenderingErrors(inner: router.buildResponder()) }
+        addConsoleRoutes(to: router)
         return StratusRouter(app: self, router: router)
     }
 

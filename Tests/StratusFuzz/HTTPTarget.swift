@@ -131,10 +131,10 @@ struct FuzzResponder: HTTPResponder {
         }
         if let (container, environment, token) = StratusApp.courierPollPath(path) { facts.append("courier \(container) \(environment) \(token.count)") }
         if RequestSignature.isPresent(in: request.headers) { _ = try? RequestSignature(headers: request.headers) }
-        if StratusApp.isAssetPath(path) {
-            _ = try? StratusApp.contentDigest(request.headers)
-            if let range = request.headers[.range] { _ = try? StratusApp.byteRange(range, size: 1000) }
-            _ = StratusApp.storedContentType(request.headers[.contentType])
+        if AssetsController.isAssetPath(path) {
+            _ = try? AssetsController.contentDigest(request.headers)
+            if let range = request.headers[.range] { _ = try? AssetsController.byteRange(range, size: 1000) }
+            _ = AssetsController.storedContentType(request.headers[.contentType])
         }
         if let origin = request.headers[.origin] { _ = WebOrigin.normalize(origin) }
         _ = request.uri.queryParameters.get("ckAPIToken")

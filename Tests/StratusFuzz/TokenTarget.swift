@@ -12,7 +12,7 @@ enum TokenTarget {
 
     static func run(_ bytes: [UInt8]) {
         let text = String(decoding: bytes, as: UTF8.self)
-        for purpose in [StratusApp.syncPurpose, StratusApp.markerPurpose] {
+        for purpose in [SyncTokens.syncPurpose, RecordsController.markerPurpose] {
             if let opened = sealer.open(text, purpose: purpose) {
                 // Only a token this sealer made opens (the corpus holds some); its payload is read as the server reads it.
                 read(opened)
@@ -22,10 +22,10 @@ enum TokenTarget {
             guard TokenSealer.decode(TokenSealer.base64url(decoded)) == decoded else { FuzzFailure.fail("base64url does not round-trip") }
         }
         guard let payload = try? JSONParser.parse(bytes) else { return }
-        let token = sealer.seal(payload, purpose: StratusApp.syncPurpose)
+        let token = sealer.seal(payload, purpose: SyncTokens.syncPurpose)
         if token.utf8.count <= 4096 {
-            guard sealer.open(token, purpose: StratusApp.syncPurpose) == payload else { FuzzFailure.fail("a sealed payload does not open to itself") }
-            guard sealer.open(token, purpose: StratusApp.markerPurpose) == nil else { FuzzFailure.fail("a sync token opens as a continuation marker") }
+            guard sealer.open(token, purpose: SyncTokens.syncPurpose) == payload else { FuzzFailure.fail("a sealed payload does not open to itself") }
+            guard sealer.open(token, purpose: RecordsController.markerPurpose) == nil else { FuzzFailure.fail("a sync token opens as a continuation marker") }
         }
         read(payload)
     }
@@ -33,9 +33,9 @@ enum TokenTarget {
     /// What the server does with an opened sync token's or continuation marker's payload.
     static func read(_ payload: JSON) {
         for zoneScoped in [true, false] {
-            _ = try? StratusApp.cursor(payload, db: database, zoneScoped: zoneScoped, shift: 0)
-            _ = try? StratusApp.cursor(payload, db: database, zoneScoped: zoneScoped, shift: 1 << 40)
+            _ = try? SyncTokens.cursor(payload, db: database, zoneScoped: zoneScoped, shift: 0)
+            _ = try? SyncTokens.cursor(payload, db: database, zoneScoped: zoneScoped, shift: 1 << 40)
         }
-        for value in payload["v"]?.arrayValue ?? [] { _ = StratusApp.decodeIndexValue(value) }
+        for value in payload["v"]?.arrayValue ?? [] { _ = RecordsController.decodeIndexValue(value) }
     }
 }

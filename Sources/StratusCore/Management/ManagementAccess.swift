@@ -104,80 +104,82 @@ public struct ManagementCaller: Sendable, Equatable {
 public enum ManagementAccess {
     public static let base = "/management/1"
 
-    /// `METHOD path` (the path as the router has it, `:name` for parameters) → requirement.
-    public static let routes: [String: ManagementRequirement] = {
-        let container = "\(base)/containers/:container"
+    /// Route → requirement, every route of the management API.
+    public static let requirements: [ManagementRoute: ManagementRequirement] = {
         let developmentOrOwner = { (source: ManagementRequirement.EnvironmentSource) in
             ManagementRequirement.perEnvironment(development: .developer, production: .owner, from: source)
         }
-        let table: [(String, String, ManagementRequirement)] = [
+        let table: [(ManagementRoute, ManagementRequirement)] = [
             // Operators and their sign-in.
-            ("POST", "\(base)/login", .open),
-            ("POST", "\(base)/logout", .signedIn),
-            ("GET", "\(base)/whoami", .signedIn),
-            ("GET", "\(base)/operators", .superuser),
-            ("POST", "\(base)/operators", .superuser),
-            ("DELETE", "\(base)/operators/:operator", .superuser),
-            ("POST", "\(base)/operators/:operator/disable", .superuser),
-            ("POST", "\(base)/operators/:operator/enable", .superuser),
-            ("POST", "\(base)/operators/:operator/password", .selfOrSuperuser),
-            ("GET", "\(base)/audit", .superuser),
+            (.login, .open),
+            (.logout, .signedIn),
+            (.whoami, .signedIn),
+            (.operators, .superuser),
+            (.addOperator, .superuser),
+            (.removeOperator, .superuser),
+            (.disableOperator, .superuser),
+            (.enableOperator, .superuser),
+            (.operatorPassword, .selfOrSuperuser),
+            (.serverAudit, .superuser),
             // Containers and their teams.
-            ("POST", "\(base)/containers", .superuser),
-            ("GET", "\(base)/containers", .signedIn),
-            ("GET", "\(container)/team", .member(.viewer)),
-            ("POST", "\(container)/team", .member(.owner)),
-            ("PATCH", "\(container)/team/:operator", .member(.owner)),
-            ("DELETE", "\(container)/team/:operator", .member(.owner)),
+            (.createContainer, .superuser),
+            (.containers, .signedIn),
+            (.team, .member(.viewer)),
+            (.addTeamMember, .member(.owner)),
+            (.setTeamRole, .member(.owner)),
+            (.removeTeamMember, .member(.owner)),
             // API tokens and server-to-server keys: development's for developers, production's for owners.
-            ("GET", "\(base)/tokens", .signedIn),
-            ("POST", "\(container)/tokens", developmentOrOwner(.body(default: nil))),
-            ("PATCH", "\(container)/tokens/:token", developmentOrOwner(.target)),
-            ("POST", "\(container)/tokens/:token/revoke", developmentOrOwner(.target)),
-            ("GET", "\(container)/keys", .member(.viewer)),
-            ("POST", "\(container)/keys", developmentOrOwner(.body(default: nil))),
-            ("POST", "\(container)/keys/:key/revoke", developmentOrOwner(.target)),
+            (.tokens, .signedIn),
+            (.createToken, developmentOrOwner(.body(default: nil))),
+            (.updateToken, developmentOrOwner(.target)),
+            (.revokeToken, developmentOrOwner(.target)),
+            (.keys, .member(.viewer)),
+            (.addKey, developmentOrOwner(.body(default: nil))),
+            (.revokeKey, developmentOrOwner(.target)),
             // Users and their data.
-            ("GET", "\(container)/users", .member(.viewer)),
-            ("GET", "\(container)/users/:user", .member(.viewer)),
-            ("POST", "\(container)/users/:user/disable", .member(.owner)),
-            ("POST", "\(container)/users/:user/enable", .member(.owner)),
-            ("GET", "\(container)/users/:user/export", .member(.owner)),
-            ("POST", "\(container)/users/:user/erase", .member(.owner)),
-            ("GET", "\(container)/shares", .member(.viewer)),
-            ("GET", "\(container)/subscriptions", .member(.viewer)),
+            (.users, .member(.viewer)),
+            (.user, .member(.viewer)),
+            (.disableUser, .member(.owner)),
+            (.enableUser, .member(.owner)),
+            (.exportUser, .member(.owner)),
+            (.eraseUser, .member(.owner)),
+            (.shares, .member(.viewer)),
+            (.subscriptions, .member(.viewer)),
             // Records of any database, as the console's records browser reads and changes them (a
             // user's private or shared database is read as that user, and audited).
-            ("POST", "\(container)/records/query", .member(.viewer)),
-            ("POST", "\(container)/records/lookup", .member(.viewer)),
-            ("POST", "\(container)/zones/list", .member(.viewer)),
-            ("POST", "\(container)/records/modify", developmentOrOwner(.body(default: .development))),
+            (.queryRecords, .member(.viewer)),
+            (.lookupRecords, .member(.viewer)),
+            (.listZones, .member(.viewer)),
+            (.modifyRecords, developmentOrOwner(.body(default: .development))),
             // Custom roles' members.
-            ("GET", "\(container)/roles", .member(.viewer)),
-            ("GET", "\(container)/roles/:role/members", .member(.viewer)),
-            ("POST", "\(container)/roles/:role/members", developmentOrOwner(.body(default: .development))),
-            ("DELETE", "\(container)/roles/:role/members/:user", developmentOrOwner(.query(default: .development))),
+            (.roles, .member(.viewer)),
+            (.roleMembers, .member(.viewer)),
+            (.addRoleMember, developmentOrOwner(.body(default: .development))),
+            (.removeRoleMember, developmentOrOwner(.query(default: .development))),
             // Quotas, usage, the audit log, the request log and its telemetry.
-            ("GET", "\(container)/quota", .member(.viewer)),
-            ("PATCH", "\(container)/quota", .member(.owner)),
-            ("GET", "\(container)/usage", .member(.viewer)),
-            ("GET", "\(container)/audit", .member(.viewer)),
-            ("GET", "\(container)/logs", .member(.viewer)),
-            ("GET", "\(container)/telemetry", .member(.viewer)),
-            ("GET", "\(base)/usage/verify", .superuser),
-            ("GET", "\(base)/stats", .superuser),
+            (.quota, .member(.viewer)),
+            (.setQuota, .member(.owner)),
+            (.usage, .member(.viewer)),
+            (.audit, .member(.viewer)),
+            (.logs, .member(.viewer)),
+            (.telemetry, .member(.viewer)),
+            (.verifyUsage, .superuser),
+            (.stats, .superuser),
             // Schema: development is the developers', production changes only by an owner's deploy.
-            ("POST", "\(base)/schema/validate", .signedIn),
-            ("GET", "\(container)/schema", .member(.viewer)),
-            ("GET", "\(container)/schema/diff", .member(.viewer)),
-            ("GET", "\(container)/schema/history", .member(.viewer)),
-            ("POST", "\(container)/schema/import", .member(.developer)),
-            ("POST", "\(container)/schema/reset", .member(.developer)),
-            ("POST", "\(container)/schema/deploy", .member(.owner)),
-            ("POST", "\(container)/schema/indexes/build", .member(.owner)),
+            (.validateSchema, .signedIn),
+            (.schema, .member(.viewer)),
+            (.schemaDiff, .member(.viewer)),
+            (.schemaHistory, .member(.viewer)),
+            (.importSchema, .member(.developer)),
+            (.resetSchema, .member(.developer)),
+            (.deploySchema, .member(.owner)),
+            (.buildIndexes, .member(.owner)),
         ]
-        return Dictionary(table.map { ("\($0.0) \($0.1)", $0.2) }, uniquingKeysWith: { first, _ in first })
+        return Dictionary(table, uniquingKeysWith: { first, _ in first })
     }()
+
+    /// `METHOD path` (the path as the router has it, `:name` for parameters) → requirement.
+    public static let routes: [String: ManagementRequirement] = Dictionary(uniqueKeysWithValues: requirements.map { ($0.key.key, $0.value) })
 
     /// What the server does with a request.
     public enum Decision: Sendable, Equatable {
@@ -213,4 +215,82 @@ public enum ManagementAccess {
             return .denied("this needs the \(needed) role in container '\(container)'\(scope); you are its \(role): ask one of its owners")
         }
     }
+}
+
+/// One route of the management API: its method and path (`:name` for a parameter), named once
+/// here, and used by name by its handler and by the console.
+public struct ManagementRoute: Hashable, Sendable {
+    public let method: String
+    public let path: String
+
+    init(_ method: String, _ path: String) {
+        self.method = method
+        self.path = path
+    }
+
+    /// `METHOD path`, as `ManagementAccess.routes` is keyed.
+    public var key: String { "\(method) \(path)" }
+    /// Who may use it.
+    public var requirement: ManagementRequirement { ManagementAccess.requirements[self] ?? .superuser }
+    /// The names of its path's parameters, in order.
+    public var parameterNames: [String] { path.split(separator: "/").filter { $0.hasPrefix(":") }.map { String($0.dropFirst()) } }
+
+    private static let base = ManagementAccess.base
+    private static let container = base + "/containers/:container"
+
+    public static let login = ManagementRoute("POST", base + "/login")
+    public static let logout = ManagementRoute("POST", base + "/logout")
+    public static let whoami = ManagementRoute("GET", base + "/whoami")
+    public static let operators = ManagementRoute("GET", base + "/operators")
+    public static let addOperator = ManagementRoute("POST", base + "/operators")
+    public static let removeOperator = ManagementRoute("DELETE", base + "/operators/:operator")
+    public static let disableOperator = ManagementRoute("POST", base + "/operators/:operator/disable")
+    public static let enableOperator = ManagementRoute("POST", base + "/operators/:operator/enable")
+    public static let operatorPassword = ManagementRoute("POST", base + "/operators/:operator/password")
+    public static let serverAudit = ManagementRoute("GET", base + "/audit")
+    public static let createContainer = ManagementRoute("POST", base + "/containers")
+    public static let containers = ManagementRoute("GET", base + "/containers")
+    public static let team = ManagementRoute("GET", container + "/team")
+    public static let addTeamMember = ManagementRoute("POST", container + "/team")
+    public static let setTeamRole = ManagementRoute("PATCH", container + "/team/:operator")
+    public static let removeTeamMember = ManagementRoute("DELETE", container + "/team/:operator")
+    public static let tokens = ManagementRoute("GET", base + "/tokens")
+    public static let createToken = ManagementRoute("POST", container + "/tokens")
+    public static let updateToken = ManagementRoute("PATCH", container + "/tokens/:token")
+    public static let revokeToken = ManagementRoute("POST", container + "/tokens/:token/revoke")
+    public static let keys = ManagementRoute("GET", container + "/keys")
+    public static let addKey = ManagementRoute("POST", container + "/keys")
+    public static let revokeKey = ManagementRoute("POST", container + "/keys/:key/revoke")
+    public static let users = ManagementRoute("GET", container + "/users")
+    public static let user = ManagementRoute("GET", container + "/users/:user")
+    public static let disableUser = ManagementRoute("POST", container + "/users/:user/disable")
+    public static let enableUser = ManagementRoute("POST", container + "/users/:user/enable")
+    public static let exportUser = ManagementRoute("GET", container + "/users/:user/export")
+    public static let eraseUser = ManagementRoute("POST", container + "/users/:user/erase")
+    public static let shares = ManagementRoute("GET", container + "/shares")
+    public static let subscriptions = ManagementRoute("GET", container + "/subscriptions")
+    public static let queryRecords = ManagementRoute("POST", container + "/records/query")
+    public static let lookupRecords = ManagementRoute("POST", container + "/records/lookup")
+    public static let listZones = ManagementRoute("POST", container + "/zones/list")
+    public static let modifyRecords = ManagementRoute("POST", container + "/records/modify")
+    public static let roles = ManagementRoute("GET", container + "/roles")
+    public static let roleMembers = ManagementRoute("GET", container + "/roles/:role/members")
+    public static let addRoleMember = ManagementRoute("POST", container + "/roles/:role/members")
+    public static let removeRoleMember = ManagementRoute("DELETE", container + "/roles/:role/members/:user")
+    public static let quota = ManagementRoute("GET", container + "/quota")
+    public static let setQuota = ManagementRoute("PATCH", container + "/quota")
+    public static let usage = ManagementRoute("GET", container + "/usage")
+    public static let audit = ManagementRoute("GET", container + "/audit")
+    public static let logs = ManagementRoute("GET", container + "/logs")
+    public static let telemetry = ManagementRoute("GET", container + "/telemetry")
+    public static let verifyUsage = ManagementRoute("GET", base + "/usage/verify")
+    public static let stats = ManagementRoute("GET", base + "/stats")
+    public static let validateSchema = ManagementRoute("POST", base + "/schema/validate")
+    public static let schema = ManagementRoute("GET", container + "/schema")
+    public static let schemaDiff = ManagementRoute("GET", container + "/schema/diff")
+    public static let schemaHistory = ManagementRoute("GET", container + "/schema/history")
+    public static let importSchema = ManagementRoute("POST", container + "/schema/import")
+    public static let resetSchema = ManagementRoute("POST", container + "/schema/reset")
+    public static let deploySchema = ManagementRoute("POST", container + "/schema/deploy")
+    public static let buildIndexes = ManagementRoute("POST", container + "/schema/indexes/build")
 }

@@ -168,55 +168,69 @@ struct ManagementGate: Sendable {
 }
 
 extension StratusApp {
-    /// Registers a management route: every request is authenticated and authorised by the
-    /// route's entry in `ManagementAccess.routes` (through `ManagementGate`) before `handler`
-    /// runs. A route missing there is a programming error, found when the router is built.
-    func manage(_ router: Router<BasicRequestContext>, _ method: HTTPRequest.Method, _ path: String,
-                _ handler: @escaping @Sendable (Request, BasicRequestContext, ManagementGrant) async throws -> Response) {
-        let key = "\(method.rawValue) \(path)"
-        guard let requirement = ManagementAccess.routes[key] else {
-            preconditionFailure("\(key) is not in ManagementAccess.routes: say there who may use it")
-        }
-        router.on(RouterPath(path), method: method) { request, context -> Response in
-            var request = request
-            let grant = try await self.authorize(&request, context, requirement)
-            return try await handler(request, context, grant)
+    /// Registers a management function: on its route, where every request is authenticated and
+    /// authorised by `ManagementAccess` (through `ManagementGate`) before `function` runs, and
+    /// for the console (`managementFunctions`), which calls it through the same check.
+    func manage(_ router: Router<BasicRequestContext>, _ route: ManagementRoute, _ function: @escaping ManagementFunctions.Function) {
+        managementFunctions.register(route, function)
+        guard let method = HTTPRequest.Method(route.method) else { preconditionFailure("\(route.key) has no HTTP method") }
+        router.on(RouterPath(route.path), method: method) { request, context -> Response in
+            var input = ManagementCall.Input(request, context, route: route)
+            let principal = route.requirement == .open ? nil : try await self.gate.principal(authorization: request.headers[.authorization])
+            var bodyRead = false
+            // The body is read once the caller may see an answer about it (a non-member learns
+            // nothing from it), or before, when it names the environment the role depends on.
+            let grant = try await self.authorize(route, principal: principal, input) { source in
+                guard case .body = source else { return input }
+                input.body = .bytes(try await self.bodies.readBody(request))
+                bodyRead = true
+                return input
+            }
+            if !bodyRead { input.body = .bytes(try await self.bodies.readBody(request)) }
+            let reply = try await function(ManagementCall(grant: grant, input: input, bodies: self.bodies))
+            return .json(reply.json, status: reply.status, headers: reply.headers)
         }
     }
 
-    /// `ManagementGate.authorize` for an HTTP request: the container and operator from its path,
-    /// the environment from its query, body or the token or key its path names. A route whose
-    /// environment is in the body has the body read here, and left readable for the handler.
-    func authorize(_ request: inout Request, _ context: BasicRequestContext, _ requirement: ManagementRequirement) async throws -> ManagementGrant {
+    /// A management function called by the console as `principal`, authorised as its route is.
+    func callManagement(_ route: ManagementRoute, as principal: ManagementGrant.Principal, _ input: ManagementCall.Input) async throws -> ManagementReply {
+        guard let function = managementFunctions.function(route) else { throw StratusError(.internalError, "\(route.key) has no function") }
+        let grant = try await authorize(route, principal: principal, input) { _ in input }
+        return try await function(ManagementCall(grant: grant, input: input, bodies: bodies))
+    }
+
+    /// `ManagementGate.authorize` for a call of `route`: the container and operator its input
+    /// names, and the environment from its query, its body (`withBody` gives the input with it)
+    /// or the token or key it names.
+    func authorize(_ route: ManagementRoute, principal: ManagementGrant.Principal?, _ input: ManagementCall.Input,
+                   withBody: (ManagementRequirement.EnvironmentSource) async throws -> ManagementCall.Input) async throws -> ManagementGrant {
+        let requirement = route.requirement
         if requirement == .open { return ManagementGrant() }
-        let principal = try await gate.principal(authorization: request.headers[.authorization])
-        var body: Request? = request
-        let grant = try await gate.authorize(requirement, principal: principal, container: context.parameters.get("container") ?? "",
-                                             targetOperator: context.parameters.get("operator").map { _ in Self.pathParameter(context, "operator") }) { source, container in
-            try await self.environment(from: source, &body!, context, container: container)
+        guard let principal else { throw StratusError(.authenticationFailed, "missing credential") }
+        let target = input.parameters["operator"].map { $0.removingPercentEncoding ?? $0 }
+        return try await gate.authorize(requirement, principal: principal, container: input.parameters["container"] ?? "",
+                                        targetOperator: target) { source, container in
+            try await self.environment(from: source, try await withBody(source), container: container)
         }
-        request = body!
-        return grant
     }
 
-    /// The environment a request acts on, for a route whose role depends on it. For a token or
-    /// key the path names: production when any it names is production's, development when
-    /// none is found (the handler then answers NOT_FOUND).
-    func environment(from source: ManagementRequirement.EnvironmentSource, _ request: inout Request, _ context: BasicRequestContext,
+    /// The environment a call acts on, for a route whose role depends on it. For a token or key
+    /// the path names: production when any it names is production's, development when none is
+    /// found (the function then answers NOT_FOUND).
+    func environment(from source: ManagementRequirement.EnvironmentSource, _ input: ManagementCall.Input,
                      container: ContainerInfo) async throws -> ContainerEnvironment {
         switch source {
         case .query(let fallback):
-            return try request.uri.queryParameters.get("environment").map { try ContainerEnvironment(segment: String($0)) } ?? fallback
+            return try input.query["environment"].map { try ContainerEnvironment(segment: $0) } ?? fallback
         case .body(let fallback):
-            let buffer = try await readBody(request)
-            request.body = RequestBody(buffer: buffer)
-            return try ManagementGate.environment(in: try parseObject(buffer), default: fallback)
+            return try ManagementGate.environment(in: try input.object(bodies), default: fallback)
         case .target:
+            let call = ManagementCall(grant: ManagementGrant(), input: input, bodies: bodies)
             let environments: Set<ContainerEnvironment>
-            if context.parameters.get("token") != nil {
-                environments = try await admin.apiTokenEnvironments(containerID: container.id, idOrPrefix: try Self.tokenParameter(context))
+            if input.parameters["token"] != nil {
+                environments = try await admin.apiTokenEnvironments(containerID: container.id, idOrPrefix: try Self.tokenParameter(call))
             } else {
-                environments = try await admin.serverKeyEnvironments(containerID: container.id, idOrPrefix: Self.pathParameter(context, "key").lowercased())
+                environments = try await admin.serverKeyEnvironments(containerID: container.id, idOrPrefix: Self.pathParameter(call, "key").lowercased())
             }
             return environments.contains(.production) ? .production : .development
         }

@@ -8,10 +8,11 @@ import StratusStore
 import Synchronization
 
 /// The console at `/console`: server-rendered pages over the management API. Every page and
-/// every action calls the management API in process, with the signed-in operator's credential
-/// (or the admin token, for a session opened with it): what the console may show or change is
-/// exactly what the management API allows that caller (`ManagementAccess.routes`), and the audit
-/// log names them as it does for the CLI.
+/// every action calls the management API's functions (`ConsoleCall.api`, by `ManagementRoute`)
+/// as the signed-in operator's credential (or the admin token, for a session opened with it),
+/// through the check its routes make: what the console may show or change is exactly what the
+/// management API allows that caller (`ManagementAccess.routes`), and the audit log names them
+/// as it does for the CLI.
 ///
 /// Safe by construction: the session is an `HttpOnly`, `SameSite=Strict` cookie (`Secure` when the
 /// public URL is https); every state-changing request is a POST carrying the session's CSRF token
@@ -23,11 +24,6 @@ extension StratusApp {
     /// A console session ends after 30 minutes unused, and after 12 hours in any case.
     static let consoleIdleSeconds = 30 * 60
     static let consoleLifetimeSeconds = 12 * 3600
-
-    /// The management API's responder, for the console's in-process calls (set when the router is built).
-    final class ManagementResponder: Sendable {
-        let responder = Mutex<(any HTTPResponder<BasicRequestContext>)?>(nil)
-    }
 
     /// The signed-in person of a console request.
     struct ConsoleUser: Sendable {
@@ -41,27 +37,12 @@ extension StratusApp {
         var credentialID: Int64
     }
 
-    /// An answer of the management API to the console.
+    /// What a management function answered the console.
     struct ManagementAnswer {
         var status: Int
         var json: JSON
         var ok: Bool { (200..<300).contains(status) }
         var reason: String { json["reason"]?.stringValue ?? "the server answered \(status)" }
-    }
-
-    /// Calls the management API in process as `user`.
-    func management(_ user: ConsoleUser, _ method: HTTPRequest.Method, _ path: String, body: JSON? = nil,
-                    _ context: BasicRequestContext, box: ManagementResponder) async throws -> ManagementAnswer {
-        guard let responder = box.responder.withLock({ $0 }) else { throw StratusError(.internalError, "the console has no management responder") }
-        var headers: HTTPFields = [.authorization: "Bearer \(user.bearer)"]
-        if body != nil { headers[.contentType] = "application/json" }
-        let head = HTTPRequest(method: method, scheme: "http", authority: "console", path: ManagementAccess.base + "/" + path, headerFields: headers)
-        let request = Request(head: head, body: RequestBody(buffer: ByteBuffer(string: body.map { JSONWriter.string($0) } ?? "")))
-        let response = try await responder.respond(to: request, context: context)
-        let collector = BodyCollector()
-        try await response.body.write(CollectingWriter(collector: collector))
-        let bytes = collector.buffer.withLock { Array($0.readableBytesView) }
-        return ManagementAnswer(status: Int(response.status.code), json: (try? JSONParser.parse(bytes)) ?? .null)
     }
 
     /// The session cookie's value, when the request carries one.
@@ -181,20 +162,4 @@ struct ConsoleForm: Sendable {
         guard let value = self[name]?.trimmingCharacters(in: .whitespacesAndNewlines), !value.isEmpty else { return nil }
         return value
     }
-}
-
-/// Collects a response body (the management API's JSON, for the console).
-final class BodyCollector: Sendable {
-    let buffer = Mutex(ByteBuffer())
-}
-
-struct CollectingWriter: ResponseBodyWriter {
-    let collector: BodyCollector
-
-    mutating func write(_ buffer: ByteBuffer) async throws {
-        var buffer = buffer
-        collector.buffer.withLock { $0.writeBuffer(&buffer) }
-    }
-
-    consuming func finish(_ trailingHeaders: HTTPFields?) async throws {}
 }

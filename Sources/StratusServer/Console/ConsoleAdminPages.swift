@@ -14,18 +14,13 @@ extension StratusApp {
         addConsoleTeamPages(router)
     }
 
-    /// `containers/<container>/…` for the management API.
-    static func api(_ container: String, _ rest: String) -> String {
-        "containers/\(ConsolePath.segment(container))/\(rest)"
-    }
-
     // MARK: Users
 
     func addConsoleUserPages(_ router: Router<BasicRequestContext>) {
         console(router, .get, "/console/c/:container/users") { call in
             let container = call.container
             let environment = call.environment
-            let users = try await call.require(.get, Self.api(container, "users?environment=\(environment.rawValue)"))["users"]?.arrayValue ?? []
+            let users = try await call.require(.users, query: ["environment": environment.rawValue])["users"]?.arrayValue ?? []
             let search = call.query("q")?.lowercased()
             let found = users.filter { user in
                 guard let search else { return true }
@@ -55,7 +50,7 @@ extension StratusApp {
             console(router, .post, "/console/c/:container/users/:user/\(verb)") { call in
                 let container = call.container
                 let user = Self.pathParameter(call.context, "user")
-                let answer = try await call.api(.post, Self.api(container, "users/\(ConsolePath.segment(user))/\(verb)"))
+                let answer = await call.api(verb == "disable" ? .disableUser : .enableUser, ["user": ConsolePath.segment(user)])
                 let back = ConsolePath.make("c", container, "users") + ConsolePath.query([("environment", call.form["environment"] ?? "development")])
                 guard answer.ok else {
                     if answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
@@ -67,7 +62,7 @@ extension StratusApp {
         console(router, .get, "/console/c/:container/users/:user/export") { call in
             let container = call.container
             let user = Self.pathParameter(call.context, "user")
-            let exported = try await call.require(.get, Self.api(container, "users/\(ConsolePath.segment(user))/export"))
+            let exported = try await call.require(.exportUser, ["user": ConsolePath.segment(user)])
             var headers = Self.consoleHeaders(contentType: "application/json; charset=utf-8")
             headers[.contentDisposition] = "attachment; filename=\"user-\(ConsolePath.segment(user)).json\""
             return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: JSONWriter.string(exported))))
@@ -75,7 +70,7 @@ extension StratusApp {
         console(router, .get, "/console/c/:container/users/:user/erase") { call in
             let container = call.container
             let user = Self.pathParameter(call.context, "user")
-            let found = try await call.require(.get, Self.api(container, "users/\(ConsolePath.segment(user))"))["user"]
+            let found = try await call.require(.user, ["user": ConsolePath.segment(user)])["user"]
             let name = found?["userRecordName"]?.stringValue ?? user
             let body: HTML = """
                 <p>Erasing <strong>\(found?["emailAddress"]?.stringValue ?? "")</strong> (<code>\(name)</code>) deletes their account, their private zones and
@@ -89,7 +84,7 @@ extension StratusApp {
         console(router, .post, "/console/c/:container/users/:user/erase") { call in
             let container = call.container
             let user = Self.pathParameter(call.context, "user")
-            let answer = try await call.api(.post, Self.api(container, "users/\(ConsolePath.segment(user))/erase"), ["confirm": .string(call.form["confirm"] ?? "")])
+            let answer = await call.api(.eraseUser, ["user": ConsolePath.segment(user)], body: ["confirm": .string(call.form["confirm"] ?? "")])
             guard answer.ok else {
                 if answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
                 return Self.seeOther(ConsolePath.make("c", container, "users", user, "erase") + ConsolePath.query([("error", "type the record name exactly; nothing was erased")]))
@@ -103,8 +98,8 @@ extension StratusApp {
     func addConsoleCredentialPages(_ router: Router<BasicRequestContext>) {
         console(router, .get, "/console/c/:container/tokens") { call in
             let container = call.container
-            let tokens = try await call.require(.get, "tokens?container=\(ConsolePath.segment(container))")["tokens"]?.arrayValue ?? []
-            let keys = try await call.require(.get, Self.api(container, "keys"))["keys"]?.arrayValue ?? []
+            let tokens = try await call.require(.tokens, query: ["container": container])["tokens"]?.arrayValue ?? []
+            let keys = try await call.require(.keys)["keys"]?.arrayValue ?? []
             let tokenRows = tokens.map { token -> [HTML] in
                 let id = token["id"]?.intValue ?? 0
                 let live = token["revokedAt"] == .null
@@ -155,7 +150,7 @@ extension StratusApp {
             }
             var request: [String: JSON] = ["environment": .string(environment), "name": .string(call.form.text("name") ?? "console")]
             if !origins.isEmpty { request["allowedOrigins"] = .array(origins) }
-            let answer = try await call.api(.post, Self.api(container, "tokens"), .object(request))
+            let answer = await call.api(.createToken, body: request)
             guard answer.ok else { return try Self.actionFailed(answer, back: back) }
             let secret = answer.json["apiToken"]?.stringValue ?? ""
             let body: HTML = """
@@ -168,7 +163,7 @@ extension StratusApp {
         }
         console(router, .post, "/console/c/:container/keys") { call in
             let container = call.container
-            let answer = try await call.api(.post, Self.api(container, "keys"), [
+            let answer = await call.api(.addKey, body: [
                 "environment": .string(call.form["environment"] ?? ""), "name": .string(call.form.text("name") ?? "server key"),
                 "publicKey": .string(call.form["publicKey"] ?? ""),
             ])
@@ -181,7 +176,7 @@ extension StratusApp {
                 let container = call.container
                 let target = Self.pathParameter(call.context, parameter)
                 let back = ConsolePath.make("c", container, "tokens")
-                let answer = try await call.api(.post, Self.api(container, "\(kind)/\(ConsolePath.segment(target))/revoke"))
+                let answer = await call.api(kind == "tokens" ? .revokeToken : .revokeKey, [parameter: ConsolePath.segment(target)])
                 guard answer.ok else { return try Self.actionFailed(answer, back: back) }
                 let shown = target.count > 16 ? String(target.prefix(16)) + "…" : target
                 return Self.seeOther(back + ConsolePath.query([("notice", "revoked \(noun) \(shown)")]))
@@ -190,7 +185,7 @@ extension StratusApp {
         console(router, .get, "/console/c/:container/subscriptions") { call in
             let container = call.container
             let environment = call.environment
-            let found = try await call.require(.get, Self.api(container, "subscriptions?environment=\(environment.rawValue)"))["subscriptions"]?.arrayValue ?? []
+            let found = try await call.require(.subscriptions, query: ["environment": environment.rawValue])["subscriptions"]?.arrayValue ?? []
             let rows = found.map { item -> [HTML] in
                 ["<code>\(item["owner"]?.stringValue ?? "")</code>", "\(item["database"]?.stringValue ?? "")", "\(item["subscriptionID"]?.stringValue ?? "")",
                  "\(item["subscriptionType"]?.stringValue ?? "")", "\(item["query"]?["recordType"]?.stringValue ?? item["zoneID"]?["zoneName"]?.stringValue ?? "")"]
@@ -204,7 +199,7 @@ extension StratusApp {
         console(router, .get, "/console/c/:container/shares") { call in
             let container = call.container
             let environment = call.environment
-            let found = try await call.require(.get, Self.api(container, "shares?environment=\(environment.rawValue)"))["shares"]?.arrayValue ?? []
+            let found = try await call.require(.shares, query: ["environment": environment.rawValue])["shares"]?.arrayValue ?? []
             let rows = found.map { item -> [HTML] in
                 let participants = (item["participants"]?.arrayValue ?? []).compactMap { $0["emailAddress"]?.stringValue ?? $0["userRecordName"]?.stringValue }
                 return ["<code>\(item["owner"]?.stringValue ?? "")</code>", "\(item["zoneName"]?.stringValue ?? item["zone"]?.stringValue ?? "")",
@@ -230,8 +225,8 @@ extension StratusApp {
         console(router, .get, "/console/c/:container/usage") { call in
             let container = call.container
             let environment = call.environment
-            let usage = try await call.require(.get, Self.api(container, "usage?environment=\(environment.rawValue)"))
-            let quota = try await call.require(.get, Self.api(container, "quota?environment=\(environment.rawValue)"))
+            let usage = try await call.require(.usage, query: ["environment": environment.rawValue])
+            let quota = try await call.require(.quota, query: ["environment": environment.rawValue])
             let limits = usage["limits"]?.objectValue ?? [:]
             let requests = ["lastMinute", "lastHour", "lastDay"].map { period -> [HTML] in
                 let counts = usage["requests"]?[period]
@@ -268,7 +263,7 @@ extension StratusApp {
                 body[key.name] = Int64(text).map { .int($0) } ?? .string(text)
             }
             let back = ConsolePath.make("c", container, "usage") + ConsolePath.query([("environment", environment)])
-            let answer = try await call.api(.patch, Self.api(container, "quota"), .object(body))
+            let answer = await call.api(.setQuota, body: body)
             guard answer.ok else { return try Self.actionFailed(answer, back: back) }
             return Self.seeOther(back + "&notice=" + ConsolePath.segment("saved the limits of \(environment)"))
         }
@@ -279,7 +274,7 @@ extension StratusApp {
             var filters = [("order", "newest"), ("limit", "200")]
             if let action { filters.append(("action", action)) }
             if let actor { filters.append(("actor", actor)) }
-            let shown = try await call.require(.get, Self.api(container, "audit" + ConsolePath.query(filters)))["entries"]?.arrayValue ?? []
+            let shown = try await call.require(.audit, query: Dictionary(filters, uniquingKeysWith: { first, _ in first }))["entries"]?.arrayValue ?? []
             let actions = Self.auditActions.map { name -> HTML in "<option\(name == action ? " selected" : "")>\(name)</option>" }
             let rows = shown.map { entry -> [HTML] in
                 ["\(entry["at"]?.stringValue ?? "")", "\(entry["actor"]?.stringValue ?? "")", "\(entry["action"]?.stringValue ?? "")",
@@ -307,7 +302,7 @@ extension StratusApp {
     func addConsoleTeamPages(_ router: Router<BasicRequestContext>) {
         console(router, .get, "/console/c/:container/team") { call in
             let container = call.container
-            let team = try await call.require(.get, Self.api(container, "team"))["team"]?.arrayValue ?? []
+            let team = try await call.require(.team)["team"]?.arrayValue ?? []
             let roles = TeamRole.allCases.reversed().map(\.description)
             let rows = team.map { member -> [HTML] in
                 let email = member["emailAddress"]?.stringValue ?? ""
@@ -336,7 +331,7 @@ extension StratusApp {
         console(router, .post, "/console/c/:container/team") { call in
             let container = call.container
             let back = ConsolePath.make("c", container, "team")
-            let answer = try await call.api(.post, Self.api(container, "team"), ["operator": .string(call.form.text("operator") ?? ""), "role": .string(call.form["role"] ?? "")])
+            let answer = await call.api(.addTeamMember, body: ["operator": .string(call.form.text("operator") ?? ""), "role": .string(call.form["role"] ?? "")])
             guard answer.ok else { return try Self.actionFailed(answer, back: back) }
             return Self.seeOther(back + ConsolePath.query([("notice", "added \(call.form.text("operator") ?? "")")]))
         }
@@ -344,7 +339,7 @@ extension StratusApp {
             let container = call.container
             let member = Self.pathParameter(call.context, "operator")
             let back = ConsolePath.make("c", container, "team")
-            let answer = try await call.api(.patch, Self.api(container, "team/\(ConsolePath.segment(member))"), ["role": .string(call.form["role"] ?? "")])
+            let answer = await call.api(.setTeamRole, ["operator": ConsolePath.segment(member)], body: ["role": .string(call.form["role"] ?? "")])
             guard answer.ok else { return try Self.actionFailed(answer, back: back) }
             return Self.seeOther(back + ConsolePath.query([("notice", "\(member) is now \(call.form["role"] ?? "")")]))
         }
@@ -352,7 +347,7 @@ extension StratusApp {
             let container = call.container
             let member = Self.pathParameter(call.context, "operator")
             let back = ConsolePath.make("c", container, "team")
-            let answer = try await call.api(.delete, Self.api(container, "team/\(ConsolePath.segment(member))"))
+            let answer = await call.api(.removeTeamMember, ["operator": ConsolePath.segment(member)])
             guard answer.ok else { return try Self.actionFailed(answer, back: back) }
             return Self.seeOther(back + ConsolePath.query([("notice", "removed \(member)")]))
         }

@@ -8,7 +8,7 @@ import StratusCore
 extension StratusApp {
     func addConsolePages(_ router: Router<BasicRequestContext>) {
         console(router, .get, "/console") { call in
-            let containers = try await call.require(.get, "containers")["containers"]?.arrayValue ?? []
+            let containers = try await call.require(.containers)["containers"]?.arrayValue ?? []
             let rows = containers.map { item -> [HTML] in
                 let name = item["name"]?.stringValue ?? ""
                 return ["<a href=\"\(ConsolePath.make("c", name))\">\(name)</a>", "\(item["role"]?.stringValue ?? (call.user.isSuperuser ? "superuser" : ""))",
@@ -28,15 +28,15 @@ extension StratusApp {
         }
         console(router, .post, "/console/containers") { call in
             let name = call.form.text("name") ?? ""
-            let answer = try await call.api(.post, "containers", ["name": .string(name)])
+            let answer = await call.api(.createContainer, body: ["name": .string(name)])
             guard answer.ok else { return try Self.actionFailed(answer, back: "/console") }
             return Self.seeOther(ConsolePath.make("c", name) + ConsolePath.query([("notice", "created container \(name)")]))
         }
         console(router, .get, "/console/c/:container") { call in
             let container = call.container
             // The schema page answers NOT_FOUND for a container the person may not see.
-            _ = try await call.require(.get, "containers/\(ConsolePath.segment(container))/schema")
-            let usage = try await call.api(.get, "containers/\(ConsolePath.segment(container))/usage?environment=production")
+            _ = try await call.require(.schema)
+            let usage = await call.api(.usage, query: ["environment": "production"])
             var cards: [HTML] = []
             for environment in ContainerEnvironment.allCases {
                 let env = environment.rawValue
@@ -63,7 +63,7 @@ extension StratusApp {
         console(router, .get, "/console/c/:container/schema") { call in
             let container = call.container
             let environment = call.environment
-            let exported = try await call.require(.get, "containers/\(ConsolePath.segment(container))/schema?environment=\(environment.rawValue)")
+            let exported = try await call.require(.schema, query: ["environment": environment.rawValue])
             let text = exported["schema"]?.stringValue ?? ""
             let schema = (try? SchemaLanguage.parse(text)) ?? Schema()
             let picker = ConsoleLayout.environmentPicker(environment, action: ConsolePath.make("c", container, "schema"))
@@ -80,12 +80,12 @@ extension StratusApp {
             let container = call.container
             let text = call.form["schema"] ?? ""
             let apply = call.form["action"] == "import"
-            let answer = try await call.api(.post, "containers/\(ConsolePath.segment(container))/schema/import", ["schema": .string(text), "dryRun": .bool(!apply)])
+            let answer = await call.api(.importSchema, body: ["schema": .string(text), "dryRun": .bool(!apply)])
             if answer.ok, apply {
                 return Self.seeOther(ConsolePath.make("c", container, "schema") + ConsolePath.query([("notice", "the development schema is now version \(answer.json["version"]?.intValue ?? 0)")]))
             }
             if answer.status == 401 || answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
-            let current = try await call.require(.get, "containers/\(ConsolePath.segment(container))/schema?environment=development")
+            let current = try await call.require(.schema, query: ["environment": "development"])
             let schema = (try? SchemaLanguage.parse(current["schema"]?.stringValue ?? "")) ?? Schema()
             let result: HTML = answer.ok
                 ? "<p class=\"notice\" role=\"status\">The text is valid. Applying it would make these changes:</p><pre>\(answer.json["planText"]?.stringValue ?? "")</pre>"
@@ -96,13 +96,12 @@ extension StratusApp {
         // Form edits of the development schema: each reads it, changes it and imports it whole.
         console(router, .post, "/console/c/:container/schema/edit") { call in
             let container = call.container
-            let current = try await call.require(.get, "containers/\(ConsolePath.segment(container))/schema?environment=development")
+            let current = try await call.require(.schema, query: ["environment": "development"])
             var schema = (try? SchemaLanguage.parse(current["schema"]?.stringValue ?? "")) ?? Schema()
             let back = ConsolePath.make("c", container, "schema")
             do {
                 let done = try Self.editSchema(&schema, call.form)
-                let answer = try await call.api(.post, "containers/\(ConsolePath.segment(container))/schema/import",
-                                                ["schema": .string(SchemaLanguage.print(schema))])
+                let answer = await call.api(.importSchema, body: ["schema": .string(SchemaLanguage.print(schema))])
                 guard answer.ok else { return try Self.actionFailed(answer, back: back) }
                 return Self.seeOther(back + ConsolePath.query([("notice", done)]))
             } catch let error as StratusError {
@@ -111,14 +110,13 @@ extension StratusApp {
         }
         console(router, .get, "/console/c/:container/deploy") { call in
             let container = call.container
-            let plan = try await call.require(.get, "containers/\(ConsolePath.segment(container))/schema/diff")
+            let plan = try await call.require(.schemaDiff)
             return call.page("Deploy to production", container: container, section: "deploy", Self.deployPage(plan, user: call.user, container: container, dryRun: nil))
         }
         console(router, .post, "/console/c/:container/deploy") { call in
             let container = call.container
-            let path = "containers/\(ConsolePath.segment(container))/schema/deploy"
             if call.form["action"] == "dry-run" {
-                let answer = try await call.api(.post, path, ["dryRun": true])
+                let answer = await call.api(.deploySchema, body: ["dryRun": true])
                 guard answer.ok || answer.status == 400 else { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
                 let plan = answer.ok ? answer.json : (answer.json["serverRecord"] ?? answer.json)
                 return call.page("Deploy to production", container: container, section: "deploy",
@@ -128,7 +126,7 @@ extension StratusApp {
                 return Self.seeOther(ConsolePath.make("c", container, "deploy")
                                      + ConsolePath.query([("error", "type the container's identifier, \(container), to confirm the deploy; nothing was changed")]))
             }
-            let answer = try await call.api(.post, path, [:])
+            let answer = await call.api(.deploySchema, body: [:])
             guard answer.ok else {
                 if answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
                 return Self.seeOther(ConsolePath.make("c", container, "deploy") + ConsolePath.query([("error", answer.reason)]))
@@ -149,7 +147,7 @@ extension StratusApp {
         // One index-build step: JSON for the progress page's script, or back to the page for a form.
         console(router, .post, "/console/c/:container/indexes") { call in
             let container = call.container
-            let answer = try await call.api(.post, "containers/\(ConsolePath.segment(container))/schema/indexes/build", ["batch": 2000])
+            let answer = await call.api(.buildIndexes, body: ["batch": 2000])
             if call.request.headers[HTTPField.Name("X-CSRF-Token")!] != nil {
                 let json: JSON = answer.ok ? answer.json : ["error": .string(answer.reason)]
                 var response = Response.json(json, status: .init(code: answer.status))

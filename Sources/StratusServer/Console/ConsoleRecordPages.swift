@@ -77,7 +77,7 @@ extension StratusApp {
             if let marker = call.query("marker") { request["continuationMarker"] = .string(marker) }
             var results: HTML = ""
             if problems.isEmpty {
-                let answer = await call.records(.query, request)
+                let answer = await call.api(.queryRecords, body: request)
                 if answer.status == 401 || answer.status == 403 || (answer.status == 404 && answer.reason.hasPrefix("container ")) {
                     throw ConsoleFailure(status: answer.status, reason: answer.reason)
                 }
@@ -103,7 +103,7 @@ extension StratusApp {
             guard let name = call.query("name") else { throw ConsoleFailure(status: 400, reason: "which record? (name= is missing)") }
             var request = place.body
             request["records"] = [["recordName": .string(name)]]
-            let answer = await call.records(.lookup, request)
+            let answer = await call.api(.lookupRecords, body: request)
             guard answer.ok else { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
             guard let record = answer.json["records"]?.arrayValue?.first, record["serverErrorCode"] == nil else {
                 throw ConsoleFailure(status: 404, reason: answer.json["records"]?.arrayValue?.first?["reason"]?.stringValue ?? "no such record")
@@ -153,7 +153,7 @@ extension StratusApp {
             if let tag { record["recordChangeTag"] = .string(tag) }
             var request = place.body
             request["operations"] = [["operationType": .string(tag == nil ? "create" : "update"), "record": .object(record)]]
-            let answer = await call.records(.modify, request)
+            let answer = await call.api(.modifyRecords, body: request)
             guard answer.ok else { return try Self.actionFailed(answer, back: back) }
             let saved = answer.json["records"]?.arrayValue?.first
             if let reason = saved?["reason"]?.stringValue { return Self.seeOther(back + "&error=" + ConsolePath.segment(reason)) }
@@ -175,7 +175,7 @@ extension StratusApp {
             if let tag { record["recordChangeTag"] = .string(tag) }
             var request = place.body
             request["operations"] = [["operationType": tag == nil ? "forceDelete" : "delete", "record": .object(record)]]
-            let answer = await call.records(.modify, request)
+            let answer = await call.api(.modifyRecords, body: request)
             guard answer.ok else { return try Self.actionFailed(answer, back: view) }
             if let reason = answer.json["records"]?.arrayValue?.first?["reason"]?.stringValue { return Self.seeOther(view + "&error=" + ConsolePath.segment(reason)) }
             return Self.seeOther(ConsolePath.make("c", container, "records") + ConsolePath.query(place.pairs + [("notice", "deleted \(name)")]))
@@ -184,7 +184,7 @@ extension StratusApp {
 
     /// The environment's schema, through the management API.
     func consoleSchema(_ call: ConsoleCall, container: String, environment: ContainerEnvironment) async throws -> Schema {
-        let exported = try await call.require(.get, Self.api(container, "schema?environment=\(environment.rawValue)"))
+        let exported = try await call.require(.schema, query: ["environment": environment.rawValue])
         return (try? SchemaLanguage.parse(exported["schema"]?.stringValue ?? "")) ?? Schema()
     }
 

@@ -11,21 +11,22 @@ struct ConsoleCall: Sendable {
     let app: StratusApp
     let user: StratusApp.ConsoleUser
     let context: BasicRequestContext
-    let box: StratusApp.ManagementResponder
     let request: Request
     /// A POST's form (empty for a GET).
     var form = ConsoleForm(ByteBuffer())
 
-    func api(_ method: HTTPRequest.Method, _ path: String, _ body: JSON? = nil) async throws -> StratusApp.ManagementAnswer {
-        try await app.management(user, method, path, body: body, context, box: box)
-    }
-
-    /// A records operation of the management API as the signed-in person: the functions its
-    /// routes call, authorized as they are; a failure is answered as the API answers it.
-    func records(_ operation: ManagedRecordsController.Operation, _ body: [String: JSON]) async -> StratusApp.ManagementAnswer {
+    /// A management function as the signed-in person, through the check its route makes
+    /// (`StratusApp.callManagement`): `parameters` are its path's (the page's container by
+    /// default), `query` its query's. A failure is answered as the API answers it.
+    func api(_ route: ManagementRoute, _ parameters: [String: String] = [:], query: [String: String] = [:],
+             body: [String: JSON]? = nil) async -> StratusApp.ManagementAnswer {
+        var parameters = parameters
+        if route.parameterNames.contains("container"), parameters["container"] == nil { parameters["container"] = ConsolePath.segment(container) }
         do {
             let principal = try await app.gate.principal(bearer: user.bearer)
-            return StratusApp.ManagementAnswer(status: 200, json: try await app.managedRecords.call(operation, as: principal, container: container, body: body).expanded)
+            let input = ManagementCall.Input(parameters: parameters, query: query, body: .object(body ?? [:]))
+            let reply = try await app.callManagement(route, as: principal, input)
+            return StratusApp.ManagementAnswer(status: Int(reply.status.code), json: reply.json.expanded)
         } catch {
             let (failure, uuid) = ErrorMiddleware<BasicRequestContext>.failure(error, request: request, logger: context.logger)
             return StratusApp.ManagementAnswer(status: failure.code.httpStatus, json: failure.dictionary(uuid: uuid))
@@ -33,8 +34,9 @@ struct ConsoleCall: Sendable {
     }
 
     /// An answer that must have succeeded: otherwise the page says why, with the API's status.
-    func require(_ method: HTTPRequest.Method, _ path: String, _ body: JSON? = nil) async throws -> JSON {
-        let answer = try await api(method, path, body)
+    func require(_ route: ManagementRoute, _ parameters: [String: String] = [:], query: [String: String] = [:],
+                 body: [String: JSON]? = nil) async throws -> JSON {
+        let answer = await api(route, parameters, query: query, body: body)
         guard answer.ok else { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
         return answer.json
     }
@@ -69,7 +71,7 @@ struct ConsoleFailure: Error {
 }
 
 extension StratusApp {
-    func addConsoleRoutes(to router: Router<BasicRequestContext>, box: ManagementResponder) {
+    func addConsoleRoutes(to router: Router<BasicRequestContext>) {
         router.get("/console/assets/:file") { _, context -> Response in
             let name = Self.pathParameter(context, "file")
             guard let file = Self.consoleAssets[name] else { throw StratusError(.notFound, "no console file '\(name)'") }
@@ -106,7 +108,6 @@ extension StratusApp {
     func console(_ router: Router<BasicRequestContext>, _ method: HTTPRequest.Method, _ path: String,
                  _ handler: @escaping @Sendable (ConsoleCall) async throws -> Response) {
         router.on(RouterPath(path), method: method) { request, context -> Response in
-            let box = self.consoleBox
             if method == .post, !self.isSameOrigin(request) {
                 return Self.forbidden("this request did not come from a console page (its Origin is not this server's); nothing was changed")
             }
@@ -114,7 +115,7 @@ extension StratusApp {
                 if method == .get { return Self.seeOther("/console/signin") }
                 return Self.forbidden("you are not signed in (or your session ended); nothing was changed")
             }
-            var call = ConsoleCall(app: self, user: user, context: context, box: box, request: request)
+            var call = ConsoleCall(app: self, user: user, context: context, request: request)
             if method == .post {
                 call.form = ConsoleForm(try await self.readBody(request))
                 let token = call.form["csrf"] ?? request.headers[HTTPField.Name("X-CSRF-Token")!]

@@ -13,7 +13,7 @@ extension StratusApp {
             for name in ["status", "operation", "user", "before"] {
                 if let value = call.query(name) { filters.append((name, value)) }
             }
-            let answer = try await call.api(.get, Self.api(container, "logs" + ConsolePath.query(filters)))
+            let answer = await call.api(.logs, query: Dictionary(filters, uniquingKeysWith: { first, _ in first }))
             if answer.status == 401 || answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
             let entries = answer.ok ? answer.json["entries"]?.arrayValue ?? [] : []
             let rows = entries.map { entry -> [HTML] in
@@ -56,7 +56,7 @@ extension StratusApp {
             let operation = call.query("operation")
             var filters = [("environment", environment.rawValue), ("period", period)]
             if let operation { filters.append(("operation", operation)) }
-            let telemetry = try await call.require(.get, Self.api(container, "telemetry" + ConsolePath.query(filters)))
+            let telemetry = try await call.require(.telemetry, query: Dictionary(filters, uniquingKeysWith: { first, _ in first }))
             let operations = telemetry["operations"]?.arrayValue ?? []
             let rows = operations.map { item -> [HTML] in
                 let name = item["operation"]?.stringValue ?? ""

@@ -10,43 +10,29 @@ import StratusStore
 /// name or an email address). The public database is used with the container administrator's
 /// privileges, as a server-to-server key does; a user's database as that user. Reading or
 /// changing a user's database, and changing the public one, is audited.
-///
-/// Its management routes and the console call the same functions: `call` authorizes through
-/// `ManagementGate` as the routes do, then `run`.
+
 struct ManagedRecordsController: Sendable {
     /// What it does, each one management route.
     enum Operation: CaseIterable, Sendable {
         case query, lookup, zones, modify
 
-        var method: HTTPRequest.Method { .post }
-        var path: String {
-            let operation: DataOperation = switch self {
-            case .query: .recordsQuery
-            case .lookup: .recordsLookup
-            case .zones: .zonesList
-            case .modify: .recordsModify
+        /// Its management route.
+        var route: ManagementRoute {
+            switch self {
+            case .query: .queryRecords
+            case .lookup: .lookupRecords
+            case .zones: .listZones
+            case .modify: .modifyRecords
             }
-            return "\(ManagementAccess.base)/containers/:container/\(operation.rawValue)"
         }
         /// The audit log's action.
         var action: String { self == .modify ? "records.modify" : "records.read" }
-        var requirement: ManagementRequirement { ManagementAccess.routes["\(method.rawValue) \(path)"] ?? .superuser }
     }
 
-    let gate: ManagementGate
     let admin: AdminStore
     let authenticator: Authenticator
     let records: RecordsController
     let zones: ZonesController
-
-    /// `operation` as `principal` on `container`, authorized as its route is.
-    func call(_ operation: Operation, as principal: ManagementGrant.Principal, container: String, body: [String: JSON]) async throws -> JSON {
-        let grant = try await gate.authorize(operation.requirement, principal: principal, container: container) { source, _ in
-            guard case .body(let fallback) = source else { return nil }
-            return try ManagementGate.environment(in: body, default: fallback)
-        }
-        return try await run(operation, grant: grant, body: body)
-    }
 
     /// Runs a data-API handler on the database the management body names, as the caller it implies.
     func run(_ operation: Operation, grant: ManagementGrant, body: [String: JSON]) async throws -> JSON {

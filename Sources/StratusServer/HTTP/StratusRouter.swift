@@ -21,17 +21,6 @@ public struct StratusRouter: HTTPResponderBuilder {
     }
 }
 
-/// Renders what a responder throws as a CKWS error dictionary (`ErrorMiddleware`): the one place
-/// errors become answers, for the service and for the console's calls into it.
-struct RenderingErrors<Inner: HTTPResponder>: HTTPResponder where Inner.Context == BasicRequestContext {
-    typealias Context = BasicRequestContext
-    let inner: Inner
-
-    func respond(to request: Request, context: Context) async throws -> Response {
-        try await ErrorMiddleware<Context>().run(request, context: context) { try await inner.respond(to: $0, context: $1) }
-    }
-}
-
 public struct StratusResponder: HTTPResponder {
     public typealias Context = BasicRequestContext
     let app: StratusApp

@@ -2,8 +2,8 @@ import Hummingbird
 import Logging
 import StratusCore
 
-/// The outermost layer (`StratusResponder`, and the console's calls into the service through
-/// `RenderingErrors`): renders every failure as a CKWS error dictionary. Client mistakes
+/// The outermost layer (`StratusResponder`; `failure` also for the console's calls of management
+/// functions): renders every failure as a CKWS error dictionary. Client mistakes
 /// keep their code; anything unexpected is logged in full with an id and answered
 /// `INTERNAL_ERROR` without internals (Hummingbird's own 500 would have an empty body).
 struct ErrorMiddleware<Context: RequestContext> {

@@ -6,10 +6,11 @@ import StratusStore
 
 /// Server-to-server keys: `stratus key add|list|revoke`.
 extension StratusApp {
-    func addKeyRoutes(to router: Router<BasicRequestContext>, base: String) {
-        manage(router, .post, "\(base)/containers/:container/keys") { request, context, grant -> Response in
+    func addKeyRoutes(to router: Router<BasicRequestContext>) {
+        manage(router, .addKey) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let body = try await self.readObject(request)
+            let body = try call.object()
             let environment = try Self.requiredEnvironment(body)
             guard let pem = try Wire.string(body["publicKey"], key: "publicKey") else {
                 throw StratusError.badRequest("missing required key 'publicKey': the PEM text of a P-256 public key")
@@ -23,14 +24,16 @@ extension StratusApp {
                                                         publicKey: publicKey.x963Representation, by: grant.actor)
             return .json(["keyID": .string(key.keyID), "key": Self.keyJSON(key)], status: .created)
         }
-        manage(router, .get, "\(base)/containers/:container/keys") { request, context, grant -> Response in
+        manage(router, .keys) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
             let keys = try await self.admin.serverKeys(containerID: container.id)
             return .json(["keys": .array(keys.map(Self.keyJSON))])
         }
-        manage(router, .post, "\(base)/containers/:container/keys/:key/revoke") { request, context, grant -> Response in
+        manage(router, .revokeKey) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let keyID = Self.pathParameter(context, "key")
+            let keyID = Self.pathParameter(call, "key")
             guard (8...64).contains(keyID.utf8.count), keyID.utf8.allSatisfy(\.isHexDigit) else {
                 throw StratusError.badRequest("give the key ID (64 hexadecimal digits, from 'stratus key list'), or at least its first 8 digits")
             }

@@ -7,11 +7,12 @@ import StratusStore
 /// Telemetry pages). Both first write this process's waiting rows, so a reader sees its own
 /// requests up to the call.
 extension StratusApp {
-    func addLogRoutes(to router: Router<BasicRequestContext>, base: String) {
-        manage(router, .get, "\(base)/containers/:container/logs") { request, _, grant -> Response in
+    func addLogRoutes(to router: Router<BasicRequestContext>) {
+        manage(router, .logs) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let environment = try Self.environmentParameter(request)
-            let filter = try await self.logFilter(request, containerID: container.id, environment: environment)
+            let environment = try Self.environmentParameter(call)
+            let filter = try await self.logFilter(call, containerID: container.id, environment: environment)
             await self.requestLog.flush()
             let keep = try await self.rateLimiter.limits(containerID: container.id, environment: environment).logRequests
             let entries = try await self.admin.requestLog(containerID: container.id, environment: environment, keep: keep, filter: filter)
@@ -19,10 +20,11 @@ extension StratusApp {
             return .json(["container": .string(container.name), "environment": .string(environment.rawValue), "keep": .int(keep),
                           "entries": .array(entries.map { Self.logEntryJSON($0, formatter: formatter) })])
         }
-        manage(router, .get, "\(base)/containers/:container/telemetry") { request, _, grant -> Response in
+        manage(router, .telemetry) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let environment = try Self.environmentParameter(request)
-            let query = request.uri.queryParameters
+            let environment = try Self.environmentParameter(call)
+            let query = call.queryParameters
             let period = query.get("period").map { String($0) } ?? "hour"
             guard let (length, bucket) = Self.telemetryPeriods[period] else {
                 throw StratusError.badRequest("'period' must be hour or day")
@@ -62,8 +64,8 @@ extension StratusApp {
 
     /// The log's filters from the query: `since` (ISO 8601), `status` (`404`, or a class: `4xx`),
     /// `operation`, `user` (record name or email), `after` / `before` (row numbers), `limit` (1–1000, default 100).
-    func logFilter(_ request: Request, containerID: Int64, environment: ContainerEnvironment) async throws -> RequestLogFilter {
-        let query = request.uri.queryParameters
+    func logFilter(_ call: ManagementCall, containerID: Int64, environment: ContainerEnvironment) async throws -> RequestLogFilter {
+        let query = call.queryParameters
         var filter = RequestLogFilter()
         if let text = query.get("since") {
             guard let date = Self.parseTime(String(text)) else {
@@ -86,7 +88,7 @@ extension StratusApp {
             filter.operation = String(text)
         }
         if query.get("user") != nil {
-            filter.user = try await userFilter(request, containerID: containerID, environment: environment)
+            filter.user = try await userFilter(call, containerID: containerID, environment: environment)
         }
         for (name, path) in [("after", \RequestLogFilter.after), ("before", \RequestLogFilter.before)] {
             guard let text = query.get(name) else { continue }

@@ -6,15 +6,16 @@ import StratusStore
 /// The management API under `/management/1/`, guarded by the admin token. The CLI is its client.
 extension StratusApp {
     func addManagementRoutes(to router: Router<BasicRequestContext>) {
-        let base = "/management/1"
-        manage(router, .post, "\(base)/containers") { request, _, grant -> Response in
-            let body = try await self.readObject(request)
+        manage(router, .createContainer) { call -> ManagementReply in
+            let grant = call.grant
+            let body = try call.object()
             guard let name = try Wire.string(body["name"], key: "name") else { throw StratusError.badRequest("missing required key 'name'") }
             try Names.validateContainer(name)
             let container = try await self.admin.createContainer(name: name, by: grant.actor)
             return .json(["container": Self.containerJSON(container)], status: .created)
         }
-        manage(router, .get, "\(base)/containers") { _, _, grant -> Response in
+        manage(router, .containers) { call -> ManagementReply in
+            let grant = call.grant
             // A superuser sees every container; an operator only those whose team they are in, with their role.
             if let operatorID = grant.caller?.operatorID, !grant.isSuperuser {
                 let containers = try await self.admin.teamContainers(operatorID: operatorID)
@@ -23,9 +24,10 @@ extension StratusApp {
             let containers = try await self.admin.listContainers()
             return .json(["containers": .array(containers.map { Self.containerJSON($0) })])
         }
-        manage(router, .post, "\(base)/containers/:container/tokens") { request, context, grant -> Response in
+        manage(router, .createToken) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let body = try await self.readObject(request)
+            let body = try call.object()
             let environment = try Self.requiredEnvironment(body)
             let name = try Wire.string(body["name"], key: "name") ?? "token"
             guard !name.isEmpty, name.utf8.count <= 200, name.unicodeScalars.allSatisfy(Names.isPrintable) else {
@@ -39,62 +41,70 @@ extension StratusApp {
                                                            by: grant.actor)
             return .json(["apiToken": .string(secret), "token": Self.tokenJSON(info)], status: .created)
         }
-        manage(router, .get, "\(base)/containers/:container/audit") { request, _, grant -> Response in
+        manage(router, .audit) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let entries = try await self.auditEntries(request, containerID: container.id)
+            let entries = try await self.auditEntries(call, containerID: container.id)
             return .json(["container": .string(container.name), "entries": .array(entries.map(Self.auditJSON))])
         }
         // The server-wide log: operator accounts added, removed, disabled, enabled, their passwords set.
-        manage(router, .get, "\(base)/audit") { request, _, _ -> Response in
-            let entries = try await self.auditEntries(request, containerID: serverAuditContainerID)
+        manage(router, .serverAudit) { call -> ManagementReply in
+            let entries = try await self.auditEntries(call, containerID: serverAuditContainerID)
             return .json(["entries": .array(entries.map(Self.auditJSON))])
         }
-        manage(router, .get, "\(base)/containers/:container/users") { request, context, grant -> Response in
+        manage(router, .users) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let environment = try Self.environmentParameter(request)
+            let environment = try Self.environmentParameter(call)
             let users = try await self.admin.users(containerID: container.id, environment: environment)
             return .json(["users": .array(users.map(Self.userJSON))])
         }
-        manage(router, .get, "\(base)/containers/:container/users/:user") { request, context, grant -> Response in
+        manage(router, .user) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let user = try Self.userParameter(context)
-            guard let found = try await self.admin.users(containerID: container.id, environment: try Self.environmentParameter(request), user: user).first else {
+            let user = try Self.userParameter(call)
+            guard let found = try await self.admin.users(containerID: container.id, environment: try Self.environmentParameter(call), user: user).first else {
                 throw StratusError(.notFound, "no user '\(user)' in this container; give a user record name or an email address")
             }
             return .json(["user": Self.userJSON(found)])
         }
-        for (verb, disabled) in [("disable", true), ("enable", false)] {
-            manage(router, .post, "\(base)/containers/:container/users/:user/\(verb)") { request, context, grant -> Response in
+        for (route, disabled) in [(ManagementRoute.disableUser, true), (.enableUser, false)] {
+            manage(router, route) { call -> ManagementReply in
+                let grant = call.grant
                 let container = try grant.container
-                let user = try await self.admin.setUserDisabled(containerID: container.id, user: try Self.userParameter(context), disabled: disabled,
+                let user = try await self.admin.setUserDisabled(containerID: container.id, user: try Self.userParameter(call), disabled: disabled,
                                                                 by: grant.actor)
                 self.authenticator.invalidate(.userSessions(containerID: container.id, user: user.userRecordName))
                 return .json(["user": Self.userJSON(user)])
             }
         }
-        manage(router, .get, "\(base)/containers/:container/shares") { request, context, grant -> Response in
+        manage(router, .shares) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let environment = try Self.environmentParameter(request)
-            let user = try await self.userFilter(request, containerID: container.id, environment: environment)
+            let environment = try Self.environmentParameter(call)
+            let user = try await self.userFilter(call, containerID: container.id, environment: environment)
             let shares = try await self.records.allShares(containerID: container.id, environment: environment, user: user)
             return .json(["shares": .array(shares.map(self.dataAPI.shares.shareAdminJSON))])
         }
-        manage(router, .get, "\(base)/containers/:container/subscriptions") { request, context, grant -> Response in
+        manage(router, .subscriptions) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let environment = try Self.environmentParameter(request)
-            let user = try await self.userFilter(request, containerID: container.id, environment: environment)
+            let environment = try Self.environmentParameter(call)
+            let user = try await self.userFilter(call, containerID: container.id, environment: environment)
             let found = try await self.records.allSubscriptions(containerID: container.id, environment: environment, owner: user)
             return .json(["subscriptions": .array(found.map(Self.subscriptionAdminJSON))])
         }
-        manage(router, .get, "\(base)/containers/:container/quota") { request, context, grant -> Response in
+        manage(router, .quota) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let environment = try Self.environmentParameter(request)
+            let environment = try Self.environmentParameter(call)
             let settings = try await self.admin.quotaSettings(containerID: container.id, environment: environment)
             return .json(Self.quotaJSON(settings, environment: environment))
         }
-        manage(router, .patch, "\(base)/containers/:container/quota") { request, context, grant -> Response in
+        manage(router, .setQuota) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let body = try await self.readObject(request)
+            let body = try call.object()
             let environment = try ContainerEnvironment(segment: try Wire.string(body["environment"], key: "environment") ?? "development")
             let changes = try QuotaLimits.changes(body, ignoring: ["environment", "by"])
             let settings = try await self.admin.setQuotaLimits(containerID: container.id, environment: environment, changes: changes,
@@ -105,9 +115,10 @@ extension StratusApp {
             self.rateLimiter.invalidate(.quota(containerID: container.id, environment: environment))
             return .json(Self.quotaJSON(settings, environment: environment))
         }
-        manage(router, .get, "\(base)/containers/:container/usage") { request, context, grant -> Response in
+        manage(router, .usage) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let environment = try Self.environmentParameter(request)
+            let environment = try Self.environmentParameter(call)
             let report = try await self.admin.usageReport(containerID: container.id, environment: environment)
             var json = Self.usageJSON(report, container: container.name, environment: environment)
             // The container's stored assets (both environments share them: content-addressed per container).
@@ -118,19 +129,19 @@ extension StratusApp {
             }
             return .json(json)
         }
-        manage(router, .get, "\(base)/usage/verify") { request, _, grant -> Response in
+        manage(router, .verifyUsage) { call -> ManagementReply in
             var containerID: Int64?
-            if let name = request.uri.queryParameters.get("container") {
+            if let name = call.queryParameters.get("container") {
                 containerID = try await self.authenticator.container(named: String(name)).id
             }
-            let environment = try request.uri.queryParameters.get("environment").map { try ContainerEnvironment(segment: String($0)) }
+            let environment = try call.queryParameters.get("environment").map { try ContainerEnvironment(segment: String($0)) }
             let differences = try await self.admin.verifyUsage(containerID: containerID, environment: environment)
             return .json(["differences": .array(differences.map(Self.differenceJSON))])
         }
-        addRoleRoutes(to: router, base: base)
-        addLogRoutes(to: router, base: base)
-        addKeyRoutes(to: router, base: base)
-        manage(router, .get, "\(base)/stats") { request, _, grant -> Response in
+        addRoleRoutes(to: router)
+        addLogRoutes(to: router)
+        addKeyRoutes(to: router)
+        manage(router, .stats) { call -> ManagementReply in
             var stats: [String: JSON] = ["rssBytes": Self.residentBytes().map { .int($0) } ?? .null, "pid": .int(Int64(getpid()))]
             // The process's CPU time and context switches, all threads: `stratus-bench` divides their growth by its requests.
             var usage = rusage()
@@ -144,14 +155,15 @@ extension StratusApp {
             }
             return .json(.object(stats))
         }
-        manage(router, .get, "\(base)/tokens") { request, _, grant -> Response in
+        manage(router, .tokens) { call -> ManagementReply in
+            let grant = call.grant
             var containerID: Int64?
             // An operator who is not a superuser sees the tokens of their teams' containers only.
             var visible: Set<Int64>?
             if let operatorID = grant.caller?.operatorID, !grant.isSuperuser {
                 visible = Set(try await self.admin.teamContainers(operatorID: operatorID).map(\.container.id))
             }
-            if let name = request.uri.queryParameters.get("container").map { String($0) } {
+            if let name = call.queryParameters.get("container").map { String($0) } {
                 let container = try await self.authenticator.container(named: name)
                 if let visible, !visible.contains(container.id) { throw ManagementGate.notFound(container: name) }
                 containerID = container.id
@@ -159,10 +171,11 @@ extension StratusApp {
             let tokens = try await self.admin.listAPITokens(containerID: containerID).filter { visible?.contains($0.containerID) ?? true }
             return .json(["tokens": .array(tokens.map(Self.tokenJSON))])
         }
-        manage(router, .patch, "\(base)/containers/:container/tokens/:token") { request, context, grant -> Response in
+        manage(router, .updateToken) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let token = try Self.tokenParameter(context)
-            let body = try await self.readObject(request)
+            let token = try Self.tokenParameter(call)
+            let body = try call.object()
             let options = try Self.tokenOptions(body)
             guard options.origins != nil || options.callback != nil else {
                 throw StratusError.badRequest("nothing to change: give 'allowedOrigins' (an array, [] for any) or 'signInCallback' (a URL, or null for none)")
@@ -172,9 +185,10 @@ extension StratusApp {
             self.authenticator.forget(tokenID: info.tokenID)
             return .json(["token": Self.tokenJSON(info)])
         }
-        manage(router, .post, "\(base)/containers/:container/tokens/:token/revoke") { request, context, grant -> Response in
+        manage(router, .revokeToken) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let token = try Self.tokenParameter(context)
+            let token = try Self.tokenParameter(call)
             let info = try await self.admin.revokeAPIToken(containerID: container.id, idOrPrefix: token, by: grant.actor)
             self.authenticator.forget(tokenID: info.tokenID)
             return .json(["token": Self.tokenJSON(info)])
@@ -182,8 +196,8 @@ extension StratusApp {
     }
 
     /// The `:token` path parameter: a token's id or prefix.
-    static func tokenParameter(_ context: BasicRequestContext) throws(StratusError) -> String {
-        let token = pathParameter(context, "token")
+    static func tokenParameter(_ call: ManagementCall) throws(StratusError) -> String {
+        let token = pathParameter(call, "token")
         guard !token.isEmpty, token.utf8.count <= 64, token.unicodeScalars.allSatisfy({ Names.isPrintable($0) }) else {
             throw StratusError.badRequest("give the token's id (from 'stratus token list') or its prefix")
         }
@@ -283,13 +297,13 @@ extension StratusApp {
          "countedBytes": .int(difference.countedBytes), "meteredBytes": .int(difference.meteredBytes)]
     }
 
-    static func environmentParameter(_ request: Request) throws(StratusError) -> ContainerEnvironment {
-        try ContainerEnvironment(segment: request.uri.queryParameters.get("environment").map { String($0) } ?? "development")
+    static func environmentParameter(_ call: ManagementCall) throws(StratusError) -> ContainerEnvironment {
+        try ContainerEnvironment(segment: call.queryParameters.get("environment").map { String($0) } ?? "development")
     }
 
     /// The `:user` path parameter: a user record name or an email address.
-    static func userParameter(_ context: BasicRequestContext) throws(StratusError) -> String {
-        let user = Self.pathParameter(context, "user")
+    static func userParameter(_ call: ManagementCall) throws(StratusError) -> String {
+        let user = Self.pathParameter(call, "user")
         guard !user.isEmpty, user.utf8.count <= 254, user.unicodeScalars.allSatisfy(Names.isPrintable) else {
             throw .badRequest("give the user's record name (_ and 32 hex digits) or email address")
         }
@@ -302,6 +316,12 @@ extension StratusApp {
         return raw.removingPercentEncoding ?? raw
     }
 
+    /// A management call's path parameter, percent-decoded.
+    static func pathParameter(_ call: ManagementCall, _ name: String) -> String {
+        let raw = call.parameters.get(name) ?? ""
+        return raw.removingPercentEncoding ?? raw
+    }
+
     static func userJSON(_ user: UserSummary) -> JSON {
         ["userRecordName": .string(user.userRecordName), "emailAddress": .string(user.email), "createdAt": iso(user.createdAt),
          "disabledAt": user.disabledAt.map(iso) ?? .null, "liveSessions": .int(user.liveSessions)]
@@ -309,8 +329,8 @@ extension StratusApp {
 
     /// A log's entries as the query asks: `since` (ISO 8601), `limit` (1–10000, default 1000),
     /// `order` (oldest or newest first), `action`, `actor` (contained, any case).
-    func auditEntries(_ request: Request, containerID: Int64) async throws -> [AuditEntry] {
-        let query = request.uri.queryParameters
+    func auditEntries(_ call: ManagementCall, containerID: Int64) async throws -> [AuditEntry] {
+        let query = call.queryParameters
         var since: Date?
         if let text = query.get("since") {
             guard let date = ISO8601DateFormatter().date(from: String(text)) else {
@@ -351,8 +371,8 @@ extension StratusApp {
 
     /// The `user` query parameter (a user record name or an email address) as a user record name;
     /// `nil` when absent, `NOT_FOUND` when no such user exists.
-    func userFilter(_ request: Request, containerID: Int64, environment: ContainerEnvironment) async throws -> String? {
-        guard let given = request.uri.queryParameters.get("user").map({ String($0) }) else { return nil }
+    func userFilter(_ call: ManagementCall, containerID: Int64, environment: ContainerEnvironment) async throws -> String? {
+        guard let given = call.queryParameters.get("user").map({ String($0) }) else { return nil }
         guard Names.isPrintableName(given, maximumBytes: 320) else {
             throw StratusError.badRequest("give the user's record name (_ and 32 hex digits) or email address")
         }

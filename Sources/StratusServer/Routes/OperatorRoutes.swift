@@ -8,9 +8,8 @@ import StratusStore
 /// Operators and teams: `stratus login|logout|whoami`, `stratus operator …`, `stratus team …`.
 extension StratusApp {
     func addOperatorRoutes(to router: Router<BasicRequestContext>) {
-        let base = ManagementAccess.base
-        manage(router, .post, "\(base)/login") { request, _, _ -> Response in
-            let body = try await self.readObject(request)
+        manage(router, .login) { call -> ManagementReply in
+            let body = try call.object()
             let (email, password) = try Self.credentials(body)
             let name = try Wire.string(body["name"], key: "name") ?? "stratus login"
             guard !name.isEmpty, name.utf8.count <= 200, name.unicodeScalars.allSatisfy(Names.isPrintable) else {
@@ -21,14 +20,16 @@ extension StratusApp {
             let id = try await self.admin.createOperatorCredential(operatorID: account.operatorID, tokenHash: TokenSealer.hash(secret), name: name)
             return .json(["credential": .string(secret), "credentialID": .int(id), "operator": Self.operatorJSON(account)])
         }
-        manage(router, .post, "\(base)/logout") { _, _, grant -> Response in
+        manage(router, .logout) { call -> ManagementReply in
+            let grant = call.grant
             guard let credential = grant.credential else {
                 throw StratusError.badRequest("the admin token cannot sign out: it is what the server was started with (STRATUS_ADMIN_TOKEN); change it there")
             }
             try await self.admin.revokeOperatorCredential(credential.credentialID)
             return .json(["signedOut": true, "credentialID": .int(credential.credentialID)])
         }
-        manage(router, .get, "\(base)/whoami") { _, _, grant -> Response in
+        manage(router, .whoami) { call -> ManagementReply in
+            let grant = call.grant
             guard let credential = grant.credential else {
                 return .json(["adminToken": true, "superuser": true, "operator": .null, "containers": []])
             }
@@ -37,7 +38,7 @@ extension StratusApp {
                           "credentialID": .int(credential.credentialID),
                           "containers": .array(containers.map { Self.containerJSON($0.container, role: $0.role) })])
         }
-        manage(router, .get, "\(base)/operators") { _, _, _ -> Response in
+        manage(router, .operators) { call -> ManagementReply in
             let operators = try await self.admin.operators()
             return .json(["operators": .array(operators.map { info, containers in
                 var json = Self.operatorJSON(info)
@@ -48,8 +49,9 @@ extension StratusApp {
                 return json
             })])
         }
-        manage(router, .post, "\(base)/operators") { request, _, grant -> Response in
-            let body = try await self.readObject(request)
+        manage(router, .addOperator) { call -> ManagementReply in
+            let grant = call.grant
+            let body = try call.object()
             let (email, password) = try Self.credentials(body)
             try Self.validateNewPassword(password)
             let superuser = try Wire.bool(body["superuser"], key: "superuser") ?? false
@@ -58,17 +60,19 @@ extension StratusApp {
             let info = try await self.admin.createOperator(email: email, passwordHash: hash, superuser: superuser, by: grant.actor)
             return .json(["operator": Self.operatorJSON(info)], status: .created)
         }
-        manage(router, .delete, "\(base)/operators/:operator") { _, context, grant -> Response in
-            let target = try await self.namedOperator(context)
+        manage(router, .removeOperator) { call -> ManagementReply in
+            let grant = call.grant
+            let target = try await self.namedOperator(call)
             guard target.operatorID != grant.caller?.operatorID else {
                 throw StratusError.badRequest("you cannot remove your own account; ask another superuser")
             }
             try await self.admin.removeOperator(target, by: grant.actor)
             return .json(["removed": .string(target.email)])
         }
-        for (verb, disabled) in [("disable", true), ("enable", false)] {
-            manage(router, .post, "\(base)/operators/:operator/\(verb)") { _, context, grant -> Response in
-                let target = try await self.namedOperator(context)
+        for (route, verb, disabled) in [(ManagementRoute.disableOperator, "disable", true), (.enableOperator, "enable", false)] {
+            manage(router, route) { call -> ManagementReply in
+                let grant = call.grant
+                let target = try await self.namedOperator(call)
                 guard target.operatorID != grant.caller?.operatorID else {
                     throw StratusError.badRequest("you cannot \(verb) your own account; ask another superuser")
                 }
@@ -76,9 +80,10 @@ extension StratusApp {
                 return .json(["operator": Self.operatorJSON(info)])
             }
         }
-        manage(router, .post, "\(base)/operators/:operator/password") { request, context, grant -> Response in
-            let target = try await self.namedOperator(context)
-            let body = try await self.readObject(request)
+        manage(router, .operatorPassword) { call -> ManagementReply in
+            let grant = call.grant
+            let target = try await self.namedOperator(call)
+            let body = try call.object()
             guard let new = try Wire.string(body["newPassword"], key: "newPassword") else {
                 throw StratusError.badRequest("missing required key 'newPassword'")
             }
@@ -97,19 +102,20 @@ extension StratusApp {
                                                                    by: grant.actor)
             return .json(["operator": Self.operatorJSON(target), "revokedCredentials": .int(Int64(revoked))])
         }
-        addTeamRoutes(to: router, base: base)
+        addTeamRoutes(to: router)
     }
 
-    func addTeamRoutes(to router: Router<BasicRequestContext>, base: String) {
-        let team = "\(base)/containers/:container/team"
-        manage(router, .get, team) { _, _, grant -> Response in
+    func addTeamRoutes(to router: Router<BasicRequestContext>) {
+        manage(router, .team) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
             let members = try await self.admin.team(containerID: container.id)
             return .json(["container": .string(container.name), "team": .array(members.map(Self.teamMemberJSON))])
         }
-        manage(router, .post, team) { request, _, grant -> Response in
+        manage(router, .addTeamMember) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let body = try await self.readObject(request)
+            let body = try call.object()
             guard let email = try Wire.string(body["operator"], key: "operator"), !email.isEmpty else {
                 throw StratusError.badRequest("missing required key 'operator' (the operator's email address)")
             }
@@ -118,17 +124,19 @@ extension StratusApp {
             let added = try await self.admin.addTeamMember(container: container, member: member, role: role, by: grant.actor)
             return .json(["container": .string(container.name), "member": Self.teamMemberJSON(added)], status: .created)
         }
-        manage(router, .patch, "\(team)/:operator") { request, context, grant -> Response in
+        manage(router, .setTeamRole) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let member = try await self.namedOperator(context)
-            let role = try Self.teamRole(try await self.readObject(request))
+            let member = try await self.namedOperator(call)
+            let role = try Self.teamRole(try call.object())
             let previous = try await self.admin.changeTeamMember(container: container, member: member, role: role, by: grant.actor)
             return .json(["container": .string(container.name), "operator": .string(member.email), "role": .string(role.description),
                           "previousRole": .string(previous.description)])
         }
-        manage(router, .delete, "\(team)/:operator") { _, context, grant -> Response in
+        manage(router, .removeTeamMember) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let member = try await self.namedOperator(context)
+            let member = try await self.namedOperator(call)
             let previous = try await self.admin.changeTeamMember(container: container, member: member, role: nil, by: grant.actor)
             return .json(["container": .string(container.name), "removed": .string(member.email), "role": .string(previous.description)])
         }
@@ -155,8 +163,8 @@ extension StratusApp {
     }
 
     /// The operator the path names (`:operator`: an email address, or an id).
-    func namedOperator(_ context: BasicRequestContext) async throws -> OperatorInfo {
-        try await operatorNamed(Self.pathParameter(context, "operator"))
+    func namedOperator(_ call: ManagementCall) async throws -> OperatorInfo {
+        try await operatorNamed(Self.pathParameter(call, "operator"))
     }
 
     func operatorNamed(_ given: String) async throws -> OperatorInfo {

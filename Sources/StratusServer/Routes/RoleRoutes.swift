@@ -5,27 +5,30 @@ import StratusStore
 
 /// Members of custom security roles: `stratus role assign|unassign|members|list`.
 extension StratusApp {
-    func addRoleRoutes(to router: Router<BasicRequestContext>, base: String) {
-        manage(router, .get, "\(base)/containers/:container/roles") { request, context, grant -> Response in
+    func addRoleRoutes(to router: Router<BasicRequestContext>) {
+        manage(router, .roles) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let environment = try Self.environmentParameter(request)
+            let environment = try Self.environmentParameter(call)
             let schema = try await self.records.schemas.reload(containerID: container.id, environment: environment)
             let counts = try await self.admin.roleMemberCounts(containerID: container.id, environment: environment)
             let roles: [JSON] = schema.roles.sorted().map { ["role": .string($0), "members": .int(counts[$0] ?? 0)] }
             return .json(["environment": .string(environment.rawValue), "roles": .array(roles)])
         }
-        manage(router, .get, "\(base)/containers/:container/roles/:role/members") { request, context, grant -> Response in
+        manage(router, .roleMembers) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let environment = try Self.environmentParameter(request)
-            let role = try await self.customRole(context, container: container, environment: environment)
+            let environment = try Self.environmentParameter(call)
+            let role = try await self.customRole(call, container: container, environment: environment)
             let members = try await self.admin.roleMembers(containerID: container.id, environment: environment, role: role)
             return .json(["role": .string(role), "environment": .string(environment.rawValue), "members": .array(members.map(Self.memberJSON))])
         }
-        manage(router, .post, "\(base)/containers/:container/roles/:role/members") { request, context, grant -> Response in
+        manage(router, .addRoleMember) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let body = try await self.readObject(request)
+            let body = try call.object()
             let environment = try ContainerEnvironment(segment: try Wire.string(body["environment"], key: "environment") ?? "development")
-            let role = try await self.customRole(context, container: container, environment: environment)
+            let role = try await self.customRole(call, container: container, environment: environment)
             guard let user = try Wire.string(body["user"], key: "user"), !user.isEmpty else {
                 throw StratusError.badRequest("missing required key 'user' (a user record name or an email address)")
             }
@@ -34,20 +37,21 @@ extension StratusApp {
             self.authenticator.invalidate(.roles(containerID: container.id, environment: environment))
             return .json(["role": .string(role), "member": Self.memberJSON(member), "added": .bool(added)])
         }
-        manage(router, .delete, "\(base)/containers/:container/roles/:role/members/:user") { request, context, grant -> Response in
+        manage(router, .removeRoleMember) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let environment = try Self.environmentParameter(request)
-            let role = try await self.customRole(context, container: container, environment: environment)
+            let environment = try Self.environmentParameter(call)
+            let role = try await self.customRole(call, container: container, environment: environment)
             let user = try await self.admin.unassignRole(containerID: container.id, environment: environment, role: role,
-                                                         user: try Self.userParameter(context), by: grant.actor)
+                                                         user: try Self.userParameter(call), by: grant.actor)
             self.authenticator.invalidate(.roles(containerID: container.id, environment: environment))
             return .json(["role": .string(role), "removed": .string(user)])
         }
     }
 
     /// The `:role` path parameter: a custom role of the environment's schema.
-    func customRole(_ context: BasicRequestContext, container: ContainerInfo, environment: ContainerEnvironment) async throws -> String {
-        let role = Self.pathParameter(context, "role")
+    func customRole(_ call: ManagementCall, container: ContainerInfo, environment: ContainerEnvironment) async throws -> String {
+        let role = Self.pathParameter(call, "role")
         guard !role.isEmpty, role.utf8.count <= 255, role.unicodeScalars.allSatisfy(Names.isPrintable) else {
             throw StratusError.badRequest("give the name of a custom role (CREATE ROLE in the schema)")
         }

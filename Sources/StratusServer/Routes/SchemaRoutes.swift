@@ -9,21 +9,22 @@ import Synchronization
 /// history and reset, under `/management/1/containers/{container}/schema`.
 extension StratusApp {
     func addSchemaRoutes(to router: Router<BasicRequestContext>) {
-        let base = "/management/1/containers/:container/schema"
-        manage(router, .get, base) { request, context, grant -> Response in
+        manage(router, .schema) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let environment = try ContainerEnvironment(segment: request.uri.queryParameters.get("environment").map { String($0) } ?? "development")
+            let environment = try ContainerEnvironment(segment: call.queryParameters.get("environment").map { String($0) } ?? "development")
             let schema = try await self.records.schemas.load(containerID: container.id, environment: environment)
             return .json(["schema": .string(SchemaLanguage.print(schema)), "version": .int(schema.version), "environment": .string(environment.rawValue)])
         }
-        manage(router, .post, "/management/1/schema/validate") { request, _, grant -> Response in
-            let text = try await self.schemaText(request)
+        manage(router, .validateSchema) { call -> ManagementReply in
+            let text = try await self.schemaText(call)
             let schema = try Self.parseSchema(text)
             return .json(["valid": true, "recordTypes": .int(Int64(schema.recordTypes.count)), "schema": .string(SchemaLanguage.print(schema))])
         }
-        manage(router, .post, "\(base)/import") { request, context, grant -> Response in
+        manage(router, .importSchema) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let body = try await self.readObject(request)
+            let body = try call.object()
             guard let text = try Wire.string(body["schema"], key: "schema") else { throw StratusError.badRequest("missing required key 'schema' (the .ckdb text)") }
             let dryRun = try Wire.bool(body["dryRun"], key: "dryRun") ?? false
             let schema = try Self.parseSchema(text)
@@ -33,45 +34,49 @@ extension StratusApp {
             return .json(["plan": plan.json(), "planText": .string(planText), "applied": .bool(!dryRun && !plan.isEmpty), "version": .int(version),
                           "warnings": .array(warnings)])
         }
-        manage(router, .get, "\(base)/diff") { request, context, grant -> Response in
+        manage(router, .schemaDiff) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
             let (plan, counts, _, _) = try await self.records.schemas.deploy(containerID: container.id, by: grant.actor, dryRun: true)
             return .json(try await self.planResponse(plan, counts: counts, containerID: container.id, applied: false, version: nil))
         }
-        manage(router, .post, "\(base)/deploy") { request, context, grant -> Response in
+        manage(router, .deploySchema) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let body = try await self.readObject(request)
+            let body = try call.object()
             let dryRun = try Wire.bool(body["dryRun"], key: "dryRun") ?? false
             let (plan, counts, applied, version) = try await self.records.schemas.deploy(containerID: container.id, by: grant.actor, dryRun: dryRun)
             let response = try await self.planResponse(plan, counts: counts, containerID: container.id, applied: applied, version: version)
             if !plan.refused.isEmpty {
                 // The plan goes with the refusal, for the client to show what was refused.
-                return StratusError(.badRequest, "the deploy is refused: production is additive only (\(plan.refused.count) refused change\(plan.refused.count == 1 ? "" : "s")); nothing was changed")
-                    .response(uuid: newUUID(), details: ["serverRecord": response])
+                return .failure(StratusError(.badRequest, "the deploy is refused: production is additive only (\(plan.refused.count) refused change\(plan.refused.count == 1 ? "" : "s")); nothing was changed"),
+                                details: ["serverRecord": response])
             }
             return .json(response)
         }
-        manage(router, .post, "\(base)/indexes/build") { request, context, grant -> Response in
+        manage(router, .buildIndexes) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let body = try await self.readObject(request)
+            let body = try call.object()
             let batch = Int(try Wire.int(body["batch"], key: "batch") ?? 2000)
             guard (1...20_000).contains(batch) else { throw StratusError.badRequest("batch must be 1–20000") }
             let builds = try await self.records.schemas.buildIndexes(containerID: container.id, batch: batch)
             self.records.schemas.forget(containerID: container.id, environment: .production)
             return .json(["builds": .array(builds.map(Self.buildJSON)), "done": .bool(builds.allSatisfy(\.done))])
         }
-        manage(router, .get, "\(base)/history") { request, context, grant -> Response in
+        manage(router, .schemaHistory) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let environment = try ContainerEnvironment(segment: request.uri.queryParameters.get("environment").map { String($0) } ?? "production")
+            let environment = try ContainerEnvironment(segment: call.queryParameters.get("environment").map { String($0) } ?? "production")
             let entries = try await self.records.schemas.history(containerID: container.id, environment: environment)
             return .json(["history": .array(entries.map { entry in
                 ["id": .int(entry.id), "version": .int(entry.version), "by": .string(entry.by), "at": Self.iso(entry.at),
                  "kind": .string(entry.kind), "plan": .string(entry.plan)]
             })])
         }
-        manage(router, .post, "\(base)/reset") { request, context, grant -> Response in
+        manage(router, .resetSchema) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let body = (try? await self.readObject(request)) ?? [:]
             let (version, deleted) = try await self.records.schemas.resetDevelopment(containerID: container.id, by: grant.actor)
             return .json(["version": .int(version), "deletedRecords": .int(deleted)])
         }
@@ -85,8 +90,8 @@ extension StratusApp {
         }
     }
 
-    func schemaText(_ request: Request) async throws -> String {
-        let body = try await readObject(request)
+    func schemaText(_ call: ManagementCall) async throws -> String {
+        let body = try call.object()
         guard let text = try Wire.string(body["schema"], key: "schema") else { throw StratusError.badRequest("missing required key 'schema' (the .ckdb text)") }
         return text
     }

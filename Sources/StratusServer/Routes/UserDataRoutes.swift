@@ -7,10 +7,10 @@ import StratusStore
 /// its erasure (`stratus user erase`), through the management API.
 extension StratusApp {
     func addUserDataRoutes(to router: Router<BasicRequestContext>) {
-        let base = "/management/1/containers/:container/users/:user"
-        manage(router, .get, "\(base)/export") { request, context, grant -> Response in
+        manage(router, .exportUser) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let user = try await self.managedUser(container, context)
+            let user = try await self.managedUser(container, call)
             var environments: [JSON] = []
             let assetURL = self.dataAPI.records.links.assetURL(containerID: container.id)
             for environment in ContainerEnvironment.allCases {
@@ -47,10 +47,11 @@ extension StratusApp {
             }
             return .json(["container": .string(container.name), "exportedAt": Self.iso(Date()), "user": account, "environments": .array(environments)])
         }
-        manage(router, .post, "\(base)/erase") { request, context, grant -> Response in
+        manage(router, .eraseUser) { call -> ManagementReply in
+            let grant = call.grant
             let container = try grant.container
-            let body = try await self.readObject(request)
-            let user = try await self.managedUser(container, context)
+            let body = try call.object()
+            let user = try await self.managedUser(container, call)
             guard try Wire.string(body["confirm"], key: "confirm") == user.userRecordName else {
                 throw StratusError.badRequest("erasing a user cannot be undone: send {\"confirm\": \"\(user.userRecordName)\"} (the CLI: --yes)")
             }
@@ -62,8 +63,8 @@ extension StratusApp {
     }
 
     /// The `:user` of a management path, which must exist.
-    func managedUser(_ container: ContainerInfo, _ context: BasicRequestContext) async throws -> UserSummary {
-        let name = try Self.userParameter(context)
+    func managedUser(_ container: ContainerInfo, _ call: ManagementCall) async throws -> UserSummary {
+        let name = try Self.userParameter(call)
         guard let found = try await admin.users(containerID: container.id, environment: .development, user: name).first else {
             throw StratusError(.notFound, "no user '\(name)' in this container; give a user record name or an email address")
         }

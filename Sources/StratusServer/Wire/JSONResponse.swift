@@ -54,11 +54,11 @@ extension StratusError {
     }
 
     /// The whole-request error response (its code noted for `/metrics`).
-    func response(uuid: String, details: [String: JSON] = [:]) -> Response {
+    func response(uuid: String) -> Response {
         RequestID.state?.errorCode = code.name
         var headers: HTTPFields = [:]
         if let retryAfter { headers[.retryAfter] = String(retryAfter) }
-        return .json(dictionary(uuid: uuid, details: details), status: HTTPResponse.Status(code: code.httpStatus), headers: headers)
+        return .json(dictionary(uuid: uuid), status: HTTPResponse.Status(code: code.httpStatus), headers: headers)
     }
 
     /// A request body that is too large: HTTP 413 with `BAD_REQUEST`.
