@@ -24,7 +24,8 @@ ensure_postgres() {
 # that traps when checked and is undefined behaviour when not: the tests run debug builds, which
 # keep every check, so a violation on a tested path still fails the suite.
 build_release() {  # build_release [extra swift build arguments]
-  swift build -c release -Xswiftc -enforce-exclusivity=unchecked "$@"
+  swift build -c release -Xswiftc -enforce-exclusivity=unchecked --product stratus "$@" &&
+    swift build -c release -Xswiftc -enforce-exclusivity=unchecked --product stratus-bench "$@"
 }
 
 # Installs Debian's Chromium and Python 3 when missing (the sign-in page is tested in a real

@@ -66,7 +66,7 @@ done
 for binary in "$OLD" "$NEW"; do [ -x "$binary" ] || { echo "$binary is not an executable" >&2; exit 64; }; done
 # One load generator drives both builds: this tree's (STRATUS_BENCH to name another).
 BENCH=${STRATUS_BENCH:-$PWD/.build/release/stratus-bench}
-if [ ! -x "$BENCH" ]; then echo "== building stratus-bench (release)" >&2; build_release --product stratus-bench >&2; fi
+if [ ! -x "$BENCH" ]; then echo "== building stratus-bench (release)" >&2; build_release >&2; fi
 [[ "$PAIRS" =~ ^[1-9][0-9]?$ ]] || { echo "--pairs must be 1-99" >&2; exit 64; }
 [[ "$DURATION" =~ ^[1-9][0-9]*$ ]] || { echo "--duration must be a whole number of seconds" >&2; exit 64; }
 

@@ -53,7 +53,7 @@ done
 # The load generator: beside the binary measured, else this tree's (STRATUS_BENCH to name another).
 BENCH=${STRATUS_BENCH:-$(dirname "$STRATUS")/stratus-bench}
 [ -x "$BENCH" ] || BENCH=$PWD/.build/release/stratus-bench
-if [ ! -x "$BENCH" ]; then echo "== building stratus-bench (release)" >&2; build_release --product stratus-bench >&2; fi
+if [ ! -x "$BENCH" ]; then echo "== building stratus-bench (release)" >&2; build_release >&2; fi
 [[ "$ROUNDS" =~ ^[1-9][0-9]?$ ]] || { echo "--rounds must be 1-99" >&2; exit 64; }
 [[ "$DURATION" =~ ^[1-9][0-9]*$ ]] || { echo "--duration must be a whole number of seconds" >&2; exit 64; }
 for mode in $MODES; do
