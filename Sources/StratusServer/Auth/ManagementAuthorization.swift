@@ -113,7 +113,7 @@ struct ManagementGate: Sendable {
     }
 
     /// The environment a body names (`environment`), else `fallback`.
-    static func environment(in body: [String: JSON], default fallback: ContainerEnvironment?) throws -> ContainerEnvironment {
+    static func environment(in body: [String: JSON], default fallback: ContainerEnvironment?) throws(StratusError) -> ContainerEnvironment {
         guard let text = try Wire.string(body["environment"], key: "environment") else {
             guard let fallback else { throw StratusError.badRequest("missing required key 'environment' (development or production)") }
             return fallback
@@ -172,8 +172,11 @@ extension StratusApp {
     /// authorised by `ManagementAccess` (through `ManagementGate`) before `function` runs, and
     /// for the console (`managementFunctions`), which calls it through the same check.
     func manage(_ router: Router<BasicRequestContext>, _ route: ManagementRoute, _ function: @escaping ManagementFunctions.Function) {
-        managementFunctions.register(route, function)
+        guard ManagementAccess.requirements[route] != nil else {
+            preconditionFailure("\(route.key) is not in ManagementAccess.requirements: say there who may use it")
+        }
         guard let method = HTTPRequest.Method(route.method) else { preconditionFailure("\(route.key) has no HTTP method") }
+        managementFunctions.register(route, function)
         router.on(RouterPath(route.path), method: method) { request, context -> Response in
             var input = ManagementCall.Input(request, context, route: route)
             let principal = route.requirement == .open ? nil : try await self.gate.principal(authorization: request.headers[.authorization])
@@ -182,7 +185,7 @@ extension StratusApp {
             // nothing from it), or before, when it names the environment the role depends on.
             let grant = try await self.authorize(route, principal: principal, input) { source in
                 guard case .body = source else { return input }
-                input.body = .bytes(try await self.bodies.readBody(request))
+                input.body = .object(try self.bodies.parseObject(try await self.bodies.readBody(request)))
                 bodyRead = true
                 return input
             }

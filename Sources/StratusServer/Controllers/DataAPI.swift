@@ -200,9 +200,7 @@ struct DataAPI: Sendable {
                 ?? Self.matchLoosely(method: request.method, path: request.uri.path) else {
             return nil
         }
-        return try await dataEndpoint(request, container: container, environment: environment, database: database, route: route) {
-            try await route.handler(self, $0)
-        }
+        return try await dataEndpoint(request, container: container, environment: environment, database: database, route: route)
     }
 
     /// A data-API path with empty segments (a trailing or doubled slash), read as a router reads
@@ -214,9 +212,9 @@ struct DataAPI: Sendable {
 }
 
 extension DataAPI {
-    /// Authenticates, reads the body and runs `handler` for a data endpoint.
-    func dataEndpoint(_ request: Request, container containerName: String, environment: String, database: String, route: DataRoute,
-                      _ handler: (DataRequest) async throws -> JSON) async throws -> Response {
+    /// Authenticates, reads the body and runs the route's handler.
+    func dataEndpoint(_ request: Request, container containerName: String, environment: String, database: String,
+                      route: DataRoute) async throws -> Response {
         let hasBody = route.hasBody
         // A signed request's body is read first: its hash is part of what was signed.
         let signedBody = RequestSignature.isPresent(in: request.headers) ? try await bodies.readBody(request) : nil
@@ -241,9 +239,7 @@ extension DataAPI {
             body = try await bodies.readObject(request)
         }
         try await rateLimiter.admit(caller, body: body)
-        let data = DataRequest(caller: caller, scope: scope, body: body,
-                               authenticator: authenticator)
-        let result = try await handler(data)
+        let result = try await route.handler(self, DataRequest(caller: caller, scope: scope, body: body, authenticator: authenticator))
         var headers: HTTPFields = [:]
         if let token = caller.webAuthToken, let name = HTTPField.Name("x-apple-cloudkit-session") {
             headers[name] = token

@@ -13,8 +13,14 @@ func wrap<T: Sendable>(_ logger: Logger, _ body: () async throws -> T) async thr
     } catch let error as StratusError {
         throw error
     } catch {
-        let uuid = newUUID()
-        logger.error("internal error", metadata: ["stratus.error_id": "\(uuid)", "stratus.error": "\(String(reflecting: error))"])
-        throw StratusError(.internalError, "the server failed to handle the request; quote \(uuid) when reporting it", underlying: error)
+        throw internalError(error, logger: logger).error
     }
+}
+
+/// An unexpected failure as the `INTERNAL_ERROR` a client is answered: logged in full under a new
+/// id, which the answer quotes; nothing of its internals in the answer.
+func internalError(_ error: any Error, logger: Logger) -> (error: StratusError, uuid: String) {
+    let uuid = newUUID()
+    logger.error("internal error", metadata: ["stratus.error_id": "\(uuid)", "stratus.error": "\(String(reflecting: error))"])
+    return (StratusError(.internalError, "the server failed to handle the request; quote \(uuid) when reporting it", underlying: error), uuid)
 }

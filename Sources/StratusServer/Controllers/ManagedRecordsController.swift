@@ -1,5 +1,4 @@
 import Foundation
-import HTTPTypes
 import StratusCore
 import StratusStore
 
@@ -10,7 +9,6 @@ import StratusStore
 /// name or an email address). The public database is used with the container administrator's
 /// privileges, as a server-to-server key does; a user's database as that user. Reading or
 /// changing a user's database, and changing the public one, is audited.
-
 struct ManagedRecordsController: Sendable {
     /// What it does, each one management route.
     enum Operation: CaseIterable, Sendable {

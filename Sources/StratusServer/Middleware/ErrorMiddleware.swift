@@ -21,9 +21,9 @@ struct ErrorMiddleware<Context: RequestContext> {
     /// What a failure is answered with, and the id it is logged and answered under: client
     /// mistakes as they are, anything unexpected logged in full and answered `INTERNAL_ERROR`.
     static func failure(_ error: any Error, request: Request, logger: Logger) -> (StratusError, uuid: String) {
-        let uuid = newUUID()
         switch error {
         case let error as StratusError:
+            let uuid = newUUID()
             if error.code == .internalError {
                 logger.error("internal error", metadata: ["stratus.error_id": "\(uuid)", "stratus.error": "\(String(reflecting: error.underlying ?? error))"])
             } else if error.code == .tryAgainLater, let underlying = error.underlying {
@@ -31,10 +31,9 @@ struct ErrorMiddleware<Context: RequestContext> {
             }
             return (error, uuid)
         case let error as any HTTPResponseError:
-            return (translate(status: error.status, message: (error as? HTTPError)?.body, request: request), uuid)
+            return (translate(status: error.status, message: (error as? HTTPError)?.body, request: request), newUUID())
         default:
-            logger.error("internal error", metadata: ["stratus.error_id": "\(uuid)", "stratus.error": "\(String(reflecting: error))"])
-            return (StratusError(.internalError, "the server failed to handle the request; quote \(uuid) when reporting it"), uuid)
+            return internalError(error, logger: logger)
         }
     }
 

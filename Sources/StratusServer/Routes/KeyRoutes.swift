@@ -11,7 +11,7 @@ extension StratusApp {
             let grant = call.grant
             let container = try grant.container
             let body = try call.object()
-            let environment = try Self.requiredEnvironment(body)
+            let environment = try ManagementGate.environment(in: body, default: nil)
             guard let pem = try Wire.string(body["publicKey"], key: "publicKey") else {
                 throw StratusError.badRequest("missing required key 'publicKey': the PEM text of a P-256 public key")
             }

@@ -28,7 +28,7 @@ extension StratusApp {
             let grant = call.grant
             let container = try grant.container
             let body = try call.object()
-            let environment = try Self.requiredEnvironment(body)
+            let environment = try ManagementGate.environment(in: body, default: nil)
             let name = try Wire.string(body["name"], key: "name") ?? "token"
             guard !name.isEmpty, name.utf8.count <= 200, name.unicodeScalars.allSatisfy(Names.isPrintable) else {
                 throw StratusError.badRequest("the token name must be 1–200 printable characters")
@@ -254,15 +254,6 @@ extension StratusApp {
         return .object(members)
     }
 
-    /// The `environment` key a management body must have.
-    static func requiredEnvironment(_ body: [String: JSON]) throws(StratusError) -> ContainerEnvironment {
-        guard let text = try Wire.string(body["environment"], key: "environment") else {
-            throw .badRequest("missing required key 'environment' (development or production)")
-        }
-        return try ContainerEnvironment(segment: text)
-    }
-
-    /// The `environment` query parameter (development when absent).
     /// A container-environment's limits: each value, and which were set (the rest are defaults).
     static func quotaJSON(_ settings: QuotaSettings, environment: ContainerEnvironment) -> JSON {
         var limits: [String: JSON] = [:]
@@ -297,6 +288,7 @@ extension StratusApp {
          "countedBytes": .int(difference.countedBytes), "meteredBytes": .int(difference.meteredBytes)]
     }
 
+    /// The `environment` query parameter (development when absent).
     static func environmentParameter(_ call: ManagementCall) throws(StratusError) -> ContainerEnvironment {
         try ContainerEnvironment(segment: call.queryParameters.get("environment").map { String($0) } ?? "development")
     }
