@@ -157,9 +157,4 @@ public final class StratusApp: Sendable {
             return .json(["status": "unavailable", "database": "unreachable"], status: .serviceUnavailable)
         }
     }
-
-    func readBody(_ request: Request) async throws -> ByteBuffer { try await bodies.readBody(request) }
-    func readJSON(_ request: Request) async throws -> JSON { try await bodies.readJSON(request) }
-    func parseObject(_ buffer: ByteBuffer) throws(StratusError) -> [String: JSON] { try bodies.parseObject(buffer) }
-    func readObject(_ request: Request) async throws -> [String: JSON] { try await bodies.readObject(request) }
 }

@@ -210,9 +210,8 @@ extension StratusApp {
         let requirement = route.requirement
         if requirement == .open { return ManagementGrant() }
         guard let principal else { throw StratusError(.authenticationFailed, "missing credential") }
-        let target = input.parameters["operator"].map { $0.removingPercentEncoding ?? $0 }
         return try await gate.authorize(requirement, principal: principal, container: input.parameters["container"] ?? "",
-                                        targetOperator: target) { source, container in
+                                        targetOperator: input.decodedParameter("operator")) { source, container in
             try await self.environment(from: source, try await withBody(source), container: container)
         }
     }
@@ -228,12 +227,11 @@ extension StratusApp {
         case .body(let fallback):
             return try ManagementGate.environment(in: try input.object(bodies), default: fallback)
         case .target:
-            let call = ManagementCall(grant: ManagementGrant(), input: input, bodies: bodies)
             let environments: Set<ContainerEnvironment>
             if input.parameters["token"] != nil {
-                environments = try await admin.apiTokenEnvironments(containerID: container.id, idOrPrefix: try Self.tokenParameter(call))
+                environments = try await admin.apiTokenEnvironments(containerID: container.id, idOrPrefix: try Self.tokenParameter(input))
             } else {
-                environments = try await admin.serverKeyEnvironments(containerID: container.id, idOrPrefix: Self.pathParameter(call, "key").lowercased())
+                environments = try await admin.serverKeyEnvironments(containerID: container.id, idOrPrefix: (input.decodedParameter("key") ?? "").lowercased())
             }
             return environments.contains(.production) ? .production : .development
         }

@@ -86,7 +86,7 @@ extension StratusApp {
         }
         router.post("/console/signin") { request, _ -> Response in
             guard self.isSameOrigin(request) else { return Self.forbidden("this sign-in did not come from the console's own page") }
-            let form = ConsoleForm(try await self.readBody(request))
+            let form = ConsoleForm(try await self.bodies.readBody(request))
             do {
                 let cookie = try await self.consoleSignIn(form)
                 return Self.seeOther("/console", extraHeaders: self.sessionCookie(cookie))
@@ -117,7 +117,7 @@ extension StratusApp {
             }
             var call = ConsoleCall(app: self, user: user, context: context, request: request)
             if method == .post {
-                call.form = ConsoleForm(try await self.readBody(request))
+                call.form = ConsoleForm(try await self.bodies.readBody(request))
                 let token = call.form["csrf"] ?? request.headers[HTTPField.Name("X-CSRF-Token")!]
                 guard let token, TokenSealer.constantTimeEquals(token, user.csrf) else {
                     return Self.forbidden("this form is missing the console's security token (open the page again); nothing was changed")

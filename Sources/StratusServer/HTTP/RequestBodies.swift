@@ -37,11 +37,6 @@ struct RequestBodies: Sendable {
         }
     }
 
-    /// Reads and parses a JSON body, whatever its content type.
-    func readJSON(_ request: Request) async throws -> JSON {
-        try parseJSON(try await readBody(request))
-    }
-
     /// Parses a JSON body that must be an object.
     func parseObject(_ buffer: ByteBuffer) throws(StratusError) -> [String: JSON] {
         let body = try parseJSON(buffer)

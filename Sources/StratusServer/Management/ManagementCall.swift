@@ -35,6 +35,11 @@ struct ManagementCall: Sendable {
             for (name, value) in request.uri.queryParameters where query[String(name)] == nil { query[String(name)] = String(value) }
         }
 
+        /// A path parameter, percent-decoded (`ada%40example.com` is `ada@example.com`).
+        func decodedParameter(_ name: String) -> String? {
+            parameters[name].map { $0.removingPercentEncoding ?? $0 }
+        }
+
         /// The body as a JSON object.
         func object(_ bodies: RequestBodies) throws(StratusError) -> [String: JSON] {
             switch body {

@@ -21,7 +21,7 @@ extension StratusApp {
         for prefix in ["/device/1", "/database/1"] {
             router.post("\(prefix)/:container/:environment/tokens/create") { request, context -> Response in
                 let caller = try await self.courierCaller(request, context)
-                let body = try await self.readObject(request)
+                let body = try await self.bodies.readObject(request)
                 let apnsEnvironment = try Self.apnsEnvironment(body, caller: caller)
                 let user = try caller.requireUser(signInURL: self.authenticator.signInURL(container: caller.container.name, environment: caller.environment,
                                                                                           apiToken: caller.apiToken))
@@ -36,7 +36,7 @@ extension StratusApp {
             }
             router.post("\(prefix)/:container/:environment/tokens/register") { request, context -> Response in
                 let caller = try await self.courierCaller(request, context)
-                let body = try await self.readObject(request)
+                let body = try await self.bodies.readObject(request)
                 let apnsEnvironment = try Self.apnsEnvironment(body, caller: caller)
                 guard let apnsToken = try Wire.string(body["apnsToken"], key: "apnsToken"), !apnsToken.isEmpty, apnsToken.utf8.count <= 1_024 else {
                     throw StratusError.badRequest("'apnsToken' is required: the token tokens/create returned (at most 1024 bytes)")

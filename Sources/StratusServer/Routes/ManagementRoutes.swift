@@ -174,7 +174,7 @@ extension StratusApp {
         manage(router, .updateToken) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
-            let token = try Self.tokenParameter(call)
+            let token = try Self.tokenParameter(call.input)
             let body = try call.object()
             let options = try Self.tokenOptions(body)
             guard options.origins != nil || options.callback != nil else {
@@ -188,7 +188,7 @@ extension StratusApp {
         manage(router, .revokeToken) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
-            let token = try Self.tokenParameter(call)
+            let token = try Self.tokenParameter(call.input)
             let info = try await self.admin.revokeAPIToken(containerID: container.id, idOrPrefix: token, by: grant.actor)
             self.authenticator.forget(tokenID: info.tokenID)
             return .json(["token": Self.tokenJSON(info)])
@@ -196,8 +196,8 @@ extension StratusApp {
     }
 
     /// The `:token` path parameter: a token's id or prefix.
-    static func tokenParameter(_ call: ManagementCall) throws(StratusError) -> String {
-        let token = pathParameter(call, "token")
+    static func tokenParameter(_ input: ManagementCall.Input) throws(StratusError) -> String {
+        let token = input.decodedParameter("token") ?? ""
         guard !token.isEmpty, token.utf8.count <= 64, token.unicodeScalars.allSatisfy({ Names.isPrintable($0) }) else {
             throw StratusError.badRequest("give the token's id (from 'stratus token list') or its prefix")
         }
@@ -310,8 +310,7 @@ extension StratusApp {
 
     /// A management call's path parameter, percent-decoded.
     static func pathParameter(_ call: ManagementCall, _ name: String) -> String {
-        let raw = call.parameters.get(name) ?? ""
-        return raw.removingPercentEncoding ?? raw
+        call.input.decodedParameter(name) ?? ""
     }
 
     static func userJSON(_ user: UserSummary) -> JSON {

@@ -116,7 +116,7 @@ extension StratusApp {
     func changePassword(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let (container, environment, _) = try await authContainer(request, context)
         let claims = try await authenticator.session(fromWebAuthToken: try webAuthToken(request), containerID: container.id, environment: environment)
-        let body = try await readObject(request)
+        let body = try await bodies.readObject(request)
         guard let current = try Wire.string(body["password"], key: "password") else {
             throw StratusError.badRequest("missing required key 'password' (the current password)")
         }
@@ -157,7 +157,7 @@ extension StratusApp {
     }
 
     func credentials(_ request: Request) async throws -> (email: String, password: String) {
-        try Self.credentials(try await readObject(request))
+        try Self.credentials(try await bodies.readObject(request))
     }
 
     static func credentials(_ body: [String: JSON]) throws(StratusError) -> (email: String, password: String) {
@@ -183,7 +183,7 @@ extension StratusApp {
     /// name), `"givenName"` and `"familyName"`.
     func signUp(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let (container, environment, _) = try await authContainer(request, context)
-        let body = try await readObject(request)
+        let body = try await bodies.readObject(request)
         let (email, password) = try Self.credentials(body)
         try Self.validateNewPassword(password)
         let change = try Self.profileChange(body)
@@ -234,7 +234,7 @@ extension StratusApp {
         let claims = try await authenticator.session(fromWebAuthToken: try webAuthToken(request), containerID: container.id, environment: environment)
         var profile: UserProfile?
         if change {
-            let update = try Self.profileChange(try await readObject(request))
+            let update = try Self.profileChange(try await bodies.readObject(request))
             profile = try await admin.updateProfile(containerID: container.id, user: claims.user, discoverable: update.discoverable,
                                                     givenName: update.givenName, familyName: update.familyName)
         } else {
