@@ -68,9 +68,10 @@ struct ManagementGate: Sendable {
     /// `STRATUS_ADMIN_TOKEN`, when the server has one.
     let adminToken: String?
 
-    /// Decides by `requirement` for `principal` (`principal(bearer:)`: looked up on every call, so
-    /// a revoked credential, a disabled operator or a team change holds at once on every server
-    /// process). `container` is the container the call names;
+    /// Decides by `requirement` for `principal` (read on every request: by `principal(authorization:)`
+    /// for a route, with the console's session for a page; so a revoked credential, a disabled
+    /// operator or a team change holds at once on every server process; the team role is read
+    /// here each time). `container` is the container the call names;
     /// `environment` tells, once the caller is known to be in its team, which environment the
     /// call acts on (for a requirement that depends on it); `targetOperator`, the operator a
     /// self-or-superuser call names.

@@ -27,8 +27,9 @@ extension StratusApp {
 
     /// The signed-in person of a console request.
     struct ConsoleUser: Sendable {
-        /// What the console sends the management API as `Authorization: Bearer`.
-        var bearer: String
+        /// Who the management functions act for: the session's operator credential, or the admin
+        /// token (read with the session, so a call needs no lookup of its own).
+        var principal: ManagementGrant.Principal
         /// The session's CSRF token (in every form).
         var csrf: String
         /// `ada@example.com` or `the admin token`.
@@ -63,13 +64,13 @@ extension StratusApp {
         let csrf = Self.csrfToken(for: token)
         if let credential = session.credential {
             guard credential.operatorInfo.disabledAt == nil else { return nil }
-            return ConsoleUser(bearer: token, csrf: csrf, name: credential.operatorInfo.email, isSuperuser: credential.operatorInfo.superuser,
+            return ConsoleUser(principal: .operatorCredential(credential), csrf: csrf, name: credential.operatorInfo.email, isSuperuser: credential.operatorInfo.superuser,
                                credentialID: session.credentialID)
         }
         // A session of the admin token lasts only while the server has that token.
         guard let adminToken = configuration.adminToken, !adminToken.isEmpty, let hash = session.adminTokenHash,
               hash == TokenSealer.hash(adminToken) else { return nil }
-        return ConsoleUser(bearer: adminToken, csrf: csrf, name: "the admin token", isSuperuser: true, credentialID: session.credentialID)
+        return ConsoleUser(principal: .adminToken, csrf: csrf, name: "the admin token", isSuperuser: true, credentialID: session.credentialID)
     }
 
     /// The CSRF token of a session: derived from its secret, so a page of another origin (which

@@ -23,9 +23,8 @@ struct ConsoleCall: Sendable {
         var parameters = parameters
         if route.parameterNames.contains("container"), parameters["container"] == nil { parameters["container"] = ConsolePath.segment(container) }
         do {
-            let principal = try await app.gate.principal(bearer: user.bearer)
             let input = ManagementCall.Input(parameters: parameters, query: query, body: .object(body ?? [:]))
-            let reply = try await app.callManagement(route, as: principal, input)
+            let reply = try await app.callManagement(route, as: user.principal, input)
             return StratusApp.ManagementAnswer(status: Int(reply.status.code), json: reply.json.expanded)
         } catch {
             let (failure, uuid) = ErrorMiddleware<BasicRequestContext>.failure(error, request: request, logger: context.logger)
