@@ -10,7 +10,10 @@ import StratusCore
 import StratusStore
 import Synchronization
 
-/// The Stratus HTTP service: the CKWS-compatible data API, the auth API and the management API.
+/// The Stratus HTTP service, put together: configuration → pools → stores → controllers →
+/// router. It answers no request itself: each route family is a controller holding what its
+/// routes use (the data API's in `DataAPI`, the management API's by area, the auth API, the web
+/// courier, the console, the service's own endpoints).
 public final class StratusApp: Sendable {
     let database: Database
     let admin: AdminStore
@@ -28,18 +31,14 @@ public final class StratusApp: Sendable {
     /// The service's long-lived parts while they run (`BackgroundWork`'s pieces; `stratus serve`
     /// adds the HTTP server and the database pools): what an overrunning shutdown names.
     public let running: RunningParts
-    /// Development query shapes, noted for deploy plans.
-    let queryShapes: QueryShapeNotes
-    /// Request bodies, read up to the limit.
-    let bodies: RequestBodies
     /// The data API and its controllers.
     let dataAPI: DataAPI
-    /// The management API's authorization, for its routes and the console.
-    let gate: ManagementGate
-    /// Records of any database, for operators.
-    let managedRecords: ManagedRecordsController
-    /// The management API's functions by route, for the console.
-    let managementFunctions = ManagementFunctions()
+    /// The management API's registration and authorization, for its routes and the console.
+    let managementAPI: ManagementAPI
+    let courier: CourierController
+    let cors: CORSPolicy
+    let auth: AuthController
+    let console: ConsoleController
     /// Rate limits and request metering (shared with the other server processes through PostgreSQL).
     public let rateLimiter: RateLimiter
     /// Notifications for subscriptions, and the web courier polls waiting for them.
@@ -50,10 +49,7 @@ public final class StratusApp: Sendable {
     let assets: AssetStore
     /// Read replicas, when configured.
     let replicaReads: ReplicaReads?
-    /// Web courier tokens recently polled, by container and hash, with when they were read.
-    let courierTokens = Mutex<[String: (CourierToken, ContinuousClock.Instant)]>([:])
-    /// A bcrypt hash of nothing, verified against when an email is unknown so sign-in takes as long either way.
-    let dummyPasswordHash: String
+    let passwords: Passwords
 
     /// Wires the stores into the service. Reads (or creates) the server secret that signs tokens.
     /// `running`: where its background work registers while it runs (`stratus serve` shares it
@@ -70,7 +66,6 @@ public final class StratusApp: Sendable {
 
     init(database: Database, admin: AdminStore, secret: [UInt8], configuration: ServerConfiguration, logger: Logger, dummyPasswordHash: String,
          running: RunningParts = RunningParts()) {
-        self.dummyPasswordHash = dummyPasswordHash
         self.running = running
         self.database = database
         self.admin = admin
@@ -95,15 +90,22 @@ public final class StratusApp: Sendable {
             logger.error("the read replicas' URLs are not valid; every read goes to the primary", metadata: ["stratus.error": "\(error)"])
             self.replicaReads = nil
         }
-        self.gate = ManagementGate(admin: admin, authenticator: authenticator, adminToken: configuration.adminToken)
-        self.queryShapes = QueryShapeNotes(schemas: records.schemas, logger: logger)
-        self.bodies = RequestBodies(maximumBodyBytes: configuration.maximumBodyBytes)
+        let gate = ManagementGate(admin: admin, authenticator: authenticator, adminToken: configuration.adminToken)
+        let queryShapes = QueryShapeNotes(schemas: records.schemas, logger: logger)
+        let bodies = RequestBodies(maximumBodyBytes: configuration.maximumBodyBytes)
         self.dataAPI = DataAPI.make(records: records, admin: admin, assets: assets, sealer: sealer, syncSealer: syncSealer,
                                     importedSyncKeys: importedSyncKeys, authenticator: authenticator, notifier: notifier,
                                     rateLimiter: rateLimiter, replicaReads: replicaReads, queryShapes: queryShapes, bodies: bodies,
                                     configuration: configuration, downloadURLBase: configuration.publicURL + AssetsController.downloadPathPrefix, logger: logger)
-        self.managedRecords = ManagedRecordsController(admin: admin, authenticator: authenticator, records: dataAPI.records,
-                                                       zones: dataAPI.zones)
+        self.managementAPI = ManagementAPI(gate: gate, bodies: bodies)
+        self.passwords = Passwords(admin: admin, dummyPasswordHash: dummyPasswordHash, bcryptCost: configuration.bcryptCost)
+        self.courier = CourierController(records: records, notifier: notifier, authenticator: authenticator, rateLimiter: rateLimiter, bodies: bodies,
+                                         metrics: metrics, publicURL: configuration.publicURL)
+        self.cors = CORSPolicy(authenticator: authenticator)
+        self.auth = AuthController(admin: admin, authenticator: authenticator, passwords: passwords, bodies: bodies, rateLimiter: rateLimiter,
+                                   users: dataAPI.users)
+        self.console = ConsoleController(api: managementAPI, admin: admin, passwords: passwords, bodies: bodies, adminToken: configuration.adminToken,
+                                         publicURL: configuration.publicURL)
         let (authenticator, schemas, rateLimiter, notifier) = (self.authenticator, self.records.schemas, self.rateLimiter, self.notifier)
         invalidations.subscribe { [weak self] event in
             if event == .all { self?.importedSyncKeys.byContainer.withLock { $0 = [:] } }
@@ -119,19 +121,30 @@ public final class StratusApp: Sendable {
     public func router() -> StratusRouter {
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: RouterErrors())
-        router.get("/health") { _, _ in try await self.health() }
-        router.get("/metrics") { request, _ in try await self.metricsResponse(request) }
-        addAuthRoutes(to: router)
+        ServiceController(database: database, metricsToken: configuration.metricsToken, gate: managementAPI.gate, metrics: metrics, notifier: notifier,
+                          requestLog: requestLog, replicaReads: replicaReads, logger: logger).addRoutes(to: router)
+        auth.addRoutes(to: router)
         addManagementRoutes(to: router)
-        addOperatorRoutes(to: router)
-        addManagedRecordRoutes(to: router)
-        addCourierRoutes(to: router)
-        addSchemaRoutes(to: router)
+        courier.addRoutes(to: router)
         dataAPI.assets.addRoutes(to: router)
-        addUserDataRoutes(to: router)
-        addOpenAPIRoute(to: router)
-        addConsoleRoutes(to: router)
-        return StratusRouter(app: self, router: router)
+        console.addRoutes(to: router)
+        return StratusRouter(dataAPI: dataAPI, courier: courier, cors: cors, router: router)
+    }
+
+    /// The management API's routes, by area.
+    func addManagementRoutes(to router: Router<BasicRequestContext>) {
+        let api = managementAPI
+        ContainerManagement(api: api, admin: admin, records: records, authenticator: authenticator, rateLimiter: rateLimiter, assets: assets,
+                            replicaReads: replicaReads, shares: dataAPI.shares).addRoutes(to: router)
+        RoleManagement(api: api, admin: admin, schemas: records.schemas, authenticator: authenticator).addRoutes(to: router)
+        LogManagement(api: api, admin: admin, requestLog: requestLog, rateLimiter: rateLimiter).addRoutes(to: router)
+        KeyManagement(api: api, admin: admin, authenticator: authenticator).addRoutes(to: router)
+        OperatorManagement(api: api, admin: admin, passwords: passwords).addRoutes(to: router)
+        SchemaManagement(api: api, records: records, queryShapes: dataAPI.records.queryShapes).addRoutes(to: router)
+        UserDataManagement(api: api, admin: admin, records: records, authenticator: authenticator, notifier: notifier,
+                           links: dataAPI.records.links).addRoutes(to: router)
+        ManagedRecordsController(admin: admin, authenticator: authenticator, records: dataAPI.records, zones: dataAPI.zones)
+            .addRoutes(to: router, api: api)
     }
 
     /// The HTTP/1.1 server `stratus serve` runs (see `StratusHTTPChannel`). Connections idle for
@@ -145,16 +158,5 @@ public final class StratusApp: Sendable {
                                          tls: configuration.tls, trustedProxies: configuration.trustedProxies, metrics: metrics,
                                          requestLog: requestLog)
         return HTTPServerBuilder { _ in channel }
-    }
-
-    func health() async throws -> Response {
-        do {
-            _ = try await database.withConnection { connection in
-                try await connection.statement("SELECT 1 FROM schema_migrations LIMIT 1", logger: logger)
-            }
-            return .json(["status": "ok", "database": "ok"])
-        } catch {
-            return .json(["status": "unavailable", "database": "unreachable"], status: .serviceUnavailable)
-        }
     }
 }

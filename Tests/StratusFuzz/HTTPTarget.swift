@@ -129,7 +129,7 @@ struct FuzzResponder: HTTPResponder {
             _ = try? DatabaseScope(segment: database)
             _ = try? ContainerEnvironment(segment: environment)
         }
-        if let (container, environment, token) = StratusApp.courierPollPath(path) { facts.append("courier \(container) \(environment) \(token.count)") }
+        if let (container, environment, token) = CourierController.courierPollPath(path) { facts.append("courier \(container) \(environment) \(token.count)") }
         if RequestSignature.isPresent(in: request.headers) { _ = try? RequestSignature(headers: request.headers) }
         if AssetsController.isAssetPath(path) {
             _ = try? AssetsController.contentDigest(request.headers)

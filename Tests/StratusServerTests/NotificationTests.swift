@@ -545,7 +545,7 @@ import Testing
             // A poll finds the queue empty: this process now knows it so.
             #expect(try await Self.poll(harness, path, timeout: 1).status == 204)
             let container = try await harness.app.authenticator.container(named: alice.container)
-            let hash = StratusApp.courierTokenHash(String(path.split(separator: "/").last ?? ""))
+            let hash = CourierController.courierTokenHash(String(path.split(separator: "/").last ?? ""))
             let queued = try await harness.app.records.queueNotifications(containerID: container.id, environment: .development, [
                 QueuedNotification(owner: alice.userRecordName!, tokenHash: hash, payload: #"{"ck":{"nid":"lost"}}"#, coalesceKey: nil)])
             #expect(queued[alice.userRecordName!] == 1, "\(queued)")

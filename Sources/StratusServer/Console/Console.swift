@@ -19,32 +19,20 @@ import Synchronization
 /// from a same-origin page; no GET changes anything; every page is sent with a
 /// `Content-Security-Policy` allowing only the console's own script and style files, and every
 /// value is escaped (`HTML`).
-extension StratusApp {
+struct ConsoleController: Sendable {
+    let api: ManagementAPI
+    let admin: AdminStore
+    let passwords: Passwords
+    let bodies: RequestBodies
+    /// `STRATUS_ADMIN_TOKEN`, when the server has one (a session may be opened with it).
+    let adminToken: String?
+    /// The service's public URL: the console's own origin.
+    let publicURL: String
+
     static let consoleCookie = "stratus_console"
     /// A console session ends after 30 minutes unused, and after 12 hours in any case.
     static let consoleIdleSeconds = 30 * 60
     static let consoleLifetimeSeconds = 12 * 3600
-
-    /// The signed-in person of a console request.
-    struct ConsoleUser: Sendable {
-        /// Who the management functions act for: the session's operator credential, or the admin
-        /// token (read with the session, so a call needs no lookup of its own).
-        var principal: ManagementGrant.Principal
-        /// The session's CSRF token (in every form).
-        var csrf: String
-        /// `ada@example.com` or `the admin token`.
-        var name: String
-        var isSuperuser: Bool
-        var credentialID: Int64
-    }
-
-    /// What a management function answered the console.
-    struct ManagementAnswer {
-        var status: Int
-        var json: JSON
-        var ok: Bool { (200..<300).contains(status) }
-        var reason: String { json["reason"]?.stringValue ?? "the server answered \(status)" }
-    }
 
     /// The session cookie's value, when the request carries one.
     static func consoleCookieValue(_ request: Request) -> String? {
@@ -68,7 +56,7 @@ extension StratusApp {
                                credentialID: session.credentialID)
         }
         // A session of the admin token lasts only while the server has that token.
-        guard let adminToken = configuration.adminToken, !adminToken.isEmpty, let hash = session.adminTokenHash,
+        guard let adminToken = adminToken, !adminToken.isEmpty, let hash = session.adminTokenHash,
               hash == TokenSealer.hash(adminToken) else { return nil }
         return ConsoleUser(principal: .adminToken, csrf: csrf, name: "the admin token", isSuperuser: true, credentialID: session.credentialID)
     }
@@ -89,9 +77,9 @@ extension StratusApp {
         }
         guard let given, given != "null" else { return false }
         let origin = given.lowercased()
-        if let ours = WebOrigin.normalize(configuration.publicURL), origin == ours { return true }
+        if let ours = WebOrigin.normalize(publicURL), origin == ours { return true }
         if let host = request.head.authority {
-            let scheme = configuration.publicURL.lowercased().hasPrefix("https:") ? "https" : "http"
+            let scheme = publicURL.lowercased().hasPrefix("https:") ? "https" : "http"
             if origin == "\(scheme)://\(host.lowercased())" { return true }
         }
         return false
@@ -125,11 +113,44 @@ extension StratusApp {
 
     /// The session cookie `Set-Cookie` header: `value`, or an expired one that clears it.
     func sessionCookie(_ value: String?) -> HTTPFields {
-        let secure = configuration.publicURL.lowercased().hasPrefix("https:") ? "; Secure" : ""
+        let secure = publicURL.lowercased().hasPrefix("https:") ? "; Secure" : ""
         let cookie = value.map { "\(Self.consoleCookie)=\($0); Path=/console; HttpOnly; SameSite=Strict; Max-Age=\(Self.consoleLifetimeSeconds)\(secure)" }
             ?? "\(Self.consoleCookie)=; Path=/console; HttpOnly; SameSite=Strict; Max-Age=0\(secure)"
         return [.setCookie: cookie]
     }
+
+    /// After a refused action: a page for an access refusal, back to `back` with the reason otherwise.
+    static func actionFailed(_ answer: ManagementAnswer, back: String) throws -> Response {
+        if answer.status == 401 || answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
+        return seeOther(back + ConsolePath.query([("error", answer.reason)]))
+    }
+
+    /// A path parameter, percent-decoded (empty when absent).
+    static func pathParameter(_ context: BasicRequestContext, _ name: String) -> String {
+        let raw = context.parameters.get(name) ?? ""
+        return raw.removingPercentEncoding ?? raw
+    }
+}
+
+/// The signed-in person of a console request.
+struct ConsoleUser: Sendable {
+    /// Who the management functions act for: the session's operator credential, or the admin
+    /// token (read with the session, so a call needs no lookup of its own).
+    var principal: ManagementGrant.Principal
+    /// The session's CSRF token (in every form).
+    var csrf: String
+    /// `ada@example.com` or `the admin token`.
+    var name: String
+    var isSuperuser: Bool
+    var credentialID: Int64
+}
+
+/// What a management function answered the console.
+struct ManagementAnswer {
+    var status: Int
+    var json: JSON
+    var ok: Bool { (200..<300).contains(status) }
+    var reason: String { json["reason"]?.stringValue ?? "the server answered \(status)" }
 }
 
 /// An `application/x-www-form-urlencoded` body.

@@ -5,19 +5,20 @@ import NIOCore
 import StratusCore
 
 /// Users, tokens and keys, subscriptions, shares, usage and quotas, the audit log and the team.
-extension StratusApp {
-    func addConsoleAdminPages(_ router: Router<BasicRequestContext>) {
+struct ConsoleAdminPages: Sendable {
+    let console: ConsoleController
+
+    func addRoutes(to router: Router<BasicRequestContext>) {
         addConsoleUserPages(router)
         addConsoleCredentialPages(router)
         addConsoleUsagePages(router)
-        addConsoleTelemetryPages(router)
         addConsoleTeamPages(router)
     }
 
     // MARK: Users
 
     func addConsoleUserPages(_ router: Router<BasicRequestContext>) {
-        console(router, .get, "/console/c/:container/users") { call in
+        console.route(router, .get, "/console/c/:container/users") { call in
             let container = call.container
             let environment = call.environment
             let users = try await call.require(.users, query: ["environment": environment.rawValue])["users"]?.arrayValue ?? []
@@ -47,29 +48,29 @@ extension StratusApp {
                              "\(searchForm)\(ConsoleLayout.table("Users of \(environment.rawValue)", ["Email", "Record name", "State", "Sessions", "Actions"], Array(rows), empty: "No users match."))\(more)")
         }
         for (verb, label) in [("disable", "disabled"), ("enable", "enabled")] {
-            console(router, .post, "/console/c/:container/users/:user/\(verb)") { call in
+            console.route(router, .post, "/console/c/:container/users/:user/\(verb)") { call in
                 let container = call.container
-                let user = Self.pathParameter(call.context, "user")
+                let user = ConsoleController.pathParameter(call.context, "user")
                 let answer = await call.api(verb == "disable" ? .disableUser : .enableUser, ["user": ConsolePath.segment(user)])
                 let back = ConsolePath.make("c", container, "users") + ConsolePath.query([("environment", call.form["environment"] ?? "development")])
                 guard answer.ok else {
                     if answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
-                    return Self.seeOther(back + "&error=" + ConsolePath.segment(answer.reason))
+                    return ConsoleController.seeOther(back + "&error=" + ConsolePath.segment(answer.reason))
                 }
-                return Self.seeOther(back + "&notice=" + ConsolePath.segment("\(answer.json["user"]?["emailAddress"]?.stringValue ?? user) is \(label)"))
+                return ConsoleController.seeOther(back + "&notice=" + ConsolePath.segment("\(answer.json["user"]?["emailAddress"]?.stringValue ?? user) is \(label)"))
             }
         }
-        console(router, .get, "/console/c/:container/users/:user/export") { call in
+        console.route(router, .get, "/console/c/:container/users/:user/export") { call in
             let container = call.container
-            let user = Self.pathParameter(call.context, "user")
+            let user = ConsoleController.pathParameter(call.context, "user")
             let exported = try await call.require(.exportUser, ["user": ConsolePath.segment(user)])
-            var headers = Self.consoleHeaders(contentType: "application/json; charset=utf-8")
+            var headers = ConsoleController.consoleHeaders(contentType: "application/json; charset=utf-8")
             headers[.contentDisposition] = "attachment; filename=\"user-\(ConsolePath.segment(user)).json\""
             return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: JSONWriter.string(exported))))
         }
-        console(router, .get, "/console/c/:container/users/:user/erase") { call in
+        console.route(router, .get, "/console/c/:container/users/:user/erase") { call in
             let container = call.container
-            let user = Self.pathParameter(call.context, "user")
+            let user = ConsoleController.pathParameter(call.context, "user")
             let found = try await call.require(.user, ["user": ConsolePath.segment(user)])["user"]
             let name = found?["userRecordName"]?.stringValue ?? user
             let body: HTML = """
@@ -81,22 +82,22 @@ extension StratusApp {
                 """
             return call.page("Erase a user", container: container, section: "users", body)
         }
-        console(router, .post, "/console/c/:container/users/:user/erase") { call in
+        console.route(router, .post, "/console/c/:container/users/:user/erase") { call in
             let container = call.container
-            let user = Self.pathParameter(call.context, "user")
+            let user = ConsoleController.pathParameter(call.context, "user")
             let answer = await call.api(.eraseUser, ["user": ConsolePath.segment(user)], body: ["confirm": .string(call.form["confirm"] ?? "")])
             guard answer.ok else {
                 if answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
-                return Self.seeOther(ConsolePath.make("c", container, "users", user, "erase") + ConsolePath.query([("error", "type the record name exactly; nothing was erased")]))
+                return ConsoleController.seeOther(ConsolePath.make("c", container, "users", user, "erase") + ConsolePath.query([("error", "type the record name exactly; nothing was erased")]))
             }
-            return Self.seeOther(ConsolePath.make("c", container, "users") + ConsolePath.query([("notice", "erased \(user)")]))
+            return ConsoleController.seeOther(ConsolePath.make("c", container, "users") + ConsolePath.query([("notice", "erased \(user)")]))
         }
     }
 
     // MARK: Tokens, keys, subscriptions, shares
 
     func addConsoleCredentialPages(_ router: Router<BasicRequestContext>) {
-        console(router, .get, "/console/c/:container/tokens") { call in
+        console.route(router, .get, "/console/c/:container/tokens") { call in
             let container = call.container
             let tokens = try await call.require(.tokens, query: ["container": container])["tokens"]?.arrayValue ?? []
             let keys = try await call.require(.keys)["keys"]?.arrayValue ?? []
@@ -135,23 +136,23 @@ extension StratusApp {
                 """
             return call.page("Tokens and keys", container: container, section: "tokens", body)
         }
-        console(router, .post, "/console/c/:container/tokens") { call in
+        console.route(router, .post, "/console/c/:container/tokens") { call in
             let container = call.container
             let environment = call.form["environment"] ?? ""
             let origins = (call.form["origins"] ?? "").split(whereSeparator: \.isWhitespace).map { JSON.string(String($0)) }
             let anyOrigin = call.form["anyOrigin"] != nil
             let back = ConsolePath.make("c", container, "tokens")
             if anyOrigin, !origins.isEmpty {
-                return Self.seeOther(back + ConsolePath.query([("error", "give allowed origins or tick any origin, not both")]))
+                return ConsoleController.seeOther(back + ConsolePath.query([("error", "give allowed origins or tick any origin, not both")]))
             }
             if environment == ContainerEnvironment.production.rawValue, origins.isEmpty, !anyOrigin {
-                return Self.seeOther(back + ConsolePath.query([("error", "a production token names the web origins its app runs on; "
+                return ConsoleController.seeOther(back + ConsolePath.query([("error", "a production token names the web origins its app runs on; "
                                                                 + "give them, or tick any origin for a token of native apps")]))
             }
             var request: [String: JSON] = ["environment": .string(environment), "name": .string(call.form.text("name") ?? "console")]
             if !origins.isEmpty { request["allowedOrigins"] = .array(origins) }
             let answer = await call.api(.createToken, body: request)
-            guard answer.ok else { return try Self.actionFailed(answer, back: back) }
+            guard answer.ok else { return try ConsoleController.actionFailed(answer, back: back) }
             let secret = answer.json["apiToken"]?.stringValue ?? ""
             let body: HTML = """
                 <p class="notice" role="status">Copy the token now: it is not shown again (only its hash is kept).</p>
@@ -161,28 +162,28 @@ extension StratusApp {
                 """
             return call.page("New API token", container: container, section: "tokens", body)
         }
-        console(router, .post, "/console/c/:container/keys") { call in
+        console.route(router, .post, "/console/c/:container/keys") { call in
             let container = call.container
             let answer = await call.api(.addKey, body: [
                 "environment": .string(call.form["environment"] ?? ""), "name": .string(call.form.text("name") ?? "server key"),
                 "publicKey": .string(call.form["publicKey"] ?? ""),
             ])
-            guard answer.ok else { return try Self.actionFailed(answer, back: ConsolePath.make("c", container, "tokens")) }
-            return Self.seeOther(ConsolePath.make("c", container, "tokens") + ConsolePath.query([("notice", "added key \(answer.json["keyID"]?.stringValue ?? "")")]))
+            guard answer.ok else { return try ConsoleController.actionFailed(answer, back: ConsolePath.make("c", container, "tokens")) }
+            return ConsoleController.seeOther(ConsolePath.make("c", container, "tokens") + ConsolePath.query([("notice", "added key \(answer.json["keyID"]?.stringValue ?? "")")]))
         }
         // Revoking an API token or a server-to-server key: the same form, the same way back.
         for (kind, parameter, noun) in [("tokens", "token", "token"), ("keys", "key", "key")] {
-            console(router, .post, "/console/c/:container/\(kind)/:\(parameter)/revoke") { call in
+            console.route(router, .post, "/console/c/:container/\(kind)/:\(parameter)/revoke") { call in
                 let container = call.container
-                let target = Self.pathParameter(call.context, parameter)
+                let target = ConsoleController.pathParameter(call.context, parameter)
                 let back = ConsolePath.make("c", container, "tokens")
                 let answer = await call.api(kind == "tokens" ? .revokeToken : .revokeKey, [parameter: ConsolePath.segment(target)])
-                guard answer.ok else { return try Self.actionFailed(answer, back: back) }
+                guard answer.ok else { return try ConsoleController.actionFailed(answer, back: back) }
                 let shown = target.count > 16 ? String(target.prefix(16)) + "…" : target
-                return Self.seeOther(back + ConsolePath.query([("notice", "revoked \(noun) \(shown)")]))
+                return ConsoleController.seeOther(back + ConsolePath.query([("notice", "revoked \(noun) \(shown)")]))
             }
         }
-        console(router, .get, "/console/c/:container/subscriptions") { call in
+        console.route(router, .get, "/console/c/:container/subscriptions") { call in
             let container = call.container
             let environment = call.environment
             let found = try await call.require(.subscriptions, query: ["environment": environment.rawValue])["subscriptions"]?.arrayValue ?? []
@@ -196,7 +197,7 @@ extension StratusApp {
                 """
             return call.page("Subscriptions", container: container, section: "subscriptions", body)
         }
-        console(router, .get, "/console/c/:container/shares") { call in
+        console.route(router, .get, "/console/c/:container/shares") { call in
             let container = call.container
             let environment = call.environment
             let found = try await call.require(.shares, query: ["environment": environment.rawValue])["shares"]?.arrayValue ?? []
@@ -213,16 +214,11 @@ extension StratusApp {
         }
     }
 
-    /// After a refused action: a page for an access refusal, back to `back` with the reason otherwise.
-    static func actionFailed(_ answer: ManagementAnswer, back: String) throws -> Response {
-        if answer.status == 401 || answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
-        return seeOther(back + ConsolePath.query([("error", answer.reason)]))
-    }
 
     // MARK: Usage, quotas, audit
 
     func addConsoleUsagePages(_ router: Router<BasicRequestContext>) {
-        console(router, .get, "/console/c/:container/usage") { call in
+        console.route(router, .get, "/console/c/:container/usage") { call in
             let container = call.container
             let environment = call.environment
             let usage = try await call.require(.usage, query: ["environment": environment.rawValue])
@@ -254,7 +250,7 @@ extension StratusApp {
                 """
             return call.page("Usage and quotas", container: container, section: "usage", body)
         }
-        console(router, .post, "/console/c/:container/quota") { call in
+        console.route(router, .post, "/console/c/:container/quota") { call in
             let container = call.container
             let environment = call.form["environment"] ?? "development"
             var body: [String: JSON] = ["environment": .string(environment)]
@@ -264,10 +260,10 @@ extension StratusApp {
             }
             let back = ConsolePath.make("c", container, "usage") + ConsolePath.query([("environment", environment)])
             let answer = await call.api(.setQuota, body: body)
-            guard answer.ok else { return try Self.actionFailed(answer, back: back) }
-            return Self.seeOther(back + "&notice=" + ConsolePath.segment("saved the limits of \(environment)"))
+            guard answer.ok else { return try ConsoleController.actionFailed(answer, back: back) }
+            return ConsoleController.seeOther(back + "&notice=" + ConsolePath.segment("saved the limits of \(environment)"))
         }
-        console(router, .get, "/console/c/:container/audit") { call in
+        console.route(router, .get, "/console/c/:container/audit") { call in
             let container = call.container
             let action = call.query("action")
             let actor = call.query("actor")
@@ -300,7 +296,7 @@ extension StratusApp {
     // MARK: Team
 
     func addConsoleTeamPages(_ router: Router<BasicRequestContext>) {
-        console(router, .get, "/console/c/:container/team") { call in
+        console.route(router, .get, "/console/c/:container/team") { call in
             let container = call.container
             let team = try await call.require(.team)["team"]?.arrayValue ?? []
             let roles = TeamRole.allCases.reversed().map(\.description)
@@ -328,28 +324,28 @@ extension StratusApp {
                 """
             return call.page("Team", container: container, section: "team", body)
         }
-        console(router, .post, "/console/c/:container/team") { call in
+        console.route(router, .post, "/console/c/:container/team") { call in
             let container = call.container
             let back = ConsolePath.make("c", container, "team")
             let answer = await call.api(.addTeamMember, body: ["operator": .string(call.form.text("operator") ?? ""), "role": .string(call.form["role"] ?? "")])
-            guard answer.ok else { return try Self.actionFailed(answer, back: back) }
-            return Self.seeOther(back + ConsolePath.query([("notice", "added \(call.form.text("operator") ?? "")")]))
+            guard answer.ok else { return try ConsoleController.actionFailed(answer, back: back) }
+            return ConsoleController.seeOther(back + ConsolePath.query([("notice", "added \(call.form.text("operator") ?? "")")]))
         }
-        console(router, .post, "/console/c/:container/team/:operator/role") { call in
+        console.route(router, .post, "/console/c/:container/team/:operator/role") { call in
             let container = call.container
-            let member = Self.pathParameter(call.context, "operator")
+            let member = ConsoleController.pathParameter(call.context, "operator")
             let back = ConsolePath.make("c", container, "team")
             let answer = await call.api(.setTeamRole, ["operator": ConsolePath.segment(member)], body: ["role": .string(call.form["role"] ?? "")])
-            guard answer.ok else { return try Self.actionFailed(answer, back: back) }
-            return Self.seeOther(back + ConsolePath.query([("notice", "\(member) is now \(call.form["role"] ?? "")")]))
+            guard answer.ok else { return try ConsoleController.actionFailed(answer, back: back) }
+            return ConsoleController.seeOther(back + ConsolePath.query([("notice", "\(member) is now \(call.form["role"] ?? "")")]))
         }
-        console(router, .post, "/console/c/:container/team/:operator/remove") { call in
+        console.route(router, .post, "/console/c/:container/team/:operator/remove") { call in
             let container = call.container
-            let member = Self.pathParameter(call.context, "operator")
+            let member = ConsoleController.pathParameter(call.context, "operator")
             let back = ConsolePath.make("c", container, "team")
             let answer = await call.api(.removeTeamMember, ["operator": ConsolePath.segment(member)])
-            guard answer.ok else { return try Self.actionFailed(answer, back: back) }
-            return Self.seeOther(back + ConsolePath.query([("notice", "removed \(member)")]))
+            guard answer.ok else { return try ConsoleController.actionFailed(answer, back: back) }
+            return ConsoleController.seeOther(back + ConsolePath.query([("notice", "removed \(member)")]))
         }
     }
 }

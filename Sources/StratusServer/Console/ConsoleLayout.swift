@@ -24,7 +24,7 @@ enum ConsoleLayout {
         "\(head(title))<body><header><a class=\"brand\" href=\"/console\">Stratus console</a></header><main>\(body)</main></body></html>"
     }
 
-    static func page(title: String, user: StratusApp.ConsoleUser, container: String?, section: String, notice: String?, error: String?,
+    static func page(title: String, user: ConsoleUser, container: String?, section: String, notice: String?, error: String?,
                      _ body: HTML) -> HTML {
         var nav: HTML = ""
         if let container {
@@ -48,7 +48,7 @@ enum ConsoleLayout {
     }
 
     /// The hidden CSRF field every form carries.
-    static func csrf(_ user: StratusApp.ConsoleUser) -> HTML {
+    static func csrf(_ user: ConsoleUser) -> HTML {
         "<input type=\"hidden\" name=\"csrf\" value=\"\(user.csrf)\">"
     }
 
@@ -85,7 +85,7 @@ enum ConsoleLayout {
     }
 
     /// A POST form of one button (and hidden fields).
-    static func button(_ user: StratusApp.ConsoleUser, action: String, label: String, fields: [(String, String)] = [], danger: Bool = false) -> HTML {
+    static func button(_ user: ConsoleUser, action: String, label: String, fields: [(String, String)] = [], danger: Bool = false) -> HTML {
         let hidden = fields.map { "<input type=\"hidden\" name=\"\($0.0)\" value=\"\($0.1)\">" as HTML }
         return "<form method=\"post\" action=\"\(action)\" class=\"inline\">\(csrf(user))\(hidden)<button type=\"submit\"\(danger ? " class=\"danger\"" : "")>\(label)</button></form>"
     }

@@ -5,9 +5,11 @@ import NIOCore
 import StratusCore
 
 /// The console's pages. Each reads and changes through the management API (`ConsoleCall.api`).
-extension StratusApp {
-    func addConsolePages(_ router: Router<BasicRequestContext>) {
-        console(router, .get, "/console") { call in
+struct ConsolePages: Sendable {
+    let console: ConsoleController
+
+    func addRoutes(to router: Router<BasicRequestContext>) {
+        console.route(router, .get, "/console") { call in
             let containers = try await call.require(.containers)["containers"]?.arrayValue ?? []
             let rows = containers.map { item -> [HTML] in
                 let name = item["name"]?.stringValue ?? ""
@@ -26,13 +28,13 @@ extension StratusApp {
             }
             return call.page("Containers", body)
         }
-        console(router, .post, "/console/containers") { call in
+        console.route(router, .post, "/console/containers") { call in
             let name = call.form.text("name") ?? ""
             let answer = await call.api(.createContainer, body: ["name": .string(name)])
-            guard answer.ok else { return try Self.actionFailed(answer, back: "/console") }
-            return Self.seeOther(ConsolePath.make("c", name) + ConsolePath.query([("notice", "created container \(name)")]))
+            guard answer.ok else { return try ConsoleController.actionFailed(answer, back: "/console") }
+            return ConsoleController.seeOther(ConsolePath.make("c", name) + ConsolePath.query([("notice", "created container \(name)")]))
         }
-        console(router, .get, "/console/c/:container") { call in
+        console.route(router, .get, "/console/c/:container") { call in
             let container = call.container
             // The schema page answers NOT_FOUND for a container the person may not see.
             _ = try await call.require(.schema)
@@ -53,14 +55,12 @@ extension StratusApp {
             return call.page(container, container: container, section: "", "\(summary)<div class=\"cards\">\(cards)</div>")
         }
         addConsoleSchemaPages(router)
-        addConsoleAdminPages(router)
-        addConsoleRecordPages(router)
     }
 
     // MARK: Schema and deploy
 
     func addConsoleSchemaPages(_ router: Router<BasicRequestContext>) {
-        console(router, .get, "/console/c/:container/schema") { call in
+        console.route(router, .get, "/console/c/:container/schema") { call in
             let container = call.container
             let environment = call.environment
             let exported = try await call.require(.schema, query: ["environment": environment.rawValue])
@@ -76,13 +76,13 @@ extension StratusApp {
             return call.page("Schema", container: container, section: "schema", body)
         }
         // The development schema as text: checked (line:column errors shown beside the text), or applied.
-        console(router, .post, "/console/c/:container/schema") { call in
+        console.route(router, .post, "/console/c/:container/schema") { call in
             let container = call.container
             let text = call.form["schema"] ?? ""
             let apply = call.form["action"] == "import"
             let answer = await call.api(.importSchema, body: ["schema": .string(text), "dryRun": .bool(!apply)])
             if answer.ok, apply {
-                return Self.seeOther(ConsolePath.make("c", container, "schema") + ConsolePath.query([("notice", "the development schema is now version \(answer.json["version"]?.intValue ?? 0)")]))
+                return ConsoleController.seeOther(ConsolePath.make("c", container, "schema") + ConsolePath.query([("notice", "the development schema is now version \(answer.json["version"]?.intValue ?? 0)")]))
             }
             if answer.status == 401 || answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
             let current = try await call.require(.schema, query: ["environment": "development"])
@@ -94,7 +94,7 @@ extension StratusApp {
             return call.page("Schema", container: container, section: "schema", body)
         }
         // Form edits of the development schema: each reads it, changes it and imports it whole.
-        console(router, .post, "/console/c/:container/schema/edit") { call in
+        console.route(router, .post, "/console/c/:container/schema/edit") { call in
             let container = call.container
             let current = try await call.require(.schema, query: ["environment": "development"])
             var schema = (try? SchemaLanguage.parse(current["schema"]?.stringValue ?? "")) ?? Schema()
@@ -102,18 +102,18 @@ extension StratusApp {
             do {
                 let done = try Self.editSchema(&schema, call.form)
                 let answer = await call.api(.importSchema, body: ["schema": .string(SchemaLanguage.print(schema))])
-                guard answer.ok else { return try Self.actionFailed(answer, back: back) }
-                return Self.seeOther(back + ConsolePath.query([("notice", done)]))
+                guard answer.ok else { return try ConsoleController.actionFailed(answer, back: back) }
+                return ConsoleController.seeOther(back + ConsolePath.query([("notice", done)]))
             } catch let error as StratusError {
-                return Self.seeOther(back + ConsolePath.query([("error", error.reason)]))
+                return ConsoleController.seeOther(back + ConsolePath.query([("error", error.reason)]))
             }
         }
-        console(router, .get, "/console/c/:container/deploy") { call in
+        console.route(router, .get, "/console/c/:container/deploy") { call in
             let container = call.container
             let plan = try await call.require(.schemaDiff)
             return call.page("Deploy to production", container: container, section: "deploy", Self.deployPage(plan, user: call.user, container: container, dryRun: nil))
         }
-        console(router, .post, "/console/c/:container/deploy") { call in
+        console.route(router, .post, "/console/c/:container/deploy") { call in
             let container = call.container
             if call.form["action"] == "dry-run" {
                 let answer = await call.api(.deploySchema, body: ["dryRun": true])
@@ -123,18 +123,18 @@ extension StratusApp {
                                  Self.deployPage(plan, user: call.user, container: container, dryRun: answer.ok ? "Dry run: nothing was changed." : answer.reason))
             }
             guard call.form.text("confirm") == container else {
-                return Self.seeOther(ConsolePath.make("c", container, "deploy")
+                return ConsoleController.seeOther(ConsolePath.make("c", container, "deploy")
                                      + ConsolePath.query([("error", "type the container's identifier, \(container), to confirm the deploy; nothing was changed")]))
             }
             let answer = await call.api(.deploySchema, body: [:])
             guard answer.ok else {
                 if answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
-                return Self.seeOther(ConsolePath.make("c", container, "deploy") + ConsolePath.query([("error", answer.reason)]))
+                return ConsoleController.seeOther(ConsolePath.make("c", container, "deploy") + ConsolePath.query([("error", answer.reason)]))
             }
-            return Self.seeOther(ConsolePath.make("c", container, "deploy", "progress")
+            return ConsoleController.seeOther(ConsolePath.make("c", container, "deploy", "progress")
                                  + ConsolePath.query([("notice", "deployed: production is now version \(answer.json["version"]?.intValue ?? 0)")]))
         }
-        console(router, .get, "/console/c/:container/deploy/progress") { call in
+        console.route(router, .get, "/console/c/:container/deploy/progress") { call in
             let container = call.container
             let action = ConsolePath.make("c", container, "indexes")
             let body: HTML = """
@@ -145,18 +145,18 @@ extension StratusApp {
             return call.page("Index builds", container: container, section: "deploy", body)
         }
         // One index-build step: JSON for the progress page's script, or back to the page for a form.
-        console(router, .post, "/console/c/:container/indexes") { call in
+        console.route(router, .post, "/console/c/:container/indexes") { call in
             let container = call.container
             let answer = await call.api(.buildIndexes, body: ["batch": 2000])
             if call.request.headers[HTTPField.Name("X-CSRF-Token")!] != nil {
                 let json: JSON = answer.ok ? answer.json : ["error": .string(answer.reason)]
                 var response = Response.json(json, status: .init(code: answer.status))
-                for field in Self.consoleHeaders(contentType: "application/json; charset=utf-8") where field.name != .contentType { response.headers[field.name] = field.value }
+                for field in ConsoleController.consoleHeaders(contentType: "application/json; charset=utf-8") where field.name != .contentType { response.headers[field.name] = field.value }
                 return response
             }
             guard answer.ok else { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
             let done = answer.json["done"] == true
-            return Self.seeOther(ConsolePath.make("c", container, "deploy", "progress") + ConsolePath.query([("notice", done ? "every index is built" : "one step built")]))
+            return ConsoleController.seeOther(ConsolePath.make("c", container, "deploy", "progress") + ConsolePath.query([("notice", done ? "every index is built" : "one step built")]))
         }
     }
 

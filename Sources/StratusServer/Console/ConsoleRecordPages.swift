@@ -38,12 +38,14 @@ struct RecordPlace: Sendable {
 
 /// The records browser: a query builder over any database, a record's fields by type, and its
 /// creation, change and deletion.
-extension StratusApp {
+struct ConsoleRecordPages: Sendable {
+    let console: ConsoleController
+
     /// The comparators the query builder offers (every one the API has).
     static let consoleComparators = FilterComparator.allCases.map(\.rawValue)
 
-    func addConsoleRecordPages(_ router: Router<BasicRequestContext>) {
-        console(router, .get, "/console/c/:container/records") { call in
+    func addRoutes(to router: Router<BasicRequestContext>) {
+        console.route(router, .get, "/console/c/:container/records") { call in
             let container = call.container
             let place = RecordPlace(call.query)
             let schema = try await self.consoleSchema(call, container: container, environment: place.environment)
@@ -97,7 +99,7 @@ extension StratusApp {
             body = "\(body)\(Self.queryForm(call, place: place, type: type, fields: fields, container: container))<p><a href=\"\(new)\">New \(type) record</a></p>\(results)"
             return call.page("\(type) records", container: container, section: "records", body)
         }
-        console(router, .get, "/console/c/:container/records/view") { call in
+        console.route(router, .get, "/console/c/:container/records/view") { call in
             let container = call.container
             let place = RecordPlace(call.query)
             guard let name = call.query("name") else { throw ConsoleFailure(status: 400, reason: "which record? (name= is missing)") }
@@ -120,7 +122,7 @@ extension StratusApp {
                 """
             return call.page(name, container: container, section: "records", body)
         }
-        console(router, .get, "/console/c/:container/records/new") { call in
+        console.route(router, .get, "/console/c/:container/records/new") { call in
             let container = call.container
             let place = RecordPlace(call.query)
             let schema = try await self.consoleSchema(call, container: container, environment: place.environment)
@@ -128,14 +130,14 @@ extension StratusApp {
             return call.page("New \(type) record", container: container, section: "records",
                              Self.recordForm(call, place: place, type: type, fields: fields, record: nil, container: container))
         }
-        console(router, .post, "/console/c/:container/records/save") { call in
+        console.route(router, .post, "/console/c/:container/records/save") { call in
             let container = call.container
             let place = RecordPlace { call.form.text($0) }
             let schema = try await self.consoleSchema(call, container: container, environment: place.environment)
             guard let type = call.form.text("type"), let fields = schema.recordTypes[type] else { throw ConsoleFailure(status: 400, reason: "choose a record type of the schema") }
             let back = ConsolePath.make("c", container, "records") + ConsolePath.query(place.pairs + [("type", type)])
             if place.environment == .production, call.form.text("confirm") != container {
-                return Self.seeOther(back + "&error=" + ConsolePath.segment("a change in production needs the container's identifier typed to confirm; nothing was changed"))
+                return ConsoleController.seeOther(back + "&error=" + ConsolePath.segment("a change in production needs the container's identifier typed to confirm; nothing was changed"))
             }
             var values: [String: JSON] = [:]
             do {
@@ -144,7 +146,7 @@ extension StratusApp {
                     values[field] = ["value": try Self.fieldValue(text, definition.type)]
                 }
             } catch let error as StratusError {
-                return Self.seeOther(back + "&error=" + ConsolePath.segment(error.reason))
+                return ConsoleController.seeOther(back + "&error=" + ConsolePath.segment(error.reason))
             }
             var record: [String: JSON] = ["recordType": .string(type), "fields": .object(values)]
             let name = call.form.text("name")
@@ -154,20 +156,20 @@ extension StratusApp {
             var request = place.body
             request["operations"] = [["operationType": .string(tag == nil ? "create" : "update"), "record": .object(record)]]
             let answer = await call.api(.modifyRecords, body: request)
-            guard answer.ok else { return try Self.actionFailed(answer, back: back) }
+            guard answer.ok else { return try ConsoleController.actionFailed(answer, back: back) }
             let saved = answer.json["records"]?.arrayValue?.first
-            if let reason = saved?["reason"]?.stringValue { return Self.seeOther(back + "&error=" + ConsolePath.segment(reason)) }
+            if let reason = saved?["reason"]?.stringValue { return ConsoleController.seeOther(back + "&error=" + ConsolePath.segment(reason)) }
             let savedName = saved?["recordName"]?.stringValue ?? name ?? ""
-            return Self.seeOther(ConsolePath.make("c", container, "records", "view") + ConsolePath.query(place.pairs + [("name", savedName), ("notice", "saved \(savedName)")]))
+            return ConsoleController.seeOther(ConsolePath.make("c", container, "records", "view") + ConsolePath.query(place.pairs + [("name", savedName), ("notice", "saved \(savedName)")]))
         }
-        console(router, .post, "/console/c/:container/records/delete") { call in
+        console.route(router, .post, "/console/c/:container/records/delete") { call in
             let container = call.container
             let place = RecordPlace { call.form.text($0) }
             let name = call.form.text("name") ?? ""
             let view = ConsolePath.make("c", container, "records", "view") + ConsolePath.query(place.pairs + [("name", name)])
-            guard call.form["really"] == "on" else { return Self.seeOther(view + "&error=" + ConsolePath.segment("tick the box to delete; nothing was deleted")) }
+            guard call.form["really"] == "on" else { return ConsoleController.seeOther(view + "&error=" + ConsolePath.segment("tick the box to delete; nothing was deleted")) }
             if place.environment == .production, call.form.text("confirm") != container {
-                return Self.seeOther(view + "&error=" + ConsolePath.segment("a change in production needs the container's identifier typed to confirm; nothing was changed"))
+                return ConsoleController.seeOther(view + "&error=" + ConsolePath.segment("a change in production needs the container's identifier typed to confirm; nothing was changed"))
             }
             // With the change tag the page showed, a record changed since is not deleted (CONFLICT).
             var record: [String: JSON] = ["recordName": .string(name)]
@@ -176,9 +178,9 @@ extension StratusApp {
             var request = place.body
             request["operations"] = [["operationType": tag == nil ? "forceDelete" : "delete", "record": .object(record)]]
             let answer = await call.api(.modifyRecords, body: request)
-            guard answer.ok else { return try Self.actionFailed(answer, back: view) }
-            if let reason = answer.json["records"]?.arrayValue?.first?["reason"]?.stringValue { return Self.seeOther(view + "&error=" + ConsolePath.segment(reason)) }
-            return Self.seeOther(ConsolePath.make("c", container, "records") + ConsolePath.query(place.pairs + [("notice", "deleted \(name)")]))
+            guard answer.ok else { return try ConsoleController.actionFailed(answer, back: view) }
+            if let reason = answer.json["records"]?.arrayValue?.first?["reason"]?.stringValue { return ConsoleController.seeOther(view + "&error=" + ConsolePath.segment(reason)) }
+            return ConsoleController.seeOther(ConsolePath.make("c", container, "records") + ConsolePath.query(place.pairs + [("notice", "deleted \(name)")]))
         }
     }
 

@@ -8,27 +8,27 @@ import StratusStore
 /// What a console handler works with: the signed-in person, the form of a POST, and the
 /// management API as them.
 struct ConsoleCall: Sendable {
-    let app: StratusApp
-    let user: StratusApp.ConsoleUser
+    let console: ConsoleController
+    let user: ConsoleUser
     let context: BasicRequestContext
     let request: Request
     /// A POST's form (empty for a GET).
     var form = ConsoleForm(ByteBuffer())
 
     /// A management function as the signed-in person, through the check its route makes
-    /// (`StratusApp.callManagement`): `parameters` are its path's (the page's container by
+    /// (`ManagementAPI.call`): `parameters` are its path's (the page's container by
     /// default), `query` its query's. A failure is answered as the API answers it.
     func api(_ route: ManagementRoute, _ parameters: [String: String] = [:], query: [String: String] = [:],
-             body: [String: JSON]? = nil) async -> StratusApp.ManagementAnswer {
+             body: [String: JSON]? = nil) async -> ManagementAnswer {
         var parameters = parameters
         if route.parameterNames.contains("container"), parameters["container"] == nil { parameters["container"] = ConsolePath.segment(container) }
         do {
             let input = ManagementCall.Input(parameters: parameters, query: query, body: .object(body ?? [:]))
-            let reply = try await app.callManagement(route, as: user.principal, input)
-            return StratusApp.ManagementAnswer(status: Int(reply.status.code), json: reply.json.expanded)
+            let reply = try await console.api.call(route, as: user.principal, input)
+            return ManagementAnswer(status: Int(reply.status.code), json: reply.json.expanded)
         } catch {
             let (failure, uuid) = ErrorMiddleware<BasicRequestContext>.failure(error, request: request, logger: context.logger)
-            return StratusApp.ManagementAnswer(status: failure.code.httpStatus, json: failure.dictionary(uuid: uuid))
+            return ManagementAnswer(status: failure.code.httpStatus, json: failure.dictionary(uuid: uuid))
         }
     }
 
@@ -49,7 +49,7 @@ struct ConsoleCall: Sendable {
     }
 
     /// The path's `:container`, percent-decoded.
-    var container: String { StratusApp.pathParameter(context, "container") }
+    var container: String { ConsoleController.pathParameter(context, "container") }
 
     /// `development` or `production`, from `?environment=` (development when absent or unknown).
     var environment: ContainerEnvironment {
@@ -58,7 +58,7 @@ struct ConsoleCall: Sendable {
 
     /// A page in the console's layout.
     func page(_ title: String, container: String? = nil, section: String = "", _ body: HTML) -> Response {
-        StratusApp.page(ConsoleLayout.page(title: title, user: user, container: container, section: section,
+        ConsoleController.page(ConsoleLayout.page(title: title, user: user, container: container, section: section,
                                            notice: query("notice"), error: query("error"), body))
     }
 }
@@ -69,8 +69,9 @@ struct ConsoleFailure: Error {
     var reason: String
 }
 
-extension StratusApp {
-    func addConsoleRoutes(to router: Router<BasicRequestContext>) {
+extension ConsoleController {
+    /// The sign-in and sign-out routes, the console's files, and every page.
+    func addRoutes(to router: Router<BasicRequestContext>) {
         router.get("/console/assets/:file") { _, context -> Response in
             let name = Self.pathParameter(context, "file")
             guard let file = Self.consoleAssets[name] else { throw StratusError(.notFound, "no console file '\(name)'") }
@@ -93,18 +94,21 @@ extension StratusApp {
                 return Self.page(ConsoleLayout.signIn(error: error.reason, email: form["email"]), status: .init(code: error.code.httpStatus))
             }
         }
-        console(router, .post, "/console/signout") { call in
+        route(router, .post, "/console/signout") { call in
             try await self.admin.revokeOperatorCredential(call.user.credentialID)
             return Self.seeOther("/console/signin?notice=signed+out", extraHeaders: self.sessionCookie(nil))
         }
-        addConsolePages(router)
+        ConsolePages(console: self).addRoutes(to: router)
+        ConsoleAdminPages(console: self).addRoutes(to: router)
+        ConsoleRecordPages(console: self).addRoutes(to: router)
+        ConsoleTelemetryPages(console: self).addRoutes(to: router)
     }
 
     /// Registers a console route: the person must be signed in (a GET without a session goes to
     /// the sign-in page); a POST must come from a console page (same origin, the session's CSRF
     /// token) or is refused with 403 and changes nothing. A failed management call becomes a page
     /// with its status.
-    func console(_ router: Router<BasicRequestContext>, _ method: HTTPRequest.Method, _ path: String,
+    func route(_ router: Router<BasicRequestContext>, _ method: HTTPRequest.Method, _ path: String,
                  _ handler: @escaping @Sendable (ConsoleCall) async throws -> Response) {
         router.on(RouterPath(path), method: method) { request, context -> Response in
             if method == .post, !self.isSameOrigin(request) {
@@ -114,7 +118,7 @@ extension StratusApp {
                 if method == .get { return Self.seeOther("/console/signin") }
                 return Self.forbidden("you are not signed in (or your session ended); nothing was changed")
             }
-            var call = ConsoleCall(app: self, user: user, context: context, request: request)
+            var call = ConsoleCall(console: self, user: user, context: context, request: request)
             if method == .post {
                 call.form = ConsoleForm(try await self.bodies.readBody(request))
                 let token = call.form["csrf"] ?? request.headers[HTTPField.Name("X-CSRF-Token")!]
@@ -143,12 +147,12 @@ extension StratusApp {
     func consoleSignIn(_ form: ConsoleForm) async throws -> String {
         let secret = ManagementGate.operatorCredentialPrefix + TokenSealer.randomAPIToken()
         if let token = form.text("adminToken") {
-            let keys = [(key: "admin-token-address:" + (ClientAddress.current ?? "unknown"), limit: Self.signInFailuresPerAddress)]
-            if let wait = try await admin.signInRetryAfter(containerID: serverAuditContainerID, keys: keys, window: Self.signInWindow) {
+            let keys = [(key: "admin-token-address:" + (ClientAddress.current ?? "unknown"), limit: Passwords.signInFailuresPerAddress)]
+            if let wait = try await admin.signInRetryAfter(containerID: serverAuditContainerID, keys: keys, window: Passwords.signInWindow) {
                 throw StratusError(.throttled, "too many failed sign-ins from this address; try again in \(wait) seconds", retryAfter: wait)
             }
-            guard let expected = configuration.adminToken, !expected.isEmpty, TokenSealer.constantTimeEquals(token, expected) else {
-                try await admin.recordSignInFailure(containerID: serverAuditContainerID, keys: keys.map(\.key), window: Self.signInWindow)
+            guard let expected = adminToken, !expected.isEmpty, TokenSealer.constantTimeEquals(token, expected) else {
+                try await admin.recordSignInFailure(containerID: serverAuditContainerID, keys: keys.map(\.key), window: Passwords.signInWindow)
                 throw StratusError(.authenticationFailed, "the admin token is wrong")
             }
             _ = try await admin.createConsoleSession(operatorID: nil, adminTokenHash: TokenSealer.hash(expected), tokenHash: TokenSealer.hash(secret),
@@ -158,8 +162,8 @@ extension StratusApp {
         guard let email = form.text("email"), let password = form["password"], !password.isEmpty else {
             throw StratusError.badRequest("give your email address and password (or the admin token)")
         }
-        let (address, checked) = try Self.credentials(["emailAddress": .string(email), "password": .string(password)])
-        let account = try await verifyOperatorPassword(email: address, password: checked)
+        let (address, checked) = try Passwords.credentials(["emailAddress": .string(email), "password": .string(password)])
+        let account = try await passwords.verifyOperatorPassword(email: address, password: checked)
         _ = try await admin.createConsoleSession(operatorID: account.operatorID, adminTokenHash: nil, tokenHash: TokenSealer.hash(secret),
                                                  name: "console", idleSeconds: Self.consoleIdleSeconds, lifetimeSeconds: Self.consoleLifetimeSeconds)
         return secret

@@ -4,9 +4,11 @@ import StratusCore
 
 /// The console's Logs page (the request log, filtered) and Telemetry page (requests, errors and
 /// latency per operation over the last hour or day, charted as SVG drawn here).
-extension StratusApp {
-    func addConsoleTelemetryPages(_ router: Router<BasicRequestContext>) {
-        console(router, .get, "/console/c/:container/logs") { call in
+struct ConsoleTelemetryPages: Sendable {
+    let console: ConsoleController
+
+    func addRoutes(to router: Router<BasicRequestContext>) {
+        console.route(router, .get, "/console/c/:container/logs") { call in
             let container = call.container
             let environment = call.environment
             var filters = [("environment", environment.rawValue), ("limit", "200")]
@@ -49,7 +51,7 @@ extension StratusApp {
                 """
             return call.page("Logs", container: container, section: "logs", body)
         }
-        console(router, .get, "/console/c/:container/telemetry") { call in
+        console.route(router, .get, "/console/c/:container/telemetry") { call in
             let container = call.container
             let environment = call.environment
             let period = call.query("period") == "day" ? "day" : "hour"

@@ -1,4 +1,5 @@
 import Foundation
+import Hummingbird
 import StratusCore
 import StratusStore
 
@@ -31,6 +32,15 @@ struct ManagedRecordsController: Sendable {
     let authenticator: Authenticator
     let records: RecordsController
     let zones: ZonesController
+
+    /// Its management routes.
+    func addRoutes(to router: Router<BasicRequestContext>, api: ManagementAPI) {
+        for operation in Operation.allCases {
+            api.manage(router, operation.route) { call in
+                .json(try await self.run(operation, grant: call.grant, body: try call.object()))
+            }
+        }
+    }
 
     /// Runs a data-API handler on the database the management body names, as the caller it implies.
     func run(_ operation: Operation, grant: ManagementGrant, body: [String: JSON]) async throws -> JSON {

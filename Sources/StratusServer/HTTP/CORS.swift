@@ -13,7 +13,9 @@ import StratusStore
 /// answer and on preflight (`OPTIONS`) requests; a refused one gets no CORS headers, so the
 /// browser withholds the answer, and its requests are refused `ACCESS_DENIED` by the server too.
 /// The management API answers no cross-origin requests.
-extension StratusApp {
+struct CORSPolicy: Sendable {
+    let authenticator: Authenticator
+
     static let exposedHeaders = "x-apple-cloudkit-session, x-apple-request-uuid, retry-after"
     static let preflightMaxAge = "600"
 

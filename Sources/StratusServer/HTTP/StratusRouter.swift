@@ -7,11 +7,13 @@ import StratusCore
 /// before any middleware runs, and for the data API's seven-component paths, three of them
 /// parameters, that was a visible share of a lookup's CPU.
 public struct StratusRouter: HTTPResponderBuilder {
-    let app: StratusApp
+    let dataAPI: DataAPI
+    let courier: CourierController
+    let cors: CORSPolicy
     let router: Router<BasicRequestContext>
 
     public func buildResponder() -> StratusResponder {
-        StratusResponder(app: app, router: router.buildResponder())
+        StratusResponder(dataAPI: dataAPI, courier: courier, cors: cors, router: router.buildResponder())
     }
 
     /// Every route, as method and path pattern: the router's and the data API's.
@@ -23,7 +25,9 @@ public struct StratusRouter: HTTPResponderBuilder {
 
 public struct StratusResponder: HTTPResponder {
     public typealias Context = BasicRequestContext
-    let app: StratusApp
+    let dataAPI: DataAPI
+    let courier: CourierController
+    let cors: CORSPolicy
     let router: RouterResponder<BasicRequestContext>
 
     public func respond(to request: Request, context: Context) async throws -> Response {
@@ -36,20 +40,20 @@ public struct StratusResponder: HTTPResponder {
             AssetsController.addAssetCORSHeaders(&response)
             return response
         }
-        if request.method == .options, StratusApp.isCrossOriginPath(request.uri.path) {
-            return await app.preflight(request, origin: origin)
+        if request.method == .options, CORSPolicy.isCrossOriginPath(request.uri.path) {
+            return await cors.preflight(request, origin: origin)
         }
         var response = try await answer(request, context: context)
-        await app.addCORSHeaders(&response, request: request, origin: origin)
+        await cors.addCORSHeaders(&response, request: request, origin: origin)
         return response
     }
 
     func answer(_ request: Request, context: Context) async throws -> Response {
         try await ErrorMiddleware<Context>().run(request, context: context) { request, context in
-            if let response = try await app.dataAPI.respond(to: request) { return response }
+            if let response = try await dataAPI.respond(to: request) { return response }
             // A web courier long poll: the other request a busy client sends most (one per notification).
-            if request.method == .get, let (container, environment, token) = StratusApp.courierPollPath(request.uri.path) {
-                return try await app.pollCourier(request, container: container, environment: environment, token: token)
+            if request.method == .get, let (container, environment, token) = CourierController.courierPollPath(request.uri.path) {
+                return try await courier.pollCourier(request, container: container, environment: environment, token: token)
             }
             return try await router.respond(to: request, context: context)
         }

@@ -93,3 +93,48 @@ final class ManagementFunctions: Sendable {
     func register(_ route: ManagementRoute, _ function: @escaping Function) { table.withLock { $0[route] = function } }
     func function(_ route: ManagementRoute) -> Function? { table.withLock { $0[route] } }
 }
+
+extension ManagementCall.Input {
+    /// The `:token` path parameter: a token's id or prefix.
+    func tokenParameter() throws(StratusError) -> String {
+        let token = decodedParameter("token") ?? ""
+        guard !token.isEmpty, token.utf8.count <= 64, token.unicodeScalars.allSatisfy({ Names.isPrintable($0) }) else {
+            throw StratusError.badRequest("give the token's id (from 'stratus token list') or its prefix")
+        }
+        return token
+    }
+}
+
+extension ManagementCall {
+    /// The `environment` query parameter (development when absent).
+    func environmentParameter() throws(StratusError) -> ContainerEnvironment {
+        try ContainerEnvironment(segment: input.query["environment"] ?? "development")
+    }
+
+    /// The `:user` path parameter: a user record name or an email address.
+    func userParameter() throws(StratusError) -> String {
+        let user = pathParameter("user")
+        guard !user.isEmpty, user.utf8.count <= 254, user.unicodeScalars.allSatisfy(Names.isPrintable) else {
+            throw .badRequest("give the user's record name (_ and 32 hex digits) or email address")
+        }
+        return user
+    }
+
+    /// A path parameter, percent-decoded (empty when absent).
+    func pathParameter(_ name: String) -> String {
+        input.decodedParameter(name) ?? ""
+    }
+
+    /// The `user` query parameter (a user record name or an email address) as a user record name;
+    /// `nil` when absent, `NOT_FOUND` when no such user exists.
+    func userFilter(_ admin: AdminStore, containerID: Int64, environment: ContainerEnvironment) async throws -> String? {
+        guard let given = queryParameters.get("user").map({ String($0) }) else { return nil }
+        guard Names.isPrintableName(given, maximumBytes: 320) else {
+            throw StratusError.badRequest("give the user's record name (_ and 32 hex digits) or email address")
+        }
+        guard let found = try await admin.users(containerID: containerID, environment: environment, user: given).first else {
+            throw StratusError(.notFound, "no user '\(Names.printable(given))' in this container; give a user record name or an email address")
+        }
+        return found.userRecordName
+    }
+}

@@ -5,19 +5,44 @@ import NIOCore
 import NIOWebSocket
 import StratusCore
 import StratusStore
+import Synchronization
 
 /// Notification delivery as CloudKit JS expects it: `tokens/create` returns a `webcourierURL`,
 /// which the client long-polls (a plain GET) for one notification at a time; `tokens/register`
 /// is accepted (there is no APNs to register with).
-extension StratusApp {
+final class CourierController: Sendable {
+    let records: RecordStore
+    let notifier: Notifier
+    let authenticator: Authenticator
+    /// Charges `tokens/…` calls to the caller's rate limits.
+    let rateLimiter: RateLimiter
+    let bodies: RequestBodies
+    /// Counts delivered notifications.
+    let metrics: Metrics
+    /// The service's public URL, which web courier URLs start with.
+    let publicURL: String
+    /// Web courier tokens recently polled, by container and hash, with when they were read.
+    let courierTokens = Mutex<[String: (CourierToken, ContinuousClock.Instant)]>([:])
+
+    init(records: RecordStore, notifier: Notifier, authenticator: Authenticator, rateLimiter: RateLimiter, bodies: RequestBodies,
+         metrics: Metrics, publicURL: String) {
+        self.records = records
+        self.notifier = notifier
+        self.authenticator = authenticator
+        self.rateLimiter = rateLimiter
+        self.bodies = bodies
+        self.metrics = metrics
+        self.publicURL = publicURL
+    }
+
     /// How long a poll of the web courier waits for a notification before answering 204.
     static let courierPollTimeout: Duration = .seconds(30)
     /// How long an undelivered notification is kept.
-    public static let notificationLifetime: Duration = .seconds(7 * 24 * 3600)
+    static let notificationLifetime: Duration = .seconds(7 * 24 * 3600)
     /// How long a web courier token lives without being polled.
-    public static let courierTokenLifetime: Duration = .seconds(30 * 24 * 3600)
+    static let courierTokenLifetime: Duration = .seconds(30 * 24 * 3600)
 
-    func addCourierRoutes(to router: Router<BasicRequestContext>) {
+    func addRoutes(to router: Router<BasicRequestContext>) {
         for prefix in ["/device/1", "/database/1"] {
             router.post("\(prefix)/:container/:environment/tokens/create") { request, context -> Response in
                 let caller = try await self.courierCaller(request, context)
@@ -30,7 +55,7 @@ extension StratusApp {
                                                           tokenHash: Self.courierTokenHash(token))
                 // This process's writes hear of the token now, not when the invalidation comes back.
                 self.notifier.invalidate(.courierTokens(containerID: caller.container.id, environment: caller.environment, owner: user))
-                let url = "\(self.configuration.publicURL)/device/1/\(caller.container.name)/\(caller.environment.rawValue)/courier/\(token)"
+                let url = "\(self.publicURL)/device/1/\(caller.container.name)/\(caller.environment.rawValue)/courier/\(token)"
                 return .json(["apnsEnvironment": .string(apnsEnvironment), "apnsToken": .string(Data(token.utf8).base64EncodedString()),
                               "webcourierURL": .string(url)])
             }

@@ -6,24 +6,29 @@ import StratusStore
 /// The request log and what it shows of a period (`stratus logs`, the console's Logs and
 /// Telemetry pages). Both first write this process's waiting rows, so a reader sees its own
 /// requests up to the call.
-extension StratusApp {
-    func addLogRoutes(to router: Router<BasicRequestContext>) {
-        manage(router, .logs) { call -> ManagementReply in
+struct LogManagement: Sendable {
+    let api: ManagementAPI
+    let admin: AdminStore
+    let requestLog: RequestLog
+    let rateLimiter: RateLimiter
+
+    func addRoutes(to router: Router<BasicRequestContext>) {
+        api.manage(router, .logs) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
-            let environment = try Self.environmentParameter(call)
+            let environment = try call.environmentParameter()
             let filter = try await self.logFilter(call, containerID: container.id, environment: environment)
             await self.requestLog.flush()
             let keep = try await self.rateLimiter.limits(containerID: container.id, environment: environment).logRequests
             let entries = try await self.admin.requestLog(containerID: container.id, environment: environment, keep: keep, filter: filter)
             let formatter = Self.preciseTime()
             return .json(["container": .string(container.name), "environment": .string(environment.rawValue), "keep": .int(keep),
-                          "entries": .array(entries.map { Self.logEntryJSON($0, formatter: formatter) })])
+                          "entries": .array(entries.map { ManagementJSON.logEntryJSON($0, formatter: formatter) })])
         }
-        manage(router, .telemetry) { call -> ManagementReply in
+        api.manage(router, .telemetry) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
-            let environment = try Self.environmentParameter(call)
+            let environment = try call.environmentParameter()
             let query = call.queryParameters
             let period = query.get("period").map { String($0) } ?? "hour"
             guard let (length, bucket) = Self.telemetryPeriods[period] else {
@@ -44,7 +49,7 @@ extension StratusApp {
             }
             return .json([
                 "container": .string(container.name), "environment": .string(environment.rawValue), "period": .string(period),
-                "since": Self.iso(since), "bucketSeconds": .int(Int64(bucket)), "operation": operation.map { .string($0) } ?? .null,
+                "since": ManagementJSON.iso(since), "bucketSeconds": .int(Int64(bucket)), "operation": operation.map { .string($0) } ?? .null,
                 "operations": .array(operations.map { item in
                     var members = summary(item)
                     members["operation"] = .string(item.operation ?? "")
@@ -52,7 +57,7 @@ extension StratusApp {
                 }),
                 "buckets": .array(buckets.map { item in
                     var members = summary(item)
-                    members["start"] = Self.iso(item.start ?? since)
+                    members["start"] = ManagementJSON.iso(item.start ?? since)
                     return .object(members)
                 }),
             ])
@@ -88,7 +93,7 @@ extension StratusApp {
             filter.operation = String(text)
         }
         if query.get("user") != nil {
-            filter.user = try await userFilter(call, containerID: containerID, environment: environment)
+            filter.user = try await call.userFilter(admin, containerID: containerID, environment: environment)
         }
         for (name, path) in [("after", \RequestLogFilter.after), ("before", \RequestLogFilter.before)] {
             guard let text = query.get(name) else { continue }
@@ -113,13 +118,5 @@ extension StratusApp {
         let formatter = ISO8601DateFormatter()
         formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
         return formatter
-    }
-
-    static func logEntryJSON(_ entry: RequestLogEntry, formatter: ISO8601DateFormatter) -> JSON {
-        ["seq": .int(entry.seq), "at": .string(formatter.string(from: entry.at)), "database": entry.database.map { .string($0.rawValue) } ?? .null,
-         "operation": .string(entry.operation), "status": .int(Int64(entry.status)),
-         "serverErrorCode": entry.errorCode.map { .string($0) } ?? .null,
-         "durationMs": .double(Double(entry.durationMicroseconds) / 1000), "userRecordName": entry.userRecordName.map { .string($0) } ?? .null,
-         "requestID": .string(entry.requestID), "clientAddress": entry.clientAddress.map { .string($0) } ?? .null]
     }
 }

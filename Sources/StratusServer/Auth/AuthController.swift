@@ -5,8 +5,19 @@ import NIOPosix
 import StratusCore
 import StratusStore
 
-extension StratusApp {
-    func addAuthRoutes(to router: Router<BasicRequestContext>) {
+/// The auth API under `/auth/1/{container}/{environment}/`: sign-up, sign-in (and its hosted
+/// page), sign-out, password changes and the signed-in user's profile.
+struct AuthController: Sendable {
+    let admin: AdminStore
+    let authenticator: Authenticator
+    let passwords: Passwords
+    let bodies: RequestBodies
+    /// Sign-up limits.
+    let rateLimiter: RateLimiter
+    /// Makes a new user's `Users` record.
+    let users: UsersController
+
+    func addRoutes(to router: Router<BasicRequestContext>) {
         router.post("/auth/1/:container/:environment/signup") { request, context in
             try await self.signUp(request, context)
         }
@@ -30,59 +41,14 @@ extension StratusApp {
         }
     }
 
-    /// Failed sign-ins allowed per account, and per client address, in `signInWindow`; past
-    /// them, sign-in is answered THROTTLED with the seconds left in the window.
-    static let signInFailuresPerAccount = 10
-    static let signInFailuresPerAddress = 50
-    static let signInWindow: Duration = .seconds(15 * 60)
 
-    /// The throttling keys of a sign-in attempt for `email`: the account, and the client address when known.
-    static func signInKeys(email: String) -> [(key: String, limit: Int)] {
-        var keys = [(key: "email:" + email, limit: signInFailuresPerAccount)]
-        if let address = ClientAddress.current { keys.append((key: "address:" + address, limit: signInFailuresPerAddress)) }
-        return keys
-    }
 
-    /// Checks `password` against the account of `email`, throttled per account and per client
-    /// address. Failures are counted; a success clears the account's count. The reason never
-    /// says whether the address exists (a missing account is verified against a dummy hash, so
-    /// it takes as long).
-    func verifyPassword(containerID: Int64, email: String, password: String) async throws -> UserAccount {
-        let account = try await throttledPasswordCheck(password, keys: Self.signInKeys(email: email), throttling: containerID) {
-            let account = try await self.admin.user(containerID: containerID, email: email)
-            return (account, account?.passwordHash)
-        }
-        guard account.disabledAt == nil else {
-            throw StratusError(.authenticationFailed, "this account is disabled; ask the app's administrator")
-        }
-        return account
-    }
 
-    /// Checks `password` against the hash of the account `find` gives, throttled by `keys`
-    /// (counted under container `throttling`; the first key is the account's, cleared on a
-    /// success). An unknown account is verified against a dummy hash, so it takes as long, and
-    /// the refusal never says which of email and password was wrong.
-    func throttledPasswordCheck<Account: Sendable>(_ password: String, keys: [(key: String, limit: Int)], throttling containerID: Int64,
-                                                   find: () async throws -> (Account?, String?)) async throws -> Account {
-        if let wait = try await admin.signInRetryAfter(containerID: containerID, keys: keys, window: Self.signInWindow) {
-            throw StratusError(.throttled, "too many failed sign-ins for this account or from this address; try again in \(wait) seconds",
-                               retryAfter: wait)
-        }
-        let (account, found) = try await find()
-        let hash = found ?? dummyPasswordHash
-        let valid = try await NIOThreadPool.singleton.runIfActive { Bcrypt.verify(password, hash: hash) }
-        guard let account, valid else {
-            try await admin.recordSignInFailure(containerID: containerID, keys: keys.map(\.key), window: Self.signInWindow)
-            throw StratusError(.authenticationFailed, "the email address or password is wrong")
-        }
-        try await admin.clearSignInFailures(containerID: containerID, key: keys[0].key)
-        return account
-    }
 
     /// The answer to a successful sign-up, sign-in or password change: a new session's token.
     /// The user's `Users` record is made first if the environment's public database lacks it.
     func sessionResponse(user: String, container: ContainerInfo, environment: ContainerEnvironment) async throws -> Response {
-        try await dataAPI.users.ensureUserRecord(user, containerID: container.id, environment: environment)
+        try await users.ensureUserRecord(user, containerID: container.id, environment: environment)
         let (token, session) = try await authenticator.startSession(user: user, containerID: container.id, environment: environment)
         return .json(["ckWebAuthToken": .string(token), "userRecordName": .string(user),
                       "expiresAt": .int(Int64(session.expiresAt.timeIntervalSince1970 * 1000))])
@@ -123,24 +89,17 @@ extension StratusApp {
         guard let new = try Wire.string(body["newPassword"], key: "newPassword") else {
             throw StratusError.badRequest("missing required key 'newPassword'")
         }
-        try Self.validateNewPassword(new)
+        try Passwords.validateNewPassword(new)
         guard let account = try await admin.user(containerID: container.id, userRecordName: claims.user) else {
             throw StratusError(.authenticationFailed, "the account of this session no longer exists; sign up again")
         }
-        _ = try await verifyPassword(containerID: container.id, email: account.email, password: current)
-        let cost = configuration.bcryptCost
-        let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(new, cost: cost) }
+        _ = try await passwords.verifyPassword(containerID: container.id, email: account.email, password: current)
+        let hash = try await passwords.hash(new)
         try await admin.changePassword(containerID: container.id, user: claims.user, passwordHash: hash)
         authenticator.invalidate(.userSessions(containerID: container.id, user: claims.user))
         return try await sessionResponse(user: claims.user, container: container, environment: environment)
     }
 
-    /// A new password's rules: 8 characters at least, 72 bytes at most (bcrypt reads no more), no NUL.
-    static func validateNewPassword(_ password: String) throws(StratusError) {
-        guard !password.utf8.contains(0) else { throw .badRequest("the password must not contain NUL characters") }
-        guard password.count >= 8 else { throw .badRequest("the password must have at least 8 characters") }
-        guard password.utf8.count <= 72 else { throw .badRequest("the password must be at most 72 bytes long") }
-    }
 
     /// Checks the container and environment in the path, and the API token when one is given
     /// (returned with them).
@@ -157,26 +116,9 @@ extension StratusApp {
     }
 
     func credentials(_ request: Request) async throws -> (email: String, password: String) {
-        try Self.credentials(try await bodies.readObject(request))
+        try Passwords.credentials(try await bodies.readObject(request))
     }
 
-    static func credentials(_ body: [String: JSON]) throws(StratusError) -> (email: String, password: String) {
-        guard let rawEmail = try Wire.string(body["emailAddress"], key: "emailAddress") else {
-            throw StratusError.badRequest("missing required key 'emailAddress'")
-        }
-        guard let password = try Wire.string(body["password"], key: "password") else {
-            throw StratusError.badRequest("missing required key 'password'")
-        }
-        // bcrypt reads C strings: a NUL would silently cut the password short.
-        guard !password.utf8.contains(0) else { throw StratusError.badRequest("the password must not contain NUL characters") }
-        let email = UsersController.normalizedEmail(rawEmail)
-        let parts = email.split(separator: "@", omittingEmptySubsequences: false)
-        guard email.utf8.count <= 254, parts.count == 2, !parts[0].isEmpty, parts[1].contains("."),
-              email.unicodeScalars.allSatisfy({ Names.isPrintable($0) && $0 != " " }) else {
-            throw StratusError.badRequest("'emailAddress' is not a valid email address")
-        }
-        return (email, password)
-    }
 
     /// `POST /auth/1/{container}/{environment}/signup` with `{"emailAddress", "password"}` and,
     /// optionally, `"discoverable": true` (others may find the user by email address or record
@@ -184,12 +126,11 @@ extension StratusApp {
     func signUp(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let (container, environment, _) = try await authContainer(request, context)
         let body = try await bodies.readObject(request)
-        let (email, password) = try Self.credentials(body)
-        try Self.validateNewPassword(password)
+        let (email, password) = try Passwords.credentials(body)
+        try Passwords.validateNewPassword(password)
         let change = try Self.profileChange(body)
         try await admitSignup(containerID: container.id, environment: environment)
-        let cost = configuration.bcryptCost
-        let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: cost) }
+        let hash = try await passwords.hash(password)
         let userRecordName = UserRecordName.random()
         try await admin.createUser(UserAccount(containerID: container.id, userRecordName: userRecordName, email: email, passwordHash: hash),
                                    discoverable: change.discoverable ?? false, givenName: change.givenName ?? nil, familyName: change.familyName ?? nil)
@@ -250,7 +191,7 @@ extension StratusApp {
     func signIn(_ request: Request, _ context: BasicRequestContext) async throws -> Response {
         let (container, environment, _) = try await authContainer(request, context)
         let (email, password) = try await credentials(request)
-        let account = try await verifyPassword(containerID: container.id, email: email, password: password)
+        let account = try await passwords.verifyPassword(containerID: container.id, email: email, password: password)
         return try await sessionResponse(user: account.userRecordName, container: container, environment: environment)
     }
 

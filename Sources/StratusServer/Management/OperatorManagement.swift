@@ -6,21 +6,25 @@ import StratusCore
 import StratusStore
 
 /// Operators and teams: `stratus login|logout|whoami`, `stratus operator …`, `stratus team …`.
-extension StratusApp {
-    func addOperatorRoutes(to router: Router<BasicRequestContext>) {
-        manage(router, .login) { call -> ManagementReply in
+struct OperatorManagement: Sendable {
+    let api: ManagementAPI
+    let admin: AdminStore
+    let passwords: Passwords
+
+    func addRoutes(to router: Router<BasicRequestContext>) {
+        api.manage(router, .login) { call -> ManagementReply in
             let body = try call.object()
-            let (email, password) = try Self.credentials(body)
+            let (email, password) = try Passwords.credentials(body)
             let name = try Wire.string(body["name"], key: "name") ?? "stratus login"
             guard !name.isEmpty, name.utf8.count <= 200, name.unicodeScalars.allSatisfy(Names.isPrintable) else {
                 throw StratusError.badRequest("'name' (where the credential is used) must be 1–200 printable characters")
             }
-            let account = try await self.verifyOperatorPassword(email: email, password: password)
+            let account = try await self.passwords.verifyOperatorPassword(email: email, password: password)
             let secret = ManagementGate.operatorCredentialPrefix + TokenSealer.randomAPIToken()
             let id = try await self.admin.createOperatorCredential(operatorID: account.operatorID, tokenHash: TokenSealer.hash(secret), name: name)
-            return .json(["credential": .string(secret), "credentialID": .int(id), "operator": Self.operatorJSON(account)])
+            return .json(["credential": .string(secret), "credentialID": .int(id), "operator": ManagementJSON.operatorJSON(account)])
         }
-        manage(router, .logout) { call -> ManagementReply in
+        api.manage(router, .logout) { call -> ManagementReply in
             let grant = call.grant
             guard let credential = grant.credential else {
                 throw StratusError.badRequest("the admin token cannot sign out: it is what the server was started with (STRATUS_ADMIN_TOKEN); change it there")
@@ -28,20 +32,20 @@ extension StratusApp {
             try await self.admin.revokeOperatorCredential(credential.credentialID)
             return .json(["signedOut": true, "credentialID": .int(credential.credentialID)])
         }
-        manage(router, .whoami) { call -> ManagementReply in
+        api.manage(router, .whoami) { call -> ManagementReply in
             let grant = call.grant
             guard let credential = grant.credential else {
                 return .json(["adminToken": true, "superuser": true, "operator": .null, "containers": []])
             }
             let containers = try await self.admin.teamContainers(operatorID: credential.operatorInfo.operatorID)
-            return .json(["adminToken": false, "superuser": .bool(credential.operatorInfo.superuser), "operator": Self.operatorJSON(credential.operatorInfo),
+            return .json(["adminToken": false, "superuser": .bool(credential.operatorInfo.superuser), "operator": ManagementJSON.operatorJSON(credential.operatorInfo),
                           "credentialID": .int(credential.credentialID),
-                          "containers": .array(containers.map { Self.containerJSON($0.container, role: $0.role) })])
+                          "containers": .array(containers.map { ManagementJSON.containerJSON($0.container, role: $0.role) })])
         }
-        manage(router, .operators) { call -> ManagementReply in
+        api.manage(router, .operators) { call -> ManagementReply in
             let operators = try await self.admin.operators()
             return .json(["operators": .array(operators.map { info, containers in
-                var json = Self.operatorJSON(info)
+                var json = ManagementJSON.operatorJSON(info)
                 if case .object(var members) = json {
                     members["containers"] = .array(containers.map { ["name": .string($0.container), "role": .string($0.role.description)] })
                     json = .object(members)
@@ -49,18 +53,17 @@ extension StratusApp {
                 return json
             })])
         }
-        manage(router, .addOperator) { call -> ManagementReply in
+        api.manage(router, .addOperator) { call -> ManagementReply in
             let grant = call.grant
             let body = try call.object()
-            let (email, password) = try Self.credentials(body)
-            try Self.validateNewPassword(password)
+            let (email, password) = try Passwords.credentials(body)
+            try Passwords.validateNewPassword(password)
             let superuser = try Wire.bool(body["superuser"], key: "superuser") ?? false
-            let cost = self.configuration.bcryptCost
-            let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(password, cost: cost) }
+            let hash = try await self.passwords.hash(password)
             let info = try await self.admin.createOperator(email: email, passwordHash: hash, superuser: superuser, by: grant.actor)
-            return .json(["operator": Self.operatorJSON(info)], status: .created)
+            return .json(["operator": ManagementJSON.operatorJSON(info)], status: .created)
         }
-        manage(router, .removeOperator) { call -> ManagementReply in
+        api.manage(router, .removeOperator) { call -> ManagementReply in
             let grant = call.grant
             let target = try await self.namedOperator(call)
             guard target.operatorID != grant.caller?.operatorID else {
@@ -70,49 +73,48 @@ extension StratusApp {
             return .json(["removed": .string(target.email)])
         }
         for (route, verb, disabled) in [(ManagementRoute.disableOperator, "disable", true), (.enableOperator, "enable", false)] {
-            manage(router, route) { call -> ManagementReply in
+            api.manage(router, route) { call -> ManagementReply in
                 let grant = call.grant
                 let target = try await self.namedOperator(call)
                 guard target.operatorID != grant.caller?.operatorID else {
                     throw StratusError.badRequest("you cannot \(verb) your own account; ask another superuser")
                 }
                 let info = try await self.admin.setOperatorDisabled(target, disabled: disabled, by: grant.actor)
-                return .json(["operator": Self.operatorJSON(info)])
+                return .json(["operator": ManagementJSON.operatorJSON(info)])
             }
         }
-        manage(router, .operatorPassword) { call -> ManagementReply in
+        api.manage(router, .operatorPassword) { call -> ManagementReply in
             let grant = call.grant
             let target = try await self.namedOperator(call)
             let body = try call.object()
             guard let new = try Wire.string(body["newPassword"], key: "newPassword") else {
                 throw StratusError.badRequest("missing required key 'newPassword'")
             }
-            try Self.validateNewPassword(new)
+            try Passwords.validateNewPassword(new)
             // Your own password: the current one too, so a stolen credential cannot lock you out.
             let ownAccount = target.operatorID == grant.caller?.operatorID
             if ownAccount {
                 guard let current = try Wire.string(body["password"], key: "password") else {
                     throw StratusError.badRequest("missing required key 'password' (your current password)")
                 }
-                _ = try await self.verifyOperatorPassword(email: target.email, password: current)
+                _ = try await self.passwords.verifyOperatorPassword(email: target.email, password: current)
             }
-            let cost = self.configuration.bcryptCost
-            let hash = try await NIOThreadPool.singleton.runIfActive { Bcrypt.hash(new, cost: cost) }
+            let hash = try await self.passwords.hash(new)
             let revoked = try await self.admin.setOperatorPassword(target, passwordHash: hash, keeping: ownAccount ? grant.credential?.credentialID : nil,
                                                                    by: grant.actor)
-            return .json(["operator": Self.operatorJSON(target), "revokedCredentials": .int(Int64(revoked))])
+            return .json(["operator": ManagementJSON.operatorJSON(target), "revokedCredentials": .int(Int64(revoked))])
         }
         addTeamRoutes(to: router)
     }
 
     func addTeamRoutes(to router: Router<BasicRequestContext>) {
-        manage(router, .team) { call -> ManagementReply in
+        api.manage(router, .team) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let members = try await self.admin.team(containerID: container.id)
-            return .json(["container": .string(container.name), "team": .array(members.map(Self.teamMemberJSON))])
+            return .json(["container": .string(container.name), "team": .array(members.map(ManagementJSON.teamMemberJSON))])
         }
-        manage(router, .addTeamMember) { call -> ManagementReply in
+        api.manage(router, .addTeamMember) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let body = try call.object()
@@ -122,9 +124,9 @@ extension StratusApp {
             let role = try Self.teamRole(body)
             let member = try await self.operatorNamed(email)
             let added = try await self.admin.addTeamMember(container: container, member: member, role: role, by: grant.actor)
-            return .json(["container": .string(container.name), "member": Self.teamMemberJSON(added)], status: .created)
+            return .json(["container": .string(container.name), "member": ManagementJSON.teamMemberJSON(added)], status: .created)
         }
-        manage(router, .setTeamRole) { call -> ManagementReply in
+        api.manage(router, .setTeamRole) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let member = try await self.namedOperator(call)
@@ -133,7 +135,7 @@ extension StratusApp {
             return .json(["container": .string(container.name), "operator": .string(member.email), "role": .string(role.description),
                           "previousRole": .string(previous.description)])
         }
-        manage(router, .removeTeamMember) { call -> ManagementReply in
+        api.manage(router, .removeTeamMember) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let member = try await self.namedOperator(call)
@@ -142,29 +144,11 @@ extension StratusApp {
         }
     }
 
-    /// Failed operator sign-ins allowed per account and per address, as for users (counted
-    /// apart from every container's users).
-    static func operatorSignInKeys(email: String) -> [(key: String, limit: Int)] {
-        var keys = [(key: "operator:" + email, limit: signInFailuresPerAccount)]
-        if let address = ClientAddress.current { keys.append((key: "operator-address:" + address, limit: signInFailuresPerAddress)) }
-        return keys
-    }
 
-    /// An operator's password, checked as users' are (throttled, same time for unknown accounts).
-    func verifyOperatorPassword(email: String, password: String) async throws -> OperatorInfo {
-        let account = try await throttledPasswordCheck(password, keys: Self.operatorSignInKeys(email: email), throttling: serverAuditContainerID) {
-            let found = try await self.admin.operatorAccount(email)
-            return (found?.info, found?.passwordHash)
-        }
-        guard account.disabledAt == nil else {
-            throw StratusError(.authenticationFailed, "the operator account \(account.email) is disabled; ask a superuser")
-        }
-        return account
-    }
 
     /// The operator the path names (`:operator`: an email address, or an id).
     func namedOperator(_ call: ManagementCall) async throws -> OperatorInfo {
-        try await operatorNamed(Self.pathParameter(call, "operator"))
+        try await operatorNamed(call.pathParameter("operator"))
     }
 
     func operatorNamed(_ given: String) async throws -> OperatorInfo {
@@ -187,15 +171,5 @@ extension StratusApp {
             throw .badRequest("unknown role '\(Names.printable(name))': give owner, developer or viewer")
         }
         return role
-    }
-
-    static func operatorJSON(_ info: OperatorInfo) -> JSON {
-        ["emailAddress": .string(info.email), "superuser": .bool(info.superuser), "createdAt": iso(info.createdAt),
-         "disabledAt": info.disabledAt.map(iso) ?? .null]
-    }
-
-    static func teamMemberJSON(_ member: TeamMember) -> JSON {
-        ["emailAddress": .string(member.operatorInfo.email), "role": .string(member.role.description), "addedAt": iso(member.addedAt),
-         "disabled": .bool(member.operatorInfo.disabledAt != nil)]
     }
 }

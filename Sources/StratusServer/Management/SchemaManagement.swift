@@ -7,21 +7,25 @@ import Synchronization
 
 /// The schema part of the management API: export, import, validate, diff, deploy, index builds,
 /// history and reset, under `/management/1/containers/{container}/schema`.
-extension StratusApp {
-    func addSchemaRoutes(to router: Router<BasicRequestContext>) {
-        manage(router, .schema) { call -> ManagementReply in
+struct SchemaManagement: Sendable {
+    let api: ManagementAPI
+    let records: RecordStore
+    let queryShapes: QueryShapeNotes
+
+    func addRoutes(to router: Router<BasicRequestContext>) {
+        api.manage(router, .schema) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let environment = try ContainerEnvironment(segment: call.queryParameters.get("environment").map { String($0) } ?? "development")
             let schema = try await self.records.schemas.load(containerID: container.id, environment: environment)
             return .json(["schema": .string(SchemaLanguage.print(schema)), "version": .int(schema.version), "environment": .string(environment.rawValue)])
         }
-        manage(router, .validateSchema) { call -> ManagementReply in
+        api.manage(router, .validateSchema) { call -> ManagementReply in
             let text = try await self.schemaText(call)
             let schema = try Self.parseSchema(text)
             return .json(["valid": true, "recordTypes": .int(Int64(schema.recordTypes.count)), "schema": .string(SchemaLanguage.print(schema))])
         }
-        manage(router, .importSchema) { call -> ManagementReply in
+        api.manage(router, .importSchema) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let body = try call.object()
@@ -34,13 +38,13 @@ extension StratusApp {
             return .json(["plan": plan.json(), "planText": .string(planText), "applied": .bool(!dryRun && !plan.isEmpty), "version": .int(version),
                           "warnings": .array(warnings)])
         }
-        manage(router, .schemaDiff) { call -> ManagementReply in
+        api.manage(router, .schemaDiff) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let (plan, counts, _, _) = try await self.records.schemas.deploy(containerID: container.id, by: grant.actor, dryRun: true)
             return .json(try await self.planResponse(plan, counts: counts, containerID: container.id, applied: false, version: nil))
         }
-        manage(router, .deploySchema) { call -> ManagementReply in
+        api.manage(router, .deploySchema) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let body = try call.object()
@@ -54,7 +58,7 @@ extension StratusApp {
             }
             return .json(response)
         }
-        manage(router, .buildIndexes) { call -> ManagementReply in
+        api.manage(router, .buildIndexes) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let body = try call.object()
@@ -62,19 +66,19 @@ extension StratusApp {
             guard (1...20_000).contains(batch) else { throw StratusError.badRequest("batch must be 1–20000") }
             let builds = try await self.records.schemas.buildIndexes(containerID: container.id, batch: batch)
             self.records.schemas.forget(containerID: container.id, environment: .production)
-            return .json(["builds": .array(builds.map(Self.buildJSON)), "done": .bool(builds.allSatisfy(\.done))])
+            return .json(["builds": .array(builds.map(ManagementJSON.buildJSON)), "done": .bool(builds.allSatisfy(\.done))])
         }
-        manage(router, .schemaHistory) { call -> ManagementReply in
+        api.manage(router, .schemaHistory) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let environment = try ContainerEnvironment(segment: call.queryParameters.get("environment").map { String($0) } ?? "production")
             let entries = try await self.records.schemas.history(containerID: container.id, environment: environment)
             return .json(["history": .array(entries.map { entry in
-                ["id": .int(entry.id), "version": .int(entry.version), "by": .string(entry.by), "at": Self.iso(entry.at),
+                ["id": .int(entry.id), "version": .int(entry.version), "by": .string(entry.by), "at": ManagementJSON.iso(entry.at),
                  "kind": .string(entry.kind), "plan": .string(entry.plan)]
             })])
         }
-        manage(router, .resetSchema) { call -> ManagementReply in
+        api.manage(router, .resetSchema) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let (version, deleted) = try await self.records.schemas.resetDevelopment(containerID: container.id, by: grant.actor)
@@ -96,9 +100,6 @@ extension StratusApp {
         return text
     }
 
-    static func buildJSON(_ build: IndexBuild) -> JSON {
-        ["recordType": .string(build.recordType), "field": .string(build.field), "built": .int(build.built), "total": .int(build.total), "done": .bool(build.done)]
-    }
 
     /// A warning for each record type without any grant: the public database refuses every role
     /// its records (`RecordAccess`), which is rarely what a schema written by hand means.

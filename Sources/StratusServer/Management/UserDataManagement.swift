@@ -5,14 +5,22 @@ import StratusStore
 
 /// A user's data rights: everything they own, as JSON (`stratus user export`), and
 /// its erasure (`stratus user erase`), through the management API.
-extension StratusApp {
-    func addUserDataRoutes(to router: Router<BasicRequestContext>) {
-        manage(router, .exportUser) { call -> ManagementReply in
+struct UserDataManagement: Sendable {
+    let api: ManagementAPI
+    let admin: AdminStore
+    let records: RecordStore
+    let authenticator: Authenticator
+    let notifier: Notifier
+    /// Asset download URLs in the exported records.
+    let links: AssetLinks
+
+    func addRoutes(to router: Router<BasicRequestContext>) {
+        api.manage(router, .exportUser) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let user = try await self.managedUser(container, call)
             var environments: [JSON] = []
-            let assetURL = self.dataAPI.records.links.assetURL(containerID: container.id)
+            let assetURL = self.links.assetURL(containerID: container.id)
             for environment in ContainerEnvironment.allCases {
                 let data = try await self.records.userData(containerID: container.id, environment: environment, user: user.userRecordName)
                 func render(_ record: Record, zone: String, owner: String) -> JSON {
@@ -38,16 +46,16 @@ extension StratusApp {
                     }),
                 ])
             }
-            var account = Self.userJSON(user)
+            var account = ManagementJSON.userJSON(user)
             if case .object(var members) = account, let profile = try await self.admin.profile(containerID: container.id, user: user.userRecordName) {
                 members["discoverable"] = .bool(profile.discoverable)
                 members["givenName"] = profile.givenName.map { .string($0) } ?? .null
                 members["familyName"] = profile.familyName.map { .string($0) } ?? .null
                 account = .object(members)
             }
-            return .json(["container": .string(container.name), "exportedAt": Self.iso(Date()), "user": account, "environments": .array(environments)])
+            return .json(["container": .string(container.name), "exportedAt": ManagementJSON.iso(Date()), "user": account, "environments": .array(environments)])
         }
-        manage(router, .eraseUser) { call -> ManagementReply in
+        api.manage(router, .eraseUser) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let body = try call.object()
@@ -64,7 +72,7 @@ extension StratusApp {
 
     /// The `:user` of a management path, which must exist.
     func managedUser(_ container: ContainerInfo, _ call: ManagementCall) async throws -> UserSummary {
-        let name = try Self.userParameter(call)
+        let name = try call.userParameter()
         guard let found = try await admin.users(containerID: container.id, environment: .development, user: name).first else {
             throw StratusError(.notFound, "no user '\(name)' in this container; give a user record name or an email address")
         }

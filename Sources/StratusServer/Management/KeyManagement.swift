@@ -5,9 +5,13 @@ import StratusCore
 import StratusStore
 
 /// Server-to-server keys: `stratus key add|list|revoke`.
-extension StratusApp {
-    func addKeyRoutes(to router: Router<BasicRequestContext>) {
-        manage(router, .addKey) { call -> ManagementReply in
+struct KeyManagement: Sendable {
+    let api: ManagementAPI
+    let admin: AdminStore
+    let authenticator: Authenticator
+
+    func addRoutes(to router: Router<BasicRequestContext>) {
+        api.manage(router, .addKey) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let body = try call.object()
@@ -22,24 +26,24 @@ extension StratusApp {
             }
             let key = try await self.admin.addServerKey(container: container, environment: environment, name: name,
                                                         publicKey: publicKey.x963Representation, by: grant.actor)
-            return .json(["keyID": .string(key.keyID), "key": Self.keyJSON(key)], status: .created)
+            return .json(["keyID": .string(key.keyID), "key": ManagementJSON.keyJSON(key)], status: .created)
         }
-        manage(router, .keys) { call -> ManagementReply in
+        api.manage(router, .keys) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let keys = try await self.admin.serverKeys(containerID: container.id)
-            return .json(["keys": .array(keys.map(Self.keyJSON))])
+            return .json(["keys": .array(keys.map(ManagementJSON.keyJSON))])
         }
-        manage(router, .revokeKey) { call -> ManagementReply in
+        api.manage(router, .revokeKey) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
-            let keyID = Self.pathParameter(call, "key")
+            let keyID = call.pathParameter("key")
             guard (8...64).contains(keyID.utf8.count), keyID.utf8.allSatisfy(\.isHexDigit) else {
                 throw StratusError.badRequest("give the key ID (64 hexadecimal digits, from 'stratus key list'), or at least its first 8 digits")
             }
             let key = try await self.admin.revokeServerKey(containerID: container.id, idOrPrefix: keyID, by: grant.actor)
             self.authenticator.invalidate(.serverKey(containerID: container.id, keyID: key.keyID))
-            return .json(["key": Self.keyJSON(key)])
+            return .json(["key": ManagementJSON.keyJSON(key)])
         }
     }
 
@@ -55,10 +59,5 @@ extension StratusApp {
         } catch {
             throw .badRequest("'publicKey' is not a PEM P-256 (prime256v1) public key; make one with: openssl ecparam -name prime256v1 -genkey -noout -out eckey.pem && openssl ec -in eckey.pem -pubout")
         }
-    }
-
-    static func keyJSON(_ key: ServerKeyInfo) -> JSON {
-        ["keyID": .string(key.keyID), "container": .string(key.containerName), "environment": .string(key.environment.rawValue),
-         "name": .string(key.name), "createdAt": iso(key.createdAt), "revokedAt": key.revokedAt.map(iso) ?? .null]
     }
 }
