@@ -45,7 +45,7 @@ extension BackgroundWork {
         while !Task.isCancelled {
             try? await Task.sleep(for: .seconds(60))
             guard !Task.isCancelled else { return }
-            try? await records.sweepNotifications(lifetime: CourierController.notificationLifetime, tokenLifetime: CourierController.courierTokenLifetime)
+            try? await records.subscriptions.sweepNotifications(lifetime: CourierController.notificationLifetime, tokenLifetime: CourierController.courierTokenLifetime)
         }
     }
 }

@@ -103,7 +103,7 @@ public final class Notifier: RecordChangeObserver {
             }
         }
         do {
-            try await records.wakeCouriers(events)
+            try await records.subscriptions.wakeCouriers(events)
         } catch {
             logger.warning("wake-ups for other server processes' polls were lost; they find their notifications within a poll's timeout",
                            metadata: ["stratus.error": "\(String(reflecting: error))"])
@@ -188,7 +188,7 @@ public final class Notifier: RecordChangeObserver {
         }
         guard !missing.isEmpty else { return known }
         let generation = tokensGeneration.load(ordering: .sequentiallyConsistent)
-        let read = try await records.courierTokenHashes(containerID: key.containerID, environment: key.environment, owners: missing)
+        let read = try await records.subscriptions.courierTokenHashes(containerID: key.containerID, environment: key.environment, owners: missing)
         tokens.withLock { cached in
             guard tokensGeneration.load(ordering: .sequentiallyConsistent) == generation else { return }
             if cached.count >= 100_000 { cached.removeAll() }
@@ -201,7 +201,7 @@ public final class Notifier: RecordChangeObserver {
 
     /// Puts back a notification whose answer could not be written, and wakes the token's polls.
     func putBack(_ token: CourierToken, seq: Int64?, payload: String, coalesceKey: String? = nil) async {
-        try? await records.putBackNotification(token, seq: seq, payload: payload, coalesceKey: coalesceKey)
+        try? await records.subscriptions.putBackNotification(token, seq: seq, payload: payload, coalesceKey: coalesceKey)
         couriers.wake(CourierKey(containerID: token.containerID, environment: token.environment, owner: token.owner))
     }
 
@@ -251,7 +251,7 @@ public final class Notifier: RecordChangeObserver {
                     participant != changes.db.owner && watchers.contains { $0.subscription.kind == .database
                         || ($0.subscription.zoneOwner == changes.db.owner && $0.subscription.zoneName == changes.zone) }
                 }
-                let participants = subscribers.isEmpty ? [] : try await records.zoneParticipants(changes.db, zone: changes.zone)
+                let participants = subscribers.isEmpty ? [] : try await records.subscriptions.zoneParticipants(changes.db, zone: changes.zone)
                 for (participant, watchers) in subscribers where participants.contains(participant) {
                     let relevant = watchers.filter { $0.subscription.kind == .database
                         || ($0.subscription.zoneOwner == changes.db.owner && $0.subscription.zoneName == changes.zone) }
@@ -326,7 +326,7 @@ public final class Notifier: RecordChangeObserver {
             }
         }
         if handed > 0 { handedOver.add(handed, ordering: .relaxed) }
-        let queued = try await records.queueNotifications(containerID: key.containerID, environment: key.environment, rows)
+        let queued = try await records.subscriptions.queueNotifications(containerID: key.containerID, environment: key.environment, rows)
         if !queued.isEmpty {
             queuedTotal.add(queued.values.reduce(0, +), ordering: .relaxed)
             // This process's polls at once; the other processes' with the next batch of wake-ups.
@@ -355,12 +355,12 @@ public final class Notifier: RecordChangeObserver {
     /// The changes a participant sees through the shares they accepted in the changed zone.
     func visibleChanges(_ changes: RecordChanges, to participant: String) async throws -> [RecordChange] {
         let db = changes.db
-        guard let access = try await records.shareAccess(containerID: db.containerID, environment: db.environment, user: participant,
+        guard let access = try await records.sharing.shareAccess(containerID: db.containerID, environment: db.environment, user: participant,
                                                          owner: db.owner, zone: changes.zone) else { return [] }
         if access.roots == nil { return changes.changes }
         var visible: [RecordChange] = []
         let saved = changes.changes.filter { $0.kind != .delete }.map(\.record.recordName)
-        let seen = saved.isEmpty ? [:] : try await records.sharedLookup(containerID: db.containerID, environment: db.environment, user: participant,
+        let seen = saved.isEmpty ? [:] : try await records.sharing.sharedLookup(containerID: db.containerID, environment: db.environment, user: participant,
                                                                          owner: db.owner, zone: changes.zone, names: saved)?.1 ?? [:]
         for change in changes.changes {
             if change.kind == .delete ? access.canSee(change.record.shareRoot) : seen[change.record.recordName] != nil { visible.append(change) }
@@ -432,7 +432,7 @@ public final class Notifier: RecordChangeObserver {
             once[DatabaseRef(containerID: key.containerID, environment: key.environment, scope: item.watcher.scope, owner: item.watcher.owner),
                  default: []].insert(item.watcher.subscription.id)
         }
-        for (db, ids) in once { try? await records.deleteSubscriptions(db, ids: Array(ids)) }
+        for (db, ids) in once { try? await records.subscriptions.deleteSubscriptions(db, ids: Array(ids)) }
         if !once.isEmpty { invalidate(.subscriptions(containerID: key.containerID, environment: key.environment)) }
     }
 
@@ -440,8 +440,8 @@ public final class Notifier: RecordChangeObserver {
     func entry(_ key: Key) async throws -> Entry {
         if let entry = entries.withLock({ $0[key] }) { return entry }
         let generation = entriesGeneration.load(ordering: .sequentiallyConsistent)
-        let listings = try await records.allSubscriptions(containerID: key.containerID, environment: key.environment, owner: nil)
-        var entry = Entry(containerName: try await records.containerName(key.containerID))
+        let listings = try await records.subscriptions.allSubscriptions(containerID: key.containerID, environment: key.environment, owner: nil)
+        var entry = Entry(containerName: try await records.subscriptions.containerName(key.containerID))
         let schema = listings.contains { $0.subscription.kind == .query }
             ? try await records.schemas.schema(containerID: key.containerID, environment: key.environment) : Schema()
         for listing in listings {

@@ -100,7 +100,7 @@ public final class RateLimiter: Sendable {
         let key = QuotaKey(containerID: containerID, environment: environment)
         let now = ContinuousClock.now
         if let cached = quotaLimits.withLock({ $0[key] }), now - cached.read < .seconds(60) { return cached.limits }
-        let limits = try await admin.quotaSettings(containerID: containerID, environment: environment).limits
+        let limits = try await admin.metering.quotaSettings(containerID: containerID, environment: environment).limits
         quotaLimits.withLock { $0[key] = (limits, now) }
         return limits
     }
@@ -238,7 +238,7 @@ public final class RateLimiter: Sendable {
                 do {
                     try await sync(store)
                     if ticks % 20 == 0 { try await flushMeters(store) }
-                    if ticks % 1200 == 0 { try await store.sweepRateCounts(now: nowSecond()) }
+                    if ticks % 1200 == 0 { try await store.metering.sweepRateCounts(now: nowSecond()) }
                 } catch {
                     if Task.isCancelled { break }
                     logger.debug("rate limit sync failed", metadata: ["stratus.error": "\(String(reflecting: error))"])
@@ -259,7 +259,7 @@ public final class RateLimiter: Sendable {
         }
         guard !keys.isEmpty else { return }
         let texts = keys.map(\.text)
-        let others = try await store.exchangeRateCounts(second: second, process: process, keys: texts, counts: counts)
+        let others = try await store.metering.exchangeRateCounts(second: second, process: process, keys: texts, counts: counts)
         state.withLock { state in
             for (index, key) in keys.enumerated() {
                 guard var window = state.windows[key], window.second == second else { continue }
@@ -282,7 +282,7 @@ public final class RateLimiter: Sendable {
         guard !meters.isEmpty else { return }
         let entries = Array(meters)
         do {
-            try await store.addRequestCounts(entries.map {
+            try await store.metering.addRequestCounts(entries.map {
                 RequestCounts(containerID: $0.key.containerID, environment: $0.key.environment, bucket: $0.key.bucket,
                               requests: $0.value.requests, throttled: $0.value.throttled, refused: $0.value.refused,
                               notifications: $0.value.notifications, notificationsDropped: $0.value.notificationsDropped)

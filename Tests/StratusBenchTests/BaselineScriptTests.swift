@@ -41,7 +41,7 @@ import Testing
                                      limit: 100),
             "query-near": try placesQuery(BenchPlaces.nearQuery(GeoPoint(latitude: 45, longitude: 5), radius: BenchPlaces.radius(places: 100_000))),
             "query-text": try placesQuery(BenchPlaces.textQuery(group: 7, places: 100_000)),
-            "shared-lookup": RecordStore.sharedLookupStatement(containerID: 1, environment: .development, user: "_reader", owner: "_bench",
+            "shared-lookup": SharingStore.sharedLookupStatement(containerID: 1, environment: .development, user: "_reader", owner: "_bench",
                                                                zone: "z0", names: ["rec-1"]).sql,
             "changes": RecordStore.feedStatement(source: source, columns: RecordStore.recordColumns, binds: binds, zoneRow: zoneRow,
                                                  after: FeedCursor(), limit: 100).sql,

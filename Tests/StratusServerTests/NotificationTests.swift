@@ -546,7 +546,7 @@ import Testing
             #expect(try await Self.poll(harness, path, timeout: 1).status == 204)
             let container = try await harness.app.authenticator.container(named: alice.container)
             let hash = CourierController.courierTokenHash(String(path.split(separator: "/").last ?? ""))
-            let queued = try await harness.app.records.queueNotifications(containerID: container.id, environment: .development, [
+            let queued = try await harness.app.records.subscriptions.queueNotifications(containerID: container.id, environment: .development, [
                 QueuedNotification(owner: alice.userRecordName!, tokenHash: hash, payload: #"{"ck":{"nid":"lost"}}"#, coalesceKey: nil)])
             #expect(queued[alice.userRecordName!] == 1, "\(queued)")
             let next = try await Self.poll(harness, path, timeout: 1)
@@ -670,7 +670,7 @@ import Testing
             // (Its poll ended a moment ago, so it is held in memory for the next poll at first, then
             // queued when none comes within the hold window: wait for that.)
             try await Task.sleep(for: CourierWaiters.holdWindow + CourierWaiters.sweepPeriod * 3)
-            try await harness.app.records.sweepNotifications(lifetime: .zero, tokenLifetime: .seconds(3_600))
+            try await harness.app.records.subscriptions.sweepNotifications(lifetime: .zero, tokenLifetime: .seconds(3_600))
             #expect(try await Self.poll(harness, path, timeout: 1).status == 204, "an expired notification was delivered")
         }
     }

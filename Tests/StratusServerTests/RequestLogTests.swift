@@ -176,7 +176,7 @@ import Testing
                                 status: 200, errorCode: nil, durationMicroseconds: 5, userRecordName: nil, requestID: "trim-\(number)", clientAddress: nil)
             }
             for number in 0..<300 {
-                try await admin.writeRequestLog([entry(number)], groups: [(indices: [0], keep: 1_000)])
+                try await admin.metering.writeRequestLog([entry(number)], groups: [(indices: [0], keep: 1_000)])
             }
             // A log of many containers, with statistics, as a running server's is (autovacuum
             // analyzes a growing table). On a table of a few pages PostgreSQL rightly reads it

@@ -242,7 +242,7 @@ struct Harness: Sendable {
             // Whatever a test did through the service, the usage meters must equal a recount of
             // its data (`stratus usage --verify`); tests that write rows behind the service's back opt out.
             if verifyUsage {
-                let differences = try await AdminStore(database: db, logger: TestCluster.logger).verifyUsage(containerID: nil, environment: nil)
+                let differences = try await AdminStore(database: db, logger: TestCluster.logger).metering.verifyUsage(containerID: nil, environment: nil)
                 #expect(differences.isEmpty, "usage counters differ from the data after the test: \(differences)")
             }
         }

@@ -103,7 +103,7 @@ struct Passwords: Sendable {
     /// An operator's password, checked as users' are (throttled, same time for unknown accounts).
     func verifyOperatorPassword(email: String, password: String) async throws -> OperatorInfo {
         let account = try await throttledPasswordCheck(password, keys: Self.operatorSignInKeys(email: email), throttling: serverAuditContainerID) {
-            let found = try await admin.operatorAccount(email)
+            let found = try await admin.operatorStore.operatorAccount(email)
             return (found?.info, found?.passwordHash)
         }
         guard account.disabledAt == nil else {

@@ -48,7 +48,7 @@ struct ConsoleController: Sendable {
     /// The signed-in person, or `nil` when the request has no live session.
     func consoleUser(_ request: Request) async throws -> ConsoleUser? {
         guard let token = Self.consoleCookieValue(request), token.hasPrefix(ManagementGate.operatorCredentialPrefix), token.utf8.count <= 200,
-              let session = try await admin.consoleSession(hash: TokenSealer.hash(token)), session.refusal == nil else { return nil }
+              let session = try await admin.operatorStore.consoleSession(hash: TokenSealer.hash(token)), session.refusal == nil else { return nil }
         let csrf = Self.csrfToken(for: token)
         if let credential = session.credential {
             guard credential.operatorInfo.disabledAt == nil else { return nil }

@@ -95,7 +95,7 @@ extension ConsoleController {
             }
         }
         route(router, .post, "/console/signout") { call in
-            try await self.admin.revokeOperatorCredential(call.user.credentialID)
+            try await self.admin.operatorStore.revokeOperatorCredential(call.user.credentialID)
             return Self.seeOther("/console/signin?notice=signed+out", extraHeaders: self.sessionCookie(nil))
         }
         ConsolePages(console: self).addRoutes(to: router)
@@ -155,7 +155,7 @@ extension ConsoleController {
                 try await admin.recordSignInFailure(containerID: serverAuditContainerID, keys: keys.map(\.key), window: Passwords.signInWindow)
                 throw StratusError(.authenticationFailed, "the admin token is wrong")
             }
-            _ = try await admin.createConsoleSession(operatorID: nil, adminTokenHash: TokenSealer.hash(expected), tokenHash: TokenSealer.hash(secret),
+            _ = try await admin.operatorStore.createConsoleSession(operatorID: nil, adminTokenHash: TokenSealer.hash(expected), tokenHash: TokenSealer.hash(secret),
                                                      name: "console", idleSeconds: Self.consoleIdleSeconds, lifetimeSeconds: Self.consoleLifetimeSeconds)
             return secret
         }
@@ -164,7 +164,7 @@ extension ConsoleController {
         }
         let (address, checked) = try Passwords.credentials(["emailAddress": .string(email), "password": .string(password)])
         let account = try await passwords.verifyOperatorPassword(email: address, password: checked)
-        _ = try await admin.createConsoleSession(operatorID: account.operatorID, adminTokenHash: nil, tokenHash: TokenSealer.hash(secret),
+        _ = try await admin.operatorStore.createConsoleSession(operatorID: account.operatorID, adminTokenHash: nil, tokenHash: TokenSealer.hash(secret),
                                                  name: "console", idleSeconds: Self.consoleIdleSeconds, lifetimeSeconds: Self.consoleLifetimeSeconds)
         return secret
     }

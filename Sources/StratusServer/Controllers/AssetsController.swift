@@ -300,7 +300,7 @@ struct AssetsController: Sendable {
         let containerID = request.caller.container.id
         if request.scope == .shared {
             let (owner, zone) = try request.sharedZoneName(request.body["zoneID"])
-            guard let (_, records) = try await records.sharedLookup(containerID: containerID, environment: request.caller.environment,
+            guard let (_, records) = try await records.sharing.sharedLookup(containerID: containerID, environment: request.caller.environment,
                                                                     user: user, owner: owner, zone: zone, names: names) else {
                 throw SharesController.notShared(owner: owner, zone: zone)
             }

@@ -124,7 +124,7 @@ struct ChangesController: Sendable {
                 return error.dictionary(uuid: uuid, zoneID: zoneIDJSON)
             }
         }
-        let page = try await records.sharedZoneChanges(access, after: cursor, limit: limit, recordTypes: types)
+        let page = try await records.sharing.sharedZoneChanges(access, after: cursor, limit: limit, recordTypes: types)
         var items = page.items
         try await shares.decorateShares(&items, db: access.ownerDB, zone: access.zone, viewer: access.user)
         let rendering = RecordRendering(desiredKeys: desired, numbersAsStrings: numbersAsStrings,
@@ -148,7 +148,7 @@ struct ChangesController: Sendable {
             (cursor, _) = try await tokens.open(tokenText, db: db, zoneScoped: false)
         }
         if request.scope == .shared {
-            let page = try await records.sharedDatabaseChanges(containerID: db.containerID, environment: db.environment, user: db.owner,
+            let page = try await records.sharing.sharedDatabaseChanges(containerID: db.containerID, environment: db.environment, user: db.owner,
                                                                after: cursor, limit: limit)
             return [
                 "zones": .array(page.items.map { SharesController.sharedZoneJSON(owner: $0.owner, zone: $0.zone, deleted: $0.deleted) }),

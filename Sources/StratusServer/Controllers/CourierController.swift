@@ -51,7 +51,7 @@ final class CourierController: Sendable {
                 let user = try caller.requireUser(signInURL: self.authenticator.signInURL(container: caller.container.name, environment: caller.environment,
                                                                                           apiToken: caller.apiToken))
                 let token = TokenSealer.randomToken(prefix: "wc_")
-                try await self.records.createCourierToken(containerID: caller.container.id, environment: caller.environment, owner: user,
+                try await self.records.subscriptions.createCourierToken(containerID: caller.container.id, environment: caller.environment, owner: user,
                                                           tokenHash: Self.courierTokenHash(token))
                 // This process's writes hear of the token now, not when the invalidation comes back.
                 self.notifier.invalidate(.courierTokens(containerID: caller.container.id, environment: caller.environment, owner: user))
@@ -100,7 +100,7 @@ final class CourierController: Sendable {
         let key = "\(containerID)/\(hash)"
         let now = ContinuousClock.now
         if let (token, read) = courierTokens.withLock({ $0[key] }), now - read < .seconds(60) { return token }
-        guard let token = try await records.pollCourierToken(containerID: containerID, tokenHash: hash) else { return nil }
+        guard let token = try await records.subscriptions.pollCourierToken(containerID: containerID, tokenHash: hash) else { return nil }
         courierTokens.withLock { tokens in
             if tokens.count >= 100_000 { tokens.removeAll() }
             tokens[key] = (token, now)
@@ -195,7 +195,7 @@ final class CourierController: Sendable {
     func take(_ token: CourierToken, key: Notifier.CourierKey, ask: Bool = false) async throws -> (seq: Int64?, payload: String, made: Date)? {
         guard ask || notifier.couriers.mayHaveQueued(key, token: token.tokenHash) else { return nil }
         let generation = notifier.couriers.queueGeneration(key)
-        guard let (seq, payload, made) = try await records.takeNotification(token) else {
+        guard let (seq, payload, made) = try await records.subscriptions.takeNotification(token) else {
             notifier.couriers.noteEmpty(key, token: token.tokenHash, generation: generation)
             return nil
         }

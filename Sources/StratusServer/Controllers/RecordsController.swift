@@ -201,7 +201,7 @@ struct RecordsController: Sendable {
     func lookupSharedRecords(_ request: DataRequest, wanted: [(name: String, desired: Set<String>?)], numbersAsStrings: Bool) async throws -> JSON {
         let user = try request.caller.requireUser(signInURL: request.signInURL)
         let (owner, zone) = try request.sharedZoneName(request.body["zoneID"])
-        guard let (access, found) = try await records.sharedLookup(containerID: request.caller.container.id, environment: request.caller.environment,
+        guard let (access, found) = try await records.sharing.sharedLookup(containerID: request.caller.container.id, environment: request.caller.environment,
                                                                    user: user, owner: owner, zone: zone, names: wanted.map(\.name)) else {
             throw SharesController.notShared(owner: owner, zone: zone)
         }

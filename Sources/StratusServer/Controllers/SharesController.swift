@@ -78,7 +78,7 @@ struct SharesController: Sendable {
     func decorateShares(_ records: inout [Record], db: DatabaseRef, zone: String, viewer: String?) async throws {
         let names = records.filter { $0.recordType == Record.shareType && !$0.deleted }.map(\.recordName)
         guard !names.isEmpty else { return }
-        let shares = try await self.records.shares(db, zone: zone, names: names)
+        let shares = try await self.records.sharing.shares(db, zone: zone, names: names)
         for index in records.indices {
             guard records[index].recordType == Record.shareType, let share = shares[records[index].recordName] else { continue }
             records[index].shareKeys = shareKeys(share, viewer: viewer)
@@ -109,14 +109,14 @@ struct SharesController: Sendable {
         var results: [JSON] = []
         for item in wanted {
             do {
-                guard ShortGUID.isWellFormed(item.guid) else { throw RecordStore.unknownShare(item.guid) }
+                guard ShortGUID.isWellFormed(item.guid) else { throw SharingStore.unknownShare(item.guid) }
                 let share: ShareInfo
                 if accept {
-                    share = try await records.accept(containerID: request.caller.container.id, environment: request.caller.environment,
+                    share = try await records.sharing.accept(containerID: request.caller.container.id, environment: request.caller.environment,
                                                      shortGUID: item.guid, user: user, email: email)
                 } else {
-                    guard let found = try await records.share(containerID: request.caller.container.id, environment: request.caller.environment,
-                                                              shortGUID: item.guid) else { throw RecordStore.unknownShare(item.guid) }
+                    guard let found = try await records.sharing.share(containerID: request.caller.container.id, environment: request.caller.environment,
+                                                              shortGUID: item.guid) else { throw SharingStore.unknownShare(item.guid) }
                     share = found
                 }
                 results.append(try await shareMetadata(share, request: request, user: user, email: email, fetchRoot: item.fetchRoot,
@@ -138,12 +138,12 @@ struct SharesController: Sendable {
     func shareMetadata(_ share: ShareInfo, request: DataRequest, user: String, email: String?, fetchRoot: Bool,
                        desired: Set<String>?) async throws -> JSON {
         let isOwner = share.owner == user
-        let participant = RecordStore.participant(of: share, user: user, email: email)
+        let participant = SharingStore.participant(of: share, user: user, email: email)
         if !isOwner {
             if participant?.status == .removed {
                 throw StratusError(.accessDenied, "you were removed from this share; ask its owner to invite you again")
             }
-            if participant == nil, share.publicPermission == .none { throw RecordStore.notInvited }
+            if participant == nil, share.publicPermission == .none { throw SharingStore.notInvited }
         }
         let ownerDB = DatabaseRef(containerID: request.caller.container.id, environment: request.caller.environment, scope: .private,
                                   owner: share.owner)
@@ -243,7 +243,7 @@ extension SharesController {
     func shareAccess(_ request: DataRequest, _ json: JSON?, key: String = "zoneID") async throws -> ShareAccess {
         let user = try request.caller.requireUser(signInURL: request.signInURL)
         let (owner, zone) = try request.sharedZoneName(json, key: key)
-        guard let access = try await records.shareAccess(containerID: request.caller.container.id, environment: request.caller.environment,
+        guard let access = try await records.sharing.shareAccess(containerID: request.caller.container.id, environment: request.caller.environment,
                                                          user: user, owner: owner, zone: zone) else {
             throw Self.notShared(owner: owner, zone: zone)
         }

@@ -21,7 +21,7 @@ struct SubscriptionsController: Sendable {
 
     func listSubscriptions(_ request: DataRequest) async throws -> JSON {
         let db = try subscriberDatabase(request)
-        let found = try await records.subscriptions(db)
+        let found = try await records.subscriptions.list(db)
         return ["subscriptions": .array(found.map { subscriptionJSON($0, request) })]
     }
 
@@ -41,10 +41,10 @@ struct SubscriptionsController: Sendable {
             ids.append(id)
         }
         let db = try subscriberDatabase(request)
-        let found = Dictionary(try await records.subscriptions(db, ids: ids).map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        let found = Dictionary(try await records.subscriptions.list(db, ids: ids).map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
         let uuid = newUUID()
         return ["subscriptions": .array(ids.map { id in
-            found[id].map { subscriptionJSON($0, request) } ?? Self.subscriptionError(RecordStore.subscriptionNotFound(id), id: id, uuid: uuid)
+            found[id].map { subscriptionJSON($0, request) } ?? Self.subscriptionError(SubscriptionStore.subscriptionNotFound(id), id: id, uuid: uuid)
         })]
     }
 
@@ -71,13 +71,13 @@ struct SubscriptionsController: Sendable {
                 if type == "delete" {
                     guard let id = givenID else { throw .badRequest("\(key).subscription needs a string 'subscriptionID' to delete") }
                     try Subscription.validateID(id, key: "\(key).subscription.subscriptionID")
-                    try await wrap(logger) { try await self.records.deleteSubscription(db, id: id) }
+                    try await wrap(logger) { try await self.records.subscriptions.deleteSubscription(db, id: id) }
                     results.append(["subscriptionID": .string(id), "deleted": true])
                     continue
                 }
                 if type == "update", givenID == nil { throw .badRequest("\(key).subscription needs a string 'subscriptionID' to update") }
                 let subscription = try await wrap(logger) { try await self.parseSubscription(json, key: "\(key).subscription", request: request) }
-                try await wrap(logger) { try await self.records.saveSubscription(db, subscription, create: type == "create") }
+                try await wrap(logger) { try await self.records.subscriptions.saveSubscription(db, subscription, create: type == "create") }
                 results.append(subscriptionJSON(subscription, request))
             } catch {
                 if error.code == .authenticationRequired { throw error }

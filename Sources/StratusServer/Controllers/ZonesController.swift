@@ -98,7 +98,7 @@ struct ZonesController: Sendable {
     /// `zones/list` of the shared database: the zones shared with the caller that they accepted.
     func listSharedZones(_ request: DataRequest) async throws -> JSON {
         let user = try request.caller.requireUser(signInURL: request.signInURL)
-        let zones = try await records.sharedZones(containerID: request.caller.container.id, environment: request.caller.environment, user: user)
+        let zones = try await records.sharing.sharedZones(containerID: request.caller.container.id, environment: request.caller.environment, user: user)
         return ["zones": .array(zones.map { SharesController.sharedZoneJSON(owner: $0.owner, zone: $0.zone) })]
     }
 

@@ -28,7 +28,7 @@ struct ContainerManagement: Sendable {
             let grant = call.grant
             // A superuser sees every container; an operator only those whose team they are in, with their role.
             if let operatorID = grant.caller?.operatorID, !grant.isSuperuser {
-                let containers = try await self.admin.teamContainers(operatorID: operatorID)
+                let containers = try await self.admin.operatorStore.teamContainers(operatorID: operatorID)
                 return .json(["containers": .array(containers.map { ManagementJSON.containerJSON($0.container, role: $0.role) })])
             }
             let containers = try await self.admin.listContainers()
@@ -93,7 +93,7 @@ struct ContainerManagement: Sendable {
             let container = try grant.container
             let environment = try call.environmentParameter()
             let user = try await call.userFilter(self.admin, containerID: container.id, environment: environment)
-            let shares = try await self.records.allShares(containerID: container.id, environment: environment, user: user)
+            let shares = try await self.records.sharing.allShares(containerID: container.id, environment: environment, user: user)
             return .json(["shares": .array(shares.map(self.shares.shareAdminJSON))])
         }
         api.manage(router, .subscriptions) { call -> ManagementReply in
@@ -101,14 +101,14 @@ struct ContainerManagement: Sendable {
             let container = try grant.container
             let environment = try call.environmentParameter()
             let user = try await call.userFilter(self.admin, containerID: container.id, environment: environment)
-            let found = try await self.records.allSubscriptions(containerID: container.id, environment: environment, owner: user)
+            let found = try await self.records.subscriptions.allSubscriptions(containerID: container.id, environment: environment, owner: user)
             return .json(["subscriptions": .array(found.map(ManagementJSON.subscriptionAdminJSON))])
         }
         api.manage(router, .quota) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
             let environment = try call.environmentParameter()
-            let settings = try await self.admin.quotaSettings(containerID: container.id, environment: environment)
+            let settings = try await self.admin.metering.quotaSettings(containerID: container.id, environment: environment)
             return .json(ManagementJSON.quotaJSON(settings, environment: environment))
         }
         api.manage(router, .setQuota) { call -> ManagementReply in
@@ -117,7 +117,7 @@ struct ContainerManagement: Sendable {
             let body = try call.object()
             let environment = try ContainerEnvironment(segment: try Wire.string(body["environment"], key: "environment") ?? "development")
             let changes = try QuotaLimits.changes(body, ignoring: ["environment", "by"])
-            let settings = try await self.admin.setQuotaLimits(containerID: container.id, environment: environment, changes: changes,
+            let settings = try await self.admin.metering.setQuotaLimits(containerID: container.id, environment: environment, changes: changes,
                                                                by: grant.actor)
             // This process forgets the old limits before answering; the others when the change's
             // notification reaches them (`Invalidations`), which under load can come after the
@@ -129,7 +129,7 @@ struct ContainerManagement: Sendable {
             let grant = call.grant
             let container = try grant.container
             let environment = try call.environmentParameter()
-            let report = try await self.admin.usageReport(containerID: container.id, environment: environment)
+            let report = try await self.admin.metering.usageReport(containerID: container.id, environment: environment)
             var json = ManagementJSON.usageJSON(report, container: container.name, environment: environment)
             // The container's stored assets (both environments share them: content-addressed per container).
             let (assets, assetBytes) = try await self.assets.totals(containerID: container.id)
@@ -145,7 +145,7 @@ struct ContainerManagement: Sendable {
                 containerID = try await self.authenticator.container(named: String(name)).id
             }
             let environment = try call.queryParameters.get("environment").map { try ContainerEnvironment(segment: String($0)) }
-            let differences = try await self.admin.verifyUsage(containerID: containerID, environment: environment)
+            let differences = try await self.admin.metering.verifyUsage(containerID: containerID, environment: environment)
             return .json(["differences": .array(differences.map(ManagementJSON.differenceJSON))])
         }
         api.manage(router, .stats) { call -> ManagementReply in
@@ -168,7 +168,7 @@ struct ContainerManagement: Sendable {
             // An operator who is not a superuser sees the tokens of their teams' containers only.
             var visible: Set<Int64>?
             if let operatorID = grant.caller?.operatorID, !grant.isSuperuser {
-                visible = Set(try await self.admin.teamContainers(operatorID: operatorID).map(\.container.id))
+                visible = Set(try await self.admin.operatorStore.teamContainers(operatorID: operatorID).map(\.container.id))
             }
             if let name = call.queryParameters.get("container") {
                 let container = try await self.authenticator.container(named: name)

@@ -20,7 +20,7 @@ struct LogManagement: Sendable {
             let filter = try await self.logFilter(call, containerID: container.id, environment: environment)
             await self.requestLog.flush()
             let keep = try await self.rateLimiter.limits(containerID: container.id, environment: environment).logRequests
-            let entries = try await self.admin.requestLog(containerID: container.id, environment: environment, keep: keep, filter: filter)
+            let entries = try await self.admin.metering.requestLog(containerID: container.id, environment: environment, keep: keep, filter: filter)
             let formatter = Self.preciseTime()
             return .json(["container": .string(container.name), "environment": .string(environment.rawValue), "keep": .int(keep),
                           "entries": .array(entries.map { ManagementJSON.logEntryJSON($0, formatter: formatter) })])
@@ -41,7 +41,7 @@ struct LogManagement: Sendable {
             await self.requestLog.flush()
             let since = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 / Double(bucket)).rounded(.down) * Double(bucket) - Double(length - bucket))
             let keep = try await self.rateLimiter.limits(containerID: container.id, environment: environment).logRequests
-            let (operations, buckets) = try await self.admin.requestTelemetry(containerID: container.id, environment: environment, keep: keep, since: since,
+            let (operations, buckets) = try await self.admin.metering.requestTelemetry(containerID: container.id, environment: environment, keep: keep, since: since,
                                                                               bucketSeconds: bucket, operation: operation)
             func summary(_ item: RequestLogSummary) -> [String: JSON] {
                 ["requests": .int(item.requests), "errors": .int(item.errors),

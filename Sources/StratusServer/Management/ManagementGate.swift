@@ -90,7 +90,7 @@ struct ManagementGate: Sendable {
             let container = try await authenticator.container(named: containerName)
             grant.containerInfo = container
             if let operatorID = caller.operatorID {
-                grant.role = try await admin.teamRole(containerID: container.id, operatorID: operatorID)
+                grant.role = try await admin.operatorStore.teamRole(containerID: container.id, operatorID: operatorID)
             }
             // A non-member learns nothing more (not even whether the body is valid).
             if !caller.isSuperuser, grant.role == nil { throw Self.notFound(container: containerName) }
@@ -98,7 +98,7 @@ struct ManagementGate: Sendable {
                 acting = try await environment(source, container)
             }
         case .selfOrSuperuser:
-            if let operatorID = caller.operatorID, let targetOperator, let named = try await admin.operatorAccount(targetOperator.lowercased()) {
+            if let operatorID = caller.operatorID, let targetOperator, let named = try await admin.operatorStore.operatorAccount(targetOperator.lowercased()) {
                 targetsSelf = named.info.operatorID == operatorID
             }
         case .open, .signedIn, .superuser:
@@ -142,7 +142,7 @@ struct ManagementGate: Sendable {
             throw StratusError(.authenticationFailed, "missing credential: sign in with 'stratus login', or send 'Authorization: Bearer <operator credential or admin token>'")
         }
         if presented.hasPrefix(Self.operatorCredentialPrefix) {
-            guard presented.utf8.count <= 200, let credential = try await admin.operatorCredential(hash: TokenSealer.hash(presented)) else {
+            guard presented.utf8.count <= 200, let credential = try await admin.operatorStore.operatorCredential(hash: TokenSealer.hash(presented)) else {
                 throw StratusError(.authenticationFailed, "the operator credential is not valid; sign in again with 'stratus login'")
             }
             switch credential.refusal() {

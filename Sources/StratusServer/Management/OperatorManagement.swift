@@ -21,7 +21,7 @@ struct OperatorManagement: Sendable {
             }
             let account = try await self.passwords.verifyOperatorPassword(email: email, password: password)
             let secret = ManagementGate.operatorCredentialPrefix + TokenSealer.randomAPIToken()
-            let id = try await self.admin.createOperatorCredential(operatorID: account.operatorID, tokenHash: TokenSealer.hash(secret), name: name)
+            let id = try await self.admin.operatorStore.createOperatorCredential(operatorID: account.operatorID, tokenHash: TokenSealer.hash(secret), name: name)
             return .json(["credential": .string(secret), "credentialID": .int(id), "operator": ManagementJSON.operatorJSON(account)])
         }
         api.manage(router, .logout) { call -> ManagementReply in
@@ -29,7 +29,7 @@ struct OperatorManagement: Sendable {
             guard let credential = grant.credential else {
                 throw StratusError.badRequest("the admin token cannot sign out: it is what the server was started with (STRATUS_ADMIN_TOKEN); change it there")
             }
-            try await self.admin.revokeOperatorCredential(credential.credentialID)
+            try await self.admin.operatorStore.revokeOperatorCredential(credential.credentialID)
             return .json(["signedOut": true, "credentialID": .int(credential.credentialID)])
         }
         api.manage(router, .whoami) { call -> ManagementReply in
@@ -37,13 +37,13 @@ struct OperatorManagement: Sendable {
             guard let credential = grant.credential else {
                 return .json(["adminToken": true, "superuser": true, "operator": .null, "containers": []])
             }
-            let containers = try await self.admin.teamContainers(operatorID: credential.operatorInfo.operatorID)
+            let containers = try await self.admin.operatorStore.teamContainers(operatorID: credential.operatorInfo.operatorID)
             return .json(["adminToken": false, "superuser": .bool(credential.operatorInfo.superuser), "operator": ManagementJSON.operatorJSON(credential.operatorInfo),
                           "credentialID": .int(credential.credentialID),
                           "containers": .array(containers.map { ManagementJSON.containerJSON($0.container, role: $0.role) })])
         }
         api.manage(router, .operators) { call -> ManagementReply in
-            let operators = try await self.admin.operators()
+            let operators = try await self.admin.operatorStore.operators()
             return .json(["operators": .array(operators.map { info, containers in
                 var json = ManagementJSON.operatorJSON(info)
                 if case .object(var members) = json {
@@ -60,7 +60,7 @@ struct OperatorManagement: Sendable {
             try Passwords.validateNewPassword(password)
             let superuser = try Wire.bool(body["superuser"], key: "superuser") ?? false
             let hash = try await self.passwords.hash(password)
-            let info = try await self.admin.createOperator(email: email, passwordHash: hash, superuser: superuser, by: grant.actor)
+            let info = try await self.admin.operatorStore.createOperator(email: email, passwordHash: hash, superuser: superuser, by: grant.actor)
             return .json(["operator": ManagementJSON.operatorJSON(info)], status: .created)
         }
         api.manage(router, .removeOperator) { call -> ManagementReply in
@@ -69,7 +69,7 @@ struct OperatorManagement: Sendable {
             guard target.operatorID != grant.caller?.operatorID else {
                 throw StratusError.badRequest("you cannot remove your own account; ask another superuser")
             }
-            try await self.admin.removeOperator(target, by: grant.actor)
+            try await self.admin.operatorStore.removeOperator(target, by: grant.actor)
             return .json(["removed": .string(target.email)])
         }
         for (route, verb, disabled) in [(ManagementRoute.disableOperator, "disable", true), (.enableOperator, "enable", false)] {
@@ -79,7 +79,7 @@ struct OperatorManagement: Sendable {
                 guard target.operatorID != grant.caller?.operatorID else {
                     throw StratusError.badRequest("you cannot \(verb) your own account; ask another superuser")
                 }
-                let info = try await self.admin.setOperatorDisabled(target, disabled: disabled, by: grant.actor)
+                let info = try await self.admin.operatorStore.setOperatorDisabled(target, disabled: disabled, by: grant.actor)
                 return .json(["operator": ManagementJSON.operatorJSON(info)])
             }
         }
@@ -100,7 +100,7 @@ struct OperatorManagement: Sendable {
                 _ = try await self.passwords.verifyOperatorPassword(email: target.email, password: current)
             }
             let hash = try await self.passwords.hash(new)
-            let revoked = try await self.admin.setOperatorPassword(target, passwordHash: hash, keeping: ownAccount ? grant.credential?.credentialID : nil,
+            let revoked = try await self.admin.operatorStore.setOperatorPassword(target, passwordHash: hash, keeping: ownAccount ? grant.credential?.credentialID : nil,
                                                                    by: grant.actor)
             return .json(["operator": ManagementJSON.operatorJSON(target), "revokedCredentials": .int(Int64(revoked))])
         }
@@ -111,7 +111,7 @@ struct OperatorManagement: Sendable {
         api.manage(router, .team) { call -> ManagementReply in
             let grant = call.grant
             let container = try grant.container
-            let members = try await self.admin.team(containerID: container.id)
+            let members = try await self.admin.operatorStore.team(containerID: container.id)
             return .json(["container": .string(container.name), "team": .array(members.map(ManagementJSON.teamMemberJSON))])
         }
         api.manage(router, .addTeamMember) { call -> ManagementReply in
@@ -123,7 +123,7 @@ struct OperatorManagement: Sendable {
             }
             let role = try Self.teamRole(body)
             let member = try await self.operatorNamed(email)
-            let added = try await self.admin.addTeamMember(container: container, member: member, role: role, by: grant.actor)
+            let added = try await self.admin.operatorStore.addTeamMember(container: container, member: member, role: role, by: grant.actor)
             return .json(["container": .string(container.name), "member": ManagementJSON.teamMemberJSON(added)], status: .created)
         }
         api.manage(router, .setTeamRole) { call -> ManagementReply in
@@ -131,7 +131,7 @@ struct OperatorManagement: Sendable {
             let container = try grant.container
             let member = try await self.namedOperator(call)
             let role = try Self.teamRole(try call.object())
-            let previous = try await self.admin.changeTeamMember(container: container, member: member, role: role, by: grant.actor)
+            let previous = try await self.admin.operatorStore.changeTeamMember(container: container, member: member, role: role, by: grant.actor)
             return .json(["container": .string(container.name), "operator": .string(member.email), "role": .string(role.description),
                           "previousRole": .string(previous.description)])
         }
@@ -139,7 +139,7 @@ struct OperatorManagement: Sendable {
             let grant = call.grant
             let container = try grant.container
             let member = try await self.namedOperator(call)
-            let previous = try await self.admin.changeTeamMember(container: container, member: member, role: nil, by: grant.actor)
+            let previous = try await self.admin.operatorStore.changeTeamMember(container: container, member: member, role: nil, by: grant.actor)
             return .json(["container": .string(container.name), "removed": .string(member.email), "role": .string(previous.description)])
         }
     }
@@ -156,7 +156,7 @@ struct OperatorManagement: Sendable {
         guard Names.isPrintableName(name, maximumBytes: 254) else {
             throw StratusError.badRequest("give the operator's email address")
         }
-        guard let found = try await admin.operatorAccount(name) else {
+        guard let found = try await admin.operatorStore.operatorAccount(name) else {
             throw StratusError(.notFound, "there is no operator '\(name)'; a superuser adds one with 'stratus operator add \(name)'")
         }
         return found.info

@@ -22,7 +22,7 @@ struct UserDataManagement: Sendable {
             var environments: [JSON] = []
             let assetURL = self.links.assetURL(containerID: container.id)
             for environment in ContainerEnvironment.allCases {
-                let data = try await self.records.userData(containerID: container.id, environment: environment, user: user.userRecordName)
+                let data = try await self.records.users.userData(containerID: container.id, environment: environment, user: user.userRecordName)
                 func render(_ record: Record, zone: String, owner: String) -> JSON {
                     record.wireJSON(RecordRendering(zoneID: ["zoneName": .string(zone), "ownerRecordName": .string(owner)], assetURL: assetURL))
                 }
@@ -86,14 +86,14 @@ struct UserDataManagement: Sendable {
     func erase(_ user: String, in container: ContainerInfo, by actor: AuditActor) async throws -> UserErasure {
         var erasure = UserErasure()
         for environment in ContainerEnvironment.allCases {
-            let data = try await records.userData(containerID: container.id, environment: environment, user: user)
+            let data = try await records.users.userData(containerID: container.id, environment: environment, user: user)
             let privateDB = DatabaseRef(containerID: container.id, environment: environment, scope: .private, owner: user)
             for zone in data.zones where try await records.deleteZone(privateDB, name: zone.name) != nil {
                 erasure.zones += 1
                 erasure.records += zone.records.count
             }
             let publicDB = DatabaseRef(containerID: container.id, environment: environment, scope: .public, owner: "")
-            let names = try await records.publicRecordNames(containerID: container.id, environment: environment, user: user)
+            let names = try await records.users.publicRecordNames(containerID: container.id, environment: environment, user: user)
             for start in stride(from: 0, to: names.count, by: ModifyRequest.maximumOperations) {
                 let operations: [JSON] = names[start..<min(start + ModifyRequest.maximumOperations, names.count)].map {
                     ["operationType": "forceDelete", "record": ["recordName": .string($0)]]
@@ -105,7 +105,7 @@ struct UserDataManagement: Sendable {
             }
         }
         let (admin, containerID) = (admin, container.id)
-        let result = try await records.eraseAccount(containerID: container.id, user: user, erasure: erasure, by: actor) { connection in
+        let result = try await records.users.eraseAccount(containerID: container.id, user: user, erasure: erasure, by: actor) { connection in
             try await admin.endSessions(containerID: containerID, user: user, reason: "user erased", on: connection)
         }
         authenticator.invalidate(.userSessions(containerID: container.id, user: user))

@@ -127,7 +127,7 @@ public final class RequestLog: Sendable {
                 let first = entries[group[0]]
                 batch.append((group, try await keep(first.containerID, first.environment)))
             }
-            try await store.writeRequestLog(entries, groups: batch)
+            try await store.metering.writeRequestLog(entries, groups: batch)
             written.add(entries.count, ordering: .relaxed)
         } catch {
             failed = entries

@@ -51,6 +51,11 @@ public struct AdminStore: Sendable {
     let database: Database
     let logger: Logger
 
+    /// Operator accounts, credentials, console sessions and teams.
+    public var operatorStore: OperatorStore { OperatorStore(store: self) }
+    /// Usage, rate-limit counts, quotas and the request log.
+    public var metering: MeteringStore { MeteringStore(store: self) }
+
     public init(database: Database, logger: Logger) {
         self.database = database
         self.logger = logger

@@ -176,7 +176,7 @@ extension Prepared {
         var target: Target
         var inserts: Rows
         var updates = Updates()
-        var entries: RecordStore.IndexEntryRows
+        var entries: IndexWrites.IndexEntryRows
 
         func makeBindings() throws -> PostgresBindings {
             let (inserts, updates) = (inserts.records, updates.rows.records)

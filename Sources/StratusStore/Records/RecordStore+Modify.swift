@@ -14,7 +14,7 @@ public enum ModifyResult: Sendable {
 
 /// What a modify transaction answers: the results, the changes to report, and the records it wrote
 /// (which settle it when the connection fails during COMMIT).
-typealias ModifyTransaction = (results: [ModifyResult], changes: RecordChanges?, written: [RecordStore.WrittenRecord])
+typealias ModifyTransaction = (results: [ModifyResult], changes: RecordChanges?, written: [WriteSettlement.WrittenRecord])
 
 /// Thrown inside a modify transaction to roll it back while still answering per item.
 struct AtomicAbort: Error {
@@ -33,7 +33,7 @@ extension RecordStore {
     /// in this zone (`db` is the owner's private database): they see and write only what their shares allow.
     public func modify(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: String, now: Int64,
                        allowSchemaChanges: Bool, access: RecordAccess? = nil, participant: ShareAccess? = nil) async throws -> [ModifyResult] {
-        try await ensureUsageScopes(db)
+        try await usage.ensureUsageScopes(db)
         if request.operations.count == 1, testHooks.beforeCommit == nil, participant == nil,
            let results = try await modifyOne(db, zone: zone, request: request, caller: caller, now: now,
                                              allowSchemaChanges: allowSchemaChanges, access: access) {
@@ -42,11 +42,11 @@ extension RecordStore {
         let atomic = request.atomic && zone != Names.defaultZone
         do {
             // Cut off during COMMIT, the transaction is settled by its records (`committed`).
-            let settle: @Sendable (ModifyTransaction) async throws -> Bool = { [database, logger] in try await Self.committed($0.written, database: database, logger: logger) }
+            let settle: @Sendable (ModifyTransaction) async throws -> Bool = { [database, logger] in try await WriteSettlement.committed($0.written, database: database, logger: logger) }
             let (results, changes, _) = try await database.transaction(settle: settle) { connection -> ModifyTransaction in
                 let names = request.recordNames.compactMap { $0 }
                 // Share roots are locked with the records: a share checks and changes its root.
-                let roots = Self.shareRoots(of: request).filter { !names.contains($0) }
+                let roots = ShareWrites.shareRoots(of: request).filter { !names.contains($0) }
                 let lockNames = roots.isEmpty ? names : names + Set(roots)
                 let zoneID: Int64
                 let zoneShared: Bool
@@ -84,16 +84,16 @@ extension RecordStore {
                 }
                 var outcomes = plan.outcomes
                 try await checkReferences(db, zoneID: zoneID, zone: zone, outcomes: &outcomes, on: connection)
-                try await useAssets(db, outcomes: &outcomes, on: connection)
+                try await indexWrites.useAssets(db, outcomes: &outcomes, on: connection)
                 // Quotas before sharing is planned: a refused save must not leave a share behind.
-                Self.encodeSaves(&outcomes)
-                let liveSizes = Self.liveSizes(current.values)
-                let reservation = try await reserveUsage(db, outcomes: &outcomes, liveSizes: liveSizes, names: request.recordNames, on: connection)
+                UsageMeter.encodeSaves(&outcomes)
+                let liveSizes = UsageMeter.liveSizes(current.values)
+                let reservation = try await usage.reserveUsage(db, outcomes: &outcomes, liveSizes: liveSizes, names: request.recordNames, on: connection)
                 if reservation.refused {
                     // A refused save may be the target of another operation's VALIDATE reference.
                     try await checkReferences(db, zoneID: zoneID, zone: zone, outcomes: &outcomes, on: connection)
                 }
-                let sharing = try await planSharing(db, zoneID: zoneID, zone: zone, zoneShared: zoneShared, plan: plan, current: current,
+                let sharing = try await shareWrites.planSharing(db, zoneID: zoneID, zone: zone, zoneShared: zoneShared, plan: plan, current: current,
                                                     outcomes: &outcomes, participant: participant, on: connection)
                 if atomic, outcomes.contains(where: { if case .failure = $0 { return true } else { return false } }) {
                     throw AtomicAbort(results: Self.atomicFailure(outcomes, names: request.recordNames))
@@ -105,9 +105,9 @@ extension RecordStore {
                                                         environment: db.environment, on: connection)
                 var expected = current.mapValues(\.changeSeq)
                 for record in cascade { expected[record.recordName] = record.changeSeq }
-                let sizes = liveSizes.merging(Self.liveSizes(cascade)) { old, _ in old }
+                let sizes = liveSizes.merging(UsageMeter.liveSizes(cascade)) { old, _ in old }
                 var start: ChangePosition?
-                var written: [WrittenRecord] = []
+                var written: [WriteSettlement.WrittenRecord] = []
                 var results = try await apply(db, zone: zone, zoneID: zoneID, outcomes: outcomes, cascade: cascade, schema: finalSchema,
                                               names: request.recordNames, expected: expected, liveSizes: sizes, stripes: reservation.stripes,
                                               lockZone: false, start: &start, written: &written, on: connection)
@@ -118,7 +118,7 @@ extension RecordStore {
                     }, names: request.recordNames))
                 }
                 if !sharing.isEmpty {
-                    let touched = try await applySharing(db, zoneID: zoneID, sharing: sharing, on: connection)
+                    let touched = try await shareWrites.applySharing(db, zoneID: zoneID, sharing: sharing, on: connection)
                     try await refreshSaved(&results, names: touched, db: db, zoneID: zoneID, on: connection)
                 }
                 if !plan.schemaAdditions.isEmpty {
@@ -126,15 +126,15 @@ extension RecordStore {
                 }
                 if let hook = testHooks.beforeCommit { await hook(names) }
                 let changes = observed ? RecordChanges(db: db, zone: zone, zoneID: zoneID, start: start,
-                                                       changes: Self.changes(of: results, current: current, cascade: cascade)) : nil
+                                                       changes: SubscriptionStore.changes(of: results, current: current, cascade: cascade)) : nil
                 Self.keepDesiredKeys(&results, plan: plan)
                 return (results, changes, written)
             }
-            await report(changes)
+            await subscriptions.report(changes)
             return results
         } catch let abort as AtomicAbort {
             return abort.results
-        } catch where Self.isPastStripeCap(error) {
+        } catch where UsageMeter.isPastStripeCap(error) {
             // Never expected: the reservation above makes room first.
             throw StratusError(.tryAgainLater, "the quota counters changed during the request; retry", retryAfter: 1, underlying: error)
         }
@@ -181,7 +181,7 @@ extension RecordStore {
             guard let (plan, record, schema) = try await plainSave(current: [:]) else { return nil }
             let fields = record.encodedFields ?? Record.encodeFields(record.fields)
             let create = SharedCreate(db: db, zone: zone, zoneID: known, record: record, fields: String(decoding: fields, as: UTF8.self),
-                                      entries: Self.indexEntryRows([record], schema: schema))
+                                      entries: IndexWrites.indexEntryRows([record], schema: schema))
             switch try await creates.answer(create) {
             case .written(let seq, let xid):
                 var saved = record
@@ -189,8 +189,8 @@ extension RecordStore {
                 saved.encodedFields = fields
                 var results: [ModifyResult] = [.saved(saved)]
                 if observed {
-                    await report(RecordChanges(db: db, zone: zone, zoneID: known, start: ChangePosition(xid: xid, seq: seq - 1),
-                                               changes: Self.changes(of: results, current: [:], cascade: [])))
+                    await subscriptions.report(RecordChanges(db: db, zone: zone, zoneID: known, start: ChangePosition(xid: xid, seq: seq - 1),
+                                               changes: SubscriptionStore.changes(of: results, current: [:], cascade: [])))
                 }
                 Self.keepDesiredKeys(&results, plan: plan)
                 return results
@@ -215,10 +215,10 @@ extension RecordStore {
                 }
                 guard let (plan, _, schema) = try await plainSave(current: current) else { return nil }
                 var start: ChangePosition?
-                var written: [WrittenRecord] = []
+                var written: [WriteSettlement.WrittenRecord] = []
                 var results = try await apply(db, zone: zone, zoneID: zoneID, outcomes: plan.outcomes, cascade: [], schema: schema,
                                               names: request.recordNames, expected: current.mapValues(\.changeSeq),
-                                              liveSizes: Self.liveSizes(current.values), stripes: (-1, -1), lockZone: zone != Names.defaultZone,
+                                              liveSizes: UsageMeter.liveSizes(current.values), stripes: (-1, -1), lockZone: zone != Names.defaultZone,
                                               start: &start, written: &written, on: connection)
                 guard case .saved = results[0] else {
                     // Unwritten: the record exists (or came meanwhile), or the zone is gone. The
@@ -227,19 +227,19 @@ extension RecordStore {
                     return nil
                 }
                 let changes = observed ? RecordChanges(db: db, zone: zone, zoneID: zoneID, start: start,
-                                                       changes: Self.changes(of: results, current: current, cascade: [])) : nil
+                                                       changes: SubscriptionStore.changes(of: results, current: current, cascade: [])) : nil
                 Self.keepDesiredKeys(&results, plan: plan)
                 return (results, changes)
             } catch let error as PSQLError where Database.isRetryable(error) {
                 return nil  // a deadlock: the statement was rolled back
             } catch is Database.ConnectionLost {
                 return nil  // refused before it was sent
-            } catch where Self.isPastStripeCap(error) {
+            } catch where UsageMeter.isPastStripeCap(error) {
                 return nil  // past this connection's share of a quota: the transaction rebalances or refuses
             }
         }
         guard let outcome else { return nil }
-        await report(outcome.changes)
+        await subscriptions.report(outcome.changes)
         return outcome.results
     }
 
@@ -297,7 +297,7 @@ extension RecordStore {
     /// record written, if that is earlier than it was.
     func apply(_ db: DatabaseRef, zone: String, zoneID: Int64, outcomes: [Result<PlannedWrite, StratusError>], cascade: [Record], schema: Schema,
                names: [String?], expected: [String: Int64], liveSizes: [String: Int64], stripes: (Int16, Int16), lockZone: Bool,
-               start: inout ChangePosition?, written log: inout [WrittenRecord], on connection: PostgresConnection) async throws -> [ModifyResult] {
+               start: inout ChangePosition?, written log: inout [WriteSettlement.WrittenRecord], on connection: PostgresConnection) async throws -> [ModifyResult] {
         var inserts: [Record] = []
         var updates: [Record] = []
         for outcome in outcomes {
@@ -332,10 +332,10 @@ extension RecordStore {
         }
         let insertFields = inserts.map(encode)
         let updateFields = updates.map(encode)
-        let entries = Self.indexEntryRows((inserts + updates).filter { !$0.deleted }, schema: schema)
+        let entries = IndexWrites.indexEntryRows((inserts + updates).filter { !$0.deleted }, schema: schema)
         let write = Prepared.WriteRecords(
             target: .init(containerID: db.containerID, zoneID: zoneID, environment: db.environment.code, tracksZoneChanges: db.tracksZoneChanges,
-                          lockZone: lockZone, meteredOwner: Self.meteredOwner(db), stripes: stripes),
+                          lockZone: lockZone, meteredOwner: UsageMeter.meteredOwner(db), stripes: stripes),
             inserts: .init(records: inserts, fields: insertFields),
             updates: .init(rows: .init(records: updates, fields: updateFields), expectedSeqs: updates.map { expected[$0.recordName] ?? 0 },
                            oldSizes: updates.map { liveSizes[$0.recordName] ?? -1 }),
@@ -343,20 +343,20 @@ extension RecordStore {
         // Outside a transaction (`modifyOne`) the statement commits on its own: if the connection
         // fails before that is confirmed, the records it returned tell whether it did.
         let settle: @Sendable ([Prepared.WriteRecords.Row]) async throws -> [Prepared.WriteRecords.Row] = { [database, logger] rows in
-            try await Self.settled(rows, containerID: db.containerID, zoneID: zoneID, database: database, logger: logger)
+            try await WriteSettlement.settled(rows, containerID: db.containerID, zoneID: zoneID, database: database, logger: logger)
         }
         let rows = updates.isEmpty ? try await connection.rows(Prepared.InsertRecords(write: write, db: db, zone: zone), logger: logger, settle: settle)
                                    : try await connection.rows(write, logger: logger, settle: settle)
         var written: [String: Int64] = [:]
         for (name, seq, xid) in rows {
-            log.append(WrittenRecord(containerID: db.containerID, zoneID: zoneID, name: name, seq: seq, xid: xid))
+            log.append(WriteSettlement.WrittenRecord(containerID: db.containerID, zoneID: zoneID, name: name, seq: seq, xid: xid))
             written[name] = seq
             let before = ChangePosition(xid: xid, seq: seq - 1)
             if start.map({ before < $0 }) ?? true { start = before }
         }
         let live = (inserts + updates).filter { !$0.deleted && written[$0.recordName] != nil }
-        try await writeReferences(db, zoneID: zoneID, records: live, on: connection)
-        try await writeAssetReferences(db, zoneID: zoneID, records: live, on: connection)
+        try await indexWrites.writeReferences(db, zoneID: zoneID, records: live, on: connection)
+        try await indexWrites.writeAssetReferences(db, zoneID: zoneID, records: live, on: connection)
 
         var results: [ModifyResult] = []
         for (index, outcome) in outcomes.enumerated() {

@@ -93,6 +93,19 @@ public final class RecordStore: Sendable {
     /// reabstraction thunk each time, and writes slowed down as the chain grew (perf, `bench.sh`).
     let changeObserver = Mutex<(any RecordChangeObserver)?>(nil)
 
+    /// Shares, their participants and the shared database.
+    public var sharing: SharingStore { SharingStore(store: self) }
+    /// Subscriptions, notifications and web courier tokens.
+    public var subscriptions: SubscriptionStore { SubscriptionStore(store: self) }
+    /// A user's data, for export and erasure.
+    public var users: UserDataStore { UserDataStore(store: self) }
+    /// Usage reserved by writes.
+    var usage: UsageMeter { UsageMeter(store: self) }
+    /// Index entries, references and asset references written beside records.
+    var indexWrites: IndexWrites { IndexWrites(store: self) }
+    /// Share records and shared hierarchies on the modify path.
+    var shareWrites: ShareWrites { ShareWrites(store: self) }
+
     /// Sets the observer told of every write's committed record changes.
     public func observeChanges(_ observer: any RecordChangeObserver) {
         changeObserver.withLock { $0 = observer }
@@ -134,13 +147,13 @@ public final class RecordStore: Sendable {
         self.notificationQueueing = StatementSharing(shares: shares, keysPerStatement: 5_000, keys: { $0.notifications.count }) { requests, sending in
             try await database.withConnection { connection in
                 sending()
-                return try await RecordStore.queueNotifications(requests, on: connection, logger: logger)
+                return try await SubscriptionStore.queueNotifications(requests, on: connection, logger: logger)
             }
         }
         self.notificationTaking = StatementSharing(shares: shares, keysPerStatement: 128) { requests, sending in
             try await database.withConnection { connection in
                 sending()
-                return try await RecordStore.takeNotifications(requests, on: connection, logger: logger)
+                return try await SubscriptionStore.takeNotifications(requests, on: connection, logger: logger)
             }
         }
         // Creates run one statement at a time (per two cores, the default), like lookups: with two
@@ -325,7 +338,7 @@ public final class RecordStore: Sendable {
                 WITH d AS (DELETE FROM records WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID) RETURNING deleted, size)
                 SELECT count(*) FILTER (WHERE NOT deleted), coalesce(sum(size) FILTER (WHERE NOT deleted), 0)::bigint FROM d
                 """, logger: logger).first!.decode((Int64, Int64).self)
-            try await Self.releaseUsage(db, records: removed.0, bytes: removed.1, on: connection, logger: logger)
+            try await UsageMeter.releaseUsage(db, records: removed.0, bytes: removed.1, on: connection, logger: logger)
             try await connection.statement("DELETE FROM index_entries WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
             try await connection.statement("DELETE FROM record_references WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)
             try await connection.statement("DELETE FROM asset_references WHERE container_id = \(db.containerID) AND zone_id = \(zone.zoneID)", logger: logger)

@@ -46,7 +46,15 @@ public struct UsageDifference: Sendable {
     public var meteredBytes: Int64
 }
 
-extension AdminStore {
+/// What containers use and may use: usage reports and checks, rate-limit counts, quotas and the
+/// request log (`admin.metering`).
+public struct MeteringStore: Sendable {
+    let store: AdminStore
+    var database: Database { store.database }
+    var logger: Logger { store.logger }
+}
+
+extension MeteringStore {
     /// The metered usage of a container-environment.
     public func usageReport(containerID: Int64, environment: ContainerEnvironment, now: Date = Date()) async throws -> UsageReport {
         try await database.withConnection { connection in
@@ -167,7 +175,7 @@ public struct RequestCounts: Sendable {
     }
 }
 
-extension AdminStore {
+extension MeteringStore {
     /// Writes this process's counts of the window starting at `second` and returns, per key, what
     /// the other processes have reported for it and how many of them were active on it (this
     /// window or the one before).

@@ -38,7 +38,7 @@ public struct ShareAccess: Sendable {
     public var mayWrite: Bool { roots.map { $0.values.contains(.readWrite) } ?? (zonePermission == .readWrite) }
 }
 
-extension RecordStore {
+extension SharingStore {
     /// The access `user` has to zone `zone` of `owner`'s private database through the shares
     /// they accepted; `nil` when they have none (or the zone does not exist).
     public func shareAccess(containerID: Int64, environment: ContainerEnvironment, user: String, owner: String,
@@ -95,7 +95,7 @@ extension RecordStore {
         let read = DynamicRead(sql: sql, binds: binds)
         let answer: DynamicRead.Rows
         if database.held == nil {
-            answer = try await dynamicReads.answer(read)
+            answer = try await store.dynamicReads.answer(read)
         } else {
             answer = try await database.withConnection { connection in try await DynamicRead.run([read], on: connection, logger: logger)[0] }
         }
@@ -109,7 +109,7 @@ extension RecordStore {
             var reader = RowReader(row)
             for _ in 0..<(3 + answer.skipping) { try reader.skip() }
             guard try !reader.peekIsNull() else { continue }
-            var record = try Self.storedRecord(&reader)
+            var record = try RecordStore.storedRecord(&reader)
             record.shareRoot = try reader.next(String?.self)
             if !record.deleted, access.canSee(record.shareRoot) { found[record.recordName] = record }
         }
@@ -135,7 +135,7 @@ extension RecordStore {
                   AND z.zone_name = \(binds.bind(zone)) AND NOT z.deleted
                   AND p.user_record_name = \(binds.bind(user)) AND p.status = \(binds.bind(ParticipantStatus.accepted.rawValue))
             ) a LEFT JOIN LATERAL (
-                SELECT \(Self.recordColumns), share_root FROM records
+                SELECT \(RecordStore.recordColumns), share_root FROM records
                 WHERE container_id = \(container) AND zone_id = a.zone_id AND \(names.count == 1 ? "record_name = \(binds.bind(names[0]))" : "record_name = ANY((SELECT \(binds.bind(names))::text[])::text[])")
                 OFFSET 0
             ) r ON true
@@ -149,8 +149,8 @@ extension RecordStore {
     public func sharedZoneChanges(_ access: ShareAccess, after cursor: FeedCursor, limit: Int,
                                   recordTypes: Set<String>?) async throws -> ChangePage<Record> {
         guard let roots = access.visibleRoots else {
-            guard let (_, page) = try await zoneChanges(access.ownerDB, zoneID: access.zoneID, zone: access.zone, after: cursor, limit: limit,
-                                                        recordTypes: recordTypes) else { throw Self.zoneNotFound(access.zone) }
+            guard let (_, page) = try await store.zoneChanges(access.ownerDB, zoneID: access.zoneID, zone: access.zone, after: cursor, limit: limit,
+                                                        recordTypes: recordTypes) else { throw RecordStore.zoneNotFound(access.zone) }
             return page
         }
         return try await database.withConnection { connection in
@@ -177,8 +177,8 @@ extension RecordStore {
                       AND m.entered = (r.record_name IS NOT NULL)
                 ) f WHERE true\(typeCondition)
                 """
-            guard var (_, page) = try await readFeed(container: access.ownerDB.containerID, source: source, columns: columns, binds: binds, after: cursor, limit: limit,
-                                                     on: connection, decode: Self.storedRecord) else { throw Self.zoneNotFound(access.zone) }
+            guard var (_, page) = try await store.readFeed(container: access.ownerDB.containerID, source: source, columns: columns, binds: binds, after: cursor, limit: limit,
+                                                     on: connection, decode: RecordStore.storedRecord) else { throw RecordStore.zoneNotFound(access.zone) }
             // A record that entered the share in the same write that saved it has two feed rows
             // (the record's and the move's), both read as it is now: it is listed once, last.
             var seen: Set<String> = []
@@ -222,7 +222,7 @@ extension RecordStore {
                       AND z.environment = \(binds.bind(environment.code))
                 ) f WHERE true
                 """
-            let page = try await readFeed(container: containerID, source: source, columns: "owner, zone_name, live", binds: binds, after: cursor, limit: limit,
+            let page = try await store.readFeed(container: containerID, source: source, columns: "owner, zone_name, live", binds: binds, after: cursor, limit: limit,
                                           on: connection) { reader in
                 SharedZoneChange(owner: try reader.next(String.self), zone: try reader.next(String.self), deleted: !(try reader.next(Bool.self)))
             }!.page

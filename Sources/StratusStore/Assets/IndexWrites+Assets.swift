@@ -2,7 +2,7 @@ import Logging
 import PostgresNIO
 import StratusCore
 
-extension RecordStore {
+extension IndexWrites {
     /// Marks every asset the planned saves hold as used now, in the write's transaction, and
     /// fails the saves holding an asset that is no longer stored (swept, or never uploaded to this
     /// container). Moving `used_at` (rather than only reading the row) is what keeps the sweep off

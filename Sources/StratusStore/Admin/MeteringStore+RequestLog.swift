@@ -64,7 +64,7 @@ public struct RequestLogSummary: Sendable, Equatable {
     public var p95Microseconds: Double
 }
 
-extension AdminStore {
+extension MeteringStore {
     /// Writes log rows, grouped by container-environment (each group: its entries' positions in
     /// `entries`, oldest first, and its `keep`), in one transaction (one commit a batch, whatever
     /// the containers): each group's requests take its next numbers and are stored as one row of

@@ -50,7 +50,14 @@ struct SharePlan {
     }
 }
 
-extension RecordStore {
+/// Writes of share records and of records in shared hierarchies, on the modify path.
+struct ShareWrites: Sendable {
+    let store: RecordStore
+    var database: Database { store.database }
+    var logger: Logger { store.logger }
+}
+
+extension ShareWrites {
     /// Most levels of a record hierarchy (parent chains longer than this are refused).
     public static let maximumHierarchyDepth = 64
 
@@ -148,7 +155,7 @@ extension RecordStore {
                     // Deleting a shared root deletes its share.
                     sharing.deletedShares.append(shareName)
                     if !outcomes.contains(where: { if case .success(.delete(shareName, _)) = $0 { return true } else { return false } }) {
-                        let locked = try await lockRecords(db, zoneID: zoneID, names: [shareName], on: connection)
+                        let locked = try await store.lockRecords(db, zoneID: zoneID, names: [shareName], on: connection)
                         if let share = locked[shareName], !share.deleted { sharing.cascade.append(share) }
                     }
                 }

@@ -5,7 +5,7 @@ import StratusCore
 
 // Record hierarchies under shares: parent chains checked, and each record's share root kept.
 
-extension RecordStore {
+extension ShareWrites {
     /// Refuses parent chains that loop or run deeper than `maximumHierarchyDepth`, walking up
     /// from each of `names` (after the request's writes).
     func checkParents(_ db: DatabaseRef, zoneID: Int64, names: [String], on connection: PostgresConnection) async throws {

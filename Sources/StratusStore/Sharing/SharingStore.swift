@@ -30,7 +30,15 @@ public struct ShareInfo: Sendable {
     public var participants: [ParticipantInfo]
 }
 
-extension RecordStore {
+/// Shares and their participants, and the shared database: the zones and records others share
+/// with a user (`records.sharing`).
+public struct SharingStore: Sendable {
+    let store: RecordStore
+    var database: Database { store.database }
+    var logger: Logger { store.logger }
+}
+
+extension SharingStore {
     static let shareColumns = "s.zone_id, z.zone_name, z.owner, s.share_name, s.root_name, s.short_guid, s.public_permission, s.deleted OR z.deleted"
 
     /// Shares (with participants) from rows of `shareColumns`.

@@ -19,9 +19,9 @@ final class SharedCreate: Sendable {
     let record: Record
     /// The record's field JSON, as stored.
     let fields: String
-    let entries: RecordStore.IndexEntryRows
+    let entries: IndexWrites.IndexEntryRows
 
-    init(db: DatabaseRef, zone: String, zoneID: Int64, record: Record, fields: String, entries: RecordStore.IndexEntryRows) {
+    init(db: DatabaseRef, zone: String, zoneID: Int64, record: Record, fields: String, entries: IndexWrites.IndexEntryRows) {
         self.db = db
         self.zone = zone
         self.zoneID = zoneID
@@ -66,7 +66,7 @@ final class SharedCreate: Sendable {
                 // `CreateRecords`'s set-based form.
                 let create = statement[0]
                 for (_, seq, xid) in try await connection.rows(create.insertRecords, logger: logger, settle: { rows in
-                    try await RecordStore.settled(rows, containerID: create.db.containerID, zoneID: create.zoneID, database: database, logger: logger)
+                    try await WriteSettlement.settled(rows, containerID: create.db.containerID, zoneID: create.zoneID, database: database, logger: logger)
                 }) {
                     written[0] = .written(seq: seq, xid: xid)
                 }
@@ -74,16 +74,16 @@ final class SharedCreate: Sendable {
                 for (index, seq, xid) in try await connection.rows(Prepared.CreateRecords(creates: statement), logger: logger, settle: { rows in
                     let records = rows.map { row in
                         let create = statement[Int(row.0) - 1]
-                        return RecordStore.WrittenRecord(containerID: create.db.containerID, zoneID: create.zoneID, name: create.record.recordName,
+                        return WriteSettlement.WrittenRecord(containerID: create.db.containerID, zoneID: create.zoneID, name: create.record.recordName,
                                                          seq: row.1, xid: row.2)
                     }
-                    guard try await RecordStore.committed(records, database: database, logger: logger) else { throw RecordStore.notCommitted }
+                    guard try await WriteSettlement.committed(records, database: database, logger: logger) else { throw WriteSettlement.notCommitted }
                     return rows
                 }) {
                     written[Int(index) - 1] = .written(seq: seq, xid: xid)
                 }
             }
-        } catch let error as PSQLError where Database.isRetryable(error) || RecordStore.isPastStripeCap(error) || Database.isTooLargeToIndex(error) {
+        } catch let error as PSQLError where Database.isRetryable(error) || UsageMeter.isPastStripeCap(error) || Database.isTooLargeToIndex(error) {
             // Also one create's value too large to index: alone, in the transaction, that one is
             // refused (BAD_REQUEST) and the others are written.
             return creates.map { _ in .retry }
@@ -98,7 +98,7 @@ final class SharedCreate: Sendable {
     var insertRecords: Prepared.InsertRecords {
         let write = Prepared.WriteRecords(
             target: .init(containerID: db.containerID, zoneID: zoneID, environment: db.environment.code, tracksZoneChanges: db.tracksZoneChanges,
-                          lockZone: true, meteredOwner: RecordStore.meteredOwner(db)),
+                          lockZone: true, meteredOwner: UsageMeter.meteredOwner(db)),
             inserts: .init(records: [record], fields: [fields]), entries: entries)
         return Prepared.InsertRecords(write: write, db: db, zone: zone)
     }
@@ -204,7 +204,7 @@ extension Prepared {
             bindings.append(BinaryArray.texts(creates.map { $0.record.parent ?? "" }))
             bindings.append(BinaryArray.int64s(creates.map { $0.record.assetBytes }))
             bindings.append(BinaryArray.bools(creates.map { $0.db.tracksZoneChanges }))
-            bindings.append(BinaryArray.texts(creates.map { RecordStore.meteredOwner($0.db) }))
+            bindings.append(BinaryArray.texts(creates.map { UsageMeter.meteredOwner($0.db) }))
             // Each create's index entries, numbered by the create's ordinal.
             var ints = Entries<Int64>(), doubles = Entries<Double>(), texts = Entries<String>(), cells = Entries<Int64>()
             var latitudes: [Double] = [], longitudes: [Double] = []
@@ -235,7 +235,7 @@ extension Prepared {
             var fields: [String] = []
             var values: [Value] = []
 
-            mutating func append(_ column: RecordStore.IndexEntryRows.Column<Value>, _ ordinal: Int64) {
+            mutating func append(_ column: IndexWrites.IndexEntryRows.Column<Value>, _ ordinal: Int64) {
                 ordinals += repeatElement(ordinal, count: column.values.count)
                 types += column.types
                 fields += column.fields

@@ -5,7 +5,14 @@ import StratusCore
 
 /// The rows a write adds beside its records: index entries for the indexed fields, and the
 /// references that `VALIDATE` and `DELETE_SELF` keep.
-extension RecordStore {
+/// The rows written beside records: index entries, references and asset references.
+struct IndexWrites: Sendable {
+    let store: RecordStore
+    var database: Database { store.database }
+    var logger: Logger { store.logger }
+}
+
+extension IndexWrites {
     /// Inserts index entries for the indexed fields of `records`.
     func writeIndexEntries(_ db: DatabaseRef, zoneID: Int64, records: [Record], schema: Schema, on connection: PostgresConnection) async throws {
         let entries = Self.indexEntryRows(records, schema: schema)
@@ -122,7 +129,7 @@ extension RecordStore {
         var seen: Set<[String]> = []
         for record in records {
             for (field, value) in record.fields {
-                for reference in Self.references(in: value) where reference.action != .none {
+                for reference in RecordStore.references(in: value) where reference.action != .none {
                     guard seen.insert([reference.recordName, record.recordName, field]).inserted else { continue }
                     targets.append(reference.recordName)
                     sources.append(record.recordName)

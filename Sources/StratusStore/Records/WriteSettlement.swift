@@ -4,7 +4,10 @@ import StratusCore
 
 /// Records writes whose commit was not confirmed (`Database.CommitUnknown`): settled by asking
 /// PostgreSQL, never guessed.
-extension RecordStore {
+/// Whether a write whose connection failed around its COMMIT was committed.
+enum WriteSettlement {}
+
+extension WriteSettlement {
     /// A record a write statement returned: where it is, and the change sequence and transaction
     /// id it was written with.
     struct WrittenRecord: Sendable {

@@ -26,7 +26,14 @@ public struct UserErasure: Sendable {
     public init() {}
 }
 
-extension RecordStore {
+/// Everything a user owns, for export, and its erasure (`records.users`).
+public struct UserDataStore: Sendable {
+    let store: RecordStore
+    var database: Database { store.database }
+    var logger: Logger { store.logger }
+}
+
+extension UserDataStore {
     /// The user's data in one environment, read in one snapshot.
     public func userData(containerID: Int64, environment: ContainerEnvironment, user: String) async throws -> UserData {
         try await database.transaction { connection in
@@ -43,16 +50,16 @@ extension RecordStore {
                 byZone[name] = []
             }
             for row in try await connection.rows(PostgresQuery(unsafeSQL: """
-                SELECT z.database_scope, z.zone_name, \(Self.recordColumns(of: "r"))
+                SELECT z.database_scope, z.zone_name, \(RecordStore.recordColumns(of: "r"))
                 FROM records r JOIN zones z ON z.container_id = r.container_id AND z.zone_id = r.zone_id
                 WHERE r.container_id = $1 AND z.environment = $2 AND NOT r.deleted AND NOT z.deleted
                   AND ((z.database_scope = $3 AND z.owner = $4) OR (z.database_scope = $5 AND r.created_by = $4))
                 ORDER BY z.zone_name, r.record_name
-                """, binds: Self.binds(containerID, environment.code, DatabaseScope.private.code, user, DatabaseScope.public.code)), logger: logger) {
+                """, binds: RecordStore.binds(containerID, environment.code, DatabaseScope.private.code, user, DatabaseScope.public.code)), logger: logger) {
                 var reader = RowReader(row)
                 let scope = try reader.next(Int16.self)
                 let zone = try reader.next(String.self)
-                let record = try Self.storedRecord(&reader)
+                let record = try RecordStore.storedRecord(&reader)
                 if scope == DatabaseScope.public.code { data.publicRecords.append(record) } else { byZone[zone, default: []].append(record) }
             }
             data.zones = order.map { ($0, byZone[$0] ?? []) }
@@ -65,7 +72,7 @@ extension RecordStore {
                 let (owner, zone, share, permission, status) = try row.decode((String, String, String, Int16, Int16).self)
                 data.participations.append((owner, zone, share, permission, status))
             }
-            data.subscriptions = try await allSubscriptions(containerID: containerID, environment: environment, owner: user)
+            data.subscriptions = try await store.subscriptions.allSubscriptions(containerID: containerID, environment: environment, owner: user)
             return data
         }
     }
@@ -111,7 +118,7 @@ extension RecordStore {
                 """, logger: logger)
             try await connection.statement("DELETE FROM courier_tokens WHERE container_id = \(containerID) AND owner = \(user)", logger: logger)
             try await connection.statement("DELETE FROM role_members WHERE container_id = \(containerID) AND user_record_name = \(user)", logger: logger)
-            try await AdminStore(database: database, logger: logger).forgetInRequestLog(containerID: containerID, user: user, on: connection)
+            try await AdminStore(database: database, logger: logger).metering.forgetInRequestLog(containerID: containerID, user: user, on: connection)
             let ended = try await endSessions(connection)
             try await connection.statement("DELETE FROM users WHERE container_id = \(containerID) AND user_record_name = \(user)", logger: logger)
             for environment in ContainerEnvironment.allCases {

@@ -11,7 +11,14 @@ public struct SubscriptionListing: Sendable {
     public var createdAt: Date
 }
 
-extension RecordStore {
+/// Subscriptions, the notifications they queue, and the web courier's tokens (`records.subscriptions`).
+public struct SubscriptionStore: Sendable {
+    let store: RecordStore
+    var database: Database { store.database }
+    var logger: Logger { store.logger }
+}
+
+extension SubscriptionStore {
     /// Saves a subscription in `db` (the subscriber's view of a database: `owner` is the
     /// subscriber). `create`: `EXISTS` when the ID is taken; otherwise an update, `NOT_FOUND` when
     /// it is not. A user has at most ``Subscription/maximumPerDatabase`` per database.
@@ -77,7 +84,7 @@ extension RecordStore {
     }
 
     /// The subscriber's subscriptions in `db` by ID, oldest first; all of them when `ids` is nil.
-    public func subscriptions(_ db: DatabaseRef, ids: [String]? = nil) async throws -> [Subscription] {
+    public func list(_ db: DatabaseRef, ids: [String]? = nil) async throws -> [Subscription] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT scope, owner, subscription_id, kind, zone_name, zone_owner, fires_on, fires_once, definition, created_at

@@ -10,7 +10,7 @@ public struct QuotaSettings: Sendable, Equatable {
     public var set: Set<String>
 }
 
-extension AdminStore {
+extension MeteringStore {
     static let quotaColumns = ["max_records", "max_storage_bytes", "requests_per_second", "user_requests_per_second", "user_private_storage_bytes",
                                "notifications_per_second", "signups_per_address_per_hour", "signups_per_hour", "log_requests"]
 

@@ -90,7 +90,7 @@ public struct CourierToken: Sendable {
     }
 }
 
-extension RecordStore {
+extension SubscriptionStore {
     /// The changes a write made, from its results and the records as they were before it:
     /// `create` for a record that was not live, `update` for one that was, `delete` (with the
     /// record as it was) for deletes and the cascade. Built only when an observer wants them.
@@ -113,7 +113,7 @@ extension RecordStore {
 
     /// Hands committed changes to the observer (the notifier), if one is set and there are any.
     func report(_ changes: RecordChanges?) async {
-        guard let changes, !changes.changes.isEmpty, let observer = changeObserver.withLock({ $0 }) else { return }
+        guard let changes, !changes.changes.isEmpty, let observer = store.changeObserver.withLock({ $0 }) else { return }
         await observer.recordsChanged(changes)
     }
 
@@ -195,7 +195,7 @@ extension RecordStore {
     /// Concurrent polls share statements (`notificationTaking`).
     /// `made`: when it was queued (for the delivery latency `/metrics` shows).
     public func takeNotification(_ token: CourierToken) async throws -> (seq: Int64, payload: String, made: Date)? {
-        try await notificationTaking.answer(token)
+        try await store.notificationTaking.answer(token)
     }
 
     /// One statement taking the oldest notification for each poll in `polls` (as many as there are
@@ -252,7 +252,7 @@ extension RecordStore {
     @discardableResult
     public func queueNotifications(containerID: Int64, environment: ContainerEnvironment, _ notifications: [QueuedNotification]) async throws -> [String: Int] {
         guard !notifications.isEmpty else { return [:] }
-        return try await notificationQueueing.answer(NotificationQueueing(containerID: containerID, environment: environment, notifications: notifications))
+        return try await store.notificationQueueing.answer(NotificationQueueing(containerID: containerID, environment: environment, notifications: notifications))
     }
 
     /// One statement queueing the notifications of several writes. Each token's count is answered

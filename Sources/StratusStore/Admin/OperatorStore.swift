@@ -54,7 +54,15 @@ public struct TeamMember: Sendable, Equatable {
 /// Operators' actions on no container in particular (operator accounts) are audited under this container id.
 public let serverAuditContainerID: Int64 = 0
 
-extension AdminStore {
+/// Operator accounts, their credentials and console sessions, and containers' teams
+/// (`admin.operatorStore`).
+public struct OperatorStore: Sendable {
+    let store: AdminStore
+    var database: Database { store.database }
+    var logger: Logger { store.logger }
+}
+
+extension OperatorStore {
     static let operatorColumns = "o.operator_id, o.email, o.superuser, o.created_at, o.disabled_at"
 
     static func operatorInfo(_ row: PostgresRow) throws -> OperatorInfo {

@@ -47,14 +47,22 @@ struct UsageScope: Hashable, Sendable {
     var owner: String
 }
 
-extension RecordStore {
+/// What a write adds to its database's metered usage: reserved (or refused, past a quota) in
+/// the write's transaction, from striped counters.
+struct UsageMeter: Sendable {
+    let store: RecordStore
+    var database: Database { store.database }
+    var logger: Logger { store.logger }
+}
+
+extension UsageMeter {
     /// Makes the counter stripes of `db`'s scopes, each with an equal share of what its limit
     /// leaves free, if they do not exist yet. In a statement of its own, before the write's
     /// transaction: the first writers of a new scope then take stripes of their own instead of
     /// waiting on each other. Remembered per process, so a request pays for this once per scope.
     func ensureUsageScopes(_ db: DatabaseRef) async throws {
         let scope = UsageScope(containerID: db.containerID, environment: db.environment, owner: Self.meteredOwner(db))
-        guard !usageScopes.withLock({ $0.contains(scope) }) else { return }
+        guard !store.usageScopes.withLock({ $0.contains(scope) }) else { return }
         let defaults = QuotaLimits.defaults
         try await database.withConnection { connection in
             try await connection.statement("""
@@ -76,7 +84,7 @@ extension RecordStore {
                 ON CONFLICT DO NOTHING
                 """, logger: logger)
         }
-        usageScopes.withLock { scopes in
+        store.usageScopes.withLock { scopes in
             if scopes.count >= 100_000 { scopes.removeAll() }
             scopes.insert(scope)
         }
