@@ -101,20 +101,4 @@ import Testing
         #expect(Record.encodeFields([:]) == Array("{}".utf8))
         #expect(try Record.decodeFields(Record.encodeFields(fields)) == fields)
     }
-
-    /// The read paths splice stored fields into a record's bytes (`wireBytes`); with the sharing
-    /// keys present or not, they must be the bytes the general rendering writes.
-    @Test(arguments: [(nil, nil, nil), ("parent \"1\"", nil, nil), (nil, "share-1", "0NEa3AEPXwK71VM4gHFnvh2kw"), ("p", "s", "g")] as [(String?, String?, String?)])
-    func recordBytesMatchTheGeneralRendering(parent: String?, share: String?, shortGUID: String?) {
-        let fields: [String: FieldValue] = ["title": .string("t"), "rank": .int64(3)]
-        let record = Record(recordName: "r\"1", recordType: "Note", changeSeq: 1234, fields: fields, createdAt: 5, createdBy: "_a",
-                            modifiedAt: 6, modifiedBy: "_b", parent: parent, shareName: share, shortGUID: shortGUID)
-        var stored = record
-        stored.encodedFields = Record.encodeFields(fields)
-        for zoneID in [nil, ["zoneName": "Z"] as JSON] {
-            let general = JSONWriter.bytes(record.wireJSON(RecordRendering(zoneID: zoneID)))
-            #expect(JSONWriter.bytes(stored.wireJSON(RecordRendering(zoneID: zoneID))) == general,
-                    "\(String(decoding: JSONWriter.bytes(stored.wireJSON(RecordRendering(zoneID: zoneID))), as: UTF8.self)) against \(String(decoding: general, as: UTF8.self))")
-        }
-    }
 }

@@ -101,26 +101,3 @@ import Testing
         #expect(!UserRecordName.isValid("_ABCDEF"))
     }
 }
-
-@Suite struct RecordWireTests {
-    /// The direct writer of the read paths produces exactly what the dictionary path does.
-    @Test func storedRecordsRenderLikeDecodedOnes() throws {
-        let fields: [String: FieldValue] = [
-            "title": .string("q\"uote\n"), "n": .int64(-3), "tags": .list(.string, [.string("a"), .string("b")]),
-        ]
-        var decoded = Record(recordName: "r\\1", recordType: "Note", changeSeq: 12345, fields: fields,
-                             createdAt: 1, createdBy: "_c", modifiedAt: 2, modifiedBy: "_m\u{1}")
-        var stored = decoded
-        stored.fields = [:]
-        stored.encodedFields = Record.encodeFields(fields)
-        decoded.encodedFields = nil
-        for zoneID in [nil, JSON.object(["zoneName": "z", "ownerRecordName": "_o"])] {
-            let rendering = RecordRendering(zoneID: zoneID)
-            guard case .raw(let bytes) = stored.wireJSON(rendering) else {
-                Issue.record("a stored record should take the direct path")
-                continue
-            }
-            #expect(String(decoding: bytes, as: UTF8.self) == JSONWriter.string(decoded.wireJSON(rendering)))
-        }
-    }
-}

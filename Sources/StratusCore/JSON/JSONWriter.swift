@@ -79,6 +79,7 @@ public enum JSONWriter {
     }
 
     /// Appends the encoding of `value` to `out`.
+    @inlinable
     public static func write<Out: JSONOutput>(_ value: JSON, into out: inout Out) {
         switch value {
         case .null: out.append(contentsOf: "null".utf8)
@@ -109,6 +110,7 @@ public enum JSONWriter {
 
     /// Writes `number` in base `radix` with lowercase digits: the text of `String(number, radix:)`,
     /// without making a String (every record in a response carries two timestamps and a tag).
+    @inlinable
     public static func writeInteger<Out: JSONOutput>(_ number: Int64, radix: Int = 10, into out: inout Out) {
         precondition(radix >= 2 && radix <= 36, "radix must be in 2...36")
         withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 65) { digits in
@@ -143,6 +145,7 @@ public enum JSONWriter {
     /// Writes `text` as a JSON string literal. Runs of bytes that need no escape are copied whole;
     /// the scan for the next byte to escape reads eight bytes at a time (stored records carry
     /// kilobyte strings that are counted and written on every write).
+    @inlinable
     public static func writeString<Out: JSONOutput>(_ text: String, into out: inout Out) {
         out.append(UInt8(ascii: "\""))
         var text = text
@@ -164,6 +167,7 @@ public enum JSONWriter {
 
     /// The offset of the first byte at or after `start` that JSON must escape (a control byte,
     /// `"` or `\\`), or `bytes.count`.
+    @inlinable
     static func nextEscape(in bytes: UnsafeBufferPointer<UInt8>, from start: Int) -> Int {
         var index = start
         if let base = UnsafeRawPointer(bytes.baseAddress) {
@@ -191,6 +195,7 @@ public enum JSONWriter {
         return index
     }
 
+    @inlinable
     static func writeEscape<Out: JSONOutput>(_ byte: UInt8, into out: inout Out) {
         out.append(0x5C)
         switch byte {

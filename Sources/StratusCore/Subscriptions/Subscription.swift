@@ -32,7 +32,7 @@ public struct Subscription: Sendable, Equatable {
         public static let all: Firing = [.create, .update, .delete]
 
         /// The CKWS spellings, in this order.
-        static let names: [(String, Firing)] = [("create", .create), ("update", .update), ("delete", .delete)]
+        public static let names: [(String, Firing)] = [("create", .create), ("update", .update), ("delete", .delete)]
     }
 
     /// Most subscriptions one user may have in one database.
@@ -121,20 +121,5 @@ public struct Subscription: Sendable, Equatable {
             firing.insert(bit)
         }
         return firing
-    }
-
-    /// The subscription dictionary of the wire. `zoneID` is rendered by the caller (its owner
-    /// name depends on the database).
-    public func wireJSON(zoneID: JSON?) -> JSON {
-        var members: [String: JSON] = ["subscriptionID": .string(id), "subscriptionType": .string(kind.rawValue)]
-        if let zoneID { members["zoneID"] = zoneID }
-        if kind == .query {
-            members["query"] = queryJSON ?? .null
-            members["firesOn"] = .array(Firing.names.filter { firesOn.contains($0.1) }.map { .string($0.0) })
-            members["firesOnce"] = .bool(firesOnce)
-            members["zoneWide"] = .bool(zoneName == nil)
-        }
-        if let notificationInfo { members["notificationInfo"] = notificationInfo }
-        return .object(members)
     }
 }
