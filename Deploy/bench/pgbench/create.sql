@@ -5,7 +5,7 @@
 -- its index entries (title, rank: the bench schema) and the zone's change position, after locking the zone row and
 -- checking it is still the zone named. Regenerate when the service's SQL changes.
 -- The service runs this form for a create that arrives alone, and on a Citus coordinator. Creates that
--- arrive together share one statement (`CreateRecords`, RecordStore+SharedCreates.swift), so under
+-- arrive together share one statement (`CreateRecords`, Sharing/SharedCreates.swift), so under
 -- load the service does less work per create than this baseline and can pass 100 % of it.
 \set i random(1, :zones)
 \set b random(1, 1000000000)

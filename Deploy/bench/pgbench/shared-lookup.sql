@@ -1,5 +1,5 @@
 -- service-sql: shared-lookup 7e28fdd7363e86da
--- The SQL `stratus serve` runs for a records/lookup of one record in the shared database (RecordStore+Shares.swift,
+-- The SQL `stratus serve` runs for a records/lookup of one record in the shared database (Sharing/SharingStore+SharedDatabase.swift,
 -- `sharedLookup`): the reader's accepted shares of the owner's zone joined to the named record, in one statement.
 -- bench_shared holds each seeded zone with its owner and the reader it is shared with (`bench seed --shared`).
 -- Regenerate when the service's SQL changes.

@@ -3,8 +3,8 @@ import Logging
 import PostgresNIO
 import StratusCore
 
-// Shares as stored, and reading them. Writing them: RecordStore+ShareWrites.swift;
-// the shared database: RecordStore+SharedDatabase.swift.
+// Shares as stored, and reading them. Writing them: ShareWrites.swift;
+// the shared database: SharingStore+SharedDatabase.swift.
 
 /// A participant of a share as stored (the owner is not one).
 public struct ParticipantInfo: Sendable, Equatable {
