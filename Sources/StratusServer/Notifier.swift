@@ -20,7 +20,7 @@ import Synchronization
 /// no subscriptions costs one dictionary look-up.
 public final class Notifier: RecordChangeObserver {
     struct Key: Hashable {
-        var containerID: Int64
+        var containerID: ContainerID
         var environment: ContainerEnvironment
     }
 
@@ -111,7 +111,7 @@ public final class Notifier: RecordChangeObserver {
     }
 
     struct CourierKey: Hashable {
-        var containerID: Int64
+        var containerID: ContainerID
         var environment: ContainerEnvironment
         var owner: String
     }

@@ -26,7 +26,7 @@ public final class RateLimiter: Sendable {
     struct Key: Hashable, Sendable {
         enum Kind: UInt8, Sendable { case container, user, client, notifications }
         var kind: Kind
-        var containerID: Int64
+        var containerID: ContainerID
         var environment: ContainerEnvironment
         /// The user, or the API token's digest and the client address; empty for the container.
         var name: String
@@ -62,7 +62,7 @@ public final class RateLimiter: Sendable {
     }
 
     struct MeterKey: Hashable {
-        var containerID: Int64
+        var containerID: ContainerID
         var environment: ContainerEnvironment
         var bucket: Int64
     }
@@ -88,7 +88,7 @@ public final class RateLimiter: Sendable {
     }
 
     struct QuotaKey: Hashable {
-        var containerID: Int64
+        var containerID: ContainerID
         var environment: ContainerEnvironment
     }
     /// Each container-environment's limits, as last read.
@@ -96,7 +96,7 @@ public final class RateLimiter: Sendable {
 
     /// A container-environment's limits, read at most once a minute (and again as soon as an
     /// operator changes them, on every process: `invalidate`).
-    func limits(containerID: Int64, environment: ContainerEnvironment) async throws -> QuotaLimits {
+    func limits(containerID: ContainerID, environment: ContainerEnvironment) async throws -> QuotaLimits {
         let key = QuotaKey(containerID: containerID, environment: environment)
         let now = ContinuousClock.now
         if let cached = quotaLimits.withLock({ $0[key] }), now - cached.read < .seconds(60) { return cached.limits }
@@ -126,7 +126,7 @@ public final class RateLimiter: Sendable {
 
     /// Admits a request of `cost` operations under both `(key, limit)` pairs (the container's and
     /// the caller's), or answers `THROTTLED`. Two pairs, not a list: no array per request.
-    func admit(_ first: (key: Key, limit: Int64), _ second: (key: Key, limit: Int64), cost: Int64, containerID: Int64,
+    func admit(_ first: (key: Key, limit: Int64), _ second: (key: Key, limit: Int64), cost: Int64, containerID: ContainerID,
                environment: ContainerEnvironment) throws(StratusError) {
         let now = nowSecond()
         let refusal: Key? = state.withLock { state in
@@ -178,7 +178,7 @@ public final class RateLimiter: Sendable {
     /// How many of `count` notifications a container-environment may queue now under its
     /// `notificationsPerSecond` (the same windows and cross-process shares as requests); the rest
     /// are counted as dropped.
-    func admitNotifications(_ count: Int, containerID: Int64, environment: ContainerEnvironment) async -> Int {
+    func admitNotifications(_ count: Int, containerID: ContainerID, environment: ContainerEnvironment) async -> Int {
         guard count > 0 else { return 0 }
         let limit: Int64
         do {
@@ -209,14 +209,14 @@ public final class RateLimiter: Sendable {
     }
 
     /// Counts notifications queued for subscribers.
-    func noteNotifications(_ count: Int64, containerID: Int64, environment: ContainerEnvironment) {
+    func noteNotifications(_ count: Int64, containerID: ContainerID, environment: ContainerEnvironment) {
         guard count > 0 else { return }
         let key = MeterKey(containerID: containerID, environment: environment, bucket: nowSecond() / 10 * 10)
         state.withLock { $0.meters[key, default: Meter()].notifications += count }
     }
 
     /// Counts operations refused with `QUOTA_EXCEEDED`.
-    func noteRefused(_ count: Int64, containerID: Int64, environment: ContainerEnvironment) {
+    func noteRefused(_ count: Int64, containerID: ContainerID, environment: ContainerEnvironment) {
         guard count > 0 else { return }
         let key = MeterKey(containerID: containerID, environment: environment, bucket: nowSecond() / 10 * 10)
         state.withLock { $0.meters[key, default: Meter()].refused += count }

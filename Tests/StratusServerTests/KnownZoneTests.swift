@@ -31,7 +31,7 @@ import Testing
             // The first create reads the zone and remembers it; the next ones skip the read.
             #expect(try await alice.modify("private", zone: "Notes", [op("create", "n1")]).json.record(0)?["recordChangeTag"]?.stringValue != nil)
             let containerID = try await harness.database.withConnection { connection in
-                try await connection.statement("SELECT container_id FROM containers WHERE name = \(alice.container)", logger: TestCluster.logger)[0].decode(Int64.self)
+                try await connection.statement("SELECT container_id FROM containers WHERE name = \(alice.container)", logger: TestCluster.logger)[0].decode(ContainerID.self)
             }
             let db = DatabaseRef(containerID: containerID, environment: .development, scope: .private, owner: user)
             #expect(harness.app.records.knownZones.zoneID(db, "Notes") == id)

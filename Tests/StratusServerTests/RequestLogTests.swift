@@ -170,7 +170,7 @@ import Testing
     func trimmingReadsOnlyTheBatchesItDeletes() async throws {
         try await Harness.run { harness in
             let admin = AdminStore(database: harness.database, logger: TestCluster.logger)
-            let containerID = Int64.random(in: 1_000_000...2_000_000_000)
+            let containerID = ContainerID(Int64.random(in: 1_000_000...2_000_000_000))
             func entry(_ number: Int) -> RequestLogEntry {
                 RequestLogEntry(containerID: containerID, environment: .development, at: Date(), database: .private, operation: "records/lookup",
                                 status: 200, errorCode: nil, durationMicroseconds: 5, userRecordName: nil, requestID: "trim-\(number)", clientAddress: nil)

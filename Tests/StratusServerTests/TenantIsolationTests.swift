@@ -60,7 +60,7 @@ import Testing
                     WHERE c.name = \(a.container) AND z.database_scope = 1
                     """, logger: TestCluster.logger)
             }
-            let (containerID, zoneID) = try rows[0].decode((Int64, Int64).self)
+            let (containerID, zoneID) = try rows[0].decode((ContainerID, Int64).self)
             _ = try await harness.database.withConnection { try await $0.query("ANALYZE", logger: TestCluster.logger) }
             let schema = try await harness.app.records.schemas.reload(containerID: containerID, environment: .development)
 
@@ -172,7 +172,7 @@ import Testing
             let rows = try await harness.database.withConnection { connection in
                 try await connection.rows("SELECT container_id FROM containers WHERE name = \(b.container)", logger: TestCluster.logger)
             }
-            let db = DatabaseRef(containerID: try rows[0].decode(Int64.self), environment: .development, scope: .public, owner: "")
+            let db = DatabaseRef(containerID: try rows[0].decode(ContainerID.self), environment: .development, scope: .public, owner: "")
             // Other zones' records, so the table is big enough for the planner to weigh index probes
             // against scans as it would in production (300 records alone are cheaper to scan).
             _ = try await harness.database.withConnection { connection in

@@ -141,7 +141,7 @@ struct AuthController: Sendable {
     /// (`signupsPerAddressPerHour`, `signupsPerHour`), before anything is looked up or hashed:
     /// past one, `THROTTLED` with the seconds left in its hour, whether or not the address has an
     /// account, so sign-up cannot be used to test many addresses.
-    func admitSignup(containerID: Int64, environment: ContainerEnvironment) async throws {
+    func admitSignup(containerID: ContainerID, environment: ContainerEnvironment) async throws {
         let limits = try await rateLimiter.limits(containerID: containerID, environment: environment)
         if let wait = try await admin.admitSignup(containerID: containerID, environment: environment, address: ClientAddress.current,
                                                   perAddress: limits.signupsPerAddressPerHour, total: limits.signupsPerHour,

@@ -66,7 +66,7 @@ final class Authenticator: Sendable {
     private let memberships = Mutex(ExpiringCache<RoleKey, Set<String>>(capacity: cacheCapacity))
 
     struct RoleKey: Hashable, Sendable {
-        var containerID: Int64
+        var containerID: ContainerID
         var environment: ContainerEnvironment
         var user: String
     }
@@ -77,7 +77,7 @@ final class Authenticator: Sendable {
 
     /// What a web auth token says.
     struct WebAuthClaims: Sendable {
-        var containerID: Int64
+        var containerID: ContainerID
         var environment: Int16
         var sessionID: Int64
         var user: String
@@ -86,7 +86,7 @@ final class Authenticator: Sendable {
     }
 
     struct LiveSession: Sendable {
-        var containerID: Int64
+        var containerID: ContainerID
         var user: String
     }
 
@@ -121,7 +121,7 @@ final class Authenticator: Sendable {
 
     /// The custom roles `user` holds in `environment` of the container (cached for a minute, and
     /// forgotten on every process when an administrator changes the environment's memberships).
-    func roles(of user: String, containerID: Int64, environment: ContainerEnvironment) async throws -> Set<String> {
+    func roles(of user: String, containerID: ContainerID, environment: ContainerEnvironment) async throws -> Set<String> {
         let key = RoleKey(containerID: containerID, environment: environment, user: user)
         let now = ContinuousClock.now
         if let cached = memberships.withLock({ $0.value(for: key, now: now) }) { return cached }
@@ -146,7 +146,7 @@ final class Authenticator: Sendable {
 
     /// The API token's metadata when it is one of `containerID`'s, or `nil`. Looked up within the
     /// container the request names, so that on Citus the lookup runs on the one worker holding it.
-    func apiToken(_ token: String, containerID: Int64) async throws -> APITokenInfo? {
+    func apiToken(_ token: String, containerID: ContainerID) async throws -> APITokenInfo? {
         guard !token.isEmpty, token.utf8.count <= 200 else { return nil }
         let now = ContinuousClock.now
         let key = "\(containerID) \(token)"
@@ -199,7 +199,7 @@ final class Authenticator: Sendable {
     }
 
     /// A server-to-server key of the container by ID (cached by container and ID; a miss for 5 seconds).
-    func serverKey(_ keyID: String, containerID: Int64) async throws -> ServerKeyInfo? {
+    func serverKey(_ keyID: String, containerID: ContainerID) async throws -> ServerKeyInfo? {
         let now = ContinuousClock.now
         let cacheKey = "\(containerID)/\(keyID)"
         if let cached = serverKeys.withLock({ $0.value(for: cacheKey, now: now) }) { return cached }
@@ -254,7 +254,7 @@ final class Authenticator: Sendable {
         else {
             throw StratusError(.authenticationFailed, "the ckWebAuthToken is not valid; sign in again")
         }
-        let claims = WebAuthClaims(containerID: c, environment: environment, sessionID: s, user: u, expires: x)
+        let claims = WebAuthClaims(containerID: ContainerID(c), environment: environment, sessionID: s, user: u, expires: x)
         // The token carries its own expiry (checked by the caller); the entry only bounds memory.
         webTokens.withLock { $0.set(claims, for: token, expires: now + cacheLifetime, now: now) }
         return claims
@@ -262,7 +262,7 @@ final class Authenticator: Sendable {
 
     /// The live session a web auth token names, checked against the container, the environment,
     /// its expiry, and (at most a minute old) its row: ended and idle sessions are refused.
-    func session(fromWebAuthToken token: String, containerID: Int64, environment: ContainerEnvironment) async throws -> WebAuthClaims {
+    func session(fromWebAuthToken token: String, containerID: ContainerID, environment: ContainerEnvironment) async throws -> WebAuthClaims {
         let claims = try claims(of: token)
         guard claims.containerID == containerID else {
             throw StratusError(.authenticationFailed, "the ckWebAuthToken was issued for another container; sign in to this one")
@@ -293,11 +293,11 @@ final class Authenticator: Sendable {
     }
 
     /// A new session for `user` and its web auth token.
-    func startSession(user: String, containerID: Int64, environment: ContainerEnvironment) async throws -> (token: String, session: SessionRecord) {
+    func startSession(user: String, containerID: ContainerID, environment: ContainerEnvironment) async throws -> (token: String, session: SessionRecord) {
         let session = try await admin.createSession(containerID: containerID, environment: environment, user: user,
                                                     lifetime: configuration.sessionLifetime)
         let expires = Int64(session.expiresAt.timeIntervalSince1970)
-        let token = sealer.seal(["c": .int(containerID), "e": .int(Int64(environment.code)), "s": .int(session.sessionID),
+        let token = sealer.seal(["c": .int(containerID.rawValue), "e": .int(Int64(environment.code)), "s": .int(session.sessionID),
                                  "u": .string(user), "x": .int(expires)], purpose: Self.webAuthPurpose)
         return (token, session)
     }

@@ -35,7 +35,7 @@ struct Passwords: Sendable {
     /// address. Failures are counted; a success clears the account's count. The reason never
     /// says whether the address exists (a missing account is verified against a dummy hash, so
     /// it takes as long).
-    func verifyPassword(containerID: Int64, email: String, password: String) async throws -> UserAccount {
+    func verifyPassword(containerID: ContainerID, email: String, password: String) async throws -> UserAccount {
         let account = try await throttledPasswordCheck(password, keys: Self.signInKeys(email: email), throttling: containerID) {
             let account = try await admin.user(containerID: containerID, email: email)
             return (account, account?.passwordHash)
@@ -50,7 +50,7 @@ struct Passwords: Sendable {
     /// (counted under container `throttling`; the first key is the account's, cleared on a
     /// success). An unknown account is verified against a dummy hash, so it takes as long, and
     /// the refusal never says which of email and password was wrong.
-    func throttledPasswordCheck<Account: Sendable>(_ password: String, keys: [(key: String, limit: Int)], throttling containerID: Int64,
+    func throttledPasswordCheck<Account: Sendable>(_ password: String, keys: [(key: String, limit: Int)], throttling containerID: ContainerID,
                                                    find: () async throws -> (Account?, String?)) async throws -> Account {
         if let wait = try await admin.signInRetryAfter(containerID: containerID, keys: keys, window: Self.signInWindow) {
             throw StratusError(.throttled, "too many failed sign-ins for this account or from this address; try again in \(wait) seconds",

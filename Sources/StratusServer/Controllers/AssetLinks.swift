@@ -23,7 +23,7 @@ struct AssetLinks: Sendable {
             guard let receipt = asset.receipt, let payload = sealer.open(receipt, purpose: AssetsController.receiptPurpose)?.objectValue else {
                 return .badRequest("field '\(field)': the asset's receipt is not one Stratus made; save the 'singleFile' the upload returned")
             }
-            guard payload["c"] == .int(containerID), payload["e"]?.stringValue == environment,
+            guard payload["c"] == .int(containerID.rawValue), payload["e"]?.stringValue == environment,
                   payload["d"]?.stringValue == scope.rawValue, payload["o"]?.stringValue == user else {
                 return .badRequest("field '\(field)': the asset's receipt was made for another container, environment, database or user; upload the file again for this one")
             }
@@ -45,10 +45,10 @@ struct AssetLinks: Sendable {
 
     /// The `downloadURL` of assets in records read by this request: signed, expiring, naming the
     /// container and the exact content (so it serves nothing else).
-    func assetURL(containerID: Int64) -> @Sendable (AssetValue) -> String {
+    func assetURL(containerID: ContainerID) -> @Sendable (AssetValue) -> String {
         let (sealer, base, expires) = (sealer, downloadURLBase, Self.millisecondsFromNow(downloadURLLifetime))
         return { asset in
-            base + sealer.seal(["c": .int(containerID), "k": .string(asset.fileChecksum), "x": .int(expires)], purpose: AssetsController.downloadPurpose)
+            base + sealer.seal(["c": .int(containerID.rawValue), "k": .string(asset.fileChecksum), "x": .int(expires)], purpose: AssetsController.downloadPurpose)
         }
     }
 }

@@ -95,7 +95,7 @@ struct AssetsController: Sendable {
             }
             let recordName = try Wire.string(members["recordName"], key: "tokens[\(index)].recordName") ?? RandomUUID.string(uppercase: true)
             try Names.validateRecordName(recordName)
-            var payload: [String: JSON] = ["c": .int(request.caller.container.id), "e": .string(request.caller.environment.rawValue),
+            var payload: [String: JSON] = ["c": .int(request.caller.container.id.rawValue), "e": .string(request.caller.environment.rawValue),
                                            "d": .string(request.scope.rawValue), "o": .string(user), "f": .string(field),
                                            "r": .string(recordName), "x": .int(expires)]
             if let recordType { payload["t"] = .string(recordType) }
@@ -113,11 +113,12 @@ struct AssetsController: Sendable {
     /// then stored under their hash. Answers the receipt that attaches them to a record.
     func receiveUpload(_ request: Request, token: String) async throws -> Response {
         guard let payload = sealer.open(token, purpose: Self.uploadPurpose)?.objectValue,
-              case .int(let containerID)? = payload["c"], case .int(let expires)? = payload["x"],
+              case .int(let rawContainerID)? = payload["c"], case .int(let expires)? = payload["x"],
               let environment = payload["e"]?.stringValue, let scope = payload["d"]?.stringValue, let owner = payload["o"]?.stringValue,
               let field = payload["f"]?.stringValue else {
             throw StratusError(.authenticationFailed, "this upload URL is not one Stratus made; ask assets/upload for one")
         }
+        let containerID = ContainerID(rawContainerID)
         guard expires > now() else {
             throw StratusError(.authenticationFailed, "this upload URL expired (they last \(configuration.uploadURLLifetime.components.seconds / 60) minutes); ask assets/upload for a new one")
         }
@@ -140,7 +141,7 @@ struct AssetsController: Sendable {
         let contentType = Self.storedContentType(request.headers[.contentType])
         committed = true
         try await assets.commit(containerID: containerID, stagedAt: staged, checksum: checksum, size: size, contentType: contentType)
-        var receipt: [String: JSON] = ["c": .int(containerID), "e": .string(environment), "d": .string(scope), "o": .string(owner),
+        var receipt: [String: JSON] = ["c": .int(containerID.rawValue), "e": .string(environment), "d": .string(scope), "o": .string(owner),
                                        "f": .string(field), "k": .string(checksum), "s": .int(size),
                                        "x": .int(millisecondsFromNow(configuration.assetReceiptLifetime))]
         if let recordType = payload["t"] { receipt["t"] = recordType }
@@ -203,10 +204,11 @@ struct AssetsController: Sendable {
     /// Serves an asset's bytes (all, or one `Range`), streamed from the store.
     func download(_ request: Request, token: String, context: BasicRequestContext) async throws -> Response {
         guard let payload = sealer.open(token, purpose: Self.downloadPurpose)?.objectValue,
-              case .int(let containerID)? = payload["c"], case .int(let expires)? = payload["x"],
+              case .int(let rawContainerID)? = payload["c"], case .int(let expires)? = payload["x"],
               let checksum = payload["k"]?.stringValue else {
             throw StratusError(.authenticationFailed, "this download URL is not one Stratus made; read the record for its downloadURL")
         }
+        let containerID = ContainerID(rawContainerID)
         guard expires > now() else {
             throw StratusError(.authenticationFailed, "this download URL expired; read the record again for a fresh downloadURL")
         }
@@ -343,7 +345,7 @@ struct AssetsController: Sendable {
                     out.append(StratusError(.notFound, "the asset in field '\(item.field)' of '\(Names.printable(item.name))' is no longer stored").dictionary(uuid: uuid, recordName: item.name))
                     continue
                 }
-                let receipt: JSON = ["c": .int(containerID), "e": .string(request.caller.environment.rawValue), "d": .string(request.scope.rawValue),
+                let receipt: JSON = ["c": .int(containerID.rawValue), "e": .string(request.caller.environment.rawValue), "d": .string(request.scope.rawValue),
                                      "o": .string(user), "k": .string(entry.asset.fileChecksum), "s": .int(entry.asset.size), "x": .int(expires)]
                 // The asset dictionary alone (CKWS): saved as a field's value as it comes.
                 out.append(["fileChecksum": .string(entry.asset.fileChecksum), "size": .int(entry.asset.size),

@@ -96,7 +96,7 @@ final class CourierController: Sendable {
 
     /// A courier token by hash, remembered for a minute: a client polls again at once after each
     /// notification, and tokens are never revoked (only swept after 30 days without a poll).
-    func courierToken(containerID: Int64, hash: String) async throws -> CourierToken? {
+    func courierToken(containerID: ContainerID, hash: String) async throws -> CourierToken? {
         let key = "\(containerID)/\(hash)"
         let now = ContinuousClock.now
         if let (token, read) = courierTokens.withLock({ $0[key] }), now - read < .seconds(60) { return token }

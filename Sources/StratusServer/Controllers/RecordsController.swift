@@ -129,7 +129,7 @@ struct RecordsController: Sendable {
         // A query narrowed to the caller's own records pages through them alone: its marker is theirs.
         let narrowedTo = try await schemas.restrict(&query, for: request, in: db)
         queryShapes.note(query, db: db)
-        let fingerprint = Self.fingerprint(["c": .int(db.containerID), "e": .string(db.environment.rawValue),
+        let fingerprint = Self.fingerprint(["c": .int(db.containerID.rawValue), "e": .string(db.environment.rawValue),
                                             "d": .string(request.scope.rawValue), "o": .string(narrowedTo ?? db.owner), "z": .string(zone),
                                             "v": .string(viewer), "q": queryJSON])
         var cursor: QueryCursor?

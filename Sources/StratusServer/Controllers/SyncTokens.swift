@@ -11,7 +11,7 @@ struct SyncTokens: Sendable {
     /// The sync-token keys of servers a container was imported from, by container
     /// (`ContainerArchive`); forgotten when every cache is invalidated.
     final class ImportedKeys: Sendable {
-        let byContainer = Mutex<[Int64: [RecordStore.ImportedSyncKey]]>([:])
+        let byContainer = Mutex<[ContainerID: [RecordStore.ImportedSyncKey]]>([:])
     }
 
     let records: RecordStore
@@ -26,7 +26,7 @@ struct SyncTokens: Sendable {
     }
 
     static func token(_ db: DatabaseRef, zoneID: Int64?, cursor: FeedCursor, sealer: TokenSealer) -> String {
-        var payload: [String: JSON] = ["c": .int(db.containerID), "e": .string(db.environment.rawValue), "d": .string(db.scope.rawValue),
+        var payload: [String: JSON] = ["c": .int(db.containerID.rawValue), "e": .string(db.environment.rawValue), "d": .string(db.scope.rawValue),
                                        "o": .string(db.owner), "x": .int(cursor.position.xid), "s": .int(cursor.position.seq)]
         if !cursor.pending.isEmpty { payload["p"] = .array(cursor.pending.map { .int($0) }) }
         if let zoneID { payload["z"] = .int(zoneID) }
@@ -42,7 +42,7 @@ struct SyncTokens: Sendable {
     func open(_ text: String, db: DatabaseRef, zoneScoped: Bool) async throws(StratusError) -> (FeedCursor, Int64?) {
         let invalid = StratusError.badRequest("invalid syncToken: pass back a token from a previous response unchanged, or omit it to start from the beginning")
         let native = syncSealer.open(text, purpose: Self.syncPurpose) ?? sealer.open(text, purpose: Self.syncPurpose)
-        if let native, native["c"] == .int(db.containerID) {
+        if let native, native["c"] == .int(db.containerID.rawValue) {
             return try Self.cursor(native, db: db, zoneScoped: zoneScoped, shift: 0)
         }
         for imported in try await importedKeys(db.containerID) {
@@ -57,7 +57,7 @@ struct SyncTokens: Sendable {
     }
 
     /// The sync-token keys of the servers `containerID` was imported from (cached until an invalidation of everything).
-    private func importedKeys(_ containerID: Int64) async throws(StratusError) -> [RecordStore.ImportedSyncKey] {
+    private func importedKeys(_ containerID: ContainerID) async throws(StratusError) -> [RecordStore.ImportedSyncKey] {
         if let known = importedSyncKeys.byContainer.withLock({ $0[containerID] }) { return known }
         let keys: [RecordStore.ImportedSyncKey]
         do {

@@ -40,7 +40,7 @@ struct UsersController: Sendable {
     /// it does not exist yet. In development the type is made just-in-time (CloudKit's grants for
     /// it: `_creator` WRITE, `_world` READ); production has it once a deploy brought it, and
     /// until then its users get their record at their first sign-in after the deploy.
-    func ensureUserRecord(_ user: String, containerID: Int64, environment: ContainerEnvironment) async throws {
+    func ensureUserRecord(_ user: String, containerID: ContainerID, environment: ContainerEnvironment) async throws {
         let schema = try await records.schemas.schema(containerID: containerID, environment: environment)
         if environment == .production, schema.recordTypes[SystemRole.usersRecordType] == nil { return }
         let db = DatabaseRef(containerID: containerID, environment: environment, scope: .public, owner: "")

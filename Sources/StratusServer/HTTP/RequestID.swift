@@ -15,7 +15,7 @@ public enum RequestID {
         var errorCode: String?
         /// For the request log: the container and environment the request was authenticated
         /// against (nil: not logged), the database it named, its user and client address.
-        var container: (id: Int64, environment: ContainerEnvironment)?
+        var container: (id: ContainerID, environment: ContainerEnvironment)?
         var database: DatabaseScope?
         var user: String?
         /// The client's address (`ClientAddress.current`).

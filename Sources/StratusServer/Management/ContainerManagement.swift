@@ -140,7 +140,7 @@ struct ContainerManagement: Sendable {
             return .json(json)
         }
         api.manage(router, .verifyUsage) { call -> ManagementReply in
-            var containerID: Int64?
+            var containerID: ContainerID?
             if let name = call.queryParameters.get("container") {
                 containerID = try await self.authenticator.container(named: String(name)).id
             }
@@ -164,9 +164,9 @@ struct ContainerManagement: Sendable {
         }
         api.manage(router, .tokens) { call -> ManagementReply in
             let grant = call.grant
-            var containerID: Int64?
+            var containerID: ContainerID?
             // An operator who is not a superuser sees the tokens of their teams' containers only.
-            var visible: Set<Int64>?
+            var visible: Set<ContainerID>?
             if let operatorID = grant.caller?.operatorID, !grant.isSuperuser {
                 visible = Set(try await self.admin.operatorStore.teamContainers(operatorID: operatorID).map(\.container.id))
             }
@@ -259,7 +259,7 @@ struct ContainerManagement: Sendable {
 
     /// A log's entries as the query asks: `since` (ISO 8601), `limit` (1–10000, default 1000),
     /// `order` (oldest or newest first), `action`, `actor` (contained, any case).
-    func auditEntries(_ call: ManagementCall, containerID: Int64) async throws -> [AuditEntry] {
+    func auditEntries(_ call: ManagementCall, containerID: ContainerID) async throws -> [AuditEntry] {
         let query = call.queryParameters
         var since: Date?
         if let text = query.get("since") {

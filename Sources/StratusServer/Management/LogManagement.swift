@@ -69,7 +69,7 @@ struct LogManagement: Sendable {
 
     /// The log's filters from the query: `since` (ISO 8601), `status` (`404`, or a class: `4xx`),
     /// `operation`, `user` (record name or email), `after` / `before` (row numbers), `limit` (1–1000, default 100).
-    func logFilter(_ call: ManagementCall, containerID: Int64, environment: ContainerEnvironment) async throws -> RequestLogFilter {
+    func logFilter(_ call: ManagementCall, containerID: ContainerID, environment: ContainerEnvironment) async throws -> RequestLogFilter {
         let query = call.queryParameters
         var filter = RequestLogFilter()
         if let text = query.get("since") {

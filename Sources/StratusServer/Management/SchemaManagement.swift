@@ -111,7 +111,7 @@ struct SchemaManagement: Sendable {
 
     /// The plan with backfill counts and warnings about development queries production would not
     /// index and record types without grants.
-    func planResponse(_ plan: SchemaPlan, counts: [String: Int64], containerID: Int64, applied: Bool, version: Int64?) async throws -> JSON {
+    func planResponse(_ plan: SchemaPlan, counts: [String: Int64], containerID: ContainerID, applied: Bool, version: Int64?) async throws -> JSON {
         await queryShapes.settle()
         let development = try await records.schemas.load(containerID: containerID, environment: .development)
         var warnings: [JSON] = []

@@ -36,9 +36,9 @@ public final class RequestLog: Sendable {
     let configuration: DatabaseConfiguration
     let logger: Logger
     /// Each container-environment's `logRequests` limit, as the rate limiter caches limits.
-    let keep: @Sendable (Int64, ContainerEnvironment) async throws -> Int64
+    let keep: @Sendable (ContainerID, ContainerEnvironment) async throws -> Int64
 
-    init(configuration: DatabaseConfiguration, logger: Logger, keep: @escaping @Sendable (Int64, ContainerEnvironment) async throws -> Int64) {
+    init(configuration: DatabaseConfiguration, logger: Logger, keep: @escaping @Sendable (ContainerID, ContainerEnvironment) async throws -> Int64) {
         self.configuration = configuration
         self.logger = logger
         self.keep = keep
@@ -119,7 +119,7 @@ public final class RequestLog: Sendable {
         guard !entries.isEmpty else { return }
         // Grouped by position, so that no entry is copied (each holds several strings).
         var groups: [Int64: [Int]] = [:]
-        for (index, entry) in entries.enumerated() { groups[entry.containerID * 4 + Int64(entry.environment.code), default: []].append(index) }
+        for (index, entry) in entries.enumerated() { groups[entry.containerID.rawValue * 4 + Int64(entry.environment.code), default: []].append(index) }
         var failed: [RequestLogEntry] = []
         do {
             var batch: [(indices: [Int], keep: Int64)] = []

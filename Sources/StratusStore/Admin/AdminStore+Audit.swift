@@ -24,7 +24,7 @@ public struct AuditActor: Sendable, Equatable {
 
 /// One entry of the audit log.
 public struct AuditEntry: Sendable, Equatable {
-    public var containerID: Int64
+    public var containerID: ContainerID
     public var id: Int64 = 0
     public var at = Date()
     public var actor: String
@@ -38,7 +38,7 @@ public struct AuditEntry: Sendable, Equatable {
     /// Details a person reads (the plan of a deploy, a token's name).
     public var detail: String
 
-    public init(containerID: Int64, actor: AuditActor, action: String, environment: ContainerEnvironment? = nil, target: String = "", detail: String = "") {
+    public init(containerID: ContainerID, actor: AuditActor, action: String, environment: ContainerEnvironment? = nil, target: String = "", detail: String = "") {
         self.containerID = containerID
         self.actor = actor.name
         self.address = actor.address ?? ""
@@ -68,7 +68,7 @@ extension AdminStore {
     /// Audit entries of a container since `since` (all when `nil`), oldest first (or newest
     /// first), at most `limit`; only those of `action` and of an actor containing `actor` (any
     /// case) when given.
-    public func auditLog(containerID: Int64, since: Date?, limit: Int, newestFirst: Bool = false, action: String? = nil,
+    public func auditLog(containerID: ContainerID, since: Date?, limit: Int, newestFirst: Bool = false, action: String? = nil,
                          actor: String? = nil) async throws -> [AuditEntry] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""

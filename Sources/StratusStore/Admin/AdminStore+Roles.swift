@@ -14,7 +14,7 @@ extension AdminStore {
     /// Gives `role` (a custom role of the environment's schema, checked by the caller) to `user`
     /// (a user record name or an email address); audited, and every server process forgets the
     /// environment's memberships when it commits. Returns the member and whether they were new.
-    public func assignRole(containerID: Int64, environment: ContainerEnvironment, role: String, user: String,
+    public func assignRole(containerID: ContainerID, environment: ContainerEnvironment, role: String, user: String,
                            by actor: AuditActor) async throws -> (member: RoleMember, added: Bool) {
         try await database.transaction { connection in
             let found = try await connection.rows("""
@@ -42,7 +42,7 @@ extension AdminStore {
     }
 
     /// Takes `role` from `user`; `NOT_FOUND` when the user does not hold it. Audited.
-    public func unassignRole(containerID: Int64, environment: ContainerEnvironment, role: String, user: String,
+    public func unassignRole(containerID: ContainerID, environment: ContainerEnvironment, role: String, user: String,
                              by actor: AuditActor) async throws -> String {
         try await database.transaction { connection in
             let removed = try await connection.rows("""
@@ -64,7 +64,7 @@ extension AdminStore {
     }
 
     /// The members of `role`, oldest first.
-    public func roleMembers(containerID: Int64, environment: ContainerEnvironment, role: String) async throws -> [RoleMember] {
+    public func roleMembers(containerID: ContainerID, environment: ContainerEnvironment, role: String) async throws -> [RoleMember] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT m.user_record_name, coalesce(u.email, ''), m.added_at FROM role_members m
@@ -80,7 +80,7 @@ extension AdminStore {
     }
 
     /// How many members each role of one environment has (roles without members are absent).
-    public func roleMemberCounts(containerID: Int64, environment: ContainerEnvironment) async throws -> [String: Int64] {
+    public func roleMemberCounts(containerID: ContainerID, environment: ContainerEnvironment) async throws -> [String: Int64] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT role, count(*) FROM role_members
@@ -91,7 +91,7 @@ extension AdminStore {
     }
 
     /// The custom roles `user` holds in one environment.
-    public func roles(containerID: Int64, environment: ContainerEnvironment, user: String) async throws -> Set<String> {
+    public func roles(containerID: ContainerID, environment: ContainerEnvironment, user: String) async throws -> Set<String> {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT role FROM role_members

@@ -5,7 +5,7 @@ import StratusCore
 
 /// A server-to-server key as stored: its P-256 public key in X9.63 form.
 public struct ServerKeyInfo: Sendable, Equatable {
-    public var containerID: Int64
+    public var containerID: ContainerID
     public var containerName: String
     public var keyID: String
     public var environment: ContainerEnvironment
@@ -20,7 +20,7 @@ extension AdminStore {
 
     static func serverKey(_ row: PostgresRow) throws -> ServerKeyInfo {
         let (container, containerName, keyID, environment, name, key, created, revoked) =
-            try row.decode((Int64, String, String, Int16, String, Data, Date, Date?).self)
+            try row.decode((ContainerID, String, String, Int16, String, Data, Date, Date?).self)
         return ServerKeyInfo(containerID: container, containerName: containerName, keyID: keyID,
                              environment: environment == 1 ? .development : .production, name: name, publicKey: key,
                              createdAt: created, revokedAt: revoked)
@@ -46,7 +46,7 @@ extension AdminStore {
     }
 
     /// The keys of a container, newest first.
-    public func serverKeys(containerID: Int64) async throws -> [ServerKeyInfo] {
+    public func serverKeys(containerID: ContainerID) async throws -> [ServerKeyInfo] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT \(unescaped: Self.serverKeyColumns) FROM server_keys k JOIN containers c ON c.container_id = k.container_id
@@ -58,7 +58,7 @@ extension AdminStore {
 
     /// The key with `keyID` in the container, or `nil`. Looked up within the container the
     /// request names, so that on Citus it is one worker's read.
-    public func serverKey(keyID: String, containerID: Int64) async throws -> ServerKeyInfo? {
+    public func serverKey(keyID: String, containerID: ContainerID) async throws -> ServerKeyInfo? {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT \(unescaped: Self.serverKeyColumns) FROM server_keys k JOIN containers c ON c.container_id = k.container_id
@@ -70,7 +70,7 @@ extension AdminStore {
 
     /// Revokes a key of the container (by its ID or a prefix of at least 8 digits naming one key);
     /// every server process refuses it when the transaction commits. Audited.
-    public func revokeServerKey(containerID: Int64, idOrPrefix: String, by actor: AuditActor) async throws -> ServerKeyInfo {
+    public func revokeServerKey(containerID: ContainerID, idOrPrefix: String, by actor: AuditActor) async throws -> ServerKeyInfo {
         try await database.transaction { connection in
             let prefix = idOrPrefix.lowercased()
             let rows = try await connection.rows("""
@@ -97,7 +97,7 @@ extension AdminStore {
 
     /// Records a signed request's digest for its key until `expires`; `false` when it was
     /// already recorded (a replay). Now and then the key's expired digests are dropped.
-    public func recordSignature(containerID: Int64, keyID: String, digest: Data, expires: Date) async throws -> Bool {
+    public func recordSignature(containerID: ContainerID, keyID: String, digest: Data, expires: Date) async throws -> Bool {
         try await database.withConnection { connection in
             if UInt8.random(in: 0...63) == 0 {
                 try await connection.statement("""

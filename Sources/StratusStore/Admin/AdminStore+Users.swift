@@ -5,7 +5,7 @@ import StratusCore
 
 /// A signed-in session, as stored.
 public struct SessionRecord: Sendable, Equatable {
-    public var containerID: Int64
+    public var containerID: ContainerID
     public var sessionID: Int64
     public var environment: ContainerEnvironment
     public var user: String
@@ -29,13 +29,13 @@ extension AdminStore {
 
     static func session(_ row: PostgresRow) throws -> SessionRecord {
         let (container, session, environment, user, expires, used, ended, reason) =
-            try row.decode((Int64, Int64, Int16, String, Date, Date, Date?, String?).self)
+            try row.decode((ContainerID, Int64, Int16, String, Date, Date, Date?, String?).self)
         return SessionRecord(containerID: container, sessionID: session, environment: environment == 1 ? .development : .production,
                              user: user, expiresAt: expires, lastUsedAt: used, endedAt: ended, endReason: reason)
     }
 
     /// Starts a session for `user` that ends at the latest after `lifetime`.
-    public func createSession(containerID: Int64, environment: ContainerEnvironment, user: String, lifetime: Duration) async throws -> SessionRecord {
+    public func createSession(containerID: ContainerID, environment: ContainerEnvironment, user: String, lifetime: Duration) async throws -> SessionRecord {
         let seconds = Double(lifetime.components.seconds)
         return try await database.withConnection { connection in
             try await connection.rows("""
@@ -48,7 +48,7 @@ extension AdminStore {
 
     /// Marks a live session used now and returns it, or says why it cannot be used: ended, idle
     /// for longer than `idleTimeout`, past its absolute expiry, or unknown.
-    public func useSession(containerID: Int64, sessionID: Int64, idleTimeout: Duration) async throws -> Result<SessionRecord, SessionRefusal> {
+    public func useSession(containerID: ContainerID, sessionID: Int64, idleTimeout: Duration) async throws -> Result<SessionRecord, SessionRefusal> {
         let idle = Double(idleTimeout.components.seconds)
         return try await database.withConnection { connection in
             let used = try await connection.rows("""
@@ -74,7 +74,7 @@ extension AdminStore {
     /// Ends one session (signing out); `false` when it had already ended. Every server process
     /// forgets it when the transaction commits.
     @discardableResult
-    public func endSession(containerID: Int64, sessionID: Int64, reason: String) async throws -> Bool {
+    public func endSession(containerID: ContainerID, sessionID: Int64, reason: String) async throws -> Bool {
         try await database.transaction { connection in
             let ended = try await connection.rows("""
                 UPDATE sessions SET ended_at = now(), end_reason = \(reason)
@@ -87,7 +87,7 @@ extension AdminStore {
 
     /// Ends every live session of `user` inside the caller's transaction; returns how many.
     @discardableResult
-    public func endSessions(containerID: Int64, user: String, reason: String, on connection: PostgresConnection) async throws -> Int {
+    public func endSessions(containerID: ContainerID, user: String, reason: String, on connection: PostgresConnection) async throws -> Int {
         let ended = try await connection.rows("""
             UPDATE sessions SET ended_at = now(), end_reason = \(reason)
             WHERE container_id = \(containerID) AND user_record_name = \(user) AND ended_at IS NULL RETURNING 1
@@ -97,7 +97,7 @@ extension AdminStore {
     }
 
     /// Replaces a user's password hash and ends all their sessions, in one transaction.
-    public func changePassword(containerID: Int64, user: String, passwordHash: String) async throws {
+    public func changePassword(containerID: ContainerID, user: String, passwordHash: String) async throws {
         try await database.transaction { connection in
             try await connection.statement("""
                 UPDATE users SET password_hash = \(passwordHash), password_changed_at = now()
@@ -111,7 +111,7 @@ extension AdminStore {
 
     /// Seconds until the first of `keys` that has `limit` or more failures in the current window
     /// (of `window`) may try again; `nil` when none is throttled.
-    public func signInRetryAfter(containerID: Int64, keys: [(key: String, limit: Int)], window: Duration) async throws -> Int? {
+    public func signInRetryAfter(containerID: ContainerID, keys: [(key: String, limit: Int)], window: Duration) async throws -> Int? {
         let seconds = Double(window.components.seconds)
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
@@ -131,7 +131,7 @@ extension AdminStore {
     }
 
     /// Counts a failed sign-in against each key (a new window when the last one has passed).
-    public func recordSignInFailure(containerID: Int64, keys: [String], window: Duration) async throws {
+    public func recordSignInFailure(containerID: ContainerID, keys: [String], window: Duration) async throws {
         // The time is bound, not now(): Citus allows only immutable functions in DO UPDATE SET.
         let now = Date()
         let windowStart = now.addingTimeInterval(-Double(window.components.seconds))
@@ -155,7 +155,7 @@ extension AdminStore {
     /// `perAddress`, against the environment's `total`, each in an hour-long window. Returns the
     /// seconds until the refusing window ends, or nil when the attempt may go on. Either way the
     /// attempt is added to `stratus usage`'s counts (of the 10-second bucket of `second`).
-    public func admitSignup(containerID: Int64, environment: ContainerEnvironment, address: String?, perAddress: Int64, total: Int64,
+    public func admitSignup(containerID: ContainerID, environment: ContainerEnvironment, address: String?, perAddress: Int64, total: Int64,
                             second: Int64) async throws -> Int? {
         try await database.withConnection { connection in
             // The seconds left are worked out here: Citus allows no `now()` in a RETURNING clause.
@@ -194,7 +194,7 @@ extension AdminStore {
     }
 
     /// Forgets the failures counted against `key` (after a successful sign-in).
-    public func clearSignInFailures(containerID: Int64, key: String) async throws {
+    public func clearSignInFailures(containerID: ContainerID, key: String) async throws {
         try await database.withConnection { connection in
             try await connection.statement("DELETE FROM signin_failures WHERE container_id = \(containerID) AND key = \(key)", logger: logger)
         }
@@ -214,7 +214,7 @@ public struct UserSummary: Sendable, Equatable {
 extension AdminStore {
     /// The container's users (oldest first), with their live sessions in `environment`; `user`
     /// narrows to one, by record name or email address.
-    public func users(containerID: Int64, environment: ContainerEnvironment, user: String? = nil, limit: Int = 10_000) async throws -> [UserSummary] {
+    public func users(containerID: ContainerID, environment: ContainerEnvironment, user: String? = nil, limit: Int = 10_000) async throws -> [UserSummary] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT u.user_record_name, u.email, u.created_at, u.disabled_at,
@@ -233,7 +233,7 @@ extension AdminStore {
 
     /// Disables a user (they cannot sign in, and every session of theirs ends at once, on every
     /// server process) or enables them again; audited. `NOT_FOUND` for an unknown user.
-    public func setUserDisabled(containerID: Int64, user: String, disabled: Bool, by actor: AuditActor) async throws -> UserSummary {
+    public func setUserDisabled(containerID: ContainerID, user: String, disabled: Bool, by actor: AuditActor) async throws -> UserSummary {
         try await database.transaction { connection in
             let rows = try await connection.rows("""
                 UPDATE users SET disabled_at = CASE WHEN \(disabled) THEN coalesce(disabled_at, \(Date())) ELSE NULL END
@@ -277,7 +277,7 @@ extension AdminStore {
     }
 
     /// The profile of `user` (disabled or not), or `nil`.
-    public func profile(containerID: Int64, user: String) async throws -> UserProfile? {
+    public func profile(containerID: ContainerID, user: String) async throws -> UserProfile? {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT user_record_name, email, given_name, family_name, discoverable FROM users
@@ -287,7 +287,7 @@ extension AdminStore {
     }
 
     /// Changes what is given of a user's profile (`nil` leaves a part as it is) and returns it.
-    public func updateProfile(containerID: Int64, user: String, discoverable: Bool?, givenName: String??, familyName: String??) async throws -> UserProfile? {
+    public func updateProfile(containerID: ContainerID, user: String, discoverable: Bool?, givenName: String??, familyName: String??) async throws -> UserProfile? {
         try await database.withConnection { connection in
             try await connection.rows("""
                 UPDATE users SET discoverable = coalesce(\(discoverable), discoverable),
@@ -301,7 +301,7 @@ extension AdminStore {
 
     /// The users among `emails` and `userRecordNames` who let themselves be found (discoverable,
     /// not disabled). Anyone else is left out, exactly like an address nobody uses.
-    public func discoverableUsers(containerID: Int64, emails: [String], userRecordNames: [String]) async throws -> [UserProfile] {
+    public func discoverableUsers(containerID: ContainerID, emails: [String], userRecordNames: [String]) async throws -> [UserProfile] {
         guard !emails.isEmpty || !userRecordNames.isEmpty else { return [] }
         return try await database.withConnection { connection in
             try await connection.rows("""

@@ -5,7 +5,7 @@ import StratusCore
 
 /// A container as the management API shows it.
 public struct ContainerInfo: Sendable, Equatable {
-    public var id: Int64
+    public var id: ContainerID
     public var name: String
     public var identitySalt: [UInt8]
     public var createdAt: Date
@@ -13,7 +13,7 @@ public struct ContainerInfo: Sendable, Equatable {
 
 /// An API token's metadata (never its secret).
 public struct APITokenInfo: Sendable, Equatable {
-    public var containerID: Int64
+    public var containerID: ContainerID
     public var containerName: String
     public var tokenID: Int64
     public var environment: ContainerEnvironment
@@ -30,14 +30,14 @@ public struct APITokenInfo: Sendable, Equatable {
 
 /// A user account of a container.
 public struct UserAccount: Sendable, Equatable {
-    public var containerID: Int64
+    public var containerID: ContainerID
     public var userRecordName: String
     public var email: String
     public var passwordHash: String
     /// When an administrator disabled the account (it cannot sign in), if they did.
     public var disabledAt: Date?
 
-    public init(containerID: Int64, userRecordName: String, email: String, passwordHash: String, disabledAt: Date? = nil) {
+    public init(containerID: ContainerID, userRecordName: String, email: String, passwordHash: String, disabledAt: Date? = nil) {
         self.containerID = containerID
         self.userRecordName = userRecordName
         self.email = email
@@ -92,7 +92,7 @@ public struct AdminStore: Sendable {
     }
 
     static func container(_ row: PostgresRow) throws -> ContainerInfo {
-        let (id, name, salt, created) = try row.decode((Int64, String, Data, Date).self)
+        let (id, name, salt, created) = try row.decode((ContainerID, String, Data, Date).self)
         return ContainerInfo(id: id, name: name, identitySalt: Array(salt), createdAt: created)
     }
 
@@ -125,7 +125,7 @@ public struct AdminStore: Sendable {
 
     /// Changes a live token's allowed origins and sign-in callback (`nil`: unchanged); every
     /// server process forgets its copy when this commits. Audited.
-    public func updateAPIToken(containerID: Int64, idOrPrefix: String, allowedOrigins: [String]?, signInCallback: String??,
+    public func updateAPIToken(containerID: ContainerID, idOrPrefix: String, allowedOrigins: [String]?, signInCallback: String??,
                                by actor: AuditActor) async throws -> APITokenInfo {
         let tokenID = Int64(idOrPrefix)
         return try await database.transaction { connection in
@@ -161,7 +161,7 @@ public struct AdminStore: Sendable {
     }
 
     /// API tokens, optionally of one container.
-    public func listAPITokens(containerID: Int64?) async throws -> [APITokenInfo] {
+    public func listAPITokens(containerID: ContainerID?) async throws -> [APITokenInfo] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT \(unescaped: Self.tokenColumns(table: "t", container: "c.name"))
@@ -174,7 +174,7 @@ public struct AdminStore: Sendable {
     }
 
     /// The container's token with this hash (revoked ones included, so callers can say so).
-    public func apiToken(containerID: Int64, hash: [UInt8]) async throws -> APITokenInfo? {
+    public func apiToken(containerID: ContainerID, hash: [UInt8]) async throws -> APITokenInfo? {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT \(unescaped: Self.tokenColumns(table: "t", container: "c.name"))
@@ -185,7 +185,7 @@ public struct AdminStore: Sendable {
     }
 
     /// Revokes a token by id or by its prefix; `NOT_FOUND` if no live token matches.
-    public func revokeAPIToken(containerID: Int64, idOrPrefix: String, by actor: AuditActor) async throws -> APITokenInfo {
+    public func revokeAPIToken(containerID: ContainerID, idOrPrefix: String, by actor: AuditActor) async throws -> APITokenInfo {
         let tokenID = Int64(idOrPrefix)
         return try await database.transaction { connection in
             let rows = try await connection.rows("""
@@ -205,7 +205,7 @@ public struct AdminStore: Sendable {
 
     static func token(_ row: PostgresRow) throws -> APITokenInfo {
         let (containerID, containerName, tokenID, environment, name, prefix, created, revoked, origins, callback) =
-            try row.decode((Int64, String, Int64, Int16, String, String, Date, Date?, [String], String?).self)
+            try row.decode((ContainerID, String, Int64, Int16, String, String, Date, Date?, [String], String?).self)
         return APITokenInfo(containerID: containerID, containerName: containerName, tokenID: tokenID,
                             environment: environment == 1 ? .development : .production, name: name, prefix: prefix,
                             createdAt: created, revokedAt: revoked, allowedOrigins: origins, signInCallback: callback)
@@ -225,7 +225,7 @@ public struct AdminStore: Sendable {
     }
 
     /// The account with this email in a container.
-    public func user(containerID: Int64, email: String) async throws -> UserAccount? {
+    public func user(containerID: ContainerID, email: String) async throws -> UserAccount? {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT user_record_name, password_hash, disabled_at FROM users WHERE container_id = \(containerID) AND email = \(email)
@@ -237,7 +237,7 @@ public struct AdminStore: Sendable {
     }
 
     /// The account with this user record name in a container.
-    public func user(containerID: Int64, userRecordName: String) async throws -> UserAccount? {
+    public func user(containerID: ContainerID, userRecordName: String) async throws -> UserAccount? {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT email, password_hash, disabled_at FROM users WHERE container_id = \(containerID) AND user_record_name = \(userRecordName)

@@ -15,11 +15,11 @@ extension MeteringStore {
                                "notifications_per_second", "signups_per_address_per_hour", "signups_per_hour", "log_requests"]
 
     /// The limits of a container-environment.
-    public func quotaSettings(containerID: Int64, environment: ContainerEnvironment) async throws -> QuotaSettings {
+    public func quotaSettings(containerID: ContainerID, environment: ContainerEnvironment) async throws -> QuotaSettings {
         try await database.withConnection { connection in try await self.quotaSettings(containerID: containerID, environment: environment, on: connection) }
     }
 
-    func quotaSettings(containerID: Int64, environment: ContainerEnvironment, on connection: PostgresConnection) async throws -> QuotaSettings {
+    func quotaSettings(containerID: ContainerID, environment: ContainerEnvironment, on connection: PostgresConnection) async throws -> QuotaSettings {
         let rows = try await connection.rows("""
             SELECT max_records, max_storage_bytes, requests_per_second::int8, user_requests_per_second::int8, user_private_storage_bytes,
                    notifications_per_second::int8, signups_per_address_per_hour, signups_per_hour, log_requests
@@ -39,7 +39,7 @@ extension MeteringStore {
 
     /// Sets (a number) or resets (nil: back to the default) limits of a container-environment, in
     /// one audited transaction. Returns the limits after the change.
-    public func setQuotaLimits(containerID: Int64, environment: ContainerEnvironment, changes: [String: Int64?],
+    public func setQuotaLimits(containerID: ContainerID, environment: ContainerEnvironment, changes: [String: Int64?],
                                by actor: AuditActor) async throws -> QuotaSettings {
         try await database.transaction { connection in
             try await connection.statement("""

@@ -5,7 +5,7 @@ import StratusCore
 
 /// One answered data-API request, as the request log keeps it.
 public struct RequestLogEntry: Sendable, Equatable {
-    public var containerID: Int64
+    public var containerID: ContainerID
     public var environment: ContainerEnvironment
     /// Its number in the container-environment's log: grows in the order rows were written (0 until then).
     public var seq: Int64 = 0
@@ -20,7 +20,7 @@ public struct RequestLogEntry: Sendable, Equatable {
     public var requestID: String
     public var clientAddress: String?
 
-    public init(containerID: Int64, environment: ContainerEnvironment, at: Date, database: DatabaseScope?, operation: String, status: Int,
+    public init(containerID: ContainerID, environment: ContainerEnvironment, at: Date, database: DatabaseScope?, operation: String, status: Int,
                 errorCode: String?, durationMicroseconds: Int, userRecordName: String?, requestID: String, clientAddress: String?) {
         self.containerID = containerID
         self.environment = environment
@@ -104,7 +104,7 @@ extension MeteringStore {
 
     /// The requests of a container-environment's log `filter` asks for (newest first, or with
     /// `after` oldest first), among its newest `keep`.
-    public func requestLog(containerID: Int64, environment: ContainerEnvironment, keep: Int64, filter: RequestLogFilter) async throws -> [RequestLogEntry] {
+    public func requestLog(containerID: ContainerID, environment: ContainerEnvironment, keep: Int64, filter: RequestLogFilter) async throws -> [RequestLogEntry] {
         let statusLow = filter.status.map(Int16.init(clamping:))
         let statusHigh = filter.status.map { Int16(clamping: filter.statusClass ? $0 + 99 : $0) }
         let rows = try await database.withConnection { connection in
@@ -144,7 +144,7 @@ extension MeteringStore {
 
     /// Forgets a user in the request log (their erasure): their requests stay, without their
     /// record name or client address.
-    public func forgetInRequestLog(containerID: Int64, user: String, on connection: PostgresConnection) async throws {
+    public func forgetInRequestLog(containerID: ContainerID, user: String, on connection: PostgresConnection) async throws {
         try await connection.statement("""
             UPDATE request_log SET
                 client_address = ARRAY(SELECT CASE WHEN u = \(user) THEN '' ELSE a END FROM unnest(user_record_name, client_address) WITH ORDINALITY AS x(u, a, n) ORDER BY n),
@@ -156,7 +156,7 @@ extension MeteringStore {
     /// Requests, errors (status 400 and above) and the median and 95th percentile of their
     /// durations since `since`: per operation (busiest first), and per `bucketSeconds` of time
     /// (oldest first; buckets without requests are left out), for one operation when given.
-    public func requestTelemetry(containerID: Int64, environment: ContainerEnvironment, keep: Int64, since: Date, bucketSeconds: Int,
+    public func requestTelemetry(containerID: ContainerID, environment: ContainerEnvironment, keep: Int64, since: Date, bucketSeconds: Int,
                                  operation: String?) async throws -> (operations: [RequestLogSummary], buckets: [RequestLogSummary]) {
         // The period's requests among the newest `keep`, as rows.
         let requests = """
@@ -225,7 +225,7 @@ struct WriteRequestLog: PostgresPreparedStatement {
         """
     typealias Row = Int64
 
-    var containerID: Int64
+    var containerID: ContainerID
     var environment: Int16
     /// Requests numbered, and written (the newest `keep` of them).
     var count: Int64

@@ -35,7 +35,7 @@ public struct UsageReport: Sendable {
 
 /// A counter that differs from a recount of the data (`stratus usage --verify`).
 public struct UsageDifference: Sendable {
-    public var containerID: Int64
+    public var containerID: ContainerID
     public var container: String
     public var environment: Int16
     /// '' for the container-environment's totals, else a user's private storage.
@@ -56,7 +56,7 @@ public struct MeteringStore: Sendable {
 
 extension MeteringStore {
     /// The metered usage of a container-environment.
-    public func usageReport(containerID: Int64, environment: ContainerEnvironment, now: Date = Date()) async throws -> UsageReport {
+    public func usageReport(containerID: ContainerID, environment: ContainerEnvironment, now: Date = Date()) async throws -> UsageReport {
         try await database.withConnection { connection in
             let settings = try await self.quotaSettings(containerID: containerID, environment: environment, on: connection)
             let totals = try await connection.rows("""
@@ -98,7 +98,7 @@ extension MeteringStore {
     /// Recounts live records and bytes from the data, per container-environment and per user's
     /// private database, and returns every counter that differs (none: the meters are exact).
     /// One statement, so one snapshot: writes in flight change both sides or neither.
-    public func verifyUsage(containerID: Int64?, environment: ContainerEnvironment?) async throws -> [UsageDifference] {
+    public func verifyUsage(containerID: ContainerID?, environment: ContainerEnvironment?) async throws -> [UsageDifference] {
         var binds = PostgresBindings()
         var filters: [String] = []
         if let containerID {
@@ -141,7 +141,7 @@ extension MeteringStore {
                 ORDER BY 1, 2, 3
                 """, binds: binds), logger: self.logger) {
                 let (container, environment, owner, countedRecords, meteredRecords, countedBytes, meteredBytes, name) =
-                    try row.decode((Int64, Int16, String, Int64, Int64, Int64, Int64, String).self)
+                    try row.decode((ContainerID, Int16, String, Int64, Int64, Int64, Int64, String).self)
                 differences.append(UsageDifference(containerID: container, container: name, environment: environment, owner: owner,
                                                    countedRecords: countedRecords, meteredRecords: meteredRecords,
                                                    countedBytes: countedBytes, meteredBytes: meteredBytes))
@@ -153,7 +153,7 @@ extension MeteringStore {
 
 /// A container-environment's request counts in one 10-second bucket, to add to `request_counts`.
 public struct RequestCounts: Sendable {
-    public var containerID: Int64
+    public var containerID: ContainerID
     public var environment: ContainerEnvironment
     public var bucket: Int64
     public var requests: Int64
@@ -162,7 +162,7 @@ public struct RequestCounts: Sendable {
     public var notifications: Int64
     public var notificationsDropped: Int64
 
-    public init(containerID: Int64, environment: ContainerEnvironment, bucket: Int64, requests: Int64, throttled: Int64, refused: Int64,
+    public init(containerID: ContainerID, environment: ContainerEnvironment, bucket: Int64, requests: Int64, throttled: Int64, refused: Int64,
                 notifications: Int64 = 0, notificationsDropped: Int64 = 0) {
         self.containerID = containerID
         self.environment = environment

@@ -52,7 +52,7 @@ public struct TeamMember: Sendable, Equatable {
 }
 
 /// Operators' actions on no container in particular (operator accounts) are audited under this container id.
-public let serverAuditContainerID: Int64 = 0
+public let serverAuditContainerID: ContainerID = 0
 
 /// Operator accounts, their credentials and console sessions, and containers' teams
 /// (`admin.operatorStore`).
@@ -269,7 +269,7 @@ extension OperatorStore {
     // MARK: Teams
 
     /// The operator's role in the container, or `nil` when not a member.
-    public func teamRole(containerID: Int64, operatorID: Int64) async throws -> TeamRole? {
+    public func teamRole(containerID: ContainerID, operatorID: Int64) async throws -> TeamRole? {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT role FROM container_members WHERE container_id = \(containerID) AND operator_id = \(operatorID)
@@ -287,13 +287,13 @@ extension OperatorStore {
                 """, logger: logger)
         }
         return try rows.map { row in
-            let (id, name, salt, created, role) = try row.decode((Int64, String, Data, Date, Int16).self)
+            let (id, name, salt, created, role) = try row.decode((ContainerID, String, Data, Date, Int16).self)
             return (ContainerInfo(id: id, name: name, identitySalt: Array(salt), createdAt: created), TeamRole(rawValue: role) ?? .viewer)
         }
     }
 
     /// A container's team, owners first.
-    public func team(containerID: Int64) async throws -> [TeamMember] {
+    public func team(containerID: ContainerID) async throws -> [TeamMember] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT \(unescaped: Self.operatorColumns), m.role, m.added_at
@@ -359,7 +359,7 @@ extension OperatorStore {
 
     /// The environments of the API tokens (revoked ones too: a token's environment never changes)
     /// an id or prefix names in the container, for authorising a change before it is made.
-    public func apiTokenEnvironments(containerID: Int64, idOrPrefix: String) async throws -> Set<ContainerEnvironment> {
+    public func apiTokenEnvironments(containerID: ContainerID, idOrPrefix: String) async throws -> Set<ContainerEnvironment> {
         let tokenID = Int64(idOrPrefix)
         return Set(try await database.withConnection { connection in
             try await connection.rows("""
@@ -370,7 +370,7 @@ extension OperatorStore {
     }
 
     /// The environments of the server-to-server keys an ID or prefix (of at least 8 digits) names in the container.
-    public func serverKeyEnvironments(containerID: Int64, idOrPrefix: String) async throws -> Set<ContainerEnvironment> {
+    public func serverKeyEnvironments(containerID: ContainerID, idOrPrefix: String) async throws -> Set<ContainerEnvironment> {
         let prefix = idOrPrefix.lowercased()
         return Set(try await database.withConnection { connection in
             try await connection.rows("""

@@ -35,7 +35,7 @@ public struct UserDataStore: Sendable {
 
 extension UserDataStore {
     /// The user's data in one environment, read in one snapshot.
-    public func userData(containerID: Int64, environment: ContainerEnvironment, user: String) async throws -> UserData {
+    public func userData(containerID: ContainerID, environment: ContainerEnvironment, user: String) async throws -> UserData {
         try await database.transaction { connection in
             try await connection.statement("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
             var data = UserData()
@@ -78,7 +78,7 @@ extension UserDataStore {
     }
 
     /// The names of the user's live private zones in one environment.
-    public func privateZoneNames(containerID: Int64, environment: ContainerEnvironment, user: String) async throws -> [String] {
+    public func privateZoneNames(containerID: ContainerID, environment: ContainerEnvironment, user: String) async throws -> [String] {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT zone_name FROM zones WHERE container_id = \(containerID) AND environment = \(environment.code)
@@ -88,7 +88,7 @@ extension UserDataStore {
     }
 
     /// The names of the public records the user created and that are live, in one environment.
-    public func publicRecordNames(containerID: Int64, environment: ContainerEnvironment, user: String) async throws -> [String] {
+    public func publicRecordNames(containerID: ContainerID, environment: ContainerEnvironment, user: String) async throws -> [String] {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT r.record_name FROM records r JOIN zones z ON z.container_id = r.container_id AND z.zone_id = r.zone_id
@@ -102,7 +102,7 @@ extension UserDataStore {
     /// participations, subscriptions, web courier tokens and their queues, role memberships, their
     /// name and address in the request log; ends their sessions and deletes the account. One transaction, with its audit entry; other
     /// server processes forget the user's sessions and subscriptions when it commits.
-    public func eraseAccount(containerID: Int64, user: String, erasure: UserErasure, by actor: AuditActor,
+    public func eraseAccount(containerID: ContainerID, user: String, erasure: UserErasure, by actor: AuditActor,
                              endSessions: @Sendable (PostgresConnection) async throws -> Int) async throws -> UserErasure {
         try await database.transaction { connection in
             var result = erasure

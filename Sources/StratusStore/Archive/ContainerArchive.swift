@@ -95,7 +95,7 @@ public struct ContainerArchive: Sendable {
                                                       logger: logger).first else {
                 throw StratusError(.notFound, "no container named '\(name)' on this server ('stratus container list' shows them)")
             }
-            let (containerID, containerRow) = try row.decode((Int64, String).self)
+            let (containerID, containerRow) = try row.decode((ContainerID, String).self)
             let tables = try await Self.tables(on: connection, logger: logger).filter { !Self.notCarried.contains($0.name) || $0.name == "assets" }
             var counts: [String: JSON] = [:]
             var total = 0
@@ -120,7 +120,7 @@ public struct ContainerArchive: Sendable {
                 "migration": .int(try await Self.migrationVersion(on: connection, logger: logger)),
                 "container": .raw(Array(containerRow.utf8)),
                 "containerName": .string(name),
-                "containerID": .int(containerID),
+                "containerID": .int(containerID.rawValue),
                 "environment": environment.map { .string($0.rawValue) } ?? .null,
                 "exportedAt": .string(ISO8601DateFormatter().string(from: Date())),
                 "rows": .object(counts),
@@ -164,7 +164,7 @@ public struct ContainerArchive: Sendable {
     }
 
     /// `SELECT <what> FROM <table> t` of the container's rows (of `environment`, for a table that has one).
-    static func select(_ what: String, from table: Table, _ containerID: Int64, _ environment: ContainerEnvironment?) -> PostgresQuery {
+    static func select(_ what: String, from table: Table, _ containerID: ContainerID, _ environment: ContainerEnvironment?) -> PostgresQuery {
         var binds = PostgresBindings()
         binds.append(containerID)
         var sql = "SELECT \(what) FROM \(table.name) t WHERE container_id = $1"
@@ -176,7 +176,7 @@ public struct ContainerArchive: Sendable {
     }
 
     /// Writes an asset's bytes after its row; returns their count.
-    private func writeAssetBytes(rowJSON: String, containerID: Int64, on connection: PostgresConnection,
+    private func writeAssetBytes(rowJSON: String, containerID: ContainerID, on connection: PostgresConnection,
                                  write: (String) throws -> Void) async throws -> Int64 {
         let row = try JSONParser.parse(rowJSON)
         guard let checksum = row["checksum"]?.stringValue, case .int(let size)? = row["size"] else {
@@ -221,7 +221,7 @@ extension ContainerArchive {
     /// What one import wrote.
     public struct Restored: Sendable {
         public var containerName: String
-        public var containerID: Int64
+        public var containerID: ContainerID
         public var sourceContainerID: Int64
         public var rows: Int
         public var records: Int
@@ -304,7 +304,7 @@ extension ContainerArchive {
                 """, logger: logger).first else {
                 throw StratusError(.exists, "a container named '\(name)' already exists on this server; an import restores a container into a server that does not have it")
             }
-            let containerID = try inserted.decode(Int64.self)
+            let containerID = try inserted.decode(ContainerID.self)
             // Every imported change sorts below every transaction running or to come here: writes
             // made after the import are then read after it by every sync token, old or new.
             let oldest = try await connection.rows("SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint", logger: logger).first!.decode(Int64.self)
@@ -421,7 +421,7 @@ extension ContainerArchive {
         return (line[..<tab], line[line.index(after: tab)...])
     }
 
-    static func bindings(_ rows: String, _ containerID: Int64, _ shift: Int64) -> PostgresBindings {
+    static func bindings(_ rows: String, _ containerID: ContainerID, _ shift: Int64) -> PostgresBindings {
         var binds = PostgresBindings()
         binds.append(rows)
         binds.append(containerID)
@@ -458,7 +458,7 @@ extension ContainerArchive {
         }
 
         /// Checks the bytes against the row and stores them (in the caller's transaction).
-        func commit(into store: AssetStore, containerID: Int64) async throws {
+        func commit(into store: AssetStore, containerID: ContainerID) async throws {
             try handle.synchronize()
             try handle.close()
             guard written == size, Data(hash.finalize()).base64EncodedString() == checksum else {

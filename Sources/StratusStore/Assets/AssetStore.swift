@@ -61,7 +61,7 @@ public final class AssetStore: Sendable {
     }
 
     /// Where the files store keeps a container's asset.
-    public func filePath(containerID: Int64, checksum: String) -> String? {
+    public func filePath(containerID: ContainerID, checksum: String) -> String? {
         guard case .files(let directory) = storage, let digest = AssetValue.digest(of: checksum) else { return nil }
         let hex = digest.map { String($0, radix: 16).leftPadded(to: 2) }.joined()
         return "\(directory)/\(containerID)/\(hex.prefix(2))/\(hex)"
@@ -71,7 +71,7 @@ public final class AssetStore: Sendable {
     /// distinct content, the bytes placed while its row is locked (so a sweep deleting the same
     /// content waits, or is waited for). An asset already stored only has its `used_at` moved.
     /// The staged file is gone afterwards, whatever happens.
-    public func commit(containerID: Int64, stagedAt staged: String, checksum: String, size: Int64, contentType: String) async throws {
+    public func commit(containerID: ContainerID, stagedAt staged: String, checksum: String, size: Int64, contentType: String) async throws {
         defer { unlink(staged) }
         try await database.transaction { connection in
             let row = try await connection.rows("""
@@ -129,7 +129,7 @@ public final class AssetStore: Sendable {
     }
 
     /// The stored asset, or `nil`.
-    public func asset(containerID: Int64, checksum: String) async throws -> StoredAsset? {
+    public func asset(containerID: ContainerID, checksum: String) async throws -> StoredAsset? {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT size, content_type, lo_oid::bigint FROM assets WHERE container_id = \(containerID) AND checksum = \(checksum)
@@ -148,7 +148,7 @@ public final class AssetStore: Sendable {
     }
 
     /// Marks assets used now (`assets/rereference`, whose receipts must outlive a sweep); returns those stored.
-    public func use(containerID: Int64, checksums: Set<String>) async throws -> Set<String> {
+    public func use(containerID: ContainerID, checksums: Set<String>) async throws -> Set<String> {
         guard !checksums.isEmpty else { return [] }
         return try await database.withConnection { connection in
             var stored: Set<String> = []
@@ -204,7 +204,7 @@ public final class AssetStore: Sendable {
                 """, logger: logger)
             var count = 0
             for row in rows {
-                let (containerID, checksum, oid) = try row.decode((Int64, String, Int64?).self)
+                let (containerID, checksum, oid) = try row.decode((ContainerID, String, Int64?).self)
                 if let oid {
                     try await connection.statement("SELECT lo_unlink(\(oid)::oid)", logger: logger)
                 } else if let path = filePath(containerID: containerID, checksum: checksum) {
@@ -230,7 +230,7 @@ public final class AssetStore: Sendable {
     }
 
     /// Stored assets of a container and their bytes (`stratus usage`, tests).
-    public func totals(containerID: Int64) async throws -> (assets: Int64, bytes: Int64) {
+    public func totals(containerID: ContainerID) async throws -> (assets: Int64, bytes: Int64) {
         try await database.withConnection { connection in
             try await connection.rows("SELECT count(*), coalesce(sum(size), 0)::bigint FROM assets WHERE container_id = \(containerID)",
                                       logger: logger).first!.decode((Int64, Int64).self)

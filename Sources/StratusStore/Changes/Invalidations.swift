@@ -18,26 +18,26 @@ public final class Invalidations: Sendable {
     /// What changed.
     public enum Event: Sendable, Equatable {
         /// A container-environment's schema, now at `version`.
-        case schema(containerID: Int64, environment: ContainerEnvironment, version: Int64)
+        case schema(containerID: ContainerID, environment: ContainerEnvironment, version: Int64)
         /// One session ended.
-        case session(containerID: Int64, sessionID: Int64)
+        case session(containerID: ContainerID, sessionID: Int64)
         /// Every session of a user ended (password change, user disabled).
-        case userSessions(containerID: Int64, user: String)
+        case userSessions(containerID: ContainerID, user: String)
         /// An API token was revoked or changed.
-        case apiToken(containerID: Int64, tokenID: Int64)
+        case apiToken(containerID: ContainerID, tokenID: Int64)
         /// A server-to-server key was revoked.
-        case serverKey(containerID: Int64, keyID: String)
+        case serverKey(containerID: ContainerID, keyID: String)
         /// A custom role's members changed.
-        case roles(containerID: Int64, environment: ContainerEnvironment)
+        case roles(containerID: ContainerID, environment: ContainerEnvironment)
         /// A container-environment's quota limits changed.
-        case quota(containerID: Int64, environment: ContainerEnvironment)
+        case quota(containerID: ContainerID, environment: ContainerEnvironment)
         /// A container-environment's subscriptions changed.
-        case subscriptions(containerID: Int64, environment: ContainerEnvironment)
+        case subscriptions(containerID: ContainerID, environment: ContainerEnvironment)
         /// Notifications are waiting for these users' web courier tokens (a wake-up, not a change),
         /// queued by the server process `origin` names.
-        case courier(containerID: Int64, environment: ContainerEnvironment, origin: String, owners: [String])
+        case courier(containerID: ContainerID, environment: ContainerEnvironment, origin: String, owners: [String])
         /// A user made a web courier token (their list of tokens changed).
-        case courierTokens(containerID: Int64, environment: ContainerEnvironment, owner: String)
+        case courierTokens(containerID: ContainerID, environment: ContainerEnvironment, owner: String)
         /// Anything may have changed (the listener reconnected).
         case all
 
@@ -61,40 +61,41 @@ public final class Invalidations: Sendable {
         init?(payload: String) {
             let parts = payload.split(separator: " ").map(String.init)
             func int(_ index: Int) -> Int64? { index < parts.count ? Int64(parts[index]) : nil }
+            func id(_ index: Int) -> ContainerID? { int(index).map(ContainerID.init(rawValue:)) }
             func environment(_ index: Int) -> ContainerEnvironment? {
                 guard let code = int(index) else { return nil }
                 return code == 1 ? .development : code == 2 ? .production : nil
             }
             switch parts.first {
             case "schema":
-                guard parts.count == 4, let c = int(1), let e = environment(2), let v = int(3) else { return nil }
+                guard parts.count == 4, let c = id(1), let e = environment(2), let v = int(3) else { return nil }
                 self = .schema(containerID: c, environment: e, version: v)
             case "session":
-                guard parts.count == 3, let c = int(1), let s = int(2) else { return nil }
+                guard parts.count == 3, let c = id(1), let s = int(2) else { return nil }
                 self = .session(containerID: c, sessionID: s)
             case "user":
-                guard parts.count == 3, let c = int(1) else { return nil }
+                guard parts.count == 3, let c = id(1) else { return nil }
                 self = .userSessions(containerID: c, user: parts[2])
             case "token":
-                guard parts.count == 3, let c = int(1), let t = int(2) else { return nil }
+                guard parts.count == 3, let c = id(1), let t = int(2) else { return nil }
                 self = .apiToken(containerID: c, tokenID: t)
             case "key":
-                guard parts.count == 3, let c = int(1) else { return nil }
+                guard parts.count == 3, let c = id(1) else { return nil }
                 self = .serverKey(containerID: c, keyID: parts[2])
             case "roles":
-                guard parts.count == 3, let c = int(1), let e = environment(2) else { return nil }
+                guard parts.count == 3, let c = id(1), let e = environment(2) else { return nil }
                 self = .roles(containerID: c, environment: e)
             case "quota":
-                guard parts.count == 3, let c = int(1), let e = environment(2) else { return nil }
+                guard parts.count == 3, let c = id(1), let e = environment(2) else { return nil }
                 self = .quota(containerID: c, environment: e)
             case "subscriptions":
-                guard parts.count == 3, let c = int(1), let e = environment(2) else { return nil }
+                guard parts.count == 3, let c = id(1), let e = environment(2) else { return nil }
                 self = .subscriptions(containerID: c, environment: e)
             case "courier":
-                guard parts.count >= 5, let c = int(1), let e = environment(2) else { return nil }
+                guard parts.count >= 5, let c = id(1), let e = environment(2) else { return nil }
                 self = .courier(containerID: c, environment: e, origin: parts[3], owners: Array(parts[4...]))
             case "tokens":
-                guard parts.count == 4, let c = int(1), let e = environment(2) else { return nil }
+                guard parts.count == 4, let c = id(1), let e = environment(2) else { return nil }
                 self = .courierTokens(containerID: c, environment: e, owner: parts[3])
             case "all":
                 self = .all

@@ -40,7 +40,7 @@ extension RecordStore {
     ///   - zoneRow: when set, the feed is read inside the zone row `z` this condition selects, in
     ///     the same statement (`source` may use `z.zone_id`). No zone row: the result is `nil`.
     /// - Returns: the page, and the zone row's id when `zoneRow` is set.
-    func readFeed<Item>(container: Int64, source: String, columns: String, binds: Prepared.Binds, zoneRow: String? = nil, after cursor: FeedCursor, limit: Int,
+    func readFeed<Item>(container: ContainerID, source: String, columns: String, binds: Prepared.Binds, zoneRow: String? = nil, after cursor: FeedCursor, limit: Int,
                         on connection: PostgresConnection, decode: (inout RowReader) throws -> Item) async throws -> (zoneID: Int64?, page: ChangePage<Item>)? {
         // On Citus the positions are the coordinator's transaction ids: its snapshot, taken
         // first, says which are done (a single-worker transaction commits on the worker before
@@ -237,7 +237,7 @@ extension RecordStore {
     }
 
     /// The sync-token keys of the servers `containerID` was imported from (none for most).
-    public func importedSyncKeys(containerID: Int64) async throws -> [ImportedSyncKey] {
+    public func importedSyncKeys(containerID: ContainerID) async throws -> [ImportedSyncKey] {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT sync_key, source_container_id, xid_shift FROM container_imports WHERE container_id = \(containerID)

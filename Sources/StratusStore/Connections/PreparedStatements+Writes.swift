@@ -145,7 +145,7 @@ extension Prepared {
 
         /// Where the records go, and whose usage they count in.
         struct Target: Sendable {
-            var containerID: Int64
+            var containerID: ContainerID
             var zoneID: Int64
             var environment: Int16
             var tracksZoneChanges: Bool

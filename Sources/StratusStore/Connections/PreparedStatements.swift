@@ -101,7 +101,7 @@ enum Prepared {
             for (index, request) in batch.enumerated() {
                 for name in request.names.isEmpty ? [""] : request.names {
                     requests.append(Int32(index))
-                    containers.append(request.db.containerID)
+                    containers.append(request.db.containerID.rawValue)
                     environments.append(request.db.environment.code)
                     scopes.append(request.db.scope.code)
                     owners.append(request.db.owner)
@@ -225,6 +225,7 @@ extension Prepared {
             if scalars != nil {
                 switch value {
                 case let value as Int64: scalars!.append(.int64(value))
+                case let value as ContainerID: scalars!.append(.int64(value.rawValue))
                 case let value as String: scalars!.append(.text(value))
                 case let value as Int16: scalars!.append(.int16(value))
                 case let value as Int32: scalars!.append(.int32(value))

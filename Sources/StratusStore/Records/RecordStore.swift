@@ -6,13 +6,13 @@ import Synchronization
 
 /// One database of a container-environment: the public database, or a user's private one.
 public struct DatabaseRef: Sendable, Hashable {
-    public var containerID: Int64
+    public var containerID: ContainerID
     public var environment: ContainerEnvironment
     public var scope: DatabaseScope
     /// The owning user's record name; empty for the public database.
     public var owner: String
 
-    public init(containerID: Int64, environment: ContainerEnvironment, scope: DatabaseScope, owner: String) {
+    public init(containerID: ContainerID, environment: ContainerEnvironment, scope: DatabaseScope, owner: String) {
         self.containerID = containerID
         self.environment = environment
         self.scope = scope

@@ -42,7 +42,7 @@ struct UsageHeadroom: Sendable {
 
 /// The counters a database's writes change: its container-environment's, and its owner's.
 struct UsageScope: Hashable, Sendable {
-    var containerID: Int64
+    var containerID: ContainerID
     var environment: ContainerEnvironment
     var owner: String
 }

@@ -25,7 +25,7 @@ public struct SchemaHistoryEntry: Sendable {
 
 extension SchemaStore {
     /// Live production records per record type, for the plan's backfill counts.
-    func productionCounts(containerID: Int64, types: [String], on connection: PostgresConnection) async throws -> [String: Int64] {
+    func productionCounts(containerID: ContainerID, types: [String], on connection: PostgresConnection) async throws -> [String: Int64] {
         guard !types.isEmpty else { return [:] }
         var counts: [String: Int64] = [:]
         for row in try await connection.rows("""
@@ -41,13 +41,13 @@ extension SchemaStore {
     }
 
     /// Serializes schema changes of one container (deploy, import, reset) within the transaction.
-    func lockSchema(containerID: Int64, on connection: PostgresConnection) async throws {
-        try await connection.statement("SELECT pg_advisory_xact_lock(\(Int32(0x5343_4845)), \(Int32(truncatingIfNeeded: containerID)))", logger: logger)
+    func lockSchema(containerID: ContainerID, on connection: PostgresConnection) async throws {
+        try await connection.statement("SELECT pg_advisory_xact_lock(\(Int32(0x5343_4845)), \(Int32(truncatingIfNeeded: containerID.rawValue)))", logger: logger)
     }
 
     /// Plans, and unless `dryRun` or refused, applies development → production in one transaction.
     /// Added index options queue index builds for the existing production records.
-    public func deploy(containerID: Int64, by actor: AuditActor, dryRun: Bool) async throws -> (plan: SchemaPlan, counts: [String: Int64], applied: Bool, version: Int64) {
+    public func deploy(containerID: ContainerID, by actor: AuditActor, dryRun: Bool) async throws -> (plan: SchemaPlan, counts: [String: Int64], applied: Bool, version: Int64) {
         let result = try await database.transaction { connection in
             try await lockSchema(containerID: containerID, on: connection)
             let development = try await load(containerID: containerID, environment: .development, on: connection)
@@ -75,7 +75,7 @@ extension SchemaStore {
 
     /// Builds up to `batch` records' index entries for the first unfinished production index build.
     /// Each call is its own transaction, so an interrupted build resumes where it stopped.
-    public func buildIndexes(containerID: Int64, batch: Int) async throws -> [IndexBuild] {
+    public func buildIndexes(containerID: ContainerID, batch: Int) async throws -> [IndexBuild] {
         try await database.transaction { connection in
             try await Database.allowLongStatements(on: connection, logger: logger)
             let pending = try await connection.rows("""
@@ -164,7 +164,7 @@ extension SchemaStore {
     }
 
     /// Every production index build of a container (finished ones included).
-    func builds(containerID: Int64, on connection: PostgresConnection) async throws -> [IndexBuild] {
+    func builds(containerID: ContainerID, on connection: PostgresConnection) async throws -> [IndexBuild] {
         try await connection.rows("""
             SELECT record_type, field, built, total, done FROM schema_index_builds
             WHERE container_id = \(containerID) AND environment = 2 ORDER BY record_type, field
@@ -176,7 +176,7 @@ extension SchemaStore {
 
     /// Replaces the development schema with `schema` (from an imported `.ckdb` file); returns the plan
     /// from the current development schema to the new one.
-    public func importDevelopment(_ schema: Schema, containerID: Int64, by actor: AuditActor, dryRun: Bool) async throws -> (plan: SchemaPlan, version: Int64) {
+    public func importDevelopment(_ schema: Schema, containerID: ContainerID, by actor: AuditActor, dryRun: Bool) async throws -> (plan: SchemaPlan, version: Int64) {
         let result = try await database.transaction { connection in
             try await lockSchema(containerID: containerID, on: connection)
             let current = try await load(containerID: containerID, environment: .development, on: connection)
@@ -192,7 +192,7 @@ extension SchemaStore {
     }
 
     /// Development ← production schema, and every development record and zone deleted.
-    public func resetDevelopment(containerID: Int64, by actor: AuditActor) async throws -> (version: Int64, deletedRecords: Int64) {
+    public func resetDevelopment(containerID: ContainerID, by actor: AuditActor) async throws -> (version: Int64, deletedRecords: Int64) {
         let result = try await database.transaction { connection in
             try await Database.allowLongStatements(on: connection, logger: logger)
             try await lockSchema(containerID: containerID, on: connection)
@@ -215,7 +215,7 @@ extension SchemaStore {
         return result
     }
 
-    func recordHistory(containerID: Int64, environment: ContainerEnvironment, version: Int64, by actor: AuditActor, kind: String, plan: String,
+    func recordHistory(containerID: ContainerID, environment: ContainerEnvironment, version: Int64, by actor: AuditActor, kind: String, plan: String,
                        on connection: PostgresConnection) async throws {
         try await connection.statement("""
             INSERT INTO schema_deploys (container_id, environment, version, deployed_by, kind, plan)
@@ -226,7 +226,7 @@ extension SchemaStore {
     }
 
     /// Deploys, imports and resets of one environment, newest first.
-    public func history(containerID: Int64, environment: ContainerEnvironment) async throws -> [SchemaHistoryEntry] {
+    public func history(containerID: ContainerID, environment: ContainerEnvironment) async throws -> [SchemaHistoryEntry] {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT deploy_id, version, deployed_by, deployed_at, kind, plan FROM schema_deploys
@@ -240,13 +240,13 @@ extension SchemaStore {
 
     /// One field a development query filtered or sorted on.
     public struct QueryShape: Hashable, Sendable {
-        public var containerID: Int64
+        public var containerID: ContainerID
         public var recordType: String
         public var field: String
         /// `filter`, `range` or `sort`.
         public var usage: String
 
-        public init(containerID: Int64, recordType: String, field: String, usage: String) {
+        public init(containerID: ContainerID, recordType: String, field: String, usage: String) {
             self.containerID = containerID
             self.recordType = recordType
             self.field = field
@@ -268,7 +268,7 @@ extension SchemaStore {
     }
 
     /// Query shapes development used in the last `days` days: (record type, field, usage).
-    public func recentQueryShapes(containerID: Int64, days: Int) async throws -> [(String, String, String)] {
+    public func recentQueryShapes(containerID: ContainerID, days: Int) async throws -> [(String, String, String)] {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT record_type, field, usage FROM schema_query_shapes

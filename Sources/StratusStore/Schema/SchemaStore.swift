@@ -8,7 +8,7 @@ import Synchronization
 /// names a type or field the cached copy does not know (another process may have added it).
 public final class SchemaStore: Sendable {
     struct Key: Hashable {
-        var containerID: Int64
+        var containerID: ContainerID
         var environment: ContainerEnvironment
     }
 
@@ -22,14 +22,14 @@ public final class SchemaStore: Sendable {
     }
 
     /// The cached schema, loading it on first use.
-    public func schema(containerID: Int64, environment: ContainerEnvironment) async throws -> Schema {
+    public func schema(containerID: ContainerID, environment: ContainerEnvironment) async throws -> Schema {
         if let cached = cache.withLock({ $0[Key(containerID: containerID, environment: environment)] }) { return cached }
         return try await reload(containerID: containerID, environment: environment)
     }
 
     /// Reads the schema from the database and caches it.
     @discardableResult
-    public func reload(containerID: Int64, environment: ContainerEnvironment) async throws -> Schema {
+    public func reload(containerID: ContainerID, environment: ContainerEnvironment) async throws -> Schema {
         let schema = try await database.withConnection { connection in
             try await load(containerID: containerID, environment: environment, on: connection)
         }
@@ -37,7 +37,7 @@ public final class SchemaStore: Sendable {
         return schema
     }
 
-    func remember(_ schema: Schema, containerID: Int64, environment: ContainerEnvironment) {
+    func remember(_ schema: Schema, containerID: ContainerID, environment: ContainerEnvironment) {
         cache.withLock { entries in
             let key = Key(containerID: containerID, environment: environment)
             if let existing = entries[key], existing.version > schema.version { return }
@@ -45,7 +45,7 @@ public final class SchemaStore: Sendable {
         }
     }
 
-    func load(containerID: Int64, environment: ContainerEnvironment, on connection: PostgresConnection) async throws -> Schema {
+    func load(containerID: ContainerID, environment: ContainerEnvironment, on connection: PostgresConnection) async throws -> Schema {
         var schema = Schema()
         let rows = try await connection.rows("""
             SELECT t.record_type, f.field, f.field_type, f.queryable, f.sortable, f.searchable, f.encrypted, f.number_declaration
@@ -87,12 +87,12 @@ public final class SchemaStore: Sendable {
     }
 
     /// Reads a schema inside the caller's transaction (management operations).
-    public func load(containerID: Int64, environment: ContainerEnvironment) async throws -> Schema {
+    public func load(containerID: ContainerID, environment: ContainerEnvironment) async throws -> Schema {
         try await database.withConnection { try await self.load(containerID: containerID, environment: environment, on: $0) }
     }
 
     /// Replaces a container-environment's schema with `schema` and bumps its version; returns the new version.
-    func replace(_ schema: Schema, containerID: Int64, environment: ContainerEnvironment, on connection: PostgresConnection) async throws -> Int64 {
+    func replace(_ schema: Schema, containerID: ContainerID, environment: ContainerEnvironment, on connection: PostgresConnection) async throws -> Int64 {
         let env = environment.code
         for table in ["schema_fields", "schema_record_types", "schema_grants", "schema_roles"] {
             try await connection.statement(PostgresQuery(unsafeSQL: "DELETE FROM \(table) WHERE container_id = $1 AND environment = $2",
@@ -120,7 +120,7 @@ public final class SchemaStore: Sendable {
         return try await bumpVersion(containerID: containerID, environment: environment, on: connection)
     }
 
-    func insertFields(_ rows: [(String, String, FieldSchema)], containerID: Int64, environment: ContainerEnvironment,
+    func insertFields(_ rows: [(String, String, FieldSchema)], containerID: ContainerID, environment: ContainerEnvironment,
                       on connection: PostgresConnection) async throws {
         guard !rows.isEmpty else { return }
         let numbers: [String] = rows.map { row -> String in
@@ -140,7 +140,7 @@ public final class SchemaStore: Sendable {
             """, logger: logger)
     }
 
-    func insertGrants(_ rows: [(String, String, [String])], containerID: Int64, environment: ContainerEnvironment,
+    func insertGrants(_ rows: [(String, String, [String])], containerID: ContainerID, environment: ContainerEnvironment,
                       on connection: PostgresConnection) async throws {
         guard !rows.isEmpty else { return }
         // Arrays of arrays cannot be bound directly: send "READ,WRITE" and split in SQL.
@@ -160,7 +160,7 @@ public final class SchemaStore: Sendable {
     /// and a notifying transaction takes PostgreSQL's cluster-wide notification lock at commit:
     /// on every development write that adds a field, that serialized the commits of every
     /// database on the server (the full test suite's writers waited past their lock timeout).
-    func bumpVersion(containerID: Int64, environment: ContainerEnvironment, notify: Bool = true, on connection: PostgresConnection) async throws -> Int64 {
+    func bumpVersion(containerID: ContainerID, environment: ContainerEnvironment, notify: Bool = true, on connection: PostgresConnection) async throws -> Int64 {
         let version = try await connection.rows("""
             INSERT INTO schema_versions (container_id, environment, version) VALUES (\(containerID), \(environment.code), 1)
             ON CONFLICT (container_id, environment) DO UPDATE SET version = schema_versions.version + 1
@@ -188,13 +188,13 @@ public final class SchemaStore: Sendable {
     }
 
     /// Forgets the cached schema of a container-environment (after a deploy, import or reset).
-    public func forget(containerID: Int64, environment: ContainerEnvironment) {
+    public func forget(containerID: ContainerID, environment: ContainerEnvironment) {
         _ = cache.withLock { $0.removeValue(forKey: Key(containerID: containerID, environment: environment)) }
     }
 
     /// Records just-in-time additions inside the writer's transaction and checks that no
     /// concurrent writer created one of the same fields with another type.
-    func add(_ additions: [SchemaAddition], to schema: Schema, containerID: Int64, environment: ContainerEnvironment,
+    func add(_ additions: [SchemaAddition], to schema: Schema, containerID: ContainerID, environment: ContainerEnvironment,
              on connection: PostgresConnection) async throws -> Schema {
         guard !additions.isEmpty else { return schema }
         let newTypes = Array(Set(additions.filter { $0.field == nil }.map(\.recordType)))

@@ -70,7 +70,7 @@ extension ShareWrites {
     }
 
     /// The live and deleted shares of a zone, without participants.
-    func zoneShares(containerID: Int64, zoneID: Int64, on connection: PostgresConnection) async throws -> [String: (root: String?, shortGUID: String, permission: SharePermission, deleted: Bool)] {
+    func zoneShares(containerID: ContainerID, zoneID: Int64, on connection: PostgresConnection) async throws -> [String: (root: String?, shortGUID: String, permission: SharePermission, deleted: Bool)] {
         let rows = try await connection.rows("""
             SELECT share_name, root_name, short_guid, public_permission, deleted FROM shares
             WHERE container_id = \(containerID) AND zone_id = \(zoneID)

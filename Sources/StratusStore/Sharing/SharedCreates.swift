@@ -104,7 +104,7 @@ final class SharedCreate: Sendable {
     }
 
     private struct RecordKey: Hashable {
-        var containerID: Int64
+        var containerID: ContainerID
         var zoneID: Int64
         var name: String
     }
@@ -187,7 +187,7 @@ extension Prepared {
             // Closures, not key paths: a lazy map through `\.record` copies each whole record
             // (its fields dictionary and every string retained) for every value read.
             let creates = creates.lazy
-            bindings.append(BinaryArray.int64s(creates.map { $0.db.containerID }))
+            bindings.append(BinaryArray.int64s(creates.map { $0.db.containerID.rawValue }))
             bindings.append(BinaryArray.int64s(creates.map { $0.zoneID }))
             bindings.append(BinaryArray.int16s(creates.map { $0.db.environment.code }))
             bindings.append(BinaryArray.int16s(creates.map { $0.db.scope.code }))

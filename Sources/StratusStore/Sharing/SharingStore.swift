@@ -42,7 +42,7 @@ extension SharingStore {
     static let shareColumns = "s.zone_id, z.zone_name, z.owner, s.share_name, s.root_name, s.short_guid, s.public_permission, s.deleted OR z.deleted"
 
     /// Shares (with participants) from rows of `shareColumns`.
-    func shares(_ rows: [PostgresRow], containerID: Int64, on connection: PostgresConnection) async throws -> [ShareInfo] {
+    func shares(_ rows: [PostgresRow], containerID: ContainerID, on connection: PostgresConnection) async throws -> [ShareInfo] {
         var shares: [ShareInfo] = []
         for row in rows {
             let (zoneID, zoneName, owner, name, root, guid, permission, deleted) =
@@ -82,7 +82,7 @@ extension SharingStore {
     }
 
     /// The live share with this short GUID in a container-environment.
-    public func share(containerID: Int64, environment: ContainerEnvironment, shortGUID: String) async throws -> ShareInfo? {
+    public func share(containerID: ContainerID, environment: ContainerEnvironment, shortGUID: String) async throws -> ShareInfo? {
         try await database.withConnection { connection in
             let rows = try await connection.rows("""
                 SELECT \(unescaped: Self.shareColumns) FROM shares s JOIN zones z ON z.container_id = s.container_id AND z.zone_id = s.zone_id
@@ -95,7 +95,7 @@ extension SharingStore {
 
     /// Every share of a container-environment (live and deleted), optionally only those `user`
     /// owns or takes part in, for the admin CLI.
-    public func allShares(containerID: Int64, environment: ContainerEnvironment, user: String?) async throws -> [ShareInfo] {
+    public func allShares(containerID: ContainerID, environment: ContainerEnvironment, user: String?) async throws -> [ShareInfo] {
         try await database.withConnection { connection in
             let rows = try await connection.rows("""
                 SELECT \(unescaped: Self.shareColumns) FROM shares s JOIN zones z ON z.container_id = s.container_id AND z.zone_id = s.zone_id
@@ -121,7 +121,7 @@ extension SharingStore {
     /// GUID, as an invited participant (by name or email) or, when the share is open to anyone
     /// with the link, as a public one. Refused for its owner, a removed participant, someone
     /// neither invited nor allowed by the link, and a second acceptance.
-    public func accept(containerID: Int64, environment: ContainerEnvironment, shortGUID: String, user: String, email: String?) async throws -> ShareInfo {
+    public func accept(containerID: ContainerID, environment: ContainerEnvironment, shortGUID: String, user: String, email: String?) async throws -> ShareInfo {
         try await database.transaction { connection in
             let locked = try await connection.rows("""
                 SELECT s.zone_id, s.share_name FROM shares s JOIN zones z ON z.container_id = s.container_id AND z.zone_id = s.zone_id

@@ -70,19 +70,19 @@ public struct QueuedNotification: Sendable {
 
 /// The notifications one write queues (`RecordStore.queueNotifications`).
 struct NotificationQueueing: Sendable {
-    var containerID: Int64
+    var containerID: ContainerID
     var environment: ContainerEnvironment
     var notifications: [QueuedNotification]
 }
 
 /// A web courier token as stored.
 public struct CourierToken: Sendable {
-    public var containerID: Int64
+    public var containerID: ContainerID
     public var environment: ContainerEnvironment
     public var owner: String
     public var tokenHash: String
 
-    public init(containerID: Int64, environment: ContainerEnvironment, owner: String, tokenHash: String) {
+    public init(containerID: ContainerID, environment: ContainerEnvironment, owner: String, tokenHash: String) {
         self.containerID = containerID
         self.environment = environment
         self.owner = owner
@@ -134,7 +134,7 @@ extension SubscriptionStore {
     }
 
     /// A container's name, by id.
-    public func containerName(_ containerID: Int64) async throws -> String {
+    public func containerName(_ containerID: ContainerID) async throws -> String {
         let rows = try await database.withConnection { connection in
             try await connection.rows("SELECT name FROM containers WHERE container_id = \(containerID)", logger: logger)
         }
@@ -143,7 +143,7 @@ extension SubscriptionStore {
 
     /// Registers a new web courier token of `owner` (its SHA-256 hex), and tells every server
     /// process that the owner's tokens changed.
-    public func createCourierToken(containerID: Int64, environment: ContainerEnvironment, owner: String, tokenHash: String) async throws {
+    public func createCourierToken(containerID: ContainerID, environment: ContainerEnvironment, owner: String, tokenHash: String) async throws {
         try await database.withConnection { connection in
             try await connection.statement("""
                 WITH made AS (
@@ -156,7 +156,7 @@ extension SubscriptionStore {
     }
 
     /// The web courier tokens (hashes) of each of `owners`.
-    public func courierTokenHashes(containerID: Int64, environment: ContainerEnvironment, owners: [String]) async throws -> [String: [String]] {
+    public func courierTokenHashes(containerID: ContainerID, environment: ContainerEnvironment, owners: [String]) async throws -> [String: [String]] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT owner, token_hash FROM courier_tokens
@@ -173,7 +173,7 @@ extension SubscriptionStore {
 
     /// The courier token with this hash in the container, noting that it was polled (to the hour:
     /// a poll writes nothing while the token's mark is less than an hour old).
-    public func pollCourierToken(containerID: Int64, tokenHash: String) async throws -> CourierToken? {
+    public func pollCourierToken(containerID: ContainerID, tokenHash: String) async throws -> CourierToken? {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 WITH t AS (
@@ -250,7 +250,7 @@ extension SubscriptionStore {
     /// for the token). (The caller wakes the polls: `Notifier`.) Concurrent writes' notifications
     /// share statements (`notificationQueueing`).
     @discardableResult
-    public func queueNotifications(containerID: Int64, environment: ContainerEnvironment, _ notifications: [QueuedNotification]) async throws -> [String: Int] {
+    public func queueNotifications(containerID: ContainerID, environment: ContainerEnvironment, _ notifications: [QueuedNotification]) async throws -> [String: Int] {
         guard !notifications.isEmpty else { return [:] }
         return try await store.notificationQueueing.answer(NotificationQueueing(containerID: containerID, environment: environment, notifications: notifications))
     }
@@ -262,7 +262,7 @@ extension SubscriptionStore {
         var first: [String: (index: Int, owner: String)] = [:]
         for (index, request) in requests.enumerated() {
             for notification in request.notifications {
-                containers.append(request.containerID)
+                containers.append(request.containerID.rawValue)
                 tokens.append(notification.tokenHash)
                 payloads.append(notification.payload)
                 keys.append(notification.coalesceKey ?? "")

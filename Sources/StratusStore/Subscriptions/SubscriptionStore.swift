@@ -98,7 +98,7 @@ extension SubscriptionStore {
     }
 
     /// Every subscription of a container-environment, or of one user there (the operator's view).
-    public func allSubscriptions(containerID: Int64, environment: ContainerEnvironment, owner: String?) async throws -> [SubscriptionListing] {
+    public func allSubscriptions(containerID: ContainerID, environment: ContainerEnvironment, owner: String?) async throws -> [SubscriptionListing] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT scope, owner, subscription_id, kind, zone_name, zone_owner, fires_on, fires_once, definition, created_at
