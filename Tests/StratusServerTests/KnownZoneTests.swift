@@ -17,13 +17,13 @@ import Testing
             let user = try #require(alice.userRecordName)
             let bobUser = try #require(bob.userRecordName)
             #expect(try await alice.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Notes"]]]]]).status == 200)
-            func zoneID(owner: String) async throws -> Int64 {
+            func zoneID(owner: String) async throws -> ZoneID {
                 try await harness.database.withConnection { connection in
                     let rows = try await connection.statement("""
                         SELECT z.zone_id FROM zones z JOIN containers c USING (container_id)
                         WHERE c.name = \(alice.container) AND z.owner = \(owner) AND z.zone_name = 'Notes'
                         """, logger: TestCluster.logger)
-                    return try rows[0].decode(Int64.self)
+                    return try rows[0].decode(ZoneID.self)
                 }
             }
             let id = try await zoneID(owner: user)

@@ -58,7 +58,7 @@ struct ChangesController: Sendable {
         let db = try request.database(requireUser: false)
         let (limit, desired, types, numbersAsStrings) = try Self.feedOptions(options)
         var cursor = FeedCursor()
-        var expectedZone: Int64?
+        var expectedZone: ZoneID?
         if let tokenText = try Wire.string(options["syncToken"], key: "syncToken") {
             do throws(StratusError) {
                 (cursor, expectedZone) = try await tokens.open(tokenText, db: db, zoneScoped: true)

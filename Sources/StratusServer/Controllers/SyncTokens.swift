@@ -21,15 +21,15 @@ struct SyncTokens: Sendable {
     let importedSyncKeys: ImportedKeys
 
     /// A sync token for a position in a zone's record feed (`zoneID` set) or in a database's zone feed.
-    func token(_ db: DatabaseRef, zoneID: Int64?, cursor: FeedCursor) -> String {
+    func token(_ db: DatabaseRef, zoneID: ZoneID?, cursor: FeedCursor) -> String {
         Self.token(db, zoneID: zoneID, cursor: cursor, sealer: syncSealer)
     }
 
-    static func token(_ db: DatabaseRef, zoneID: Int64?, cursor: FeedCursor, sealer: TokenSealer) -> String {
+    static func token(_ db: DatabaseRef, zoneID: ZoneID?, cursor: FeedCursor, sealer: TokenSealer) -> String {
         var payload: [String: JSON] = ["c": .int(db.containerID.rawValue), "e": .string(db.environment.rawValue), "d": .string(db.scope.rawValue),
                                        "o": .string(db.owner), "x": .int(cursor.position.xid), "s": .int(cursor.position.seq)]
         if !cursor.pending.isEmpty { payload["p"] = .array(cursor.pending.map { .int($0) }) }
-        if let zoneID { payload["z"] = .int(zoneID) }
+        if let zoneID { payload["z"] = .int(zoneID.rawValue) }
         return sealer.seal(.object(payload), purpose: syncPurpose)
     }
 
@@ -39,7 +39,7 @@ struct SyncTokens: Sendable {
     /// with its secret). A container restored from another server's export also takes that
     /// server's tokens: they name the container by its id there, and their positions are moved by
     /// the import's shift (`ContainerArchive`).
-    func open(_ text: String, db: DatabaseRef, zoneScoped: Bool) async throws(StratusError) -> (FeedCursor, Int64?) {
+    func open(_ text: String, db: DatabaseRef, zoneScoped: Bool) async throws(StratusError) -> (FeedCursor, ZoneID?) {
         let invalid = StratusError.badRequest("invalid syncToken: pass back a token from a previous response unchanged, or omit it to start from the beginning")
         let native = syncSealer.open(text, purpose: Self.syncPurpose) ?? sealer.open(text, purpose: Self.syncPurpose)
         if let native, native["c"] == .int(db.containerID.rawValue) {
@@ -70,15 +70,15 @@ struct SyncTokens: Sendable {
     }
 
     /// The cursor of an opened token, checked against the database (its container already matched).
-    static func cursor(_ payload: JSON, db: DatabaseRef, zoneScoped: Bool, shift: Int64) throws(StratusError) -> (FeedCursor, Int64?) {
+    static func cursor(_ payload: JSON, db: DatabaseRef, zoneScoped: Bool, shift: Int64) throws(StratusError) -> (FeedCursor, ZoneID?) {
         guard case .int(let xid)? = payload["x"], case .int(let seq)? = payload["s"] else {
             throw StratusError.badRequest("invalid syncToken: pass back a token from a previous response unchanged, or omit it to start from the beginning")
         }
         guard payload["e"] == .string(db.environment.rawValue), payload["d"] == .string(db.scope.rawValue), payload["o"] == .string(db.owner) else {
             throw StratusError.badRequest("this syncToken was issued for another database, user or container; omit it to start from the beginning")
         }
-        var zoneID: Int64?
-        if case .int(let id)? = payload["z"] { zoneID = id }
+        var zoneID: ZoneID?
+        if case .int(let id)? = payload["z"] { zoneID = ZoneID(id) }
         guard (zoneID != nil) == zoneScoped else {
             throw StratusError.badRequest("this syncToken is for a \(zoneID == nil ? "database" : "zone") change feed, not this one")
         }

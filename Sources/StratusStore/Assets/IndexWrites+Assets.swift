@@ -33,7 +33,7 @@ extension IndexWrites {
     }
 
     /// Records which assets the written live records hold (their old references went with `WriteRecords`).
-    func writeAssetReferences(_ db: DatabaseRef, zoneID: Int64, records: [Record], on connection: PostgresConnection) async throws {
+    func writeAssetReferences(_ db: DatabaseRef, zoneID: ZoneID, records: [Record], on connection: PostgresConnection) async throws {
         var names: [String] = []
         var checksums: [String] = []
         for record in records where !record.deleted {

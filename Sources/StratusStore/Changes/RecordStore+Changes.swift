@@ -41,7 +41,7 @@ extension RecordStore {
     ///     the same statement (`source` may use `z.zone_id`). No zone row: the result is `nil`.
     /// - Returns: the page, and the zone row's id when `zoneRow` is set.
     func readFeed<Item>(container: ContainerID, source: String, columns: String, binds: Prepared.Binds, zoneRow: String? = nil, after cursor: FeedCursor, limit: Int,
-                        on connection: PostgresConnection, decode: (inout RowReader) throws -> Item) async throws -> (zoneID: Int64?, page: ChangePage<Item>)? {
+                        on connection: PostgresConnection, decode: (inout RowReader) throws -> Item) async throws -> (zoneID: ZoneID?, page: ChangePage<Item>)? {
         // On Citus the positions are the coordinator's transaction ids: its snapshot, taken
         // first, says which are done (a single-worker transaction commits on the worker before
         // the coordinator, so what the snapshot calls done is visible to the read that follows).
@@ -58,7 +58,7 @@ extension RecordStore {
                                               snapshot: snapshot)
         let rows = try await Prepared.Dynamic.rows(sql, binds, on: connection, logger: logger, shapes: .feeds)
         if let snapshot { inFlight = Self.inFlight(snapshot) }
-        var zoneID: Int64?
+        var zoneID: ZoneID?
         var items: [Item] = []
         var position = cursor.position
         var mainCount = 0
@@ -70,7 +70,7 @@ extension RecordStore {
                 if zoneRow != nil { try reader.skip() }
                 try reader.skip()
             } else {
-                if zoneRow != nil { zoneID = try reader.next(Int64.self) }
+                if zoneRow != nil { zoneID = try reader.next(ZoneID.self) }
                 let statementsInFlight = try reader.next([Int64]?.self)
                 if snapshot == nil { inFlight = statementsInFlight ?? [] }
             }
@@ -167,10 +167,10 @@ extension RecordStore {
 
     /// Record changes of a zone after `cursor`; deletions are tombstones.
     /// Returns `nil` when the zone does not exist (any more) or is not the one the cursor was made for.
-    public func zoneChanges(_ db: DatabaseRef, zoneID expected: Int64?, zone: String, after cursor: FeedCursor, limit: Int,
-                            recordTypes: Set<String>?) async throws -> (zoneID: Int64, page: ChangePage<Record>)? {
+    public func zoneChanges(_ db: DatabaseRef, zoneID expected: ZoneID?, zone: String, after cursor: FeedCursor, limit: Int,
+                            recordTypes: Set<String>?) async throws -> (zoneID: ZoneID, page: ChangePage<Record>)? {
         try await database.withConnection { connection in
-            var defaultZoneID: Int64?
+            var defaultZoneID: ZoneID?
             if zone == Names.defaultZone {
                 // The default zone's id is cached (and the zone made on first use).
                 guard let zoneID = try await zoneID(db, name: zone, createDefault: true, on: connection) else { return nil }
@@ -189,7 +189,7 @@ extension RecordStore {
 
     /// The rows of a zone's record feed, for `readFeed`: the default zone by its id, a custom zone
     /// found by name in the feed's own statement (`zoneRow`).
-    static func zoneFeedSource(_ db: DatabaseRef, zone: String, defaultZoneID: Int64?,
+    static func zoneFeedSource(_ db: DatabaseRef, zone: String, defaultZoneID: ZoneID?,
                                recordTypes: Set<String>?) -> (source: String, binds: Prepared.Binds, zoneRow: String?) {
         var binds = Prepared.Binds()
         let container = binds.bind(db.containerID)

@@ -146,7 +146,7 @@ extension Prepared {
         /// Where the records go, and whose usage they count in.
         struct Target: Sendable {
             var containerID: ContainerID
-            var zoneID: Int64
+            var zoneID: ZoneID
             var environment: Int16
             var tracksZoneChanges: Bool
             /// Lock the zone row, and write only if the zone is live.

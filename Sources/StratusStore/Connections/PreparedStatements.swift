@@ -127,13 +127,13 @@ enum Prepared {
     }
 
     /// The id of a live zone, unlocked (reads).
-    struct ZoneID: PostgresPreparedStatement {
+    struct FindZone: PostgresPreparedStatement {
         static let name = "stratus.ZoneID"
         static let sql = """
             SELECT zone_id FROM zones WHERE container_id = $1 AND environment = $2 AND database_scope = $3 AND owner = $4
               AND zone_name = $5 AND NOT deleted
             """
-        typealias Row = Int64
+        typealias Row = StratusCore.ZoneID
 
         var db: DatabaseRef
         var zone: String
@@ -142,7 +142,7 @@ enum Prepared {
             Prepared.zoneBindings(db, zone, capacity: 5)
         }
 
-        func decodeRow(_ row: PostgresRow) throws -> Int64 { try row.decode(Int64.self) }
+        func decodeRow(_ row: PostgresRow) throws -> StratusCore.ZoneID { try row.decode(StratusCore.ZoneID.self) }
     }
 
     /// `records/modify` in a transaction (`RecordStore.modify`): locks the zone row, then the rows
@@ -225,7 +225,7 @@ extension Prepared {
             if scalars != nil {
                 switch value {
                 case let value as Int64: scalars!.append(.int64(value))
-                case let value as ContainerID: scalars!.append(.int64(value.rawValue))
+                case let value as any Int64ID: scalars!.append(.int64(value.rawValue))
                 case let value as String: scalars!.append(.text(value))
                 case let value as Int16: scalars!.append(.int16(value))
                 case let value as Int32: scalars!.append(.int32(value))

@@ -14,7 +14,7 @@ struct IndexWrites: Sendable {
 
 extension IndexWrites {
     /// Inserts index entries for the indexed fields of `records`.
-    func writeIndexEntries(_ db: DatabaseRef, zoneID: Int64, records: [Record], schema: Schema, on connection: PostgresConnection) async throws {
+    func writeIndexEntries(_ db: DatabaseRef, zoneID: ZoneID, records: [Record], schema: Schema, on connection: PostgresConnection) async throws {
         let entries = Self.indexEntryRows(records, schema: schema)
         guard !entries.isEmpty else { return }
         // All three value kinds in one statement (empty arrays contribute no rows); locations in another.
@@ -121,7 +121,7 @@ extension IndexWrites {
     }
 
     /// Inserts `VALIDATE` and `DELETE_SELF` references of `records`.
-    func writeReferences(_ db: DatabaseRef, zoneID: Int64, records: [Record], on connection: PostgresConnection) async throws {
+    func writeReferences(_ db: DatabaseRef, zoneID: ZoneID, records: [Record], on connection: PostgresConnection) async throws {
         var targets: [String] = []
         var sources: [String] = []
         var fields: [String] = []

@@ -48,7 +48,7 @@ extension RecordStore {
                 // Share roots are locked with the records: a share checks and changes its root.
                 let roots = ShareWrites.shareRoots(of: request).filter { !names.contains($0) }
                 let lockNames = roots.isEmpty ? names : names + Set(roots)
-                let zoneID: Int64
+                let zoneID: ZoneID
                 let zoneShared: Bool
                 var current: [String: Record]
                 if zone == Names.defaultZone {
@@ -162,7 +162,7 @@ extension RecordStore {
         let names = request.recordNames.compactMap { $0 }
         // A create in a custom zone written before needs no read: the record must not exist, and
         // the write checks that, and that the zone is still live and still the one named, itself.
-        var known: Int64?
+        var known: ZoneID?
         if zone != Names.defaultZone, case .success(let operation) = request.operations[0], operation.type == .create {
             known = knownZones.zoneID(db, zone)
         }
@@ -204,7 +204,7 @@ extension RecordStore {
         }
         let outcome = try await database.withConnection { connection -> (results: [ModifyResult], changes: RecordChanges?)? in
             do {
-                let zoneID: Int64
+                let zoneID: ZoneID
                 let current: [String: Record]
                 if let known {
                     (zoneID, current) = (known, [:])
@@ -245,7 +245,7 @@ extension RecordStore {
 
     /// Brings the saved records named in `names` up to date after sharing changed them (their
     /// share, short GUID or change tag).
-    func refreshSaved(_ results: inout [ModifyResult], names: Set<String>, db: DatabaseRef, zoneID: Int64,
+    func refreshSaved(_ results: inout [ModifyResult], names: Set<String>, db: DatabaseRef, zoneID: ZoneID,
                       on connection: PostgresConnection) async throws {
         guard !names.isEmpty else { return }
         let rows = try await connection.rows("""
@@ -295,7 +295,7 @@ extension RecordStore {
     /// difference in the same statement, in `stripes`: see `reserveUsage`); `lockZone` is
     /// `WriteRecords`' zone check. `start` becomes the zone feed's position just before the first
     /// record written, if that is earlier than it was.
-    func apply(_ db: DatabaseRef, zone: String, zoneID: Int64, outcomes: [Result<PlannedWrite, StratusError>], cascade: [Record], schema: Schema,
+    func apply(_ db: DatabaseRef, zone: String, zoneID: ZoneID, outcomes: [Result<PlannedWrite, StratusError>], cascade: [Record], schema: Schema,
                names: [String?], expected: [String: Int64], liveSizes: [String: Int64], stripes: (Int16, Int16), lockZone: Bool,
                start: inout ChangePosition?, written log: inout [WriteSettlement.WrittenRecord], on connection: PostgresConnection) async throws -> [ModifyResult] {
         var inserts: [Record] = []

@@ -10,7 +10,7 @@ extension RecordStore {
     /// Locks a custom zone's row and then the current rows of `names` in it, in one round trip.
     /// `nil` when the zone does not exist.
     /// On Citus it takes two (`zoneAndRecordsOnCitus`).
-    func lockZoneAndRecords(_ db: DatabaseRef, zone: String, names: [String], on connection: PostgresConnection) async throws -> (zoneID: Int64, shared: Bool, current: [String: Record])? {
+    func lockZoneAndRecords(_ db: DatabaseRef, zone: String, names: [String], on connection: PostgresConnection) async throws -> (zoneID: ZoneID, shared: Bool, current: [String: Record])? {
         guard database.configuration.citusCoordinator else {
             return try await zoneAndRecords(Prepared.LockZoneAndRecords(db: db, zone: zone, names: names), on: connection)
         }
@@ -18,7 +18,7 @@ extension RecordStore {
     }
 
     /// `lockZoneAndRecords` without the locks (`modifyOne`).
-    func readZoneAndRecords(_ db: DatabaseRef, zone: String, names: [String], on connection: PostgresConnection) async throws -> (zoneID: Int64, shared: Bool, current: [String: Record])? {
+    func readZoneAndRecords(_ db: DatabaseRef, zone: String, names: [String], on connection: PostgresConnection) async throws -> (zoneID: ZoneID, shared: Bool, current: [String: Record])? {
         guard database.configuration.citusCoordinator else {
             return try await zoneAndRecords(Prepared.ReadZoneAndRecords(db: db, zone: zone, names: names), on: connection)
         }
@@ -29,7 +29,7 @@ extension RecordStore {
     /// statement on its own and then cannot join its result to the records, while each part alone
     /// goes to the container's worker.
     private func zoneAndRecordsOnCitus(_ db: DatabaseRef, zone: String, names: [String], locking: Bool,
-                                       on connection: PostgresConnection) async throws -> (zoneID: Int64, shared: Bool, current: [String: Record])? {
+                                       on connection: PostgresConnection) async throws -> (zoneID: ZoneID, shared: Bool, current: [String: Record])? {
         // Each statement names one table: Citus plans a subquery beside a row lock on its own.
         let rows = try await connection.rows("""
             SELECT zone_id FROM zones WHERE container_id = \(db.containerID) AND environment = \(db.environment.code)
@@ -37,7 +37,7 @@ extension RecordStore {
             \(unescaped: locking ? "FOR NO KEY UPDATE" : "")
             """, logger: logger)
         guard let row = rows.first else { return nil }
-        let zoneID = try row.decode(Int64.self)
+        let zoneID = try row.decode(ZoneID.self)
         let shared = try await connection.rows("""
             SELECT 1 FROM shares WHERE container_id = \(db.containerID) AND zone_id = \(zoneID) AND NOT deleted LIMIT 1
             """, logger: logger).first != nil
@@ -46,13 +46,13 @@ extension RecordStore {
 
     /// The zone id, whether the zone has live shares, and the current rows (live or tombstones,
     /// with their share roots) of a zone-and-records statement. `nil` when the zone does not exist.
-    func zoneAndRecords(_ statement: some ZoneAndNames, on connection: PostgresConnection) async throws -> (zoneID: Int64, shared: Bool, current: [String: Record])? {
+    func zoneAndRecords(_ statement: some ZoneAndNames, on connection: PostgresConnection) async throws -> (zoneID: ZoneID, shared: Bool, current: [String: Record])? {
         let rows = try await connection.rows(statement, logger: logger)
-        var zone: (Int64, Bool)?
+        var zone: (ZoneID, Bool)?
         var current: [String: Record] = [:]
         for row in rows {
             var reader = RowReader(row)
-            zone = (try reader.next(Int64.self), try reader.next(Bool.self))
+            zone = (try reader.next(ZoneID.self), try reader.next(Bool.self))
             guard try reader.peekIsNull() == false else { continue }
             let record = try Self.currentRecord(&reader)
             current[record.recordName] = record
@@ -62,7 +62,7 @@ extension RecordStore {
     }
 
     /// Loads and locks (unless `locking` is false) the current rows (live or tombstones) of `names`.
-    func lockRecords(_ db: DatabaseRef, zoneID: Int64, names: [String], locking: Bool = true, on connection: PostgresConnection) async throws -> [String: Record] {
+    func lockRecords(_ db: DatabaseRef, zoneID: ZoneID, names: [String], locking: Bool = true, on connection: PostgresConnection) async throws -> [String: Record] {
         guard !names.isEmpty else { return [:] }
         let rows = try await connection.rows("""
             SELECT \(unescaped: Self.currentColumns) FROM records
@@ -81,7 +81,7 @@ extension RecordStore {
 
     /// Enforces reference rules: references stay in their zone; `VALIDATE` targets must exist
     /// (or be saved in the same request); a record that a `VALIDATE` reference points at cannot be deleted.
-    func checkReferences(_ db: DatabaseRef, zoneID: Int64, zone: String, outcomes: inout [Result<PlannedWrite, StratusError>],
+    func checkReferences(_ db: DatabaseRef, zoneID: ZoneID, zone: String, outcomes: inout [Result<PlannedWrite, StratusError>],
                          on connection: PostgresConnection) async throws {
         var saved: Set<String> = []
         var deleted: Set<String> = []
@@ -153,7 +153,7 @@ extension RecordStore {
     }
 
     /// Finds the records deleted in cascade through `DELETE_SELF` references, transitively.
-    func collectCascade(_ db: DatabaseRef, zoneID: Int64, outcomes: [Result<PlannedWrite, StratusError>], into cascade: inout [Record],
+    func collectCascade(_ db: DatabaseRef, zoneID: ZoneID, outcomes: [Result<PlannedWrite, StratusError>], into cascade: inout [Record],
                         on connection: PostgresConnection) async throws {
         var gone: Set<String> = []
         var saved: Set<String> = []

@@ -25,7 +25,7 @@ public struct DatabaseRef: Sendable, Hashable {
 
 /// A zone as stored.
 public struct ZoneInfo: Sendable, Equatable {
-    public var zoneID: Int64
+    public var zoneID: ZoneID
     public var name: String
     public var deleted: Bool
     /// The zone's position in the database change feed.
@@ -85,7 +85,7 @@ public final class RecordStore: Sendable {
     let logger: Logger
     public let schemas: SchemaStore
     /// Ids of default zones, which are never deleted, so they can be cached safely.
-    private let defaultZones = Mutex<[DatabaseRef: Int64]>([:])
+    private let defaultZones = Mutex<[DatabaseRef: ZoneID]>([:])
     /// Usage scopes (container-environment, and owner) whose counter stripes this process has seen made.
     let usageScopes = Mutex<Set<UsageScope>>([])
     /// Told of every write's committed record changes (the notifier), when set. An existential,
@@ -233,7 +233,7 @@ public final class RecordStore: Sendable {
 
     /// The id of a live zone, or `nil` (reads; unlocked). The default zone's row is created when
     /// `createDefault` is set. Writers to a custom zone lock its row with `Prepared.LockZoneAndRecords`.
-    func zoneID(_ db: DatabaseRef, name: String, createDefault: Bool, on connection: PostgresConnection) async throws -> Int64? {
+    func zoneID(_ db: DatabaseRef, name: String, createDefault: Bool, on connection: PostgresConnection) async throws -> ZoneID? {
         if name == Names.defaultZone {
             if let cached = defaultZones.withLock({ $0[db] }) { return cached }
             var rows = try await connection.rows("""
@@ -250,11 +250,11 @@ public final class RecordStore: Sendable {
                     """, logger: logger)
             }
             guard let row = rows.first else { return nil }
-            let id = try row.decode(Int64.self)
+            let id = try row.decode(ZoneID.self)
             defaultZones.withLock { $0[db] = id }
             return id
         }
-        return try await connection.rows(Prepared.ZoneID(db: db, zone: name), logger: logger).first
+        return try await connection.rows(Prepared.FindZone(db: db, zone: name), logger: logger).first
     }
 
     static func binds(_ values: any PostgresNonThrowingEncodable & Sendable...) -> PostgresBindings {
@@ -292,7 +292,7 @@ public final class RecordStore: Sendable {
 
     /// The zone in the next five cells of `reader` (zone_id, zone_name, deleted, change_xid, change_seq).
     static func zone(_ reader: inout RowReader) throws -> ZoneInfo {
-        let id = try reader.next(Int64.self), name = try reader.next(String.self), deleted = try reader.next(Bool.self)
+        let id = try reader.next(ZoneID.self), name = try reader.next(String.self), deleted = try reader.next(Bool.self)
         return ZoneInfo(zoneID: id, name: name, deleted: deleted, changeXID: try reader.next(Int64.self), changeSeq: try reader.next(Int64.self))
     }
 
@@ -384,13 +384,13 @@ final class KnownZones: Sendable {
         var db: DatabaseRef
         var zone: String
     }
-    private let ids = Mutex<[Key: Int64]>([:])
+    private let ids = Mutex<[Key: ZoneID]>([:])
 
-    func zoneID(_ db: DatabaseRef, _ zone: String) -> Int64? {
+    func zoneID(_ db: DatabaseRef, _ zone: String) -> ZoneID? {
         ids.withLock { $0[Key(db: db, zone: zone)] }
     }
 
-    func remember(_ db: DatabaseRef, _ zone: String, zoneID: Int64) {
+    func remember(_ db: DatabaseRef, _ zone: String, zoneID: ZoneID) {
         ids.withLock { ids in
             if ids.count >= Self.capacity { ids.removeAll(keepingCapacity: true) }
             ids[Key(db: db, zone: zone)] = zoneID

@@ -12,7 +12,7 @@ extension WriteSettlement {
     /// id it was written with.
     struct WrittenRecord: Sendable {
         var containerID: ContainerID
-        var zoneID: Int64
+        var zoneID: ZoneID
         var name: String
         var seq: Int64
         var xid: Int64
@@ -20,7 +20,7 @@ extension WriteSettlement {
 
     /// The rows of a records write in zone `zoneID` of `containerID` (name, change sequence,
     /// transaction id), if it committed; TRY_AGAIN_LATER saying nothing was saved if it did not.
-    static func settled(_ rows: [Prepared.WriteRecords.Row], containerID: ContainerID, zoneID: Int64, database: Database,
+    static func settled(_ rows: [Prepared.WriteRecords.Row], containerID: ContainerID, zoneID: ZoneID, database: Database,
                         logger: Logger) async throws -> [Prepared.WriteRecords.Row] {
         let written = rows.map { WrittenRecord(containerID: containerID, zoneID: zoneID, name: $0.0, seq: $0.1, xid: $0.2) }
         guard try await committed(written, database: database, logger: logger) else { throw Self.notCommitted }

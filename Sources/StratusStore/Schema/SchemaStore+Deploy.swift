@@ -144,7 +144,7 @@ extension SchemaStore {
                         """, logger: logger)
                     let db = DatabaseRef(containerID: containerID, environment: .production, scope: .public, owner: "")
                     do {
-                        try await store.indexWrites.writeIndexEntries(db, zoneID: zoneID, records: records, schema: only, on: connection)
+                        try await store.indexWrites.writeIndexEntries(db, zoneID: ZoneID(zoneID), records: records, schema: only, on: connection)
                     } catch let error as PSQLError where Database.isTooLargeToIndex(error) {
                         // A value stored while the field was not indexed: the build stops here
                         // until that record is changed, and says what to look for.

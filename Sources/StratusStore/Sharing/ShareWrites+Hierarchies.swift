@@ -8,7 +8,7 @@ import StratusCore
 extension ShareWrites {
     /// Refuses parent chains that loop or run deeper than `maximumHierarchyDepth`, walking up
     /// from each of `names` (after the request's writes).
-    func checkParents(_ db: DatabaseRef, zoneID: Int64, names: [String], on connection: PostgresConnection) async throws {
+    func checkParents(_ db: DatabaseRef, zoneID: ZoneID, names: [String], on connection: PostgresConnection) async throws {
         let rows = try await connection.rows("""
             WITH RECURSIVE up(start, name, parent, depth) AS (
                 SELECT r.record_name, r.record_name, r.parent, 0 FROM records r
@@ -35,7 +35,7 @@ extension ShareWrites {
     /// record that entered or left a shared hierarchy (`share_moves`) for the participants' feeds.
     /// A record's share root is the nearest record, itself included, on its chain of live
     /// parents that is a shared root.
-    func refreshHierarchy(_ db: DatabaseRef, zoneID: Int64, starts: [String], on connection: PostgresConnection) async throws {
+    func refreshHierarchy(_ db: DatabaseRef, zoneID: ZoneID, starts: [String], on connection: PostgresConnection) async throws {
         var binds = PostgresBindings(capacity: 4)
         binds.append(starts)
         binds.append(db.containerID)
@@ -90,7 +90,7 @@ extension ShareWrites {
     /// `refreshHierarchy` in three statements: Citus plans each CTE of a modifying statement on
     /// its own, where `start_roots` cannot see `up`. The new roots are read (one statement, sent
     /// whole to the container's worker), then written, then logged.
-    private func refreshHierarchyOnCitus(_ db: DatabaseRef, zoneID: Int64, binds: PostgresBindings, on connection: PostgresConnection) async throws {
+    private func refreshHierarchyOnCitus(_ db: DatabaseRef, zoneID: ZoneID, binds: PostgresBindings, on connection: PostgresConnection) async throws {
         let container = db.containerID
         let moves = try await connection.rows(PostgresQuery(unsafeSQL: Self.newShareRoots + """
             SELECT name, root, old_root FROM (SELECT DISTINCT ON (name) name, root, old_root FROM down ORDER BY name, depth) d

@@ -70,7 +70,7 @@ extension ShareWrites {
     }
 
     /// The live and deleted shares of a zone, without participants.
-    func zoneShares(containerID: ContainerID, zoneID: Int64, on connection: PostgresConnection) async throws -> [String: (root: String?, shortGUID: String, permission: SharePermission, deleted: Bool)] {
+    func zoneShares(containerID: ContainerID, zoneID: ZoneID, on connection: PostgresConnection) async throws -> [String: (root: String?, shortGUID: String, permission: SharePermission, deleted: Bool)] {
         let rows = try await connection.rows("""
             SELECT share_name, root_name, short_guid, public_permission, deleted FROM shares
             WHERE container_id = \(containerID) AND zone_id = \(zoneID)
@@ -85,7 +85,7 @@ extension ShareWrites {
 
     /// Checks the share operations of a planned request and collects what it does to shares and
     /// hierarchies. Refused operations become failures in `outcomes`.
-    func planSharing(_ db: DatabaseRef, zoneID: Int64, zone: String, zoneShared: Bool, plan: ModifyPlanner.BatchPlan,
+    func planSharing(_ db: DatabaseRef, zoneID: ZoneID, zone: String, zoneShared: Bool, plan: ModifyPlanner.BatchPlan,
                      current: [String: Record], outcomes: inout [Result<PlannedWrite, StratusError>], participant: ShareAccess? = nil,
                      on connection: PostgresConnection) async throws -> SharePlan {
         var sharing = SharePlan()
@@ -293,7 +293,7 @@ extension ShareWrites {
     /// Carries out `sharing` after the request's records are written: share rows, participants,
     /// roots, short GUIDs, parent checks and the hierarchy's share roots. Returns the records
     /// whose share, short GUID or change tag this changed (to answer with their new state).
-    func applySharing(_ db: DatabaseRef, zoneID: Int64, sharing: SharePlan, on connection: PostgresConnection) async throws -> Set<String> {
+    func applySharing(_ db: DatabaseRef, zoneID: ZoneID, sharing: SharePlan, on connection: PostgresConnection) async throws -> Set<String> {
         var touched: Set<String> = []
         let container = db.containerID
         if !sharing.parentsSet.isEmpty { try await checkParents(db, zoneID: zoneID, names: sharing.parentsSet, on: connection) }
@@ -403,7 +403,7 @@ extension ShareWrites {
     /// Makes a share's participants the `participants` list: new ones are invited, listed ones
     /// take their new permission (a removed one is invited again), unlisted ones are removed.
     /// Every row that changes moves to a new change position (the participant's database feed).
-    func replaceParticipants(_ db: DatabaseRef, zoneID: Int64, share: String, with participants: [SharePlan.ResolvedParticipant],
+    func replaceParticipants(_ db: DatabaseRef, zoneID: ZoneID, share: String, with participants: [SharePlan.ResolvedParticipant],
                              on connection: PostgresConnection) async throws {
         let ids = participants.map(\.participantID)
         try await connection.statement("""

@@ -15,13 +15,13 @@ final class SharedCreate: Sendable {
     let db: DatabaseRef
     let zone: String
     /// The zone's remembered id (`RecordStore.knownZones`), checked against `db` and `zone`.
-    let zoneID: Int64
+    let zoneID: ZoneID
     let record: Record
     /// The record's field JSON, as stored.
     let fields: String
     let entries: IndexWrites.IndexEntryRows
 
-    init(db: DatabaseRef, zone: String, zoneID: Int64, record: Record, fields: String, entries: IndexWrites.IndexEntryRows) {
+    init(db: DatabaseRef, zone: String, zoneID: ZoneID, record: Record, fields: String, entries: IndexWrites.IndexEntryRows) {
         self.db = db
         self.zone = zone
         self.zoneID = zoneID
@@ -105,7 +105,7 @@ final class SharedCreate: Sendable {
 
     private struct RecordKey: Hashable {
         var containerID: ContainerID
-        var zoneID: Int64
+        var zoneID: ZoneID
         var name: String
     }
 }
@@ -188,7 +188,7 @@ extension Prepared {
             // (its fields dictionary and every string retained) for every value read.
             let creates = creates.lazy
             bindings.append(BinaryArray.int64s(creates.map { $0.db.containerID.rawValue }))
-            bindings.append(BinaryArray.int64s(creates.map { $0.zoneID }))
+            bindings.append(BinaryArray.int64s(creates.map { $0.zoneID.rawValue }))
             bindings.append(BinaryArray.int16s(creates.map { $0.db.environment.code }))
             bindings.append(BinaryArray.int16s(creates.map { $0.db.scope.code }))
             bindings.append(BinaryArray.texts(creates.map { $0.db.owner }))

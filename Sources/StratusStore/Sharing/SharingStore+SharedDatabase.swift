@@ -10,7 +10,7 @@ public struct ShareAccess: Sendable {
     /// The owner's private database and the zone in it.
     public var ownerDB: DatabaseRef
     public var zone: String
-    public var zoneID: Int64
+    public var zoneID: ZoneID
     /// The participant.
     public var user: String
     /// The roots of the hierarchy shares the participant accepted in this zone, with their
@@ -50,13 +50,13 @@ extension SharingStore {
     static func access(_ rows: [PostgresRow], skipping: Int = 0, containerID: ContainerID, environment: ContainerEnvironment, user: String, owner: String,
                        zone: String) throws -> ShareAccess? {
         guard !rows.isEmpty else { return nil }
-        var zoneID: Int64 = 0
+        var zoneID: ZoneID = 0
         var roots: [String: SharePermission]? = [:]
         var zonePermission = SharePermission.none
         for row in rows {
             var reader = RowReader(row)
             for _ in 0..<skipping { try reader.skip() }
-            let id = try reader.next(Int64.self), root = try reader.next(String?.self), code = try reader.next(Int16.self)
+            let id = try reader.next(ZoneID.self), root = try reader.next(String?.self), code = try reader.next(Int16.self)
             zoneID = id
             let permission = SharePermission(rawValue: code) ?? .readOnly
             if let root {

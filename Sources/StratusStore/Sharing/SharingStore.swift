@@ -18,7 +18,7 @@ public struct ParticipantInfo: Sendable, Equatable {
 
 /// A share as stored: its row and its participants.
 public struct ShareInfo: Sendable {
-    public var zoneID: Int64
+    public var zoneID: ZoneID
     public var zoneName: String
     public var owner: String
     public var shareName: String
@@ -46,7 +46,7 @@ extension SharingStore {
         var shares: [ShareInfo] = []
         for row in rows {
             let (zoneID, zoneName, owner, name, root, guid, permission, deleted) =
-                try row.decode((Int64, String, String, String, String?, String, Int16, Bool).self)
+                try row.decode((ZoneID, String, String, String, String?, String, Int16, Bool).self)
             shares.append(ShareInfo(zoneID: zoneID, zoneName: zoneName, owner: owner, shareName: name, rootName: root, shortGUID: guid,
                                     publicPermission: SharePermission(rawValue: permission) ?? .none, deleted: deleted, participants: []))
         }
@@ -58,7 +58,7 @@ extension SharingStore {
             """, logger: logger)
         for row in participantRows {
             let (zoneID, share, id, user, email, permission, status, kind) =
-                try row.decode((Int64, String, String, String?, String?, Int16, Int16, Int16).self)
+                try row.decode((ZoneID, String, String, String?, String?, Int16, Int16, Int16).self)
             guard let index = shares.firstIndex(where: { $0.zoneID == zoneID && $0.shareName == share }) else { continue }
             shares[index].participants.append(ParticipantInfo(
                 participantID: id, userRecordName: user, email: email, permission: SharePermission(rawValue: permission) ?? .readOnly,

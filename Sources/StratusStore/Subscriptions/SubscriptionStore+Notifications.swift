@@ -27,7 +27,7 @@ public struct RecordChange: Sendable {
 public struct RecordChanges: Sendable {
     public var db: DatabaseRef
     public var zone: String
-    public var zoneID: Int64
+    public var zoneID: ZoneID
     /// The zone feed's position just before the write's first change: a change feed read from
     /// there returns this write's changes and every later one.
     public var start: ChangePosition?

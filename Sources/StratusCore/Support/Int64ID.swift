@@ -1,0 +1,40 @@
+/// An id PostgreSQL numbers as `int8`, given a type of its own (`ContainerID`, `ZoneID`) so that
+/// one kind of id cannot be passed where another, or any other number, is meant. Written as the
+/// number it wraps: in SQL, in text and in logs.
+public protocol Int64ID: RawRepresentable, Hashable, Comparable, Sendable, CustomStringConvertible, ExpressibleByIntegerLiteral
+    where RawValue == Int64, IntegerLiteralType == Int64 {
+    init(rawValue: Int64)
+}
+
+extension Int64ID {
+    @inlinable
+    public init(_ rawValue: Int64) { self.init(rawValue: rawValue) }
+
+    public init(integerLiteral value: Int64) { self.init(rawValue: value) }
+
+    /// The id in text (`12`), or `nil` when `text` is not a number.
+    public init?(_ text: some StringProtocol) {
+        guard let value = Int64(text) else { return nil }
+        self.init(rawValue: value)
+    }
+
+    public var description: String { String(rawValue) }
+
+    public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }
+}
+
+/// A container's id (`containers.container_id`).
+public struct ContainerID: Int64ID {
+    public let rawValue: Int64
+
+    @inlinable
+    public init(rawValue: Int64) { self.rawValue = rawValue }
+}
+
+/// A zone's id (`zones.zone_id`).
+public struct ZoneID: Int64ID {
+    public let rawValue: Int64
+
+    @inlinable
+    public init(rawValue: Int64) { self.rawValue = rawValue }
+}
