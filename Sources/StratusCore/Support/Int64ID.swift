@@ -12,12 +12,6 @@ extension Int64ID {
 
     public init(integerLiteral value: Int64) { self.init(rawValue: value) }
 
-    /// The id in text (`12`), or `nil` when `text` is not a number.
-    public init?(_ text: some StringProtocol) {
-        guard let value = Int64(text) else { return nil }
-        self.init(rawValue: value)
-    }
-
     public var description: String { String(rawValue) }
 
     public static func < (a: Self, b: Self) -> Bool { a.rawValue < b.rawValue }

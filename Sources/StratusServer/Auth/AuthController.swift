@@ -41,10 +41,6 @@ struct AuthController: Sendable {
         }
     }
 
-
-
-
-
     /// The answer to a successful sign-up, sign-in or password change: a new session's token.
     /// The user's `Users` record is made first if the environment's public database lacks it.
     func sessionResponse(user: String, container: ContainerInfo, environment: ContainerEnvironment) async throws -> Response {
@@ -100,7 +96,6 @@ struct AuthController: Sendable {
         return try await sessionResponse(user: claims.user, container: container, environment: environment)
     }
 
-
     /// Checks the container and environment in the path, and the API token when one is given
     /// (returned with them).
     func authContainer(_ request: Request, _ context: BasicRequestContext) async throws -> (ContainerInfo, ContainerEnvironment, APITokenInfo?) {
@@ -118,7 +113,6 @@ struct AuthController: Sendable {
     func credentials(_ request: Request) async throws -> (email: String, password: String) {
         try Passwords.credentials(try await bodies.readObject(request))
     }
-
 
     /// `POST /auth/1/{container}/{environment}/signup` with `{"emailAddress", "password"}` and,
     /// optionally, `"discoverable": true` (others may find the user by email address or record

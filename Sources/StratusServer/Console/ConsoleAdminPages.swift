@@ -214,7 +214,6 @@ struct ConsoleAdminPages: Sendable {
         }
     }
 
-
     // MARK: Usage, quotas, audit
 
     func addConsoleUsagePages(_ router: Router<BasicRequestContext>) {

@@ -258,5 +258,4 @@ extension SharesController {
         let zoneID = DataRequest.sharedZoneIDJSON(owner: owner, zone: zone)
         return deleted ? ["zoneID": zoneID, "deleted": true] : ["zoneID": zoneID, "atomic": true]
     }
-
 }

@@ -202,7 +202,6 @@ struct ContainerManagement: Sendable {
         }
     }
 
-
     /// An API token's options in a management body: `allowedOrigins` (web origins such as
     /// `https://app.example.com`, at most 20; [] for any) and `signInCallback` (an http(s) URL, or
     /// null for none). `nil` for what the body does not name.
@@ -241,21 +240,6 @@ struct ContainerManagement: Sendable {
         }
         return nil
     }
-
-
-
-
-
-
-
-
-    /// A path parameter, percent-decoded (`ada%40example.com` is `ada@example.com`).
-    static func pathParameter(_ context: BasicRequestContext, _ name: String) -> String {
-        let raw = context.parameters.get(name) ?? ""
-        return raw.removingPercentEncoding ?? raw
-    }
-
-
 
     /// A log's entries as the query asks: `since` (ISO 8601), `limit` (1–10000, default 1000),
     /// `order` (oldest or newest first), `action`, `actor` (contained, any case).

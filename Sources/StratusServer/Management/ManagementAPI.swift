@@ -73,9 +73,9 @@ struct ManagementAPI: Sendable {
         case .target:
             let environments: Set<ContainerEnvironment>
             if input.parameters["token"] != nil {
-                environments = try await gate.admin.operatorStore.apiTokenEnvironments(containerID: container.id, idOrPrefix: try input.tokenParameter())
+                environments = try await gate.admin.apiTokenEnvironments(containerID: container.id, idOrPrefix: try input.tokenParameter())
             } else {
-                environments = try await gate.admin.operatorStore.serverKeyEnvironments(containerID: container.id, idOrPrefix: (input.decodedParameter("key") ?? "").lowercased())
+                environments = try await gate.admin.serverKeyEnvironments(containerID: container.id, idOrPrefix: (input.decodedParameter("key") ?? "").lowercased())
             }
             return environments.contains(.production) ? .production : .development
         }

@@ -144,8 +144,6 @@ struct OperatorManagement: Sendable {
         }
     }
 
-
-
     /// The operator the path names (`:operator`: an email address, or an id).
     func namedOperator(_ call: ManagementCall) async throws -> OperatorInfo {
         try await operatorNamed(call.pathParameter("operator"))

@@ -100,7 +100,6 @@ struct SchemaManagement: Sendable {
         return text
     }
 
-
     /// A warning for each record type without any grant: the public database refuses every role
     /// its records (`RecordAccess`), which is rarely what a schema written by hand means.
     static func grantWarnings(_ schema: Schema) -> [JSON] {

@@ -114,4 +114,15 @@ extension AdminStore {
             return !inserted.isEmpty
         }
     }
+
+    /// The environments of the server-to-server keys an ID or prefix (of at least 8 digits) names in the container.
+    public func serverKeyEnvironments(containerID: ContainerID, idOrPrefix: String) async throws -> Set<ContainerEnvironment> {
+        let prefix = idOrPrefix.lowercased()
+        return Set(try await database.withConnection { connection in
+            try await connection.rows("""
+                SELECT DISTINCT environment FROM server_keys
+                WHERE container_id = \(containerID) AND starts_with(key_id, \(prefix)) AND length(\(prefix)) >= 8
+                """, logger: logger)
+        }.map { try $0.decode(Int16.self) == 1 ? ContainerEnvironment.development : .production })
+    }
 }

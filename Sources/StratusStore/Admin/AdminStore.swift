@@ -264,4 +264,16 @@ public struct AdminStore: Sendable {
         guard let row else { throw StratusError(.tryAgainLater, "the server secret '\(name)' could not be read; retry shortly") }
         return Array(try row.decode(Data.self))
     }
+
+    /// The environments of the API tokens (revoked ones too: a token's environment never changes)
+    /// an id or prefix names in the container, for authorising a change before it is made.
+    public func apiTokenEnvironments(containerID: ContainerID, idOrPrefix: String) async throws -> Set<ContainerEnvironment> {
+        let tokenID = Int64(idOrPrefix)
+        return Set(try await database.withConnection { connection in
+            try await connection.rows("""
+                SELECT DISTINCT environment FROM api_tokens
+                WHERE container_id = \(containerID) AND (token_id = \(tokenID)::int8 OR token_prefix = \(idOrPrefix))
+                """, logger: logger)
+        }.map { try $0.decode(Int16.self) == 1 ? ContainerEnvironment.development : .production })
+    }
 }

@@ -354,29 +354,4 @@ extension OperatorStore {
             return current
         }
     }
-
-    // MARK: What a request acts on
-
-    /// The environments of the API tokens (revoked ones too: a token's environment never changes)
-    /// an id or prefix names in the container, for authorising a change before it is made.
-    public func apiTokenEnvironments(containerID: ContainerID, idOrPrefix: String) async throws -> Set<ContainerEnvironment> {
-        let tokenID = Int64(idOrPrefix)
-        return Set(try await database.withConnection { connection in
-            try await connection.rows("""
-                SELECT DISTINCT environment FROM api_tokens
-                WHERE container_id = \(containerID) AND (token_id = \(tokenID)::int8 OR token_prefix = \(idOrPrefix))
-                """, logger: logger)
-        }.map { try $0.decode(Int16.self) == 1 ? ContainerEnvironment.development : .production })
-    }
-
-    /// The environments of the server-to-server keys an ID or prefix (of at least 8 digits) names in the container.
-    public func serverKeyEnvironments(containerID: ContainerID, idOrPrefix: String) async throws -> Set<ContainerEnvironment> {
-        let prefix = idOrPrefix.lowercased()
-        return Set(try await database.withConnection { connection in
-            try await connection.rows("""
-                SELECT DISTINCT environment FROM server_keys
-                WHERE container_id = \(containerID) AND starts_with(key_id, \(prefix)) AND length(\(prefix)) >= 8
-                """, logger: logger)
-        }.map { try $0.decode(Int16.self) == 1 ? ContainerEnvironment.development : .production })
-    }
 }

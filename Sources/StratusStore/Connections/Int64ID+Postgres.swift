@@ -2,11 +2,12 @@ import NIOCore
 import PostgresNIO
 import StratusCore
 
-// A typed id is bound and read as the `int8` it wraps (its type, format and decoding are
-// PostgresNIO's for `RawRepresentable`; encoding is spelled here so that it cannot throw, as
-// SQL interpolation needs).
+/// A typed id as PostgreSQL holds it: bound and read as the `int8` it wraps (type, format and
+/// decoding are PostgresNIO's for `RawRepresentable`; encoding is spelled here so that it cannot
+/// throw, as SQL interpolation needs).
+public protocol PostgresInt64ID: Int64ID, PostgresNonThrowingEncodable, PostgresDecodable, PostgresArrayEncodable, PostgresArrayDecodable {}
 
-extension ContainerID: PostgresNonThrowingEncodable, PostgresDecodable, PostgresArrayEncodable, PostgresArrayDecodable {
+extension PostgresInt64ID {
     public static var psqlArrayType: PostgresDataType { .int8Array }
 
     @inlinable
@@ -15,11 +16,5 @@ extension ContainerID: PostgresNonThrowingEncodable, PostgresDecodable, Postgres
     }
 }
 
-extension ZoneID: PostgresNonThrowingEncodable, PostgresDecodable, PostgresArrayEncodable, PostgresArrayDecodable {
-    public static var psqlArrayType: PostgresDataType { .int8Array }
-
-    @inlinable
-    public func encode<JSONEncoder: PostgresJSONEncoder>(into byteBuffer: inout ByteBuffer, context: PostgresEncodingContext<JSONEncoder>) {
-        byteBuffer.writeInteger(rawValue, as: Int64.self)
-    }
-}
+extension ContainerID: PostgresInt64ID {}
+extension ZoneID: PostgresInt64ID {}

@@ -225,12 +225,12 @@ extension Prepared {
             if scalars != nil {
                 switch value {
                 case let value as Int64: scalars!.append(.int64(value))
-                case let value as any Int64ID: scalars!.append(.int64(value.rawValue))
                 case let value as String: scalars!.append(.text(value))
                 case let value as Int16: scalars!.append(.int16(value))
                 case let value as Int32: scalars!.append(.int32(value))
                 case let value as Double: scalars!.append(.double(value))
                 case let value as Bool: scalars!.append(.bool(value))
+                case let value as any Int64ID: scalars!.append(.int64(value.rawValue))
                 default: scalars = nil
                 }
             }
