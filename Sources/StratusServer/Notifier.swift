@@ -30,14 +30,14 @@ public final class Notifier: RecordChangeObserver {
         /// Query subscriptions of the public database, by record type.
         var publicQueries: [String: [Watcher]] = [:]
         /// Private-database subscriptions, by subscriber.
-        var privateByOwner: [String: [Watcher]] = [:]
+        var privateByOwner: [UserID: [Watcher]] = [:]
         /// Shared-database subscriptions, by subscriber.
-        var sharedByOwner: [String: [Watcher]] = [:]
+        var sharedByOwner: [UserID: [Watcher]] = [:]
         var isEmpty: Bool { publicQueries.isEmpty && privateByOwner.isEmpty && sharedByOwner.isEmpty }
     }
 
     struct Watcher: Sendable {
-        var owner: String
+        var owner: UserID
         var scope: DatabaseScope
         var subscription: Subscription
     }
@@ -69,13 +69,13 @@ public final class Notifier: RecordChangeObserver {
     /// Names this process in the wake-ups it sends, so it does not wake its own polls twice.
     let origin = String(UInt32.random(in: 0...UInt32.max), radix: 36)
     /// Owners with newly queued notifications, for the next batch of wake-ups to the other processes.
-    private let wakeUps = Mutex<[Key: Set<String>]>([:])
+    private let wakeUps = Mutex<[Key: Set<UserID>]>([:])
 
     /// Wakes the polls of the other server processes for what this one queued, 5 ms after the
     /// first owner of a batch: one `pg_notify` per batch instead of one per write, since every
     /// transaction that notifies takes PostgreSQL's notification-queue lock at commit, one at a
     /// time, which held up creates while polls waited.
-    func scheduleWakeUps(_ owners: Set<String>, key: Key) {
+    func scheduleWakeUps(_ owners: Set<UserID>, key: Key) {
         let first = wakeUps.withLock { pending -> Bool in
             defer { pending[key, default: []].formUnion(owners) }
             return pending.isEmpty
@@ -113,7 +113,7 @@ public final class Notifier: RecordChangeObserver {
     struct CourierKey: Hashable {
         var containerID: ContainerID
         var environment: ContainerEnvironment
-        var owner: String
+        var owner: UserID
     }
 
     init(records: RecordStore, authenticator: Authenticator, rateLimiter: RateLimiter, sealer: TokenSealer, logger: Logger) {
@@ -172,10 +172,10 @@ public final class Notifier: RecordChangeObserver {
     }
 
     /// The web courier tokens of `owners`, from memory or one statement for those not known.
-    func tokenHashes(of owners: Set<String>, key: Key) async throws -> [String: [String]] {
+    func tokenHashes(of owners: Set<UserID>, key: Key) async throws -> [UserID: [String]] {
         let now = ContinuousClock.now
-        var known: [String: [String]] = [:]
-        var missing: [String] = []
+        var known: [UserID: [String]] = [:]
+        var missing: [UserID] = []
         tokens.withLock { cached in
             for owner in owners {
                 if let entry = cached[CourierKey(containerID: key.containerID, environment: key.environment, owner: owner)],
@@ -240,7 +240,7 @@ public final class Notifier: RecordChangeObserver {
                 // The owner's own subscriptions.
                 for watcher in entry.privateByOwner[changes.db.owner] ?? [] {
                     for change in changes.changes where fires(watcher.subscription, on: change, zone: changes.zone) {
-                        pending.append(notification(watcher, change, zone: changes.zone, zoneOwner: changes.db.owner, entry: entry, key: key,
+                        pending.append(notification(watcher, change, zone: changes.zone, zoneOwner: changes.db.owner.rawValue, entry: entry, key: key,
                                                     syncToken: writersToken()))
                         if watcher.subscription.firesOnce { break }
                     }
@@ -260,7 +260,7 @@ public final class Notifier: RecordChangeObserver {
                     guard !visible.isEmpty else { continue }
                     let token = syncToken(changes, for: DatabaseRef(containerID: key.containerID, environment: key.environment, scope: .shared, owner: participant))
                     for watcher in relevant {
-                        pending.append(notification(watcher, visible[0], zone: changes.zone, zoneOwner: changes.db.owner, entry: entry, key: key,
+                        pending.append(notification(watcher, visible[0], zone: changes.zone, zoneOwner: changes.db.owner.rawValue, entry: entry, key: key,
                                                     syncToken: token))
                     }
                 }
@@ -281,7 +281,7 @@ public final class Notifier: RecordChangeObserver {
             let watchers = (entry.privateByOwner[db.owner] ?? []).filter {
                 $0.subscription.kind == .database || ($0.subscription.kind == .zone && $0.subscription.zoneName == zone)
             }
-            try await deliver(watchers.map { notification($0, nil, zone: zone, zoneOwner: db.owner, entry: entry, key: key, syncToken: nil) }, key: key)
+            try await deliver(watchers.map { notification($0, nil, zone: zone, zoneOwner: db.owner.rawValue, entry: entry, key: key, syncToken: nil) }, key: key)
         } catch {
             logger.error("notifications for a deleted zone were lost", metadata: ["stratus.error": "\(String(reflecting: error))"])
         }
@@ -353,7 +353,7 @@ public final class Notifier: RecordChangeObserver {
     }
 
     /// The changes a participant sees through the shares they accepted in the changed zone.
-    func visibleChanges(_ changes: RecordChanges, to participant: String) async throws -> [RecordChange] {
+    func visibleChanges(_ changes: RecordChanges, to participant: UserID) async throws -> [RecordChange] {
         let db = changes.db
         guard let access = try await records.sharing.shareAccess(containerID: db.containerID, environment: db.environment, user: participant,
                                                          owner: db.owner, zone: changes.zone) else { return [] }

@@ -11,7 +11,7 @@ extension RateLimiter {
         let cost = Int64(max(1, body["operations"]?.arrayValue?.count ?? body["records"]?.arrayValue?.count ?? 1))
         let personal: RateLimiter.Key
         if let user = caller.user {
-            personal = RateLimiter.Key(kind: .user, containerID: containerID, environment: environment, name: user)
+            personal = RateLimiter.Key(kind: .user, containerID: containerID, environment: environment, name: user.rawValue)
         } else {
             personal = RateLimiter.Key(kind: .client, containerID: containerID, environment: environment,
                                        name: FNV1a.hex(caller.apiToken ?? "") + "@" + (ClientAddress.current ?? ""))

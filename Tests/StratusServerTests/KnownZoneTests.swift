@@ -33,7 +33,7 @@ import Testing
             let containerID = try await harness.database.withConnection { connection in
                 try await connection.statement("SELECT container_id FROM containers WHERE name = \(alice.container)", logger: TestCluster.logger)[0].decode(ContainerID.self)
             }
-            let db = DatabaseRef(containerID: containerID, environment: .development, scope: .private, owner: user)
+            let db = DatabaseRef(containerID: containerID, environment: .development, scope: .private, owner: UserID(user))
             #expect(harness.app.records.knownZones.zoneID(db, "Notes") == id)
             let second = try await alice.modify("private", zone: "Notes", [op("create", "n2", fields: ["title": ["value": "two"]])])
             #expect(second.json.record(0)?["fields"]?["title"]?["value"] == "two", "\(second.json)")

@@ -547,8 +547,8 @@ import Testing
             let container = try await harness.app.authenticator.container(named: alice.container)
             let hash = CourierController.courierTokenHash(String(path.split(separator: "/").last ?? ""))
             let queued = try await harness.app.records.subscriptions.queueNotifications(containerID: container.id, environment: .development, [
-                QueuedNotification(owner: alice.userRecordName!, tokenHash: hash, payload: #"{"ck":{"nid":"lost"}}"#, coalesceKey: nil)])
-            #expect(queued[alice.userRecordName!] == 1, "\(queued)")
+                QueuedNotification(owner: UserID(alice.userRecordName!), tokenHash: hash, payload: #"{"ck":{"nid":"lost"}}"#, coalesceKey: nil)])
+            #expect(queued[UserID(alice.userRecordName!)] == 1, "\(queued)")
             let next = try await Self.poll(harness, path, timeout: 1)
             #expect(next.status == 200 && next.json["ck"]?["nid"] == "lost", "\(next)")
         }

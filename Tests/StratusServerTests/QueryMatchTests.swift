@@ -35,7 +35,7 @@ import Testing
                 operations.append(["operationType": "create", "record": ["recordName": .string(name), "recordType": "Item", "fields": .object(fields)]])
                 var values: [String: FieldValue] = [:]
                 for (field, json) in fields { values[field] = try FieldValue.decode(json, field: field, knownType: nil) }
-                records.append(Record(recordName: name, recordType: "Item", fields: values, createdBy: user.userRecordName!, modifiedBy: user.userRecordName!))
+                records.append(Record(recordName: name, recordType: "Item", fields: values, createdBy: UserID(user.userRecordName!), modifiedBy: UserID(user.userRecordName!)))
             }
             for start in stride(from: 0, to: operations.count, by: 100) {
                 let saved = try await user.modify("private", Array(operations[start..<start + 100]))

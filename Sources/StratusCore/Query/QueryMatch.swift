@@ -58,8 +58,8 @@ extension QueryFilter {
         case .recordName: return .text(record.recordName)
         case .createdTimestamp: return .int(record.createdAt)
         case .modifiedTimestamp: return .int(record.modifiedAt)
-        case .createdUserRecordName: return .text(record.createdBy)
-        case .modifiedUserRecordName: return .text(record.modifiedBy)
+        case .createdUserRecordName: return .text(record.createdBy.rawValue)
+        case .modifiedUserRecordName: return .text(record.modifiedBy.rawValue)
         }
     }
 

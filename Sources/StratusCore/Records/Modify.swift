@@ -220,7 +220,7 @@ public enum ModifyPlanner {
     ///   - access: the caller's security roles in the public database; `nil` elsewhere (a private
     ///     database is its owner's alone).
     public static func plan(_ request: ModifyRequest, current: [String: Record], schema: Schema, allowSchemaChanges: Bool,
-                            caller: String, now: Int64, access: RecordAccess? = nil) -> BatchPlan {
+                            caller: UserID, now: Int64, access: RecordAccess? = nil) -> BatchPlan {
         var pending = schema
         var additions: [SchemaAddition] = []
         var outcomes: [Result<PlannedWrite, StratusError>] = []
@@ -385,7 +385,7 @@ public enum ModifyPlanner {
     ///   - current: the record's current row (`nil` or a tombstone when it does not exist).
     ///   - caller: the user record name of the writer.
     ///   - now: milliseconds since the epoch.
-    public static func plan(_ op: ModifyOperation, current: Record?, caller: String, now: Int64) -> Result<PlannedWrite, StratusError> {
+    public static func plan(_ op: ModifyOperation, current: Record?, caller: UserID, now: Int64) -> Result<PlannedWrite, StratusError> {
         let live = current.flatMap { $0.deleted ? nil : $0 }
         if let live, let recordType = op.recordType, recordType != live.recordType, op.type != .create {
             return .failure(.badRequest("record '\(Names.printable(op.recordName))' is a '\(live.recordType)'; its recordType cannot change to '\(recordType)'"))
@@ -426,7 +426,7 @@ public enum ModifyPlanner {
         }
     }
 
-    static func newRecord(_ op: ModifyOperation, caller: String, now: Int64, base: Record?) -> Record {
+    static func newRecord(_ op: ModifyOperation, caller: UserID, now: Int64, base: Record?) -> Record {
         var fields: [String: FieldValue] = [:]
         for (name, value) in op.fields { if let value { fields[name] = value } }
         var record = Record(recordName: op.recordName, recordType: op.recordType ?? "", changeSeq: 0, fields: fields,
@@ -435,7 +435,7 @@ public enum ModifyPlanner {
         return record
     }
 
-    static func apply(_ op: ModifyOperation, to record: inout Record, caller: String, now: Int64) {
+    static func apply(_ op: ModifyOperation, to record: inout Record, caller: UserID, now: Int64) {
         switch op.parent {
         case .keep: break
         case .clear: record.parent = nil

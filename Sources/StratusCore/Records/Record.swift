@@ -9,9 +9,9 @@ public struct Record: Sendable, Equatable {
     public var fields: [String: FieldValue]
     /// Milliseconds since the epoch.
     public var createdAt: Int64
-    public var createdBy: String
+    public var createdBy: UserID
     public var modifiedAt: Int64
-    public var modifiedBy: String
+    public var modifiedBy: UserID
     /// A tombstone left by a delete, kept for the change feeds.
     public var deleted: Bool
     /// The stored field JSON, when the record was read without decoding its fields (read paths):
@@ -36,7 +36,7 @@ public struct Record: Sendable, Equatable {
     public static let shareType = "cloudkit.share"
 
     public init(recordName: String, recordType: String, changeSeq: Int64 = 0, fields: [String: FieldValue] = [:],
-                createdAt: Int64 = 0, createdBy: String = "", modifiedAt: Int64 = 0, modifiedBy: String = "", deleted: Bool = false,
+                createdAt: Int64 = 0, createdBy: UserID = .nobody, modifiedAt: Int64 = 0, modifiedBy: UserID = .nobody, deleted: Bool = false,
                 encodedFields: [UInt8]? = nil, parent: String? = nil, shareName: String? = nil, shortGUID: String? = nil) {
         self.encodedFields = encodedFields
         self.parent = parent

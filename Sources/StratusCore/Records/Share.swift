@@ -47,11 +47,11 @@ public enum ParticipantType: Int16, Sendable {
 /// A participant as the owner names it in a share's `participants`.
 public struct ParticipantSpec: Sendable, Equatable {
     /// Exactly one of these names the person.
-    public var userRecordName: String?
+    public var userRecordName: UserID?
     public var email: String?
     public var permission: SharePermission
 
-    public init(userRecordName: String? = nil, email: String? = nil, permission: SharePermission) {
+    public init(userRecordName: UserID? = nil, email: String? = nil, permission: SharePermission) {
         self.userRecordName = userRecordName
         self.email = email
         self.permission = permission
@@ -149,7 +149,7 @@ public struct ShareSpec: Sendable, Equatable {
             guard Names.isPrintableName(userRecordName, maximumBytes: 255) else {
                 throw .badRequest("\(key): '\(Names.printable(userRecordName))' is not a user record name")
             }
-            return ParticipantSpec(userRecordName: userRecordName, permission: permission)
+            return ParticipantSpec(userRecordName: UserID(userRecordName), permission: permission)
         }
         if let email {
             guard email.contains("@"), Names.isPrintableName(email, maximumBytes: 320) else {

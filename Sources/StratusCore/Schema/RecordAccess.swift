@@ -15,11 +15,11 @@
 ///   of creator), and only to signed-in members.
 public struct RecordAccess: Sendable, Equatable {
     /// The signed-in caller's user record name; `nil` for a caller with only an API token.
-    public var user: String?
+    public var user: UserID?
     /// The custom roles the signed-in caller holds in this environment.
     public var roles: Set<String>
 
-    public init(user: String?, roles: Set<String> = []) {
+    public init(user: UserID?, roles: Set<String> = []) {
         self.user = user
         self.roles = user == nil ? [] : roles
     }
@@ -37,7 +37,7 @@ public struct RecordAccess: Sendable, Equatable {
 
     /// Whether the caller may `permission` records of `recordType`; `creator` is the existing
     /// record's creator (`nil` for one not written yet, or to ask about every record of the type).
-    public func allows(_ permission: Permission, on recordType: String, creator: String?, in schema: Schema) -> Bool {
+    public func allows(_ permission: Permission, on recordType: String, creator: UserID?, in schema: Schema) -> Bool {
         let roles = Self.roles(granting: permission, on: recordType, in: schema)
         if roles.contains(SystemRole.world) { return true }
         guard let user else { return false }

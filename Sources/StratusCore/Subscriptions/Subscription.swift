@@ -46,7 +46,7 @@ public struct Subscription: Sendable, Equatable {
     /// `nil` for database subscriptions and zone-wide query subscriptions.
     public var zoneName: String?
     /// The owner of the watched zone, in the shared database (whose zones are other users').
-    public var zoneOwner: String?
+    public var zoneOwner: UserID?
     /// The query of a query subscription, as validated against the schema.
     public var query: Query?
     /// The query dictionary as the client gave it, rendered back unchanged.
@@ -56,7 +56,7 @@ public struct Subscription: Sendable, Equatable {
     /// The notification-info dictionary, rendered back and used for the notification's `aps`.
     public var notificationInfo: JSON?
 
-    public init(id: String, kind: Kind, zoneName: String? = nil, zoneOwner: String? = nil, query: Query? = nil, queryJSON: JSON? = nil,
+    public init(id: String, kind: Kind, zoneName: String? = nil, zoneOwner: UserID? = nil, query: Query? = nil, queryJSON: JSON? = nil,
                 firesOn: Firing = .all, firesOnce: Bool = false, notificationInfo: JSON? = nil) {
         self.id = id
         self.kind = kind

@@ -43,10 +43,10 @@ struct AuthController: Sendable {
 
     /// The answer to a successful sign-up, sign-in or password change: a new session's token.
     /// The user's `Users` record is made first if the environment's public database lacks it.
-    func sessionResponse(user: String, container: ContainerInfo, environment: ContainerEnvironment) async throws -> Response {
+    func sessionResponse(user: UserID, container: ContainerInfo, environment: ContainerEnvironment) async throws -> Response {
         try await users.ensureUserRecord(user, containerID: container.id, environment: environment)
         let (token, session) = try await authenticator.startSession(user: user, containerID: container.id, environment: environment)
-        return .json(["ckWebAuthToken": .string(token), "userRecordName": .string(user),
+        return .json(["ckWebAuthToken": .string(token), "userRecordName": .string(user.rawValue),
                       "expiresAt": .int(Int64(session.expiresAt.timeIntervalSince1970 * 1000))])
     }
 
@@ -126,9 +126,9 @@ struct AuthController: Sendable {
         try await admitSignup(containerID: container.id, environment: environment)
         let hash = try await passwords.hash(password)
         let userRecordName = UserRecordName.random()
-        try await admin.createUser(UserAccount(containerID: container.id, userRecordName: userRecordName, email: email, passwordHash: hash),
+        try await admin.createUser(UserAccount(containerID: container.id, userRecordName: UserID(userRecordName), email: email, passwordHash: hash),
                                    discoverable: change.discoverable ?? false, givenName: change.givenName ?? nil, familyName: change.familyName ?? nil)
-        return try await sessionResponse(user: userRecordName, container: container, environment: environment)
+        return try await sessionResponse(user: UserID(userRecordName), container: container, environment: environment)
     }
 
     /// Counts a well-formed sign-up attempt against the container-environment's sign-up limits
@@ -176,7 +176,7 @@ struct AuthController: Sendable {
             profile = try await admin.profile(containerID: container.id, user: claims.user)
         }
         guard let profile else { throw StratusError(.authenticationFailed, "the account of this session no longer exists; sign up again") }
-        return .json(["userRecordName": .string(profile.userRecordName), "emailAddress": .string(profile.email),
+        return .json(["userRecordName": .string(profile.userRecordName.rawValue), "emailAddress": .string(profile.email),
                       "discoverable": .bool(profile.discoverable),
                       "nameComponents": UsersController.identityJSON(profile, lookupInfo: [:])["nameComponents"] ?? [:]])
     }

@@ -10,7 +10,7 @@ struct Caller: Sendable {
     var container: ContainerInfo
     var environment: ContainerEnvironment
     /// The signed-in user's record name, if a valid web auth token came with the request.
-    var user: String?
+    var user: UserID?
     /// The web auth token as sent (echoed in `x-apple-cloudkit-session`).
     var webAuthToken: String?
     /// The session the web auth token names.
@@ -26,7 +26,7 @@ struct Caller: Sendable {
 
     /// The user, or 421 `AUTHENTICATION_REQUIRED` with a `redirectURL` (built only then: every
     /// data request asks).
-    func requireUser(signInURL: @autoclosure () -> String) throws(StratusError) -> String {
+    func requireUser(signInURL: @autoclosure () -> String) throws(StratusError) -> UserID {
         guard let user else {
             throw StratusError(.authenticationRequired, "this request needs a signed-in user: sign in and send the ckWebAuthToken query parameter",
                                redirectURL: signInURL())
@@ -68,7 +68,7 @@ final class Authenticator: Sendable {
     struct RoleKey: Hashable, Sendable {
         var containerID: ContainerID
         var environment: ContainerEnvironment
-        var user: String
+        var user: UserID
     }
     let cacheLifetime: Duration = .seconds(60)
     /// How often a session in use is read again (and its `last_used_at` moved): every minute, or
@@ -80,14 +80,14 @@ final class Authenticator: Sendable {
         var containerID: ContainerID
         var environment: Int16
         var sessionID: Int64
-        var user: String
+        var user: UserID
         /// Absolute expiry, seconds since 1970.
         var expires: Int64
     }
 
     struct LiveSession: Sendable {
         var containerID: ContainerID
-        var user: String
+        var user: UserID
     }
 
     init(admin: AdminStore, sealer: TokenSealer, configuration: ServerConfiguration) {
@@ -121,7 +121,7 @@ final class Authenticator: Sendable {
 
     /// The custom roles `user` holds in `environment` of the container (cached for a minute, and
     /// forgotten on every process when an administrator changes the environment's memberships).
-    func roles(of user: String, containerID: ContainerID, environment: ContainerEnvironment) async throws -> Set<String> {
+    func roles(of user: UserID, containerID: ContainerID, environment: ContainerEnvironment) async throws -> Set<String> {
         let key = RoleKey(containerID: containerID, environment: environment, user: user)
         let now = ContinuousClock.now
         if let cached = memberships.withLock({ $0.value(for: key, now: now) }) { return cached }
@@ -239,7 +239,7 @@ final class Authenticator: Sendable {
             throw StratusError(.authenticationFailed, "this signature was already received (a replay): sign every request anew")
         }
         var caller = Caller(container: container, environment: environment)
-        caller.user = "_key_" + key.keyID
+        caller.user = UserID("_key_" + key.keyID)
         caller.serverKey = key.keyID
         return caller
     }
@@ -254,7 +254,7 @@ final class Authenticator: Sendable {
         else {
             throw StratusError(.authenticationFailed, "the ckWebAuthToken is not valid; sign in again")
         }
-        let claims = WebAuthClaims(containerID: ContainerID(c), environment: environment, sessionID: s, user: u, expires: x)
+        let claims = WebAuthClaims(containerID: ContainerID(c), environment: environment, sessionID: s, user: UserID(u), expires: x)
         // The token carries its own expiry (checked by the caller); the entry only bounds memory.
         webTokens.withLock { $0.set(claims, for: token, expires: now + cacheLifetime, now: now) }
         return claims
@@ -293,12 +293,12 @@ final class Authenticator: Sendable {
     }
 
     /// A new session for `user` and its web auth token.
-    func startSession(user: String, containerID: ContainerID, environment: ContainerEnvironment) async throws -> (token: String, session: SessionRecord) {
+    func startSession(user: UserID, containerID: ContainerID, environment: ContainerEnvironment) async throws -> (token: String, session: SessionRecord) {
         let session = try await admin.createSession(containerID: containerID, environment: environment, user: user,
                                                     lifetime: configuration.sessionLifetime)
         let expires = Int64(session.expiresAt.timeIntervalSince1970)
         let token = sealer.seal(["c": .int(containerID.rawValue), "e": .int(Int64(environment.code)), "s": .int(session.sessionID),
-                                 "u": .string(user), "x": .int(expires)], purpose: Self.webAuthPurpose)
+                                 "u": .string(user.rawValue), "x": .int(expires)], purpose: Self.webAuthPurpose)
         return (token, session)
     }
 

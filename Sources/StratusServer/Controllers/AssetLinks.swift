@@ -18,7 +18,7 @@ struct AssetLinks: Sendable {
     /// sealed for this container, environment, database and user, for this record type and field
     /// (a receipt from `assets/rereference` fits any), not expired, for this checksum and size.
     func receiptCheck(_ caller: Caller, scope: DatabaseScope) -> ModifyRequest.ReceiptCheck {
-        let (sealer, containerID, environment, user, now) = (sealer, caller.container.id, caller.environment.rawValue, caller.user ?? "", now())
+        let (sealer, containerID, environment, user, now) = (sealer, caller.container.id, caller.environment.rawValue, caller.user?.rawValue ?? "", now())
         return { asset, recordType, field in
             guard let receipt = asset.receipt, let payload = sealer.open(receipt, purpose: AssetsController.receiptPurpose)?.objectValue else {
                 return .badRequest("field '\(field)': the asset's receipt is not one Stratus made; save the 'singleFile' the upload returned")

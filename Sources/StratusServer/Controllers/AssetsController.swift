@@ -96,7 +96,7 @@ struct AssetsController: Sendable {
             let recordName = try Wire.string(members["recordName"], key: "tokens[\(index)].recordName") ?? RandomUUID.string(uppercase: true)
             try Names.validateRecordName(recordName)
             var payload: [String: JSON] = ["c": .int(request.caller.container.id.rawValue), "e": .string(request.caller.environment.rawValue),
-                                           "d": .string(request.scope.rawValue), "o": .string(user), "f": .string(field),
+                                           "d": .string(request.scope.rawValue), "o": .string(user.rawValue), "f": .string(field),
                                            "r": .string(recordName), "x": .int(expires)]
             if let recordType { payload["t"] = .string(recordType) }
             let url = configuration.publicURL + Self.uploadPathPrefix + sealer.seal(.object(payload), purpose: Self.uploadPurpose)
@@ -346,7 +346,7 @@ struct AssetsController: Sendable {
                     continue
                 }
                 let receipt: JSON = ["c": .int(containerID.rawValue), "e": .string(request.caller.environment.rawValue), "d": .string(request.scope.rawValue),
-                                     "o": .string(user), "k": .string(entry.asset.fileChecksum), "s": .int(entry.asset.size), "x": .int(expires)]
+                                     "o": .string(user.rawValue), "k": .string(entry.asset.fileChecksum), "s": .int(entry.asset.size), "x": .int(expires)]
                 // The asset dictionary alone (CKWS): saved as a field's value as it comes.
                 out.append(["fileChecksum": .string(entry.asset.fileChecksum), "size": .int(entry.asset.size),
                             "receipt": .string(sealer.seal(receipt, purpose: Self.receiptPurpose))])

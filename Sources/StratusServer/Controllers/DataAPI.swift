@@ -31,7 +31,7 @@ struct DataRequest {
         switch scope {
         case .public:
             if requireUser { _ = try caller.requireUser(signInURL: signInURL) }
-            return DatabaseRef(containerID: caller.container.id, environment: caller.environment, scope: .public, owner: "")
+            return DatabaseRef(containerID: caller.container.id, environment: caller.environment, scope: .public, owner: .nobody)
         case .private, .shared:
             let user = try caller.requireUser(signInURL: signInURL)
             return DatabaseRef(containerID: caller.container.id, environment: caller.environment, scope: scope, owner: user)
@@ -46,7 +46,7 @@ struct DataRequest {
         guard let name = members["zoneName"]?.stringValue else { throw .badRequest("'\(key)' needs a string 'zoneName'") }
         try Names.validateZone(name)
         if let owner = try Wire.string(members["ownerRecordName"], key: "\(key).ownerRecordName"),
-           owner != "__defaultOwner__", owner != "_defaultOwner", owner != caller.user {
+           owner != "__defaultOwner__", owner != "_defaultOwner", owner != caller.user?.rawValue {
             throw StratusError(.zoneNotFound, "zone '\(name)' does not exist in this database")
         }
         if scope == .public, name != Names.defaultZone {
@@ -61,7 +61,7 @@ struct DataRequest {
         if scope == .public {
             members["ownerRecordName"] = "_defaultOwner"
         } else if let user = caller.user {
-            members["ownerRecordName"] = .string(user)
+            members["ownerRecordName"] = .string(user.rawValue)
         }
         return .object(members)
     }

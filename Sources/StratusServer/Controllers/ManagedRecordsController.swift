@@ -59,7 +59,7 @@ struct ManagedRecordsController: Sendable {
             // The container administrator's privileges, as for a server key: no security role
             // restricts it, and what it creates names the operator as creator.
             let who = grant.credential.map { "_operator_\($0.operatorInfo.operatorID)" } ?? "_admin"
-            caller.user = who
+            caller.user = UserID(who)
             caller.serverKey = who
         } else {
             guard let given, !given.isEmpty else {
@@ -70,7 +70,7 @@ struct ManagedRecordsController: Sendable {
                 throw StratusError(.notFound, "no user '\(Names.printable(given))' in \(environment.rawValue); give a user record name or an email address")
             }
             caller.user = found.userRecordName
-            target = found.userRecordName
+            target = found.userRecordName.rawValue
         }
         let request = DataRequest(caller: caller, scope: scope, body: body, authenticator: authenticator, metered: false)
         let answer: JSON = switch operation {

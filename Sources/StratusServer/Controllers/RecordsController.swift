@@ -30,7 +30,7 @@ struct RecordsController: Sendable {
         let body = JSON.object(request.body)
         var decoded = try ModifyRequest.decode(body, newRecordName: { RandomUUID.string(uppercase: true) })
         decoded.receipts = links.receiptCheck(request.caller, scope: request.scope)
-        let caller = db.owner.isEmpty ? (request.caller.user ?? "") : db.owner
+        let caller = db.owner.isNobody ? (request.caller.user ?? .nobody) : db.owner
         let rendering = RecordRendering(numbersAsStrings: decoded.numbersAsStrings, assetURL: links.assetURL(containerID: db.containerID))
         let results = try await records.modify(db, zone: zone, request: decoded, caller: caller, now: now(),
                                                allowSchemaChanges: db.environment == .development, access: request.access)
@@ -40,7 +40,7 @@ struct RecordsController: Sendable {
     /// The `records/modify` response: one record, deletion or error per operation; share records
     /// with their share keys for `viewer`.
     func modifyResponse(_ results: [ModifyResult], decoded: ModifyRequest, rendering: RecordRendering, db: DatabaseRef, zone: String,
-                        viewer: String?, metered: Bool) async throws -> JSON {
+                        viewer: UserID?, metered: Bool) async throws -> JSON {
         // One id for the response's per-record errors, made only if there is one (two getrandom calls).
         lazy var uuid = newUUID()
         let refused = results.reduce(Int64(0)) { count, result in
@@ -117,7 +117,7 @@ struct RecordsController: Sendable {
         let db: DatabaseRef
         let zone: String
         var visibleRoots: [String]?
-        var viewer = ""
+        var viewer = UserID.nobody
         if request.scope == .shared {
             let access = try await shares.shareAccess(request, request.body["zoneID"])
             (db, zone, visibleRoots, viewer) = (access.ownerDB, access.zone, access.visibleRoots, access.user)
@@ -130,8 +130,8 @@ struct RecordsController: Sendable {
         let narrowedTo = try await schemas.restrict(&query, for: request, in: db)
         queryShapes.note(query, db: db)
         let fingerprint = Self.fingerprint(["c": .int(db.containerID.rawValue), "e": .string(db.environment.rawValue),
-                                            "d": .string(request.scope.rawValue), "o": .string(narrowedTo ?? db.owner), "z": .string(zone),
-                                            "v": .string(viewer), "q": queryJSON])
+                                            "d": .string(request.scope.rawValue), "o": .string(narrowedTo ?? db.owner.rawValue), "z": .string(zone),
+                                            "v": .string(viewer.rawValue), "q": queryJSON])
         var cursor: QueryCursor?
         if let markerText {
             cursor = try openMarker(markerText, fingerprint: fingerprint, sorts: query.sorts.count)

@@ -33,8 +33,8 @@ struct SchemaReads: Sendable {
         if access.allows(.read, on: query.recordType, creator: nil, in: schema) { return nil }
         if let user = access.user, access.readsOnlyOwnRecords(of: query.recordType, in: schema) {
             query.filters.append(QueryFilter(target: .system(.createdUserRecordName), comparator: .equals,
-                                             values: [.text(user)], scalar: SystemField.createdUserRecordName.valueType))
-            return user
+                                             values: [.text(user.rawValue)], scalar: SystemField.createdUserRecordName.valueType))
+            return user.rawValue
         }
         if access.user == nil, !RecordAccess.roles(granting: .read, on: query.recordType, in: schema).isEmpty {
             _ = try request.caller.requireUser(signInURL: request.signInURL)

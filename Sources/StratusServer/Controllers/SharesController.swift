@@ -20,12 +20,12 @@ struct SharesController: Sendable {
 
     /// A participant dictionary (CKWS ref §3.9). Email addresses are shown only to the owner
     /// (who typed them) and to the participant themselves.
-    static func participantJSON(_ participant: ParticipantInfo, viewerIsOwner: Bool, viewer: String?) -> JSON {
+    static func participantJSON(_ participant: ParticipantInfo, viewerIsOwner: Bool, viewer: UserID?) -> JSON {
         var lookup: [String: JSON] = [:]
         var identity: [String: JSON] = [:]
         if let user = participant.userRecordName {
-            identity["userRecordName"] = .string(user)
-            lookup["userRecordName"] = .string(user)
+            identity["userRecordName"] = .string(user.rawValue)
+            lookup["userRecordName"] = .string(user.rawValue)
         }
         if let email = participant.email, viewerIsOwner || (viewer != nil && participant.userRecordName == viewer) {
             lookup["emailAddress"] = .string(email)
@@ -40,10 +40,10 @@ struct SharesController: Sendable {
         ]
     }
 
-    static func ownerParticipantJSON(_ owner: String) -> JSON {
+    static func ownerParticipantJSON(_ owner: UserID) -> JSON {
         [
-            "participantId": .string(owner),
-            "userIdentity": ["userRecordName": .string(owner), "lookupInfo": ["userRecordName": .string(owner)]],
+            "participantId": .string(owner.rawValue),
+            "userIdentity": ["userRecordName": .string(owner.rawValue), "lookupInfo": ["userRecordName": .string(owner.rawValue)]],
             "type": .string(ParticipantType.owner.wireName),
             "permission": .string(SharePermission.readWrite.wireName),
             "acceptanceStatus": .string(ParticipantStatus.accepted.wireName),
@@ -53,7 +53,7 @@ struct SharesController: Sendable {
     /// The keys a share record's dictionary carries for `viewer` (CKWS ref §8.1): `owner`,
     /// `participants` (the owner first; removed participants left out), `publicPermission`,
     /// `currentUserParticipant`, `url`.
-    func shareKeys(_ share: ShareInfo, viewer: String?) -> [String: JSON] {
+    func shareKeys(_ share: ShareInfo, viewer: UserID?) -> [String: JSON] {
         let isOwner = viewer == share.owner
         var participants: [JSON] = [Self.ownerParticipantJSON(share.owner)]
         for participant in share.participants where participant.status != .removed {
@@ -75,7 +75,7 @@ struct SharesController: Sendable {
 
     /// Fills in the share keys of the `cloudkit.share` records among `records`, read from zone
     /// `zone` of the owner's private database `db`.
-    func decorateShares(_ records: inout [Record], db: DatabaseRef, zone: String, viewer: String?) async throws {
+    func decorateShares(_ records: inout [Record], db: DatabaseRef, zone: String, viewer: UserID?) async throws {
         let names = records.filter { $0.recordType == Record.shareType && !$0.deleted }.map(\.recordName)
         guard !names.isEmpty else { return }
         let shares = try await self.records.sharing.shares(db, zone: zone, names: names)
@@ -135,7 +135,7 @@ struct SharesController: Sendable {
 
     /// A share's metadata for `user` (CKWS ref §8.3). ACCESS_DENIED for someone the share is not
     /// open to: neither its owner, nor invited, nor allowed by its link.
-    func shareMetadata(_ share: ShareInfo, request: DataRequest, user: String, email: String?, fetchRoot: Bool,
+    func shareMetadata(_ share: ShareInfo, request: DataRequest, user: UserID, email: String?, fetchRoot: Bool,
                        desired: Set<String>?) async throws -> JSON {
         let isOwner = share.owner == user
         let participant = SharingStore.participant(of: share, user: user, email: email)
@@ -150,14 +150,14 @@ struct SharesController: Sendable {
         let names = [share.shareName] + (fetchRoot ? share.rootName.map { [$0] } ?? [] : [])
         var found = Array(try await records.lookup(ownerDB, zone: share.zoneName, names: names).values)
         try await decorateShares(&found, db: ownerDB, zone: share.zoneName, viewer: user)
-        let zoneID: JSON = ["zoneName": .string(share.zoneName), "ownerRecordName": .string(share.owner)]
+        let zoneID: JSON = ["zoneName": .string(share.zoneName), "ownerRecordName": .string(share.owner.rawValue)]
         var result: [String: JSON] = [
             "containerIdentifier": .string(request.caller.container.name),
             "environment": .string(request.caller.environment.rawValue),
             "databaseScope": .string(isOwner ? "PRIVATE" : "SHARED"),
             "zoneID": zoneID,
             "shortGUID": .string(share.shortGUID),
-            "ownerIdentity": ["userRecordName": .string(share.owner), "lookupInfo": ["userRecordName": .string(share.owner)]],
+            "ownerIdentity": ["userRecordName": .string(share.owner.rawValue), "lookupInfo": ["userRecordName": .string(share.owner.rawValue)]],
         ]
         if let root = share.rootName { result["rootRecordName"] = .string(root) }
         if let record = found.first(where: { $0.recordName == share.shareName }) { result["share"] = record.wireJSON() }
@@ -183,7 +183,7 @@ struct SharesController: Sendable {
     /// A share for the operator (`stratus share list`): everything, addresses included.
     func shareAdminJSON(_ share: ShareInfo) -> JSON {
         [
-            "owner": .string(share.owner),
+            "owner": .string(share.owner.rawValue),
             "zoneName": .string(share.zoneName),
             "shareName": .string(share.shareName),
             "rootRecordName": share.rootName.map { .string($0) } ?? .null,
@@ -194,7 +194,7 @@ struct SharesController: Sendable {
             "participants": .array(share.participants.map { participant in
                 [
                     "participantId": .string(participant.participantID),
-                    "userRecordName": participant.userRecordName.map { .string($0) } ?? .null,
+                    "userRecordName": participant.userRecordName.map { .string($0.rawValue) } ?? .null,
                     "emailAddress": participant.email.map { .string($0) } ?? .null,
                     "type": .string(participant.type.wireName),
                     "permission": .string(participant.permission.wireName),
@@ -210,7 +210,7 @@ struct SharesController: Sendable {
 extension DataRequest {
     /// The owner and zone a shared-database `zoneID` names. Every zone there belongs to another
     /// user, so the owner must be named; anything else is answered like a zone that is not there.
-    func sharedZoneName(_ json: JSON?, key: String = "zoneID") throws(StratusError) -> (owner: String, zone: String) {
+    func sharedZoneName(_ json: JSON?, key: String = "zoneID") throws(StratusError) -> (owner: UserID, zone: String) {
         guard let json, json != .null else {
             throw StratusError(.zoneNotFound, "the shared database has no default zone: name a zone shared with you, with its zoneName and ownerRecordName")
         }
@@ -218,22 +218,22 @@ extension DataRequest {
         guard let zone = members["zoneName"]?.stringValue else { throw .badRequest("'\(key)' needs a string 'zoneName'") }
         try Names.validateZone(zone)
         guard let owner = try Wire.string(members["ownerRecordName"], key: "\(key).ownerRecordName"),
-              owner != "__defaultOwner__", owner != "_defaultOwner", owner != caller.user else {
+              owner != "__defaultOwner__", owner != "_defaultOwner", owner != caller.user?.rawValue else {
             throw StratusError(.zoneNotFound, "zone '\(Names.printable(zone))' is not in your shared database: zones there belong to the users who shared them, so name its owner with ownerRecordName")
         }
         guard Names.isPrintableName(owner, maximumBytes: 255) else {
             throw .badRequest("'\(key).ownerRecordName' '\(Names.printable(owner))' is not a user record name")
         }
-        return (owner, zone)
+        return (UserID(owner), zone)
     }
 
     /// The caller's own shared database (for its change feed's tokens).
-    func sharedDatabase(user: String) -> DatabaseRef {
+    func sharedDatabase(user: UserID) -> DatabaseRef {
         DatabaseRef(containerID: caller.container.id, environment: caller.environment, scope: .shared, owner: user)
     }
 
-    static func sharedZoneIDJSON(owner: String, zone: String) -> JSON {
-        ["zoneName": .string(zone), "ownerRecordName": .string(owner)]
+    static func sharedZoneIDJSON(owner: UserID, zone: String) -> JSON {
+        ["zoneName": .string(zone), "ownerRecordName": .string(owner.rawValue)]
     }
 }
 
@@ -250,11 +250,11 @@ extension SharesController {
         return access
     }
 
-    static func notShared(owner: String, zone: String) -> StratusError {
-        StratusError(.zoneNotFound, "zone '\(Names.printable(zone))' of '\(Names.printable(owner))' is not shared with you")
+    static func notShared(owner: UserID, zone: String) -> StratusError {
+        StratusError(.zoneNotFound, "zone '\(Names.printable(zone))' of '\(Names.printable(owner.rawValue))' is not shared with you")
     }
 
-    static func sharedZoneJSON(owner: String, zone: String, deleted: Bool = false) -> JSON {
+    static func sharedZoneJSON(owner: UserID, zone: String, deleted: Bool = false) -> JSON {
         let zoneID = DataRequest.sharedZoneIDJSON(owner: owner, zone: zone)
         return deleted ? ["zoneID": zoneID, "deleted": true] : ["zoneID": zoneID, "atomic": true]
     }

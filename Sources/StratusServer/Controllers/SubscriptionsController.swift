@@ -165,7 +165,7 @@ struct SubscriptionsController: Sendable {
         var zoneID: JSON?
         if let zone = subscription.zoneName {
             zoneID = request.scope == .shared
-                ? DataRequest.sharedZoneIDJSON(owner: subscription.zoneOwner ?? "", zone: zone)
+                ? DataRequest.sharedZoneIDJSON(owner: subscription.zoneOwner ?? .nobody, zone: zone)
                 : request.zoneIDJSON(zone)
         }
         return subscription.wireJSON(zoneID: zoneID)

@@ -27,7 +27,7 @@ struct SyncTokens: Sendable {
 
     static func token(_ db: DatabaseRef, zoneID: ZoneID?, cursor: FeedCursor, sealer: TokenSealer) -> String {
         var payload: [String: JSON] = ["c": .int(db.containerID.rawValue), "e": .string(db.environment.rawValue), "d": .string(db.scope.rawValue),
-                                       "o": .string(db.owner), "x": .int(cursor.position.xid), "s": .int(cursor.position.seq)]
+                                       "o": .string(db.owner.rawValue), "x": .int(cursor.position.xid), "s": .int(cursor.position.seq)]
         if !cursor.pending.isEmpty { payload["p"] = .array(cursor.pending.map { .int($0) }) }
         if let zoneID { payload["z"] = .int(zoneID.rawValue) }
         return sealer.seal(.object(payload), purpose: syncPurpose)
@@ -74,7 +74,7 @@ struct SyncTokens: Sendable {
         guard case .int(let xid)? = payload["x"], case .int(let seq)? = payload["s"] else {
             throw StratusError.badRequest("invalid syncToken: pass back a token from a previous response unchanged, or omit it to start from the beginning")
         }
-        guard payload["e"] == .string(db.environment.rawValue), payload["d"] == .string(db.scope.rawValue), payload["o"] == .string(db.owner) else {
+        guard payload["e"] == .string(db.environment.rawValue), payload["d"] == .string(db.scope.rawValue), payload["o"] == .string(db.owner.rawValue) else {
             throw StratusError.badRequest("this syncToken was issued for another database, user or container; omit it to start from the beginning")
         }
         var zoneID: ZoneID?

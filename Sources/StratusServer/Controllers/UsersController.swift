@@ -18,7 +18,7 @@ struct UsersController: Sendable {
     /// `_key_<key ID>`, with no names.
     func caller(_ request: DataRequest) async throws -> JSON {
         let profile = try await callerProfile(request)
-        var lookupInfo: [String: JSON] = ["userRecordName": .string(profile.userRecordName)]
+        var lookupInfo: [String: JSON] = ["userRecordName": .string(profile.userRecordName.rawValue)]
         if !profile.email.isEmpty { lookupInfo["emailAddress"] = .string(profile.email) }
         return Self.identityJSON(profile, lookupInfo: lookupInfo)
     }
@@ -40,12 +40,12 @@ struct UsersController: Sendable {
     /// it does not exist yet. In development the type is made just-in-time (CloudKit's grants for
     /// it: `_creator` WRITE, `_world` READ); production has it once a deploy brought it, and
     /// until then its users get their record at their first sign-in after the deploy.
-    func ensureUserRecord(_ user: String, containerID: ContainerID, environment: ContainerEnvironment) async throws {
+    func ensureUserRecord(_ user: UserID, containerID: ContainerID, environment: ContainerEnvironment) async throws {
         let schema = try await records.schemas.schema(containerID: containerID, environment: environment)
         if environment == .production, schema.recordTypes[SystemRole.usersRecordType] == nil { return }
-        let db = DatabaseRef(containerID: containerID, environment: environment, scope: .public, owner: "")
-        let body: JSON = ["operations": [["operationType": "create", "record": ["recordName": .string(user), "recordType": .string(SystemRole.usersRecordType)]]]]
-        let request = try ModifyRequest.decode(body, newRecordName: { user })
+        let db = DatabaseRef(containerID: containerID, environment: environment, scope: .public, owner: .nobody)
+        let body: JSON = ["operations": [["operationType": "create", "record": ["recordName": .string(user.rawValue), "recordType": .string(SystemRole.usersRecordType)]]]]
+        let request = try ModifyRequest.decode(body, newRecordName: { user.rawValue })
         _ = try await records.modify(db, zone: Names.defaultZone, request: request, caller: user, now: now(),
                                      allowSchemaChanges: environment == .development, access: nil)
     }
@@ -82,7 +82,7 @@ struct UsersController: Sendable {
             let match: UserProfile? = if let email = info["emailAddress"]?.stringValue {
                 found.first { $0.email == Self.normalizedEmail(email) }
             } else if let name = info["userRecordName"]?.stringValue {
-                found.first { $0.userRecordName == name }
+                found.first { $0.userRecordName.rawValue == name }
             } else { nil }
             if let match { users.append(Self.identityJSON(match, lookupInfo: info)) }
         }
@@ -106,7 +106,7 @@ struct UsersController: Sendable {
         let found = try await admin.discoverableUsers(containerID: request.caller.container.id,
                                                       emails: byEmail ? wanted : [], userRecordNames: byEmail ? [] : wanted)
         let users: [JSON] = wanted.compactMap { value in
-            guard let match = found.first(where: { byEmail ? $0.email == value : $0.userRecordName == value }) else { return nil }
+            guard let match = found.first(where: { byEmail ? $0.email == value : $0.userRecordName.rawValue == value }) else { return nil }
             var user = Self.userDictionary(match)
             if byEmail, case .object(var members) = user {
                 members["emailAddress"] = .string(match.email)
@@ -146,12 +146,12 @@ struct UsersController: Sendable {
         var names: [String: JSON] = [:]
         if let given = profile.givenName { names["givenName"] = .string(given) }
         if let family = profile.familyName { names["familyName"] = .string(family) }
-        return ["userRecordName": .string(profile.userRecordName), "lookupInfo": .object(lookupInfo), "nameComponents": .object(names)]
+        return ["userRecordName": .string(profile.userRecordName.rawValue), "lookupInfo": .object(lookupInfo), "nameComponents": .object(names)]
     }
 
     /// A (legacy) user dictionary: `userRecordName`, `firstName`, `lastName`.
     static func userDictionary(_ profile: UserProfile) -> JSON {
-        ["userRecordName": .string(profile.userRecordName), "firstName": profile.givenName.map { .string($0) } ?? .null,
+        ["userRecordName": .string(profile.userRecordName.rawValue), "firstName": profile.givenName.map { .string($0) } ?? .null,
          "lastName": profile.familyName.map { .string($0) } ?? .null]
     }
 }

@@ -17,7 +17,7 @@ public enum RequestID {
         /// against (nil: not logged), the database it named, its user and client address.
         var container: (id: ContainerID, environment: ContainerEnvironment)?
         var database: DatabaseScope?
-        var user: String?
+        var user: UserID?
         /// The client's address (`ClientAddress.current`).
         var client: String?
         /// The connection the request came on (`RequestConnection.current`); nil in router tests.

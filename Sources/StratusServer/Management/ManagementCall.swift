@@ -127,7 +127,7 @@ extension ManagementCall {
 
     /// The `user` query parameter (a user record name or an email address) as a user record name;
     /// `nil` when absent, `NOT_FOUND` when no such user exists.
-    func userFilter(_ admin: AdminStore, containerID: ContainerID, environment: ContainerEnvironment) async throws -> String? {
+    func userFilter(_ admin: AdminStore, containerID: ContainerID, environment: ContainerEnvironment) async throws -> UserID? {
         guard let given = queryParameters.get("user").map({ String($0) }) else { return nil }
         guard Names.isPrintableName(given, maximumBytes: 320) else {
             throw StratusError.badRequest("give the user's record name (_ and 32 hex digits) or email address")

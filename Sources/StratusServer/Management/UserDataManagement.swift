@@ -29,7 +29,7 @@ struct UserDataManagement: Sendable {
                 environments.append([
                     "environment": .string(environment.rawValue),
                     "privateZones": .array(data.zones.map { zone in
-                        ["zoneName": .string(zone.name), "records": .array(zone.records.map { render($0, zone: zone.name, owner: user.userRecordName) })]
+                        ["zoneName": .string(zone.name), "records": .array(zone.records.map { render($0, zone: zone.name, owner: user.userRecordName.rawValue) })]
                     }),
                     "publicRecords": .array(data.publicRecords.map { render($0, zone: Names.defaultZone, owner: "_defaultOwner") }),
                     "subscriptions": .array(data.subscriptions.map { listing in
@@ -41,7 +41,7 @@ struct UserDataManagement: Sendable {
                         return json
                     }),
                     "shareParticipations": .array(data.participations.map {
-                        ["zoneID": ["zoneName": .string($0.zone), "ownerRecordName": .string($0.owner)], "shareRecordName": .string($0.share),
+                        ["zoneID": ["zoneName": .string($0.zone), "ownerRecordName": .string($0.owner.rawValue)], "shareRecordName": .string($0.share),
                          "permission": .int(Int64($0.permission)), "status": .int(Int64($0.status))]
                     }),
                 ])
@@ -60,11 +60,11 @@ struct UserDataManagement: Sendable {
             let container = try grant.container
             let body = try call.object()
             let user = try await self.managedUser(container, call)
-            guard try Wire.string(body["confirm"], key: "confirm") == user.userRecordName else {
+            guard try Wire.string(body["confirm"], key: "confirm") == user.userRecordName.rawValue else {
                 throw StratusError.badRequest("erasing a user cannot be undone: send {\"confirm\": \"\(user.userRecordName)\"} (the CLI: --yes)")
             }
             let erasure = try await self.erase(user.userRecordName, in: container, by: grant.actor)
-            return .json(["erased": ["userRecordName": .string(user.userRecordName), "privateZones": .int(Int64(erasure.zones)),
+            return .json(["erased": ["userRecordName": .string(user.userRecordName.rawValue), "privateZones": .int(Int64(erasure.zones)),
                                      "privateRecords": .int(Int64(erasure.records)), "publicRecords": .int(Int64(erasure.publicRecords)),
                                      "shareParticipations": .int(Int64(erasure.participations)), "subscriptions": .int(Int64(erasure.subscriptions))]])
         }
@@ -83,7 +83,7 @@ struct UserDataManagement: Sendable {
     /// database change feed, and participants lose the shares), the public records they created
     /// (as tombstones), then their participations, subscriptions, tokens, roles, sessions and
     /// account, with an audit entry.
-    func erase(_ user: String, in container: ContainerInfo, by actor: AuditActor) async throws -> UserErasure {
+    func erase(_ user: UserID, in container: ContainerInfo, by actor: AuditActor) async throws -> UserErasure {
         var erasure = UserErasure()
         for environment in ContainerEnvironment.allCases {
             let data = try await records.users.userData(containerID: container.id, environment: environment, user: user)
@@ -92,7 +92,7 @@ struct UserDataManagement: Sendable {
                 erasure.zones += 1
                 erasure.records += zone.records.count
             }
-            let publicDB = DatabaseRef(containerID: container.id, environment: environment, scope: .public, owner: "")
+            let publicDB = DatabaseRef(containerID: container.id, environment: environment, scope: .public, owner: .nobody)
             let names = try await records.users.publicRecordNames(containerID: container.id, environment: environment, user: user)
             for start in stride(from: 0, to: names.count, by: ModifyRequest.maximumOperations) {
                 let operations: [JSON] = names[start..<min(start + ModifyRequest.maximumOperations, names.count)].map {

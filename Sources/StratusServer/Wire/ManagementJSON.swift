@@ -45,13 +45,13 @@ enum ManagementJSON {
     static func differenceJSON(_ difference: UsageDifference) -> JSON {
         ["container": .string(difference.container),
          "environment": .string(difference.environment == ContainerEnvironment.production.code ? "production" : "development"),
-         "scope": difference.owner.isEmpty ? "container" : .string("user \(difference.owner)"),
+         "scope": difference.owner.isNobody ? "container" : .string("user \(difference.owner)"),
          "countedRecords": .int(difference.countedRecords), "meteredRecords": .int(difference.meteredRecords),
          "countedBytes": .int(difference.countedBytes), "meteredBytes": .int(difference.meteredBytes)]
     }
 
     static func userJSON(_ user: UserSummary) -> JSON {
-        ["userRecordName": .string(user.userRecordName), "emailAddress": .string(user.email), "createdAt": iso(user.createdAt),
+        ["userRecordName": .string(user.userRecordName.rawValue), "emailAddress": .string(user.email), "createdAt": iso(user.createdAt),
          "disabledAt": user.disabledAt.map(iso) ?? .null, "liveSessions": .int(user.liveSessions)]
     }
 
@@ -76,10 +76,10 @@ enum ManagementJSON {
     static func subscriptionAdminJSON(_ listing: SubscriptionListing) -> JSON {
         var zoneID: JSON?
         if let zone = listing.subscription.zoneName {
-            zoneID = ["zoneName": .string(zone), "ownerRecordName": .string(listing.subscription.zoneOwner ?? "")]
+            zoneID = ["zoneName": .string(zone), "ownerRecordName": .string(listing.subscription.zoneOwner?.rawValue ?? "")]
         }
         guard case .object(var members) = listing.subscription.wireJSON(zoneID: zoneID) else { return .null }
-        members["owner"] = .string(listing.owner)
+        members["owner"] = .string(listing.owner.rawValue)
         members["database"] = .string(listing.scope.rawValue)
         members["createdAt"] = iso(listing.createdAt)
         return .object(members)
@@ -101,14 +101,14 @@ enum ManagementJSON {
     }
 
     static func memberJSON(_ member: RoleMember) -> JSON {
-        ["userRecordName": .string(member.userRecordName), "emailAddress": .string(member.email), "addedAt": iso(member.addedAt)]
+        ["userRecordName": .string(member.userRecordName.rawValue), "emailAddress": .string(member.email), "addedAt": iso(member.addedAt)]
     }
 
     static func logEntryJSON(_ entry: RequestLogEntry, formatter: ISO8601DateFormatter) -> JSON {
         ["seq": .int(entry.seq), "at": .string(formatter.string(from: entry.at)), "database": entry.database.map { .string($0.rawValue) } ?? .null,
          "operation": .string(entry.operation), "status": .int(Int64(entry.status)),
          "serverErrorCode": entry.errorCode.map { .string($0) } ?? .null,
-         "durationMs": .double(Double(entry.durationMicroseconds) / 1000), "userRecordName": entry.userRecordName.map { .string($0) } ?? .null,
+         "durationMs": .double(Double(entry.durationMicroseconds) / 1000), "userRecordName": entry.userRecordName.map { .string($0.rawValue) } ?? .null,
          "requestID": .string(entry.requestID), "clientAddress": entry.clientAddress.map { .string($0) } ?? .null]
     }
 

@@ -49,8 +49,8 @@ extension Record {
             "recordType": .string(recordType),
             "recordChangeTag": .string(changeTag),
             "fields": fieldsJSON,
-            "created": .object(["timestamp": .int(createdAt), "userRecordName": .string(createdBy), "deviceID": "1"]),
-            "modified": .object(["timestamp": .int(modifiedAt), "userRecordName": .string(modifiedBy), "deviceID": "1"]),
+            "created": .object(["timestamp": .int(createdAt), "userRecordName": .string(createdBy.rawValue), "deviceID": "1"]),
+            "modified": .object(["timestamp": .int(modifiedAt), "userRecordName": .string(modifiedBy.rawValue), "deviceID": "1"]),
             "deleted": .bool(false),
         ]
         if let zoneID = rendering.zoneID { members["zoneID"] = zoneID }
@@ -88,12 +88,12 @@ extension Record {
     /// than the rest of the request.
     func wireBytes(fields: [UInt8], zoneID: JSON?) -> [UInt8] {
         var out: [UInt8] = []
-        out.reserveCapacity(fields.count + 256 + recordName.utf8.count + createdBy.utf8.count + modifiedBy.utf8.count)
-        func stamp(_ timestamp: Int64, _ user: String) {
+        out.reserveCapacity(fields.count + 256 + recordName.utf8.count + createdBy.rawValue.utf8.count + modifiedBy.rawValue.utf8.count)
+        func stamp(_ timestamp: Int64, _ user: UserID) {
             out.append(contentsOf: WireText.stampTimestamp)
             JSONWriter.writeInteger(timestamp, into: &out)
             out.append(contentsOf: WireText.stampUser)
-            JSONWriter.writeString(user, into: &out)
+            JSONWriter.writeString(user.rawValue, into: &out)
             out.append(UInt8(ascii: "}"))
         }
         out.append(contentsOf: WireText.created)

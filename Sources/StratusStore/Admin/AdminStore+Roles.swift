@@ -5,7 +5,7 @@ import StratusCore
 
 /// A member of a custom security role.
 public struct RoleMember: Sendable, Equatable {
-    public var userRecordName: String
+    public var userRecordName: UserID
     public var email: String
     public var addedAt: Date
 }
@@ -37,7 +37,7 @@ extension AdminStore {
                                      target: name, detail: "role \(role)").write(on: connection, logger: logger)
                 try await Invalidations.publish(.roles(containerID: containerID, environment: environment), on: connection, logger: logger)
             }
-            return (RoleMember(userRecordName: name, email: email, addedAt: addedAt), !inserted.isEmpty)
+            return (RoleMember(userRecordName: UserID(name), email: email, addedAt: addedAt), !inserted.isEmpty)
         }
     }
 
@@ -75,7 +75,7 @@ extension AdminStore {
         }
         return try rows.map { row in
             let (name, email, added) = try row.decode((String, String, Date).self)
-            return RoleMember(userRecordName: name, email: email, addedAt: added)
+            return RoleMember(userRecordName: UserID(name), email: email, addedAt: added)
         }
     }
 
@@ -91,7 +91,7 @@ extension AdminStore {
     }
 
     /// The custom roles `user` holds in one environment.
-    public func roles(containerID: ContainerID, environment: ContainerEnvironment, user: String) async throws -> Set<String> {
+    public func roles(containerID: ContainerID, environment: ContainerEnvironment, user: UserID) async throws -> Set<String> {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT role FROM role_members

@@ -8,7 +8,7 @@ public struct SessionRecord: Sendable, Equatable {
     public var containerID: ContainerID
     public var sessionID: Int64
     public var environment: ContainerEnvironment
-    public var user: String
+    public var user: UserID
     public var expiresAt: Date
     public var lastUsedAt: Date
     public var endedAt: Date?
@@ -31,11 +31,11 @@ extension AdminStore {
         let (container, session, environment, user, expires, used, ended, reason) =
             try row.decode((ContainerID, Int64, Int16, String, Date, Date, Date?, String?).self)
         return SessionRecord(containerID: container, sessionID: session, environment: environment == 1 ? .development : .production,
-                             user: user, expiresAt: expires, lastUsedAt: used, endedAt: ended, endReason: reason)
+                             user: UserID(user), expiresAt: expires, lastUsedAt: used, endedAt: ended, endReason: reason)
     }
 
     /// Starts a session for `user` that ends at the latest after `lifetime`.
-    public func createSession(containerID: ContainerID, environment: ContainerEnvironment, user: String, lifetime: Duration) async throws -> SessionRecord {
+    public func createSession(containerID: ContainerID, environment: ContainerEnvironment, user: UserID, lifetime: Duration) async throws -> SessionRecord {
         let seconds = Double(lifetime.components.seconds)
         return try await database.withConnection { connection in
             try await connection.rows("""
@@ -87,7 +87,7 @@ extension AdminStore {
 
     /// Ends every live session of `user` inside the caller's transaction; returns how many.
     @discardableResult
-    public func endSessions(containerID: ContainerID, user: String, reason: String, on connection: PostgresConnection) async throws -> Int {
+    public func endSessions(containerID: ContainerID, user: UserID, reason: String, on connection: PostgresConnection) async throws -> Int {
         let ended = try await connection.rows("""
             UPDATE sessions SET ended_at = now(), end_reason = \(reason)
             WHERE container_id = \(containerID) AND user_record_name = \(user) AND ended_at IS NULL RETURNING 1
@@ -97,7 +97,7 @@ extension AdminStore {
     }
 
     /// Replaces a user's password hash and ends all their sessions, in one transaction.
-    public func changePassword(containerID: ContainerID, user: String, passwordHash: String) async throws {
+    public func changePassword(containerID: ContainerID, user: UserID, passwordHash: String) async throws {
         try await database.transaction { connection in
             try await connection.statement("""
                 UPDATE users SET password_hash = \(passwordHash), password_changed_at = now()
@@ -203,7 +203,7 @@ extension AdminStore {
 
 /// A user as the management API lists it.
 public struct UserSummary: Sendable, Equatable {
-    public var userRecordName: String
+    public var userRecordName: UserID
     public var email: String
     public var createdAt: Date
     public var disabledAt: Date?
@@ -227,7 +227,7 @@ extension AdminStore {
         }
         return try rows.map { row in
             let (name, email, created, disabled, sessions) = try row.decode((String, String, Date, Date?, Int64).self)
-            return UserSummary(userRecordName: name, email: email, createdAt: created, disabledAt: disabled, liveSessions: sessions)
+            return UserSummary(userRecordName: UserID(name), email: email, createdAt: created, disabledAt: disabled, liveSessions: sessions)
         }
     }
 
@@ -245,23 +245,23 @@ extension AdminStore {
             }
             let (name, email, created, disabledAt) = try row.decode((String, String, Date, Date?).self)
             var ended = 0
-            if disabled { ended = try await endSessions(containerID: containerID, user: name, reason: "user disabled", on: connection) }
+            if disabled { ended = try await endSessions(containerID: containerID, user: UserID(name), reason: "user disabled", on: connection) }
             try await AuditEntry(containerID: containerID, actor: actor, action: disabled ? "user.disable" : "user.enable", target: name,
                                  detail: disabled ? "\(ended) session\(ended == 1 ? "" : "s") ended" : "").write(on: connection, logger: logger)
-            return UserSummary(userRecordName: name, email: email, createdAt: created, disabledAt: disabledAt, liveSessions: 0)
+            return UserSummary(userRecordName: UserID(name), email: email, createdAt: created, disabledAt: disabledAt, liveSessions: 0)
         }
     }
 }
 
 /// What others may learn of a user: their names, and whether they let themselves be found.
 public struct UserProfile: Sendable, Equatable {
-    public var userRecordName: String
+    public var userRecordName: UserID
     public var email: String
     public var givenName: String?
     public var familyName: String?
     public var discoverable: Bool
 
-    public init(userRecordName: String, email: String, givenName: String? = nil, familyName: String? = nil, discoverable: Bool = false) {
+    public init(userRecordName: UserID, email: String, givenName: String? = nil, familyName: String? = nil, discoverable: Bool = false) {
         self.userRecordName = userRecordName
         self.email = email
         self.givenName = givenName
@@ -273,11 +273,11 @@ public struct UserProfile: Sendable, Equatable {
 extension AdminStore {
     static func profile(_ row: PostgresRow) throws -> UserProfile {
         let (name, email, given, family, discoverable) = try row.decode((String, String, String?, String?, Bool).self)
-        return UserProfile(userRecordName: name, email: email, givenName: given, familyName: family, discoverable: discoverable)
+        return UserProfile(userRecordName: UserID(name), email: email, givenName: given, familyName: family, discoverable: discoverable)
     }
 
     /// The profile of `user` (disabled or not), or `nil`.
-    public func profile(containerID: ContainerID, user: String) async throws -> UserProfile? {
+    public func profile(containerID: ContainerID, user: UserID) async throws -> UserProfile? {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT user_record_name, email, given_name, family_name, discoverable FROM users
@@ -287,7 +287,7 @@ extension AdminStore {
     }
 
     /// Changes what is given of a user's profile (`nil` leaves a part as it is) and returns it.
-    public func updateProfile(containerID: ContainerID, user: String, discoverable: Bool?, givenName: String??, familyName: String??) async throws -> UserProfile? {
+    public func updateProfile(containerID: ContainerID, user: UserID, discoverable: Bool?, givenName: String??, familyName: String??) async throws -> UserProfile? {
         try await database.withConnection { connection in
             try await connection.rows("""
                 UPDATE users SET discoverable = coalesce(\(discoverable), discoverable),

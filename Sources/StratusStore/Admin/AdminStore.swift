@@ -31,13 +31,13 @@ public struct APITokenInfo: Sendable, Equatable {
 /// A user account of a container.
 public struct UserAccount: Sendable, Equatable {
     public var containerID: ContainerID
-    public var userRecordName: String
+    public var userRecordName: UserID
     public var email: String
     public var passwordHash: String
     /// When an administrator disabled the account (it cannot sign in), if they did.
     public var disabledAt: Date?
 
-    public init(containerID: ContainerID, userRecordName: String, email: String, passwordHash: String, disabledAt: Date? = nil) {
+    public init(containerID: ContainerID, userRecordName: UserID, email: String, passwordHash: String, disabledAt: Date? = nil) {
         self.containerID = containerID
         self.userRecordName = userRecordName
         self.email = email
@@ -232,12 +232,12 @@ public struct AdminStore: Sendable {
                 """, logger: logger)
         }.first.map { row in
             let (name, hash, disabled) = try row.decode((String, String, Date?).self)
-            return UserAccount(containerID: containerID, userRecordName: name, email: email, passwordHash: hash, disabledAt: disabled)
+            return UserAccount(containerID: containerID, userRecordName: UserID(name), email: email, passwordHash: hash, disabledAt: disabled)
         }
     }
 
     /// The account with this user record name in a container.
-    public func user(containerID: ContainerID, userRecordName: String) async throws -> UserAccount? {
+    public func user(containerID: ContainerID, userRecordName: UserID) async throws -> UserAccount? {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT email, password_hash, disabled_at FROM users WHERE container_id = \(containerID) AND user_record_name = \(userRecordName)

@@ -16,12 +16,12 @@ public struct RequestLogEntry: Sendable, Equatable {
     public var status: Int
     public var errorCode: String?
     public var durationMicroseconds: Int
-    public var userRecordName: String?
+    public var userRecordName: UserID?
     public var requestID: String
     public var clientAddress: String?
 
     public init(containerID: ContainerID, environment: ContainerEnvironment, at: Date, database: DatabaseScope?, operation: String, status: Int,
-                errorCode: String?, durationMicroseconds: Int, userRecordName: String?, requestID: String, clientAddress: String?) {
+                errorCode: String?, durationMicroseconds: Int, userRecordName: UserID?, requestID: String, clientAddress: String?) {
         self.containerID = containerID
         self.environment = environment
         self.at = at
@@ -43,7 +43,7 @@ public struct RequestLogFilter: Sendable {
     public var status: Int?
     public var statusClass = false
     public var operation: String?
-    public var user: String?
+    public var user: UserID?
     /// Only rows numbered above this (oldest first: what `--follow` asks for).
     public var after: Int64?
     /// Only rows numbered below this (newest first: the next page back).
@@ -95,7 +95,7 @@ extension MeteringStore {
                                                               statuses: .int16s(written.map { Int16(clamping: entries[$0].status) }),
                                                               codes: .texts(written.map { entries[$0].errorCode ?? "" }),
                                                               durations: .int32s(written.map { Int32(clamping: entries[$0].durationMicroseconds) }),
-                                                              users: .texts(written.map { entries[$0].userRecordName ?? "" }),
+                                                              users: .texts(written.map { entries[$0].userRecordName?.rawValue ?? "" }),
                                                               ids: .texts(written.map { entries[$0].requestID }),
                                                               addresses: .texts(written.map { entries[$0].clientAddress ?? "" })), logger: self.logger)
             }
@@ -135,7 +135,7 @@ extension MeteringStore {
             var entry = RequestLogEntry(containerID: containerID, environment: environment, at: at,
                                         database: [DatabaseScope.public, .private, .shared].first { $0.code == database },
                                         operation: operation, status: Int(status), errorCode: errorCode.isEmpty ? nil : errorCode,
-                                        durationMicroseconds: Int(duration), userRecordName: user.isEmpty ? nil : user, requestID: requestID,
+                                        durationMicroseconds: Int(duration), userRecordName: user.isEmpty ? nil : UserID(user), requestID: requestID,
                                         clientAddress: address.isEmpty ? nil : address)
             entry.seq = seq
             return entry
@@ -144,7 +144,7 @@ extension MeteringStore {
 
     /// Forgets a user in the request log (their erasure): their requests stay, without their
     /// record name or client address.
-    public func forgetInRequestLog(containerID: ContainerID, user: String, on connection: PostgresConnection) async throws {
+    public func forgetInRequestLog(containerID: ContainerID, user: UserID, on connection: PostgresConnection) async throws {
         try await connection.statement("""
             UPDATE request_log SET
                 client_address = ARRAY(SELECT CASE WHEN u = \(user) THEN '' ELSE a END FROM unnest(user_record_name, client_address) WITH ORDINALITY AS x(u, a, n) ORDER BY n),

@@ -39,7 +39,7 @@ public struct UsageDifference: Sendable {
     public var container: String
     public var environment: Int16
     /// '' for the container-environment's totals, else a user's private storage.
-    public var owner: String
+    public var owner: UserID
     public var countedRecords: Int64
     public var meteredRecords: Int64
     public var countedBytes: Int64
@@ -142,7 +142,7 @@ extension MeteringStore {
                 """, binds: binds), logger: self.logger) {
                 let (container, environment, owner, countedRecords, meteredRecords, countedBytes, meteredBytes, name) =
                     try row.decode((ContainerID, Int16, String, Int64, Int64, Int64, Int64, String).self)
-                differences.append(UsageDifference(containerID: container, container: name, environment: environment, owner: owner,
+                differences.append(UsageDifference(containerID: container, container: name, environment: environment, owner: UserID(owner),
                                                    countedRecords: countedRecords, meteredRecords: meteredRecords,
                                                    countedBytes: countedBytes, meteredBytes: meteredBytes))
             }

@@ -12,7 +12,7 @@ public struct UserData: Sendable {
     /// The user's subscriptions.
     public var subscriptions: [SubscriptionListing] = []
     /// Shares of other users' zones the user takes part in: owner, zone, share, permission, status.
-    public var participations: [(owner: String, zone: String, share: String, permission: Int16, status: Int16)] = []
+    public var participations: [(owner: UserID, zone: String, share: String, permission: Int16, status: Int16)] = []
 }
 
 /// What erasing a user removed.
@@ -35,7 +35,7 @@ public struct UserDataStore: Sendable {
 
 extension UserDataStore {
     /// The user's data in one environment, read in one snapshot.
-    public func userData(containerID: ContainerID, environment: ContainerEnvironment, user: String) async throws -> UserData {
+    public func userData(containerID: ContainerID, environment: ContainerEnvironment, user: UserID) async throws -> UserData {
         try await database.transaction { connection in
             try await connection.statement("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY", logger: logger)
             var data = UserData()
@@ -70,7 +70,7 @@ extension UserDataStore {
                 ORDER BY 1, 2, 3
                 """, logger: logger) {
                 let (owner, zone, share, permission, status) = try row.decode((String, String, String, Int16, Int16).self)
-                data.participations.append((owner, zone, share, permission, status))
+                data.participations.append((UserID(owner), zone, share, permission, status))
             }
             data.subscriptions = try await store.subscriptions.allSubscriptions(containerID: containerID, environment: environment, owner: user)
             return data
@@ -78,7 +78,7 @@ extension UserDataStore {
     }
 
     /// The names of the user's live private zones in one environment.
-    public func privateZoneNames(containerID: ContainerID, environment: ContainerEnvironment, user: String) async throws -> [String] {
+    public func privateZoneNames(containerID: ContainerID, environment: ContainerEnvironment, user: UserID) async throws -> [String] {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT zone_name FROM zones WHERE container_id = \(containerID) AND environment = \(environment.code)
@@ -88,7 +88,7 @@ extension UserDataStore {
     }
 
     /// The names of the public records the user created and that are live, in one environment.
-    public func publicRecordNames(containerID: ContainerID, environment: ContainerEnvironment, user: String) async throws -> [String] {
+    public func publicRecordNames(containerID: ContainerID, environment: ContainerEnvironment, user: UserID) async throws -> [String] {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT r.record_name FROM records r JOIN zones z ON z.container_id = r.container_id AND z.zone_id = r.zone_id
@@ -102,7 +102,7 @@ extension UserDataStore {
     /// participations, subscriptions, web courier tokens and their queues, role memberships, their
     /// name and address in the request log; ends their sessions and deletes the account. One transaction, with its audit entry; other
     /// server processes forget the user's sessions and subscriptions when it commits.
-    public func eraseAccount(containerID: ContainerID, user: String, erasure: UserErasure, by actor: AuditActor,
+    public func eraseAccount(containerID: ContainerID, user: UserID, erasure: UserErasure, by actor: AuditActor,
                              endSessions: @Sendable (PostgresConnection) async throws -> Int) async throws -> UserErasure {
         try await database.transaction { connection in
             var result = erasure
@@ -128,7 +128,7 @@ extension UserDataStore {
             }
             let detail = "\(result.zones) private zone(s) with \(result.records) record(s), \(result.publicRecords) public record(s), "
                 + "\(result.participations) share participation(s), \(result.subscriptions) subscription(s), \(ended) session(s) ended; account deleted"
-            try await AuditEntry(containerID: containerID, actor: actor, action: "user.erase", target: user, detail: detail)
+            try await AuditEntry(containerID: containerID, actor: actor, action: "user.erase", target: user.rawValue, detail: detail)
                 .write(on: connection, logger: logger)
             return result
         }

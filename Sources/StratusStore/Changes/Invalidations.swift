@@ -22,7 +22,7 @@ public final class Invalidations: Sendable {
         /// One session ended.
         case session(containerID: ContainerID, sessionID: Int64)
         /// Every session of a user ended (password change, user disabled).
-        case userSessions(containerID: ContainerID, user: String)
+        case userSessions(containerID: ContainerID, user: UserID)
         /// An API token was revoked or changed.
         case apiToken(containerID: ContainerID, tokenID: Int64)
         /// A server-to-server key was revoked.
@@ -35,9 +35,9 @@ public final class Invalidations: Sendable {
         case subscriptions(containerID: ContainerID, environment: ContainerEnvironment)
         /// Notifications are waiting for these users' web courier tokens (a wake-up, not a change),
         /// queued by the server process `origin` names.
-        case courier(containerID: ContainerID, environment: ContainerEnvironment, origin: String, owners: [String])
+        case courier(containerID: ContainerID, environment: ContainerEnvironment, origin: String, owners: [UserID])
         /// A user made a web courier token (their list of tokens changed).
-        case courierTokens(containerID: ContainerID, environment: ContainerEnvironment, owner: String)
+        case courierTokens(containerID: ContainerID, environment: ContainerEnvironment, owner: UserID)
         /// Anything may have changed (the listener reconnected).
         case all
 
@@ -52,7 +52,7 @@ public final class Invalidations: Sendable {
             case .roles(let c, let e): return "roles \(c) \(e.code)"
             case .quota(let c, let e): return "quota \(c) \(e.code)"
             case .subscriptions(let c, let e): return "subscriptions \(c) \(e.code)"
-            case .courier(let c, let e, let from, let o): return "courier \(c) \(e.code) \(from) \(o.joined(separator: " "))"
+            case .courier(let c, let e, let from, let o): return "courier \(c) \(e.code) \(from) \(o.map(\.rawValue).joined(separator: " "))"
             case .courierTokens(let c, let e, let o): return "tokens \(c) \(e.code) \(o)"
             case .all: return "all"
             }
@@ -75,7 +75,7 @@ public final class Invalidations: Sendable {
                 self = .session(containerID: c, sessionID: s)
             case "user":
                 guard parts.count == 3, let c = id(1) else { return nil }
-                self = .userSessions(containerID: c, user: parts[2])
+                self = .userSessions(containerID: c, user: UserID(String(parts[2])))
             case "token":
                 guard parts.count == 3, let c = id(1), let t = int(2) else { return nil }
                 self = .apiToken(containerID: c, tokenID: t)
@@ -93,10 +93,10 @@ public final class Invalidations: Sendable {
                 self = .subscriptions(containerID: c, environment: e)
             case "courier":
                 guard parts.count >= 5, let c = id(1), let e = environment(2) else { return nil }
-                self = .courier(containerID: c, environment: e, origin: parts[3], owners: Array(parts[4...]))
+                self = .courier(containerID: c, environment: e, origin: parts[3], owners: parts[4...].map { UserID(String($0)) })
             case "tokens":
                 guard parts.count == 4, let c = id(1), let e = environment(2) else { return nil }
-                self = .courierTokens(containerID: c, environment: e, owner: parts[3])
+                self = .courierTokens(containerID: c, environment: e, owner: UserID(String(parts[3])))
             case "all":
                 self = .all
             default:

@@ -152,7 +152,7 @@ extension Prepared {
             /// Lock the zone row, and write only if the zone is live.
             var lockZone: Bool
             /// Whose private storage the records count against ('' in the public database).
-            var meteredOwner: String
+            var meteredOwner: UserID
             /// The counter stripes the container's and the owner's usage count in (reserved by the
             /// transaction), or -1: the connection's own (`pg_backend_pid() % 16`).
             var stripes: (container: Int16, owner: Int16) = (-1, -1)
@@ -189,9 +189,9 @@ extension Prepared {
                 bindings.append(BinaryArray.texts(records.lazy.map(\.recordType)))
                 bindings.append(BinaryArray.texts(fields))
                 bindings.append(BinaryArray.int64s(records.lazy.map(\.createdAt)))
-                bindings.append(BinaryArray.texts(records.lazy.map(\.createdBy)))
+                bindings.append(BinaryArray.texts(records.lazy.map(\.createdBy.rawValue)))
                 bindings.append(BinaryArray.int64s(records.lazy.map(\.modifiedAt)))
-                bindings.append(BinaryArray.texts(records.lazy.map(\.modifiedBy)))
+                bindings.append(BinaryArray.texts(records.lazy.map(\.modifiedBy.rawValue)))
             }
             bindings.append(BinaryArray.bools(updates.lazy.map(\.deleted)))
             for column in [entries.ints.types, entries.ints.fields] { bindings.append(BinaryArray.texts(column)) }

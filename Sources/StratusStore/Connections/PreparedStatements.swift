@@ -104,7 +104,7 @@ enum Prepared {
                     containers.append(request.db.containerID.rawValue)
                     environments.append(request.db.environment.code)
                     scopes.append(request.db.scope.code)
-                    owners.append(request.db.owner)
+                    owners.append(request.db.owner.rawValue)
                     zones.append(request.zone)
                     names.append(name)
                 }
@@ -231,6 +231,7 @@ extension Prepared {
                 case let value as Double: scalars!.append(.double(value))
                 case let value as Bool: scalars!.append(.bool(value))
                 case let value as any Int64ID: scalars!.append(.int64(value.rawValue))
+                case let value as UserID: scalars!.append(.text(value.rawValue))
                 default: scalars = nil
                 }
             }

@@ -31,7 +31,7 @@ extension RecordStore {
     /// `access` is the caller's security roles in the public database (`nil` elsewhere).
     /// `participant`: the request comes through the shared database from a participant of a share
     /// in this zone (`db` is the owner's private database): they see and write only what their shares allow.
-    public func modify(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: String, now: Int64,
+    public func modify(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: UserID, now: Int64,
                        allowSchemaChanges: Bool, access: RecordAccess? = nil, participant: ShareAccess? = nil) async throws -> [ModifyResult] {
         try await usage.ensureUsageScopes(db)
         if request.operations.count == 1, testHooks.beforeCommit == nil, participant == nil,
@@ -157,7 +157,7 @@ extension RecordStore {
     /// made), or the request is not a plain save: a delete (cascades), a failed operation (the
     /// locked read decides the error), references (checked in the transaction), assets (marked
     /// used and referenced in the transaction), or fields new to the schema.
-    func modifyOne(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: String, now: Int64,
+    func modifyOne(_ db: DatabaseRef, zone: String, request: ModifyRequest, caller: UserID, now: Int64,
                    allowSchemaChanges: Bool, access: RecordAccess?) async throws -> [ModifyResult]? {
         let names = request.recordNames.compactMap { $0 }
         // A create in a custom zone written before needs no read: the record must not exist, and

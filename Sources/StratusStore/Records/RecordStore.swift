@@ -10,9 +10,9 @@ public struct DatabaseRef: Sendable, Hashable {
     public var environment: ContainerEnvironment
     public var scope: DatabaseScope
     /// The owning user's record name; empty for the public database.
-    public var owner: String
+    public var owner: UserID
 
-    public init(containerID: ContainerID, environment: ContainerEnvironment, scope: DatabaseScope, owner: String) {
+    public init(containerID: ContainerID, environment: ContainerEnvironment, scope: DatabaseScope, owner: UserID) {
         self.containerID = containerID
         self.environment = environment
         self.scope = scope
@@ -122,7 +122,7 @@ public final class RecordStore: Sendable {
     /// Concurrent writes' notifications are queued by shared statements, and concurrent web
     /// courier polls take theirs by shared statements: under a stream of notified writes each
     /// costs a fraction of a statement instead of one or two of its own.
-    let notificationQueueing: StatementSharing<NotificationQueueing, [String: Int]>
+    let notificationQueueing: StatementSharing<NotificationQueueing, [UserID: Int]>
     let notificationTaking: StatementSharing<CourierToken, (seq: Int64, payload: String, made: Date)?>
     /// Concurrent single-record creates in zones written before share statements (`SharedCreate`).
     let creates: StatementSharing<SharedCreate, SharedCreate.Outcome>
@@ -221,8 +221,8 @@ public final class RecordStore: Sendable {
     static func storedRecord(_ reader: inout RowReader) throws -> Record {
         let name = try reader.next(String.self), type = try reader.next(String.self), seq = try reader.next(Int64.self)
         let fields = try reader.next(ByteBuffer.self)
-        let createdAt = try reader.next(Int64.self), createdBy = try reader.next(String.self)
-        let modifiedAt = try reader.next(Int64.self), modifiedBy = try reader.next(String.self), deleted = try reader.next(Bool.self)
+        let createdAt = try reader.next(Int64.self), createdBy = try reader.next(UserID.self)
+        let modifiedAt = try reader.next(Int64.self), modifiedBy = try reader.next(UserID.self), deleted = try reader.next(Bool.self)
         let parent = try reader.next(String?.self), shareName = try reader.next(String?.self), shortGUID = try reader.next(String?.self)
         return Record(recordName: name, recordType: type, changeSeq: seq, createdAt: createdAt, createdBy: createdBy,
                       modifiedAt: modifiedAt, modifiedBy: modifiedBy, deleted: deleted, encodedFields: fields.getBytes(at: fields.readerIndex, length: fields.readableBytes) ?? [],

@@ -44,7 +44,7 @@ struct UsageHeadroom: Sendable {
 struct UsageScope: Hashable, Sendable {
     var containerID: ContainerID
     var environment: ContainerEnvironment
-    var owner: String
+    var owner: UserID
 }
 
 /// What a write adds to its database's metered usage: reserved (or refused, past a quota) in
@@ -92,7 +92,7 @@ extension UsageMeter {
 
     /// Whose private storage a database's records count against: the owner of a private database
     /// (shared zones live there), nobody's for the public database.
-    static func meteredOwner(_ db: DatabaseRef) -> String { db.scope == .private ? db.owner : "" }
+    static func meteredOwner(_ db: DatabaseRef) -> UserID { db.scope == .private ? db.owner : .nobody }
 
     /// The stored sizes of the live records among `records`, by name (what their writes replace).
     static func liveSizes(_ records: some Sequence<Record>) -> [String: Int64] {
@@ -183,7 +183,7 @@ extension UsageMeter {
     /// Takes records removed by a statement other than `WriteRecords` (a deleted zone) off the counters.
     static func releaseUsage(_ db: DatabaseRef, records: Int64, bytes: Int64, on connection: PostgresConnection, logger: Logger) async throws {
         guard records != 0 || bytes != 0 else { return }
-        let owners = meteredOwner(db).isEmpty ? [""] : ["", meteredOwner(db)]
+        let owners: [UserID] = meteredOwner(db).isNobody ? [.nobody] : [.nobody, meteredOwner(db)]
         try await connection.statement("""
             INSERT INTO usage_counters AS c (container_id, environment, owner, stripe, records, bytes)
             SELECT \(db.containerID), \(db.environment.code), o, pg_backend_pid() % 16, \(-records), \(-bytes) FROM unnest(\(owners)::text[]) AS o

@@ -142,7 +142,7 @@ extension SchemaStore {
                           AND record_name >= \(first) AND record_name <= \(last) AND record_type = \(type)
                           AND field IN (\(field), \(TextTokens.key(of: field)), \(Geo.key(of: field)))
                         """, logger: logger)
-                    let db = DatabaseRef(containerID: containerID, environment: .production, scope: .public, owner: "")
+                    let db = DatabaseRef(containerID: containerID, environment: .production, scope: .public, owner: .nobody)
                     do {
                         try await store.indexWrites.writeIndexEntries(db, zoneID: ZoneID(zoneID), records: records, schema: only, on: connection)
                     } catch let error as PSQLError where Database.isTooLargeToIndex(error) {

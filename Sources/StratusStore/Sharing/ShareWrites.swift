@@ -21,7 +21,7 @@ struct SharePlan {
 
     struct ResolvedParticipant: Equatable {
         var participantID: String
-        var userRecordName: String?
+        var userRecordName: UserID?
         var email: String?
         var permission: SharePermission
     }
@@ -261,14 +261,14 @@ extension ShareWrites {
                 for spec in list {
                     var participant: SharePlan.ResolvedParticipant
                     if let name = spec.userRecordName {
-                        guard known.contains(name) else {
-                            throw .badRequest("participant '\(Names.printable(name))' is not a user of this container; name participants by their userRecordName here, or invite them by email address")
+                        guard known.contains(name.rawValue) else {
+                            throw .badRequest("participant '\(Names.printable(name.rawValue))' is not a user of this container; name participants by their userRecordName here, or invite them by email address")
                         }
-                        participant = .init(participantID: name, userRecordName: name, email: nil, permission: spec.permission)
+                        participant = .init(participantID: name.rawValue, userRecordName: name, email: nil, permission: spec.permission)
                     } else {
                         let email = spec.email!.lowercased()
                         if let name = byEmail[email] {
-                            participant = .init(participantID: name, userRecordName: name, email: email, permission: spec.permission)
+                            participant = .init(participantID: name, userRecordName: UserID(name), email: email, permission: spec.permission)
                         } else {
                             participant = .init(participantID: "email:" + email, userRecordName: nil, email: email, permission: spec.permission)
                         }
@@ -277,7 +277,7 @@ extension ShareWrites {
                         throw .badRequest("the share's owner cannot be one of its participants")
                     }
                     guard seen.insert(participant.participantID).inserted else {
-                        throw .badRequest("participant \(participant.userRecordName.map { "'\(Names.printable($0))'" } ?? "'\(Names.printable(participant.email ?? ""))'") is listed twice")
+                        throw .badRequest("participant \(participant.userRecordName.map { "'\(Names.printable($0.rawValue))'" } ?? "'\(Names.printable(participant.email ?? ""))'") is listed twice")
                     }
                     resolved.append(participant)
                 }
@@ -377,7 +377,7 @@ extension ShareWrites {
                 UPDATE share_participants SET status = \(ParticipantStatus.removed.rawValue),
                        change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
                 WHERE container_id = \(container) AND zone_id = \(zoneID) AND share_name = \(share)
-                  AND user_record_name = \(sharing.participant?.user ?? "")
+                  AND user_record_name = \(sharing.participant?.user ?? .nobody)
                 """, logger: logger)
         }
         if sharing.zoneShared {
@@ -422,7 +422,7 @@ extension ShareWrites {
                                             change_xid, change_seq)
             SELECT \(db.containerID)::bigint, \(zoneID)::bigint, \(share)::text, u.id, NULLIF(u.name, ''), NULLIF(u.email, ''), u.permission,
                    \(unescaped: String(ParticipantStatus.invited.rawValue)), \(unescaped: String(ParticipantType.user.rawValue)), pg_current_xact_id()::text::bigint, stratus_change_seq()
-            FROM unnest(\(ids)::text[], \(participants.map { $0.userRecordName ?? "" })::text[], \(participants.map { $0.email ?? "" })::text[],
+            FROM unnest(\(ids)::text[], \(participants.map { $0.userRecordName ?? .nobody })::text[], \(participants.map { $0.email ?? "" })::text[],
                         \(participants.map(\.permission.rawValue))::int2[]) AS u(id, name, email, permission)
             ON CONFLICT (container_id, zone_id, share_name, participant_id) DO UPDATE
                 SET permission = EXCLUDED.permission,

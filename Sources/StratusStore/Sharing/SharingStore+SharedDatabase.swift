@@ -12,7 +12,7 @@ public struct ShareAccess: Sendable {
     public var zone: String
     public var zoneID: ZoneID
     /// The participant.
-    public var user: String
+    public var user: UserID
     /// The roots of the hierarchy shares the participant accepted in this zone, with their
     /// permission; `nil` for a zone-wide share (`zonePermission`).
     public var roots: [String: SharePermission]?
@@ -41,13 +41,13 @@ public struct ShareAccess: Sendable {
 extension SharingStore {
     /// The access `user` has to zone `zone` of `owner`'s private database through the shares
     /// they accepted; `nil` when they have none (or the zone does not exist).
-    public func shareAccess(containerID: ContainerID, environment: ContainerEnvironment, user: String, owner: String,
+    public func shareAccess(containerID: ContainerID, environment: ContainerEnvironment, user: UserID, owner: UserID,
                             zone: String) async throws -> ShareAccess? {
         // The shared lookup's statement with no names: its access rows alone.
         try await sharedLookup(containerID: containerID, environment: environment, user: user, owner: owner, zone: zone, names: [])?.0
     }
 
-    static func access(_ rows: [PostgresRow], skipping: Int = 0, containerID: ContainerID, environment: ContainerEnvironment, user: String, owner: String,
+    static func access(_ rows: [PostgresRow], skipping: Int = 0, containerID: ContainerID, environment: ContainerEnvironment, user: UserID, owner: UserID,
                        zone: String) throws -> ShareAccess? {
         guard !rows.isEmpty else { return nil }
         var zoneID: ZoneID = 0
@@ -71,7 +71,7 @@ extension SharingStore {
     }
 
     /// The zones shared with `user` that they accepted, as (owner, zone name), sorted.
-    public func sharedZones(containerID: ContainerID, environment: ContainerEnvironment, user: String) async throws -> [(owner: String, zone: String)] {
+    public func sharedZones(containerID: ContainerID, environment: ContainerEnvironment, user: UserID) async throws -> [(owner: UserID, zone: String)] {
         try await database.withConnection { connection in
             let rows = try await connection.rows("""
                 SELECT DISTINCT z.owner, z.zone_name FROM share_participants p
@@ -81,14 +81,14 @@ extension SharingStore {
                   AND z.environment = \(environment.code)
                 ORDER BY z.owner, z.zone_name
                 """, logger: logger)
-            return try rows.map { try $0.decode((String, String).self) }.map { (owner: $0.0, zone: $0.1) }
+            return try rows.map { try $0.decode((String, String).self) }.map { (owner: UserID($0.0), zone: $0.1) }
         }
     }
 
     /// `records/lookup` in the shared database, in one statement: the access `user` has to
     /// `owner`'s zone (`nil`: none) and the live records among `names` they may see. Those they
     /// may not see are absent, exactly like records that do not exist.
-    public func sharedLookup(containerID: ContainerID, environment: ContainerEnvironment, user: String, owner: String, zone: String,
+    public func sharedLookup(containerID: ContainerID, environment: ContainerEnvironment, user: UserID, owner: UserID, zone: String,
                              names: [String]) async throws -> (ShareAccess, [String: Record])? {
         let (sql, binds) = Self.sharedLookupStatement(containerID: containerID, environment: environment, user: user, owner: owner,
                                                       zone: zone, names: names)
@@ -121,7 +121,7 @@ extension SharingStore {
     /// primary key per name; tombstones left to the caller, as `Prepared.Lookup` does). One name
     /// is bound as a scalar, so concurrent lookups of one record share statements
     /// (`dynamicReads`); several are an array read through a sub-select.
-    static func sharedLookupStatement(containerID: ContainerID, environment: ContainerEnvironment, user: String, owner: String, zone: String,
+    static func sharedLookupStatement(containerID: ContainerID, environment: ContainerEnvironment, user: UserID, owner: UserID, zone: String,
                                       names: [String]) -> (sql: String, binds: Prepared.Binds) {
         var binds = Prepared.Binds()
         let container = binds.bind(containerID)
@@ -189,7 +189,7 @@ extension SharingStore {
 
     /// A zone in a participant's shared database feed.
     public struct SharedZoneChange: Sendable {
-        public var owner: String
+        public var owner: UserID
         public var zone: String
         /// No longer shared with them (removed, share or zone deleted).
         public var deleted: Bool
@@ -199,7 +199,7 @@ extension SharingStore {
     /// or shares changed after `cursor`, and those no longer shared with them (deleted). Every
     /// table in it is held to the container by the value itself (not only through a join), as
     /// Citus needs to send it to one worker.
-    public func sharedDatabaseChanges(containerID: ContainerID, environment: ContainerEnvironment, user: String, after cursor: FeedCursor,
+    public func sharedDatabaseChanges(containerID: ContainerID, environment: ContainerEnvironment, user: UserID, after cursor: FeedCursor,
                                       limit: Int) async throws -> ChangePage<SharedZoneChange> {
         try await database.withConnection { connection in
             var binds = Prepared.Binds()
@@ -224,13 +224,13 @@ extension SharingStore {
                 """
             let page = try await store.readFeed(container: containerID, source: source, columns: "owner, zone_name, live", binds: binds, after: cursor, limit: limit,
                                           on: connection) { reader in
-                SharedZoneChange(owner: try reader.next(String.self), zone: try reader.next(String.self), deleted: !(try reader.next(Bool.self)))
+                SharedZoneChange(owner: try reader.next(UserID.self), zone: try reader.next(String.self), deleted: !(try reader.next(Bool.self)))
             }!.page
             // One entry per zone, the last word on it (a zone shared twice, one share gone, is still shared).
             var seen: [String: Int] = [:]
             var items: [SharedZoneChange] = []
             for item in page.items {
-                let key = item.owner + "\u{0}" + item.zone
+                let key = item.owner.rawValue + "\u{0}" + item.zone
                 if let index = seen[key] {
                     items[index].deleted = items[index].deleted && item.deleted
                 } else {

@@ -9,7 +9,7 @@ import StratusCore
 /// A participant of a share as stored (the owner is not one).
 public struct ParticipantInfo: Sendable, Equatable {
     public var participantID: String
-    public var userRecordName: String?
+    public var userRecordName: UserID?
     public var email: String?
     public var permission: SharePermission
     public var status: ParticipantStatus
@@ -20,7 +20,7 @@ public struct ParticipantInfo: Sendable, Equatable {
 public struct ShareInfo: Sendable {
     public var zoneID: ZoneID
     public var zoneName: String
-    public var owner: String
+    public var owner: UserID
     public var shareName: String
     /// `nil`: a zone-wide share.
     public var rootName: String?
@@ -47,7 +47,7 @@ extension SharingStore {
         for row in rows {
             let (zoneID, zoneName, owner, name, root, guid, permission, deleted) =
                 try row.decode((ZoneID, String, String, String, String?, String, Int16, Bool).self)
-            shares.append(ShareInfo(zoneID: zoneID, zoneName: zoneName, owner: owner, shareName: name, rootName: root, shortGUID: guid,
+            shares.append(ShareInfo(zoneID: zoneID, zoneName: zoneName, owner: UserID(owner), shareName: name, rootName: root, shortGUID: guid,
                                     publicPermission: SharePermission(rawValue: permission) ?? .none, deleted: deleted, participants: []))
         }
         guard !shares.isEmpty else { return [] }
@@ -61,7 +61,7 @@ extension SharingStore {
                 try row.decode((ZoneID, String, String, String?, String?, Int16, Int16, Int16).self)
             guard let index = shares.firstIndex(where: { $0.zoneID == zoneID && $0.shareName == share }) else { continue }
             shares[index].participants.append(ParticipantInfo(
-                participantID: id, userRecordName: user, email: email, permission: SharePermission(rawValue: permission) ?? .readOnly,
+                participantID: id, userRecordName: user.map(UserID.init(rawValue:)), email: email, permission: SharePermission(rawValue: permission) ?? .readOnly,
                 status: ParticipantStatus(rawValue: status) ?? .invited, type: ParticipantType(rawValue: kind) ?? .user))
         }
         return shares
@@ -95,7 +95,7 @@ extension SharingStore {
 
     /// Every share of a container-environment (live and deleted), optionally only those `user`
     /// owns or takes part in, for the admin CLI.
-    public func allShares(containerID: ContainerID, environment: ContainerEnvironment, user: String?) async throws -> [ShareInfo] {
+    public func allShares(containerID: ContainerID, environment: ContainerEnvironment, user: UserID?) async throws -> [ShareInfo] {
         try await database.withConnection { connection in
             let rows = try await connection.rows("""
                 SELECT \(unescaped: Self.shareColumns) FROM shares s JOIN zones z ON z.container_id = s.container_id AND z.zone_id = s.zone_id
@@ -111,7 +111,7 @@ extension SharingStore {
 
     /// The participant `user` is (or may become) in `share`: theirs by name, or an invitation to
     /// their email address nobody has claimed.
-    public static func participant(of share: ShareInfo, user: String, email: String?) -> ParticipantInfo? {
+    public static func participant(of share: ShareInfo, user: UserID, email: String?) -> ParticipantInfo? {
         if let own = share.participants.first(where: { $0.userRecordName == user }) { return own }
         guard let email = email?.lowercased() else { return nil }
         return share.participants.first { $0.userRecordName == nil && $0.email == email }
@@ -121,7 +121,7 @@ extension SharingStore {
     /// GUID, as an invited participant (by name or email) or, when the share is open to anyone
     /// with the link, as a public one. Refused for its owner, a removed participant, someone
     /// neither invited nor allowed by the link, and a second acceptance.
-    public func accept(containerID: ContainerID, environment: ContainerEnvironment, shortGUID: String, user: String, email: String?) async throws -> ShareInfo {
+    public func accept(containerID: ContainerID, environment: ContainerEnvironment, shortGUID: String, user: UserID, email: String?) async throws -> ShareInfo {
         try await database.transaction { connection in
             let locked = try await connection.rows("""
                 SELECT s.zone_id, s.share_name FROM shares s JOIN zones z ON z.container_id = s.container_id AND z.zone_id = s.zone_id

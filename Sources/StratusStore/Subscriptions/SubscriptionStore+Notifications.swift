@@ -41,12 +41,12 @@ public protocol RecordChangeObserver: Sendable {
 
 /// A notification for one subscriber, to be queued for each of their web courier tokens.
 public struct PendingNotification: Sendable {
-    public var owner: String
+    public var owner: UserID
     public var payload: String
     /// For zone and database notifications, their subscription: not queued again while one waits.
     public var coalesceKey: String?
 
-    public init(owner: String, payload: String, coalesceKey: String? = nil) {
+    public init(owner: UserID, payload: String, coalesceKey: String? = nil) {
         self.owner = owner
         self.payload = payload
         self.coalesceKey = coalesceKey
@@ -55,12 +55,12 @@ public struct PendingNotification: Sendable {
 
 /// A notification for one web courier token, to be queued.
 public struct QueuedNotification: Sendable {
-    public var owner: String
+    public var owner: UserID
     public var tokenHash: String
     public var payload: String
     public var coalesceKey: String?
 
-    public init(owner: String, tokenHash: String, payload: String, coalesceKey: String?) {
+    public init(owner: UserID, tokenHash: String, payload: String, coalesceKey: String?) {
         self.owner = owner
         self.tokenHash = tokenHash
         self.payload = payload
@@ -79,10 +79,10 @@ struct NotificationQueueing: Sendable {
 public struct CourierToken: Sendable {
     public var containerID: ContainerID
     public var environment: ContainerEnvironment
-    public var owner: String
+    public var owner: UserID
     public var tokenHash: String
 
-    public init(containerID: ContainerID, environment: ContainerEnvironment, owner: String, tokenHash: String) {
+    public init(containerID: ContainerID, environment: ContainerEnvironment, owner: UserID, tokenHash: String) {
         self.containerID = containerID
         self.environment = environment
         self.owner = owner
@@ -119,7 +119,7 @@ extension SubscriptionStore {
 
     /// The users who accepted a live share in zone `zone` of `db` (a private database), in one
     /// statement: the only shared-database subscribers a change there can concern.
-    public func zoneParticipants(_ db: DatabaseRef, zone: String) async throws -> Set<String> {
+    public func zoneParticipants(_ db: DatabaseRef, zone: String) async throws -> Set<UserID> {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT DISTINCT p.user_record_name FROM zones z
@@ -130,7 +130,7 @@ extension SubscriptionStore {
                   AND p.status = 2 AND p.user_record_name IS NOT NULL
                 """, logger: logger)
         }
-        return Set(try rows.map { try $0.decode(String.self) })
+        return Set(try rows.map { try $0.decode(UserID.self) })
     }
 
     /// A container's name, by id.
@@ -143,7 +143,7 @@ extension SubscriptionStore {
 
     /// Registers a new web courier token of `owner` (its SHA-256 hex), and tells every server
     /// process that the owner's tokens changed.
-    public func createCourierToken(containerID: ContainerID, environment: ContainerEnvironment, owner: String, tokenHash: String) async throws {
+    public func createCourierToken(containerID: ContainerID, environment: ContainerEnvironment, owner: UserID, tokenHash: String) async throws {
         try await database.withConnection { connection in
             try await connection.statement("""
                 WITH made AS (
@@ -156,16 +156,16 @@ extension SubscriptionStore {
     }
 
     /// The web courier tokens (hashes) of each of `owners`.
-    public func courierTokenHashes(containerID: ContainerID, environment: ContainerEnvironment, owners: [String]) async throws -> [String: [String]] {
+    public func courierTokenHashes(containerID: ContainerID, environment: ContainerEnvironment, owners: [UserID]) async throws -> [UserID: [String]] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT owner, token_hash FROM courier_tokens
                 WHERE container_id = \(containerID) AND environment = \(environment.code) AND owner = ANY(\(owners)::text[])
                 """, logger: logger)
         }
-        var tokens: [String: [String]] = [:]
+        var tokens: [UserID: [String]] = [:]
         for row in rows {
-            let (owner, hash) = try row.decode((String, String).self)
+            let (owner, hash) = try row.decode((UserID, String).self)
             tokens[owner, default: []].append(hash)
         }
         return tokens
@@ -188,7 +188,7 @@ extension SubscriptionStore {
         }
         guard let row = rows.first else { return nil }
         let (code, owner) = try row.decode((Int16, String).self)
-        return CourierToken(containerID: containerID, environment: code == 2 ? .production : .development, owner: owner, tokenHash: tokenHash)
+        return CourierToken(containerID: containerID, environment: code == 2 ? .production : .development, owner: UserID(owner), tokenHash: tokenHash)
     }
 
     /// Takes the oldest notification waiting for a token (no other poll can take it too).
@@ -250,16 +250,16 @@ extension SubscriptionStore {
     /// for the token). (The caller wakes the polls: `Notifier`.) Concurrent writes' notifications
     /// share statements (`notificationQueueing`).
     @discardableResult
-    public func queueNotifications(containerID: ContainerID, environment: ContainerEnvironment, _ notifications: [QueuedNotification]) async throws -> [String: Int] {
+    public func queueNotifications(containerID: ContainerID, environment: ContainerEnvironment, _ notifications: [QueuedNotification]) async throws -> [UserID: Int] {
         guard !notifications.isEmpty else { return [:] }
         return try await store.notificationQueueing.answer(NotificationQueueing(containerID: containerID, environment: environment, notifications: notifications))
     }
 
     /// One statement queueing the notifications of several writes. Each token's count is answered
     /// to the first request that brought it, so the counts add up.
-    static func queueNotifications(_ requests: [NotificationQueueing], on connection: PostgresConnection, logger: Logger) async throws -> [[String: Int]] {
+    static func queueNotifications(_ requests: [NotificationQueueing], on connection: PostgresConnection, logger: Logger) async throws -> [[UserID: Int]] {
         var containers: [Int64] = [], tokens: [String] = [], payloads: [String] = [], keys: [String] = []
-        var first: [String: (index: Int, owner: String)] = [:]
+        var first: [String: (index: Int, owner: UserID)] = [:]
         for (index, request) in requests.enumerated() {
             for notification in request.notifications {
                 containers.append(request.containerID.rawValue)
@@ -271,7 +271,7 @@ extension SubscriptionStore {
             }
         }
         let rows = try await connection.rows(QueueNotifications(containers: containers, tokens: tokens, payloads: payloads, keys: keys), logger: logger)
-        var answers = [[String: Int]](repeating: [:], count: requests.count)
+        var answers = [[UserID: Int]](repeating: [:], count: requests.count)
         for (containerID, tokenHash, count) in rows {
             guard let (index, owner) = first["\(containerID)/\(tokenHash)"] else { continue }
             answers[index][owner, default: 0] += Int(count)

@@ -6,7 +6,7 @@ import StratusCore
 /// A stored subscription with where it lives, for the operator's listing.
 public struct SubscriptionListing: Sendable {
     public var scope: DatabaseScope
-    public var owner: String
+    public var owner: UserID
     public var subscription: Subscription
     public var createdAt: Date
 }
@@ -98,12 +98,12 @@ extension SubscriptionStore {
     }
 
     /// Every subscription of a container-environment, or of one user there (the operator's view).
-    public func allSubscriptions(containerID: ContainerID, environment: ContainerEnvironment, owner: String?) async throws -> [SubscriptionListing] {
+    public func allSubscriptions(containerID: ContainerID, environment: ContainerEnvironment, owner: UserID?) async throws -> [SubscriptionListing] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT scope, owner, subscription_id, kind, zone_name, zone_owner, fires_on, fires_once, definition, created_at
                 FROM subscriptions
-                WHERE container_id = \(containerID) AND environment = \(environment.code) AND (\(owner == nil) OR owner = \(owner ?? ""))
+                WHERE container_id = \(containerID) AND environment = \(environment.code) AND (\(owner == nil) OR owner = \(owner ?? .nobody))
                 ORDER BY owner, scope, created_at, subscription_id
                 """, logger: logger)
         }
@@ -125,7 +125,7 @@ extension SubscriptionStore {
     static func listing(_ row: PostgresRow) throws -> SubscriptionListing {
         var reader = RowReader(row)
         let scopeCode = try reader.next(Int16.self), owner = try reader.next(String.self), id = try reader.next(String.self)
-        let kindCode = try reader.next(Int16.self), zoneName = try reader.next(String?.self), zoneOwner = try reader.next(String?.self)
+        let kindCode = try reader.next(Int16.self), zoneName = try reader.next(String?.self), zoneOwner = try reader.next(UserID?.self)
         let firesOn = try reader.next(Int16.self), firesOnce = try reader.next(Bool.self), text = try reader.next(String.self)
         let createdAt = try reader.next(Date.self)
         guard let kind = Subscription.Kind(code: kindCode),
@@ -136,6 +136,6 @@ extension SubscriptionStore {
         let subscription = Subscription(id: id, kind: kind, zoneName: zoneName, zoneOwner: zoneOwner, queryJSON: definition["query"],
                                         firesOn: Subscription.Firing(rawValue: firesOn), firesOnce: firesOnce,
                                         notificationInfo: definition["notificationInfo"])
-        return SubscriptionListing(scope: scope, owner: owner, subscription: subscription, createdAt: createdAt)
+        return SubscriptionListing(scope: scope, owner: UserID(owner), subscription: subscription, createdAt: createdAt)
     }
 }

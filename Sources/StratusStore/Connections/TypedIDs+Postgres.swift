@@ -18,3 +18,13 @@ extension PostgresInt64ID {
 
 extension ContainerID: PostgresInt64ID {}
 extension ZoneID: PostgresInt64ID {}
+
+/// A user's id as PostgreSQL holds it: bound and read as the `text` it wraps.
+extension UserID: PostgresNonThrowingEncodable, PostgresDecodable, PostgresArrayEncodable, PostgresArrayDecodable {
+    public static var psqlArrayType: PostgresDataType { .textArray }
+
+    @inlinable
+    public func encode<JSONEncoder: PostgresJSONEncoder>(into byteBuffer: inout ByteBuffer, context: PostgresEncodingContext<JSONEncoder>) {
+        rawValue.encode(into: &byteBuffer, context: context)
+    }
+}
