@@ -90,9 +90,9 @@ public enum ManagementRequirement: Sendable, Equatable {
 public struct ManagementCaller: Sendable, Equatable {
     public var isSuperuser: Bool
     /// The operator's id (`nil` for the admin token).
-    public var operatorID: Int64?
+    public var operatorID: OperatorID?
 
-    public init(isSuperuser: Bool, operatorID: Int64?) {
+    public init(isSuperuser: Bool, operatorID: OperatorID?) {
         self.isSuperuser = isSuperuser
         self.operatorID = operatorID
     }

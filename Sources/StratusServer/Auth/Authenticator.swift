@@ -14,7 +14,7 @@ struct Caller: Sendable {
     /// The web auth token as sent (echoed in `x-apple-cloudkit-session`).
     var webAuthToken: String?
     /// The session the web auth token names.
-    var sessionID: Int64?
+    var sessionID: SessionID?
     /// The custom roles the user holds in this environment (read only when the schema has any).
     var roles: Set<String> = []
     /// The API token as sent (the sign-in page's address carries it, for its callback and origins).
@@ -58,7 +58,7 @@ final class Authenticator: Sendable {
     /// Verified web auth tokens: token → what it says.
     private let webTokens = Mutex(ExpiringCache<String, WebAuthClaims>(capacity: cacheCapacity))
     /// Sessions found live, by id: their container and user, until the next check.
-    private let liveSessions = Mutex(ExpiringCache<Int64, LiveSession>(capacity: cacheCapacity))
+    private let liveSessions = Mutex(ExpiringCache<SessionID, LiveSession>(capacity: cacheCapacity))
     /// Custom roles per user, read when a schema has custom roles: forgotten when a membership of
     /// the environment changes on any server process.
     /// Server-to-server keys by key ID (revocation reaches every process through `Invalidations`).
@@ -79,7 +79,7 @@ final class Authenticator: Sendable {
     struct WebAuthClaims: Sendable {
         var containerID: ContainerID
         var environment: Int16
-        var sessionID: Int64
+        var sessionID: SessionID
         var user: UserID
         /// Absolute expiry, seconds since 1970.
         var expires: Int64
@@ -159,7 +159,7 @@ final class Authenticator: Sendable {
     }
 
     /// Drops a revoked token from the cache so it fails on its next use.
-    func forget(tokenID: Int64) {
+    func forget(tokenID: APITokenID) {
         tokens.withLock { $0.removeAll { $0?.tokenID == tokenID } }
     }
 
@@ -254,7 +254,7 @@ final class Authenticator: Sendable {
         else {
             throw StratusError(.authenticationFailed, "the ckWebAuthToken is not valid; sign in again")
         }
-        let claims = WebAuthClaims(containerID: ContainerID(c), environment: environment, sessionID: s, user: UserID(u), expires: x)
+        let claims = WebAuthClaims(containerID: ContainerID(c), environment: environment, sessionID: SessionID(s), user: UserID(u), expires: x)
         // The token carries its own expiry (checked by the caller); the entry only bounds memory.
         webTokens.withLock { $0.set(claims, for: token, expires: now + cacheLifetime, now: now) }
         return claims
@@ -297,7 +297,7 @@ final class Authenticator: Sendable {
         let session = try await admin.createSession(containerID: containerID, environment: environment, user: user,
                                                     lifetime: configuration.sessionLifetime)
         let expires = Int64(session.expiresAt.timeIntervalSince1970)
-        let token = sealer.seal(["c": .int(containerID.rawValue), "e": .int(Int64(environment.code)), "s": .int(session.sessionID),
+        let token = sealer.seal(["c": .int(containerID.rawValue), "e": .int(Int64(environment.code)), "s": .int(session.sessionID.rawValue),
                                  "u": .string(user.rawValue), "x": .int(expires)], purpose: Self.webAuthPurpose)
         return (token, session)
     }

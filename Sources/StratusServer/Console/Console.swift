@@ -142,7 +142,7 @@ struct ConsoleUser: Sendable {
     /// `ada@example.com` or `the admin token`.
     var name: String
     var isSuperuser: Bool
-    var credentialID: Int64
+    var credentialID: CredentialID
 }
 
 /// What a management function answered the console.

@@ -22,7 +22,7 @@ struct OperatorManagement: Sendable {
             let account = try await self.passwords.verifyOperatorPassword(email: email, password: password)
             let secret = ManagementGate.operatorCredentialPrefix + TokenSealer.randomAPIToken()
             let id = try await self.admin.operatorStore.createOperatorCredential(operatorID: account.operatorID, tokenHash: TokenSealer.hash(secret), name: name)
-            return .json(["credential": .string(secret), "credentialID": .int(id), "operator": ManagementJSON.operatorJSON(account)])
+            return .json(["credential": .string(secret), "credentialID": .int(id.rawValue), "operator": ManagementJSON.operatorJSON(account)])
         }
         api.manage(router, .logout) { call -> ManagementReply in
             let grant = call.grant
@@ -30,7 +30,7 @@ struct OperatorManagement: Sendable {
                 throw StratusError.badRequest("the admin token cannot sign out: it is what the server was started with (STRATUS_ADMIN_TOKEN); change it there")
             }
             try await self.admin.operatorStore.revokeOperatorCredential(credential.credentialID)
-            return .json(["signedOut": true, "credentialID": .int(credential.credentialID)])
+            return .json(["signedOut": true, "credentialID": .int(credential.credentialID.rawValue)])
         }
         api.manage(router, .whoami) { call -> ManagementReply in
             let grant = call.grant
@@ -39,7 +39,7 @@ struct OperatorManagement: Sendable {
             }
             let containers = try await self.admin.operatorStore.teamContainers(operatorID: credential.operatorInfo.operatorID)
             return .json(["adminToken": false, "superuser": .bool(credential.operatorInfo.superuser), "operator": ManagementJSON.operatorJSON(credential.operatorInfo),
-                          "credentialID": .int(credential.credentialID),
+                          "credentialID": .int(credential.credentialID.rawValue),
                           "containers": .array(containers.map { ManagementJSON.containerJSON($0.container, role: $0.role) })])
         }
         api.manage(router, .operators) { call -> ManagementReply in

@@ -63,7 +63,7 @@ enum ManagementJSON {
 
     static func tokenJSON(_ token: APITokenInfo) -> JSON {
         var members: [String: JSON] = [
-            "id": .int(token.tokenID), "container": .string(token.containerName), "environment": .string(token.environment.rawValue),
+            "id": .int(token.tokenID.rawValue), "container": .string(token.containerName), "environment": .string(token.environment.rawValue),
             "name": .string(token.name), "prefix": .string(token.prefix), "createdAt": iso(token.createdAt),
         ]
         members["revokedAt"] = token.revokedAt.map(iso) ?? .null

@@ -6,7 +6,7 @@ import StratusCore
 /// A signed-in session, as stored.
 public struct SessionRecord: Sendable, Equatable {
     public var containerID: ContainerID
-    public var sessionID: Int64
+    public var sessionID: SessionID
     public var environment: ContainerEnvironment
     public var user: UserID
     public var expiresAt: Date
@@ -30,7 +30,7 @@ extension AdminStore {
     static func session(_ row: PostgresRow) throws -> SessionRecord {
         let (container, session, environment, user, expires, used, ended, reason) =
             try row.decode((ContainerID, Int64, Int16, String, Date, Date, Date?, String?).self)
-        return SessionRecord(containerID: container, sessionID: session, environment: environment == 1 ? .development : .production,
+        return SessionRecord(containerID: container, sessionID: SessionID(session), environment: environment == 1 ? .development : .production,
                              user: UserID(user), expiresAt: expires, lastUsedAt: used, endedAt: ended, endReason: reason)
     }
 
@@ -48,7 +48,7 @@ extension AdminStore {
 
     /// Marks a live session used now and returns it, or says why it cannot be used: ended, idle
     /// for longer than `idleTimeout`, past its absolute expiry, or unknown.
-    public func useSession(containerID: ContainerID, sessionID: Int64, idleTimeout: Duration) async throws -> Result<SessionRecord, SessionRefusal> {
+    public func useSession(containerID: ContainerID, sessionID: SessionID, idleTimeout: Duration) async throws -> Result<SessionRecord, SessionRefusal> {
         let idle = Double(idleTimeout.components.seconds)
         return try await database.withConnection { connection in
             let used = try await connection.rows("""
@@ -74,7 +74,7 @@ extension AdminStore {
     /// Ends one session (signing out); `false` when it had already ended. Every server process
     /// forgets it when the transaction commits.
     @discardableResult
-    public func endSession(containerID: ContainerID, sessionID: Int64, reason: String) async throws -> Bool {
+    public func endSession(containerID: ContainerID, sessionID: SessionID, reason: String) async throws -> Bool {
         try await database.transaction { connection in
             let ended = try await connection.rows("""
                 UPDATE sessions SET ended_at = now(), end_reason = \(reason)

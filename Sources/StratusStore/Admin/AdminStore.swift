@@ -15,7 +15,7 @@ public struct ContainerInfo: Sendable, Equatable {
 public struct APITokenInfo: Sendable, Equatable {
     public var containerID: ContainerID
     public var containerName: String
-    public var tokenID: Int64
+    public var tokenID: APITokenID
     public var environment: ContainerEnvironment
     public var name: String
     /// The first characters of the token, to tell tokens apart in listings.
@@ -110,7 +110,7 @@ public struct AdminStore: Sendable {
             try await AuditEntry(containerID: container.id, actor: actor, action: "token.create", environment: environment,
                                  target: String(tokenID), detail: "name '\(name)', prefix \(prefix)" + Self.optionsDetail(allowedOrigins, signInCallback))
                 .write(on: connection, logger: logger)
-            return APITokenInfo(containerID: container.id, containerName: container.name, tokenID: tokenID, environment: environment,
+            return APITokenInfo(containerID: container.id, containerName: container.name, tokenID: APITokenID(tokenID), environment: environment,
                                 name: name, prefix: prefix, createdAt: created, revokedAt: nil,
                                 allowedOrigins: allowedOrigins, signInCallback: signInCallback)
         }
@@ -138,7 +138,7 @@ public struct AdminStore: Sendable {
                 """, logger: logger)
             let token = try Self.liveToken(rows, idOrPrefix: idOrPrefix)
             try await AuditEntry(containerID: containerID, actor: actor, action: "token.update", environment: token.environment,
-                                 target: String(token.tokenID), detail: "name '\(token.name)'" + Self.optionsDetail(allowedOrigins, signInCallback))
+                                 target: token.tokenID.description, detail: "name '\(token.name)'" + Self.optionsDetail(allowedOrigins, signInCallback))
                 .write(on: connection, logger: logger)
             try await Invalidations.publish(.apiToken(containerID: containerID, tokenID: token.tokenID), on: connection, logger: logger)
             return token
@@ -196,7 +196,7 @@ public struct AdminStore: Sendable {
                 """, logger: logger)
             let token = try Self.liveToken(rows, idOrPrefix: idOrPrefix)
             try await AuditEntry(containerID: containerID, actor: actor, action: "token.revoke", environment: token.environment,
-                                 target: String(token.tokenID), detail: "name '\(token.name)', prefix \(token.prefix)").write(on: connection, logger: logger)
+                                 target: token.tokenID.description, detail: "name '\(token.name)', prefix \(token.prefix)").write(on: connection, logger: logger)
             // Every server process forgets the token when this commits.
             try await Invalidations.publish(.apiToken(containerID: containerID, tokenID: token.tokenID), on: connection, logger: logger)
             return token
@@ -206,7 +206,7 @@ public struct AdminStore: Sendable {
     static func token(_ row: PostgresRow) throws -> APITokenInfo {
         let (containerID, containerName, tokenID, environment, name, prefix, created, revoked, origins, callback) =
             try row.decode((ContainerID, String, Int64, Int16, String, String, Date, Date?, [String], String?).self)
-        return APITokenInfo(containerID: containerID, containerName: containerName, tokenID: tokenID,
+        return APITokenInfo(containerID: containerID, containerName: containerName, tokenID: APITokenID(tokenID),
                             environment: environment == 1 ? .development : .production, name: name, prefix: prefix,
                             createdAt: created, revokedAt: revoked, allowedOrigins: origins, signInCallback: callback)
     }

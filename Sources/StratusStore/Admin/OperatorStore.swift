@@ -5,7 +5,7 @@ import StratusCore
 
 /// An operator account: someone who administers containers through the management API.
 public struct OperatorInfo: Sendable, Equatable {
-    public var operatorID: Int64
+    public var operatorID: OperatorID
     public var email: String
     public var superuser: Bool
     public var createdAt: Date
@@ -14,7 +14,7 @@ public struct OperatorInfo: Sendable, Equatable {
 
 /// An operator credential as a request presents it: the credential and its operator.
 public struct OperatorCredential: Sendable, Equatable {
-    public var credentialID: Int64
+    public var credentialID: CredentialID
     public var operatorInfo: OperatorInfo
     public var revokedAt: Date?
     public var expiresAt: Date?
@@ -38,7 +38,7 @@ public struct OperatorCredential: Sendable, Equatable {
 /// A console session: an operator's credential kept in a cookie, or one opened with the admin token.
 public struct ConsoleSession: Sendable, Equatable {
     public var credential: OperatorCredential?
-    public var credentialID: Int64
+    public var credentialID: CredentialID
     /// For a session opened with the admin token: that token's SHA-256.
     public var adminTokenHash: [UInt8]?
     public var refusal: String?
@@ -67,7 +67,7 @@ extension OperatorStore {
 
     static func operatorInfo(_ row: PostgresRow) throws -> OperatorInfo {
         let (id, email, superuser, created, disabled) = try row.decode((Int64, String, Bool, Date, Date?).self)
-        return OperatorInfo(operatorID: id, email: email, superuser: superuser, createdAt: created, disabledAt: disabled)
+        return OperatorInfo(operatorID: OperatorID(id), email: email, superuser: superuser, createdAt: created, disabledAt: disabled)
     }
 
     /// Adds an operator; `EXISTS` when the email address has one.
@@ -101,7 +101,7 @@ extension OperatorStore {
         }
         return try rows.map { row in
             let (id, email, superuser, created, disabled, names, roles) = try row.decode((Int64, String, Bool, Date, Date?, [String], [Int16]).self)
-            let info = OperatorInfo(operatorID: id, email: email, superuser: superuser, createdAt: created, disabledAt: disabled)
+            let info = OperatorInfo(operatorID: OperatorID(id), email: email, superuser: superuser, createdAt: created, disabledAt: disabled)
             return (info, zip(names, roles).map { ($0, TeamRole(rawValue: $1) ?? .viewer) })
         }
     }
@@ -117,7 +117,7 @@ extension OperatorStore {
         }.first
         guard let row else { return nil }
         let (id2, email, superuser, created, disabled, hash) = try row.decode((Int64, String, Bool, Date, Date?, String).self)
-        return (OperatorInfo(operatorID: id2, email: email, superuser: superuser, createdAt: created, disabledAt: disabled), hash)
+        return (OperatorInfo(operatorID: OperatorID(id2), email: email, superuser: superuser, createdAt: created, disabledAt: disabled), hash)
     }
 
     /// Removes an operator with their credentials and team places. Refused while they are the
@@ -161,7 +161,7 @@ extension OperatorStore {
 
     /// Sets an operator's password and revokes their credentials but `keeping` (the one that
     /// changed it, if it is theirs).
-    public func setOperatorPassword(_ info: OperatorInfo, passwordHash: String, keeping: Int64?, by actor: AuditActor) async throws -> Int {
+    public func setOperatorPassword(_ info: OperatorInfo, passwordHash: String, keeping: CredentialID?, by actor: AuditActor) async throws -> Int {
         try await database.transaction { connection in
             try await connection.statement("""
                 UPDATE operators SET password_hash = \(passwordHash), password_changed_at = now() WHERE operator_id = \(info.operatorID)
@@ -180,19 +180,19 @@ extension OperatorStore {
     // MARK: Credentials
 
     /// Stores a new credential for `operatorID` by its hash.
-    public func createOperatorCredential(operatorID: Int64, tokenHash: [UInt8], name: String) async throws -> Int64 {
+    public func createOperatorCredential(operatorID: OperatorID, tokenHash: [UInt8], name: String) async throws -> CredentialID {
         try await database.withConnection { connection in
             try await connection.rows("""
                 INSERT INTO operator_credentials (operator_id, token_hash, name) VALUES (\(operatorID), \(Data(tokenHash)), \(name))
                 RETURNING credential_id
                 """, logger: logger)
-        }.first!.decode(Int64.self)
+        }.first!.decode(CredentialID.self)
     }
 
     /// Stores a console session for an operator (or, with `adminTokenHash`, for the admin token):
     /// it ends after `idleSeconds` unused and after `lifetimeSeconds` in any case.
-    public func createConsoleSession(operatorID: Int64?, adminTokenHash: [UInt8]?, tokenHash: [UInt8], name: String,
-                                     idleSeconds: Int, lifetimeSeconds: Int) async throws -> Int64 {
+    public func createConsoleSession(operatorID: OperatorID?, adminTokenHash: [UInt8]?, tokenHash: [UInt8], name: String,
+                                     idleSeconds: Int, lifetimeSeconds: Int) async throws -> CredentialID {
         try await database.withConnection { connection in
             try await connection.rows("""
                 INSERT INTO operator_credentials (operator_id, admin_token_hash, token_hash, kind, name, last_used_at, expires_at, idle_seconds)
@@ -200,14 +200,14 @@ extension OperatorStore {
                         now() + make_interval(secs => \(Double(lifetimeSeconds))), \(Int32(idleSeconds)))
                 RETURNING credential_id
                 """, logger: logger)
-        }.first!.decode(Int64.self)
+        }.first!.decode(CredentialID.self)
     }
 
     static let credentialColumns = "c.credential_id, c.revoked_at, c.expires_at, c.last_used_at, c.idle_seconds"
 
     /// Marks a credential used now when it was last marked more than a minute ago (the idle
     /// limit's clock, to the minute), so that a busy credential is written once a minute at most.
-    func touch(_ credentialID: Int64, lastUsed: Date?, on connection: PostgresConnection) async throws {
+    func touch(_ credentialID: CredentialID, lastUsed: Date?, on connection: PostgresConnection) async throws {
         guard lastUsed.map({ Date().timeIntervalSince($0) > 60 }) ?? true else { return }
         try await connection.statement("UPDATE operator_credentials SET last_used_at = now() WHERE credential_id = \(credentialID)", logger: logger)
     }
@@ -221,7 +221,7 @@ extension OperatorStore {
                 FROM operator_credentials c JOIN operators o USING (operator_id) WHERE c.token_hash = \(Data(hash))
                 """, logger: logger).first else { return nil }
             let (id, email, superuser, created, disabled, credentialID, revoked, expires, used, idle) =
-                try row.decode((Int64, String, Bool, Date, Date?, Int64, Date?, Date?, Date?, Int32?).self)
+                try row.decode((OperatorID, String, Bool, Date, Date?, CredentialID, Date?, Date?, Date?, Int32?).self)
             let credential = OperatorCredential(credentialID: credentialID,
                                                 operatorInfo: OperatorInfo(operatorID: id, email: email, superuser: superuser,
                                                                            createdAt: created, disabledAt: disabled),
@@ -241,7 +241,7 @@ extension OperatorStore {
                 WHERE c.token_hash = \(Data(hash)) AND c.kind = 'console'
                 """, logger: logger).first else { return nil }
             let (adminHash, credentialID, revoked, expires, used, idle, id, email, superuser, created, disabled) =
-                try row.decode((Data?, Int64, Date?, Date?, Date?, Int32?, Int64?, String?, Bool?, Date?, Date?).self)
+                try row.decode((Data?, CredentialID, Date?, Date?, Date?, Int32?, OperatorID?, String?, Bool?, Date?, Date?).self)
             var credential: OperatorCredential?
             if let id, let email, let superuser, let created {
                 credential = OperatorCredential(credentialID: credentialID,
@@ -257,7 +257,7 @@ extension OperatorStore {
 
     /// Revokes a credential (signing out); `false` when it already was.
     @discardableResult
-    public func revokeOperatorCredential(_ credentialID: Int64) async throws -> Bool {
+    public func revokeOperatorCredential(_ credentialID: CredentialID) async throws -> Bool {
         try await database.withConnection { connection in
             try await connection.rows("""
                 UPDATE operator_credentials SET revoked_at = now() WHERE credential_id = \(credentialID) AND revoked_at IS NULL
@@ -269,7 +269,7 @@ extension OperatorStore {
     // MARK: Teams
 
     /// The operator's role in the container, or `nil` when not a member.
-    public func teamRole(containerID: ContainerID, operatorID: Int64) async throws -> TeamRole? {
+    public func teamRole(containerID: ContainerID, operatorID: OperatorID) async throws -> TeamRole? {
         try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT role FROM container_members WHERE container_id = \(containerID) AND operator_id = \(operatorID)
@@ -278,7 +278,7 @@ extension OperatorStore {
     }
 
     /// The containers whose team the operator is in, by name, with their role in each.
-    public func teamContainers(operatorID: Int64) async throws -> [(container: ContainerInfo, role: TeamRole)] {
+    public func teamContainers(operatorID: OperatorID) async throws -> [(container: ContainerInfo, role: TeamRole)] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT c.container_id, c.name, c.identity_salt, c.created_at, m.role
@@ -303,7 +303,7 @@ extension OperatorStore {
         }
         return try rows.map { row in
             let (id, email, superuser, created, disabled, role, added) = try row.decode((Int64, String, Bool, Date, Date?, Int16, Date).self)
-            return TeamMember(operatorInfo: OperatorInfo(operatorID: id, email: email, superuser: superuser, createdAt: created, disabledAt: disabled),
+            return TeamMember(operatorInfo: OperatorInfo(operatorID: OperatorID(id), email: email, superuser: superuser, createdAt: created, disabledAt: disabled),
                               role: TeamRole(rawValue: role) ?? .viewer, addedAt: added)
         }
     }
@@ -333,7 +333,7 @@ extension OperatorStore {
                 WHERE container_id = \(container.id) AND (role = \(TeamRole.owner.rawValue) OR operator_id = \(member.operatorID))
                 ORDER BY operator_id FOR UPDATE
                 """, logger: logger).map { try $0.decode((Int64, Int16).self) }
-            guard let current = rows.first(where: { $0.0 == member.operatorID }).flatMap({ TeamRole(rawValue: $0.1) }) else {
+            guard let current = rows.first(where: { $0.0 == member.operatorID.rawValue }).flatMap({ TeamRole(rawValue: $0.1) }) else {
                 throw StratusError(.notFound, "\(member.email) is not in the team of '\(container.name)'")
             }
             let owners = rows.filter { $0.1 == TeamRole.owner.rawValue }.count

@@ -20,11 +20,11 @@ public final class Invalidations: Sendable {
         /// A container-environment's schema, now at `version`.
         case schema(containerID: ContainerID, environment: ContainerEnvironment, version: Int64)
         /// One session ended.
-        case session(containerID: ContainerID, sessionID: Int64)
+        case session(containerID: ContainerID, sessionID: SessionID)
         /// Every session of a user ended (password change, user disabled).
         case userSessions(containerID: ContainerID, user: UserID)
         /// An API token was revoked or changed.
-        case apiToken(containerID: ContainerID, tokenID: Int64)
+        case apiToken(containerID: ContainerID, tokenID: APITokenID)
         /// A server-to-server key was revoked.
         case serverKey(containerID: ContainerID, keyID: String)
         /// A custom role's members changed.
@@ -72,13 +72,13 @@ public final class Invalidations: Sendable {
                 self = .schema(containerID: c, environment: e, version: v)
             case "session":
                 guard parts.count == 3, let c = id(1), let s = int(2) else { return nil }
-                self = .session(containerID: c, sessionID: s)
+                self = .session(containerID: c, sessionID: SessionID(s))
             case "user":
                 guard parts.count == 3, let c = id(1) else { return nil }
                 self = .userSessions(containerID: c, user: UserID(String(parts[2])))
             case "token":
                 guard parts.count == 3, let c = id(1), let t = int(2) else { return nil }
-                self = .apiToken(containerID: c, tokenID: t)
+                self = .apiToken(containerID: c, tokenID: APITokenID(t))
             case "key":
                 guard parts.count == 3, let c = id(1) else { return nil }
                 self = .serverKey(containerID: c, keyID: parts[2])

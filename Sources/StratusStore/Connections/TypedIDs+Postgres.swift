@@ -18,6 +18,10 @@ extension PostgresInt64ID {
 
 extension ContainerID: PostgresInt64ID {}
 extension ZoneID: PostgresInt64ID {}
+extension SessionID: PostgresInt64ID {}
+extension APITokenID: PostgresInt64ID {}
+extension OperatorID: PostgresInt64ID {}
+extension CredentialID: PostgresInt64ID {}
 
 /// A user's id as PostgreSQL holds it: bound and read as the `text` it wraps.
 extension UserID: PostgresNonThrowingEncodable, PostgresDecodable, PostgresArrayEncodable, PostgresArrayDecodable {
