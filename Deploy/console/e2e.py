@@ -194,6 +194,11 @@ def main():
         page.get_by_role("link", name="Users", exact=True).click()
         row = page.locator("tr", has_text="lee@example.com")
         row.get_by_role("button", name="Disable").click()
+        # Asked first: the page says what disabling does, and nothing happens until it is confirmed.
+        expect(page.locator("h1")).to_contain_text("Disable")
+        expect(page.locator(".consequence")).to_contain_text("can no longer sign in")
+        shot(page, "confirm-disable")
+        page.get_by_role("button", name="Disable the user").click()
         expect(page.locator(".notice")).to_contain_text("is disabled")
         expect(page.locator("tr", has_text="lee@example.com")).to_contain_text("disabled")
         shot(page, "users")

@@ -221,6 +221,72 @@ import Testing
         }
     }
 
+    /// Revoking a token or key, removing a team member and disabling a user first answer a page
+    /// that says what will happen; nothing changes until its button sends the form again.
+    @Test func destructiveActionsAskFirstAndDoNothingUntilConfirmed() async throws {
+        try await Harness.run { harness in
+            let session = try await harness.container()
+            let container = session.container
+            let lee = try await session.signedUp("lee\(UInt32.random(in: 0...UInt32.max))@example.com")
+            #expect(try await harness.admin(.post, "containers/\(container)/tokens", json: ["environment": "development", "name": "doomed"]).status == 201)
+            let key = try await harness.admin(.post, "containers/\(container)/keys", json: ["environment": "development", "publicKey": .string(Signer().publicKeyPEM)])
+            let keyID = try #require(key.json["keyID"]?.stringValue)
+            let member = try await harness.signedInOperator(teams: [(container, .viewer)])
+            let owner = try await harness.signedInOperator(teams: [(container, .owner)])
+            var browser = Browser(harness: harness)
+            #expect(try await browser.signIn(email: owner.email, password: owner.password) == 303)
+            let base = "/console/c/\(container)"
+            let tokensPage = try await browser.get(base + "/tokens")
+            // The danger style is markup, not text escaped into the attribute.
+            #expect(tokensPage.html.contains(#"<button type="submit" class="danger">Revoke</button>"#) && !tokensPage.html.contains("&quot;danger&quot;"))
+            let tokenID = try #require(tokensPage.html.firstMatch(of: /tokens\/([0-9]+)\/revoke/)?.output.1)
+            let user = lee.userRecordName ?? ""
+
+            func tokenRevoked() async throws -> Bool {
+                let tokens = try await harness.admin(.get, "tokens?container=\(container)").json["tokens"]?.arrayValue ?? []
+                return tokens.first { $0["id"]?.intValue == Int64(tokenID) }?["revokedAt"].map { $0 != .null } ?? false
+            }
+            func keyRevoked() async throws -> Bool {
+                let keys = try await harness.admin(.get, "containers/\(container)/keys").json["keys"]?.arrayValue ?? []
+                return keys.first { $0["keyID"]?.stringValue == keyID }?["revokedAt"].map { $0 != .null } ?? false
+            }
+            func memberRemoved() async throws -> Bool {
+                let team = try await harness.admin(.get, "containers/\(container)/team").json["team"]?.arrayValue ?? []
+                return !team.contains { $0["emailAddress"]?.stringValue == member.email }
+            }
+            func userDisabled() async throws -> Bool {
+                let found = try await harness.admin(.get, "containers/\(container)/users/\(user)?environment=development").json["user"]
+                return found?["disabledAt"].map { $0 != .null } ?? false
+            }
+            let actions: [(path: String, fields: [(String, String)], question: String, done: () async throws -> Bool)] = [
+                (base + "/tokens/\(tokenID)/revoke", [], "Revoke API token \(tokenID)?", tokenRevoked),
+                (base + "/keys/\(keyID)/revoke", [], "Revoke server-to-server key", keyRevoked),
+                (base + "/team/\(ConsolePath.segment(member.email))/remove", [], "Remove \(member.email) from the team?", memberRemoved),
+                (base + "/users/\(user)/disable", [("environment", "development")], "Disable \(user)?", userDisabled),
+            ]
+            for action in actions {
+                let asked = try await browser.post(action.path, action.fields)
+                #expect(asked.status == 200 && asked.html.contains(action.question), "\(action.path): \(asked.status) \(asked.html.prefix(600))")
+                #expect(try await action.done() == false, "\(action.path) acted before it was confirmed")
+                // The page's form, sent as its button sends it: its hidden fields and confirmed=yes.
+                let form = try #require(asked.html.firstMatch(of: /<form method="post" action="([^"]+)" class="stack">(.*?)<\/form>/.dotMatchesNewlines()))
+                #expect(String(form.output.1) == action.path)
+                let hidden = String(form.output.2).matches(of: /<input type="hidden" name="([^"]+)" value="([^"]*)">/).map { (String($0.output.1), String($0.output.2)) }
+                #expect(hidden.contains { $0 == ("confirmed", "yes") } && action.fields.allSatisfy { field in hidden.contains { $0 == field } }, "\(hidden)")
+                let confirmed = try await browser.post(action.path, hidden.filter { $0.0 != "csrf" })
+                #expect(confirmed.status == 303, "\(action.path): \(confirmed.status) \(confirmed.html.prefix(400))")
+                #expect(try await action.done(), "\(action.path) did nothing once confirmed")
+            }
+            // Someone the action is not for is refused by it, not asked.
+            var viewer = Browser(harness: harness)
+            let other = try await harness.signedInOperator(teams: [(container, .viewer)])
+            #expect(try await viewer.signIn(email: other.email, password: other.password) == 303)
+            _ = try await viewer.get(base + "/tokens")
+            let refused = try await viewer.post(base + "/team/\(ConsolePath.segment(owner.email))/remove", [])
+            #expect(refused.status == 403 && !refused.html.contains("confirmed"), "\(refused.status)")
+        }
+    }
+
     /// Each console page and action answers each kind of team member as the management API does.
     @Test func consolePagesFollowTheRoleTable() async throws {
         try await Harness.run { harness in

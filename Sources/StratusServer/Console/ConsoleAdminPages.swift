@@ -48,7 +48,7 @@ struct ConsoleAdminPages: Sendable {
                              "\(searchForm)\(ConsoleLayout.table("Users of \(environment.rawValue)", ["Email", "Record name", "State", "Sessions", "Actions"], Array(rows), empty: "No users match."))\(more)")
         }
         for (verb, label) in [("disable", "disabled"), ("enable", "enabled")] {
-            console.route(router, .post, "/console/c/:container/users/:user/\(verb)") { call in
+            console.route(router, .post, "/console/c/:container/users/:user/\(verb)", confirm: verb == "disable" ? Self.disableConfirmation : nil) { call in
                 let container = call.container
                 let user = ConsoleController.pathParameter(call.context, "user")
                 let answer = await call.api(verb == "disable" ? .disableUser : .enableUser, ["user": ConsolePath.segment(user)])
@@ -92,6 +92,15 @@ struct ConsoleAdminPages: Sendable {
             }
             return ConsoleController.seeOther(ConsolePath.make("c", container, "users") + ConsolePath.query([("notice", "erased \(user)")]))
         }
+    }
+
+    /// Disabling a user, asked first.
+    @Sendable static func disableConfirmation(_ call: ConsoleCall) -> ConsoleConfirmation {
+        let user = ConsoleController.pathParameter(call.context, "user")
+        return ConsoleConfirmation(title: "Disable \(user)?",
+                                   consequence: "\(user) can no longer sign in, and every session of theirs ends at once, on every server. Their data stays; you can enable them again.",
+                                   action: "Disable the user", back: ConsolePath.make("c", call.container, "users"),
+                                   route: .disableUser, parameters: ["user": ConsolePath.segment(user)])
     }
 
     // MARK: Tokens, keys, subscriptions, shares
@@ -173,7 +182,17 @@ struct ConsoleAdminPages: Sendable {
         }
         // Revoking an API token or a server-to-server key: the same form, the same way back.
         for (kind, parameter, noun) in [("tokens", "token", "token"), ("keys", "key", "key")] {
-            console.route(router, .post, "/console/c/:container/\(kind)/:\(parameter)/revoke") { call in
+            let confirm: @Sendable (ConsoleCall) -> ConsoleConfirmation = { call in
+                let target = ConsoleController.pathParameter(call.context, parameter)
+                let shown = target.count > 16 ? String(target.prefix(16)) + "…" : target
+                let consequence = kind == "tokens"
+                    ? "Apps that send API token \(shown) are refused from now on, and the sessions users signed in to through it can no longer be used with it. It cannot be undone: a new token has a new value."
+                    : "Requests signed with server-to-server key \(shown) are refused from now on. It cannot be undone: a new key has a new ID."
+                return ConsoleConfirmation(title: "Revoke \(kind == "tokens" ? "API token" : "server-to-server key") \(shown)?", consequence: consequence,
+                                           action: "Revoke the \(noun)", back: ConsolePath.make("c", call.container, "tokens"),
+                                           route: kind == "tokens" ? .revokeToken : .revokeKey, parameters: [parameter: ConsolePath.segment(target)])
+            }
+            console.route(router, .post, "/console/c/:container/\(kind)/:\(parameter)/revoke", confirm: confirm) { call in
                 let container = call.container
                 let target = ConsoleController.pathParameter(call.context, parameter)
                 let back = ConsolePath.make("c", container, "tokens")
@@ -338,7 +357,13 @@ struct ConsoleAdminPages: Sendable {
             guard answer.ok else { return try ConsoleController.actionFailed(answer, back: back) }
             return ConsoleController.seeOther(back + ConsolePath.query([("notice", "\(member) is now \(call.form["role"] ?? "")")]))
         }
-        console.route(router, .post, "/console/c/:container/team/:operator/remove") { call in
+        console.route(router, .post, "/console/c/:container/team/:operator/remove", confirm: { call in
+            let member = ConsoleController.pathParameter(call.context, "operator")
+            return ConsoleConfirmation(title: "Remove \(member) from the team?",
+                                       consequence: "\(member) can no longer see or change \(call.container) (unless they are a superuser). Their operator account stays.",
+                                       action: "Remove from the team", back: ConsolePath.make("c", call.container, "team"),
+                                       route: .removeTeamMember, parameters: ["operator": ConsolePath.segment(member)])
+        }) { call in
             let container = call.container
             let member = ConsoleController.pathParameter(call.context, "operator")
             let back = ConsolePath.make("c", container, "team")

@@ -87,7 +87,7 @@ enum ConsoleLayout {
     /// A POST form of one button (and hidden fields).
     static func button(_ user: ConsoleUser, action: String, label: String, fields: [(String, String)] = [], danger: Bool = false) -> HTML {
         let hidden = fields.map { "<input type=\"hidden\" name=\"\($0.0)\" value=\"\($0.1)\">" as HTML }
-        return "<form method=\"post\" action=\"\(action)\" class=\"inline\">\(csrf(user))\(hidden)<button type=\"submit\"\(danger ? " class=\"danger\"" : "")>\(label)</button></form>"
+        return "<form method=\"post\" action=\"\(action)\" class=\"inline\">\(csrf(user))\(hidden)<button type=\"submit\"\(danger ? " class=\"danger\"" as HTML : "")>\(label)</button></form>"
     }
 
     /// A select of the two environments, `current` chosen.

@@ -32,6 +32,15 @@ struct ConsoleCall: Sendable {
         }
     }
 
+    /// Whether the signed-in person may call `route` (with `parameters`), by the check the call
+    /// itself makes.
+    func allowed(_ route: ManagementRoute, _ parameters: [String: String] = [:]) async -> Bool {
+        var parameters = parameters
+        if route.parameterNames.contains("container"), parameters["container"] == nil { parameters["container"] = ConsolePath.segment(container) }
+        let input = ManagementCall.Input(parameters: parameters, query: [:], body: .object([:]))
+        return (try? await console.api.authorize(route, principal: user.principal, input) { _ in input }) != nil
+    }
+
     /// An answer that must have succeeded: otherwise the page says why, with the API's status.
     func require(_ route: ManagementRoute, _ parameters: [String: String] = [:], query: [String: String] = [:],
                  body: [String: JSON]? = nil) async throws -> JSON {
@@ -60,6 +69,37 @@ struct ConsoleCall: Sendable {
     func page(_ title: String, container: String? = nil, section: String = "", _ body: HTML) -> Response {
         ConsoleController.page(ConsoleLayout.page(title: title, user: user, container: container, section: section,
                                            notice: query("notice"), error: query("error"), body))
+    }
+}
+
+/// What a destructive action will do, asked before it is done.
+struct ConsoleConfirmation: Sendable {
+    /// The question, such as "Revoke API token 12?".
+    var title: String
+    /// What happens, in words, such as "Apps using it are refused from now on".
+    var consequence: String
+    /// The button's label, such as "Revoke the token".
+    var action: String
+    /// Where Cancel leads: a page of the container's.
+    var back: String
+    /// The section of the container's pages that `back` is in (for the menu).
+    var section: String { back.split(separator: "/").dropFirst(3).first.map(String.init) ?? "" }
+    /// The management route the action calls, and its path's parameters (the page's container
+    /// is added): the question is asked only of someone it allows.
+    var route: ManagementRoute
+    var parameters: [String: String] = [:]
+
+    /// The page: the consequence, a button that sends the same form again with `confirmed=yes`,
+    /// and a way back.
+    func page(_ call: ConsoleCall) -> HTML {
+        let fields = call.form.pairs.filter { $0.0 != "csrf" && $0.0 != "confirmed" }
+            .map { "<input type=\"hidden\" name=\"\($0.0)\" value=\"\($0.1)\">" as HTML }
+        return """
+            <p class="consequence">\(consequence)</p>
+            <form method="post" action="\(call.request.uri.path)" class="stack">\(ConsoleLayout.csrf(call.user))\(fields)
+            <input type="hidden" name="confirmed" value="yes">
+            <div class="buttons"><button type="submit" class="danger">\(action)</button> <a class="button" href="\(back)">Cancel</a></div></form>
+            """
     }
 }
 
@@ -108,8 +148,13 @@ extension ConsoleController {
     /// the sign-in page); a POST must come from a console page (same origin, the session's CSRF
     /// token) or is refused with 403 and changes nothing. A failed management call becomes a page
     /// with its status.
+    ///
+    /// A destructive action (revoke, remove, disable) gives `confirm`: its POST then does nothing
+    /// but answer a page that says what will happen, whose button sends the same form again with
+    /// `confirmed=yes`.
     func route(_ router: Router<BasicRequestContext>, _ method: HTTPRequest.Method, _ path: String,
-                 _ handler: @escaping @Sendable (ConsoleCall) async throws -> Response) {
+               confirm: (@Sendable (ConsoleCall) -> ConsoleConfirmation)? = nil,
+               _ handler: @escaping @Sendable (ConsoleCall) async throws -> Response) {
         router.on(RouterPath(path), method: method) { request, context -> Response in
             if method == .post, !self.isSameOrigin(request) {
                 return Self.forbidden("this request did not come from a console page (its Origin is not this server's); nothing was changed")
@@ -124,6 +169,14 @@ extension ConsoleController {
                 let token = call.form["csrf"] ?? request.headers[HTTPField.Name("X-CSRF-Token")!]
                 guard let token, TokenSealer.constantTimeEquals(token, user.csrf) else {
                     return Self.forbidden("this form is missing the console's security token (open the page again); nothing was changed")
+                }
+            }
+            // Asked only of someone who may do it: anyone else is refused by the action itself.
+            if let confirm, call.form["confirmed"] != "yes" {
+                let confirmation = confirm(call)
+                if await call.allowed(confirmation.route, confirmation.parameters) {
+                    return call.page(confirmation.title, container: call.container.isEmpty ? nil : call.container, section: confirmation.section,
+                                     confirmation.page(call))
                 }
             }
             do {
