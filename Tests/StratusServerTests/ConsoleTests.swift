@@ -175,6 +175,10 @@ import Testing
             let base = "/console/c/\(container)"
             _ = try await browser.get(base + "/schema")
             #expect(try await browser.post(base + "/schema/edit", [("edit", "type"), ("type", "Note")]).headers[.location]?.contains("notice=") == true)
+            // A type made in the console gets the grants a type made just-in-time gets, so apps can use it at once.
+            let made = try await harness.admin(.get, "containers/\(container)/schema?environment=development").json["schema"]?.stringValue ?? ""
+            let grants = try SchemaLanguage.parse(made).grants["Note"]
+            #expect(grants == SystemRole.defaultGrants(for: "Note"), "\(made)")
             for (field, kind) in [("title", "STRING"), ("count", "INT64"), ("tags", "LIST<STRING>")] {
                 let added = try await browser.post(base + "/schema/edit", [("edit", "field"), ("type", "Note"), ("field", field), ("fieldType", kind), ("queryable", "on")])
                 #expect(added.headers[.location]?.contains("notice=") == true, "\(added.headers)")
@@ -227,6 +231,7 @@ import Testing
         try await Harness.run { harness in
             let session = try await harness.container()
             let container = session.container
+            #expect(try await harness.admin(.post, "containers/\(container)/schema/import", json: ["schema": "DEFINE SCHEMA RECORD TYPE Note (title STRING QUERYABLE SORTABLE);"]).status == 200)
             let lee = try await session.signedUp("lee\(UInt32.random(in: 0...UInt32.max))@example.com")
             #expect(try await harness.admin(.post, "containers/\(container)/tokens", json: ["environment": "development", "name": "doomed"]).status == 201)
             let key = try await harness.admin(.post, "containers/\(container)/keys", json: ["environment": "development", "publicKey": .string(Signer().publicKeyPEM)])
@@ -258,7 +263,16 @@ import Testing
                 let found = try await harness.admin(.get, "containers/\(container)/users/\(user)?environment=development").json["user"]
                 return found?["disabledAt"].map { $0 != .null } ?? false
             }
+            func sortableRemoved() async throws -> Bool {
+                let text = try await harness.admin(.get, "containers/\(container)/schema?environment=development").json["schema"]?.stringValue ?? ""
+                return try SchemaLanguage.parse(text).recordTypes["Note"]?["title"]?.sortable == false
+            }
+            // A field's index form starts from the indexes it has.
+            let indexes = try await browser.get(base + "/schema/indexes?field=Note.title")
+            #expect(indexes.status == 200 && indexes.html.contains(#"name="queryable" value="on" checked"#) && indexes.html.contains(#"name="sortable" value="on" checked"#)
+                    && indexes.html.contains(#"name="searchable" value="on">"#), "\(indexes.html.prefix(800))")
             let actions: [(path: String, fields: [(String, String)], question: String, done: () async throws -> Bool)] = [
+                (base + "/schema/edit", [("edit", "index"), ("field", "Note.title"), ("queryable", "on")], "Remove SORTABLE from Note.title?", sortableRemoved),
                 (base + "/tokens/\(tokenID)/revoke", [], "Revoke API token \(tokenID)?", tokenRevoked),
                 (base + "/keys/\(keyID)/revoke", [], "Revoke server-to-server key", keyRevoked),
                 (base + "/team/\(ConsolePath.segment(member.email))/remove", [], "Remove \(member.email) from the team?", memberRemoved),

@@ -100,6 +100,14 @@ struct ConsolePages: Sendable {
             var schema = (try? SchemaLanguage.parse(current["schema"]?.stringValue ?? "")) ?? Schema()
             let back = ConsolePath.make("c", container, "schema")
             do {
+                if let removed = Self.indexesRemoved(schema, call.form), !removed.isEmpty, call.form["confirmed"] != "yes" {
+                    let field = call.form.text("field") ?? ""
+                    return call.ask(ConsoleConfirmation(
+                        title: "Remove \(removed.joined(separator: " and ")) from \(field)?",
+                        consequence: "Development stops keeping the \(removed.joined(separator: " and ")) index\(removed.count == 1 ? "" : "es") of \(field): queries that filter, sort or search on it that way are refused in development. Production keeps its indexes (a deploy never removes one).",
+                        action: "Remove the index\(removed.count == 1 ? "" : "es")", back: ConsolePath.make("c", container, "schema", "indexes") + ConsolePath.query([("field", field)]),
+                        route: .importSchema))
+                }
                 let done = try Self.editSchema(&schema, call.form)
                 let answer = await call.api(.importSchema, body: ["schema": .string(SchemaLanguage.print(schema))])
                 guard answer.ok else { return try ConsoleController.actionFailed(answer, back: back) }
@@ -107,6 +115,19 @@ struct ConsolePages: Sendable {
             } catch let error as StratusError {
                 return ConsoleController.seeOther(back + ConsolePath.query([("error", error.reason)]))
             }
+        }
+        // One field's indexes, shown as they are and changed from there.
+        console.route(router, .get, "/console/c/:container/schema/indexes") { call in
+            let container = call.container
+            let current = try await call.require(.schema, query: ["environment": "development"])
+            let schema = (try? SchemaLanguage.parse(current["schema"]?.stringValue ?? "")) ?? Schema()
+            let name = call.query("field") ?? ""
+            let parts = name.split(separator: ".", maxSplits: 1).map(String.init)
+            guard parts.count == 2, let field = schema.recordTypes[parts[0]]?[parts[1]] else {
+                throw ConsoleFailure(status: 404, reason: "the development schema has no field \(name): choose one on the schema page")
+            }
+            return call.page("Indexes of \(name)", container: container, section: "schema",
+                             Self.indexForm(field, name: name, user: call.user, container: container))
         }
         console.route(router, .get, "/console/c/:container/deploy") { call in
             let container = call.container
@@ -168,7 +189,10 @@ struct ConsolePages: Sendable {
             let rows = fields.keys.sorted().map { name -> [HTML] in
                 let field = fields[name]!
                 let flags = [field.queryable ? "QUERYABLE" : nil, field.sortable ? "SORTABLE" : nil, field.searchable ? "SEARCHABLE" : nil].compactMap { $0 }
-                return ["\(name)", "\(SchemaLanguage.typeName(field))", "\(flags.joined(separator: " "))"]
+                let change: HTML = environment == .development
+                    ? " <a href=\"\(ConsolePath.make("c", container, "schema", "indexes") + ConsolePath.query([("field", "\(type).\(name)")]))\">Change<span class=\"visually-hidden\"> the indexes of \(type).\(name)</span></a>"
+                    : ""
+                return ["\(name)", "\(SchemaLanguage.typeName(field))", "\(flags.joined(separator: " "))\(change)"]
             }
             let records = ConsolePath.make("c", container, "records") + ConsolePath.query([("environment", environment.rawValue), ("type", type)])
             let grants = (schema.grants[type] ?? [:]).keys.sorted().map { role -> String in
@@ -218,10 +242,9 @@ struct ConsolePages: Sendable {
             <label for="field-kind">Field type</label><select id="field-kind" name="fieldType">\(fieldTypes)</select>
             \(indexFlags)
             <button type="submit">Add the field</button></form>
-            <form method="post" action="\(edit)" class="stack">\(tok)<input type="hidden" name="edit" value="index">
-            <h3>Set a field's indexes</h3><label for="index-field">Field</label><select id="index-field" name="field">\(fieldOptions)</select>
-            \(indexFlags)
-            <button type="submit">Set the indexes</button></form>
+            <form method="get" action="\(ConsolePath.make("c", container, "schema", "indexes"))" class="stack">
+            <h3>Change a field's indexes</h3><label for="index-field">Field</label><select id="index-field" name="field">\(fieldOptions)</select>
+            <button type="submit">Show its indexes</button></form>
             <form method="post" action="\(edit)" class="stack">\(tok)<input type="hidden" name="edit" value="role">
             <h3>Add a security role</h3><label for="new-role">Name</label><input id="new-role" name="role" required pattern="[A-Za-z][A-Za-z0-9_]*">
             <button type="submit">Add the role</button></form>
@@ -240,6 +263,32 @@ struct ConsolePages: Sendable {
             """
     }
 
+    /// The form of one field's indexes, ticked as they are.
+    static func indexForm(_ field: FieldSchema, name: String, user: ConsoleUser, container: String) -> HTML {
+        func box(_ key: String, _ label: String, _ on: Bool, _ what: String) -> HTML {
+            "<label><input type=\"checkbox\" name=\"\(key)\" value=\"on\"\(on ? " checked" : "")> \(label)</label> <span class=\"hint\">\(what)</span>"
+        }
+        return """
+            <p>\(name) is a \(SchemaLanguage.typeName(field)) field of the development schema. Untick an index to remove it; you are asked before one goes.</p>
+            <form method="post" action="\(ConsolePath.make("c", container, "schema", "edit"))" class="stack">\(ConsoleLayout.csrf(user))
+            <input type="hidden" name="edit" value="index"><input type="hidden" name="field" value="\(name)">
+            <fieldset><legend>Indexes of \(name)</legend>
+            \(box("queryable", "QUERYABLE", field.queryable, "filter on it"))<br>
+            \(box("sortable", "SORTABLE", field.sortable, "sort by it"))<br>
+            \(box("searchable", "SEARCHABLE", field.searchable, "full-text search (strings)"))</fieldset>
+            <div class="buttons"><button type="submit">Set the indexes</button> <a class="button" href="\(ConsolePath.make("c", container, "schema"))">Back to the schema</a></div></form>
+            """
+    }
+
+    /// The indexes an index edit would take off its field (`nil` for another edit or field).
+    static func indexesRemoved(_ schema: Schema, _ form: ConsoleForm) -> [String]? {
+        guard form["edit"] == "index" else { return nil }
+        let parts = (form.text("field") ?? "").split(separator: ".", maxSplits: 1).map(String.init)
+        guard parts.count == 2, let field = schema.recordTypes[parts[0]]?[parts[1]] else { return nil }
+        return [("QUERYABLE", field.queryable, form["queryable"] == "on"), ("SORTABLE", field.sortable, form["sortable"] == "on"),
+                ("SEARCHABLE", field.searchable, form["searchable"] == "on")].filter { $0.1 && !$0.2 }.map(\.0)
+    }
+
     /// Applies one form edit to `schema`; what was done, in words.
     static func editSchema(_ schema: inout Schema, _ form: ConsoleForm) throws(StratusError) -> String {
         func name(_ key: String, what: String) throws(StratusError) -> String {
@@ -255,7 +304,9 @@ struct ConsolePages: Sendable {
             try Names.validateRecordType(type)
             guard schema.recordTypes[type] == nil else { throw .badRequest("there is a record type \(type) already") }
             schema.recordTypes[type] = [:]
-            return "added record type \(type)"
+            // As a type made just-in-time: apps can use it in the public database at once.
+            schema.grants[type] = SystemRole.defaultGrants(for: type)
+            return "added record type \(type), with CloudKit's default grants (WRITE to _creator, CREATE to _icloud, READ to _world)"
         case "field"?:
             let type = try name("type", what: "record type")
             let field = try name("field", what: "field's name")

@@ -65,6 +65,11 @@ struct ConsoleCall: Sendable {
         query("environment").flatMap(ContainerEnvironment.init(rawValue:)) ?? .development
     }
 
+    /// The page that asks before a destructive action (`ConsoleConfirmation`).
+    func ask(_ confirmation: ConsoleConfirmation) -> Response {
+        page(confirmation.title, container: container.isEmpty ? nil : container, section: confirmation.section, confirmation.page(self))
+    }
+
     /// A page in the console's layout.
     func page(_ title: String, container: String? = nil, section: String = "", _ body: HTML) -> Response {
         ConsoleController.page(ConsoleLayout.page(title: title, user: user, container: container, section: section,
@@ -174,10 +179,7 @@ extension ConsoleController {
             // Asked only of someone who may do it: anyone else is refused by the action itself.
             if let confirm, call.form["confirmed"] != "yes" {
                 let confirmation = confirm(call)
-                if await call.allowed(confirmation.route, confirmation.parameters) {
-                    return call.page(confirmation.title, container: call.container.isEmpty ? nil : call.container, section: confirmation.section,
-                                     confirmation.page(call))
-                }
+                if await call.allowed(confirmation.route, confirmation.parameters) { return call.ask(confirmation) }
             }
             do {
                 return try await handler(call)
