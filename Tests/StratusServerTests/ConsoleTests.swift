@@ -301,6 +301,67 @@ import Testing
         }
     }
 
+    /// Each page offers an owner, a developer and a viewer exactly the forms whose actions the
+    /// role table (`ManagementAccess`) lets them use: none they would be refused, none missing.
+    @Test func pagesOfferOnlyTheFormsTheRoleTableAllows() async throws {
+        try await Harness.run { harness in
+            let session = try await harness.container()
+            let container = session.container
+            #expect(try await harness.admin(.post, "containers/\(container)/schema/import", json: ["schema": "DEFINE SCHEMA RECORD TYPE Note (title STRING QUERYABLE);"]).status == 200)
+            let lee = try await session.signedUp("lee\(UInt32.random(in: 0...UInt32.max))@example.com")
+            let user = lee.userRecordName ?? ""
+            let production = try await harness.admin(.post, "containers/\(container)/tokens", json: ["environment": "production", "name": "p", "allowedOrigins": ["https://app.example.com"]])
+            #expect(production.status == 201, "\(production.json)")
+            let key = try await harness.admin(.post, "containers/\(container)/keys", json: ["environment": "development", "publicKey": .string(Signer().publicKeyPEM)])
+            let keyID = key.json["keyID"]?.stringValue ?? ""
+            let saved = try await harness.admin(.post, "containers/\(container)/records/modify", json: [
+                "environment": "development", "database": "public", "operations": [["operationType": "create", "record": ["recordName": "n1", "recordType": "Note", "fields": ["title": ["value": "x"]]]]]])
+            #expect(saved.status == 200, "\(saved.json)")
+            let tokens = try await harness.admin(.get, "tokens?container=\(container)").json["tokens"]?.arrayValue ?? []
+            let tokenIDs = tokens.map { ($0["id"]?.intValue ?? 0, ContainerEnvironment(rawValue: $0["environment"]?.stringValue ?? "") ?? .development) }
+            #expect(tokenIDs.count == 2 && Set(tokenIDs.map(\.1)) == [.development, .production], "\(tokens)")
+            var people: [(TeamRole, Harness.Operator)] = []
+            for role in [TeamRole.owner, .developer, .viewer] { people.append((role, try await harness.signedInOperator(teams: [(container, role)]))) }
+
+            func path(_ parts: String...) -> String { "/console/" + (["c", container] + parts).map(ConsolePath.segment).joined(separator: "/") }
+            // Page → every form it can offer: the form's action, and the route and environment it calls.
+            let pages: [(page: String, forms: [(action: String, route: ManagementRoute, environment: ContainerEnvironment?)])] = [
+                (path("schema") + "?environment=development", [(path("schema", "edit"), .importSchema, nil), (path("schema"), .importSchema, nil)]),
+                (path("deploy"), [(path("deploy"), .deploySchema, nil)]),
+                (path("users") + "?environment=development", [(path("users", user, "disable"), .disableUser, nil)]),
+                (path("tokens"), [(path("tokens"), .createToken, .development), (path("keys"), .addKey, .development),
+                                  (path("keys", keyID, "revoke"), .revokeKey, .development)]
+                    + tokenIDs.map { (path("tokens", String($0.0), "revoke"), ManagementRoute.revokeToken, $0.1) }),
+                (path("usage") + "?environment=development", [(path("quota"), .setQuota, nil)]),
+                (path("team"), [(path("team"), .addTeamMember, nil)] + people.flatMap { member in
+                    [(path("team", member.1.email, "role"), ManagementRoute.setTeamRole, nil), (path("team", member.1.email, "remove"), .removeTeamMember, nil)] }),
+                (path("records", "view") + "?environment=development&database=public&zone=_defaultZone&name=n1",
+                 [(path("records", "save"), .modifyRecords, .development), (path("records", "delete"), .modifyRecords, .development)]),
+            ]
+            var differences: [String] = []
+            var offered = 0
+            for (role, person) in people {
+                var browser = Browser(harness: harness)
+                #expect(try await browser.signIn(email: person.email, password: person.password) == 303)
+                for (page, forms) in pages {
+                    let answer = try await browser.get(page)
+                    #expect(answer.status == 200, "\(role) \(page): \(answer.status)")
+                    let present = Set(answer.html.matches(of: /<form method="post" action="([^"]+)"/).map { String($0.output.1) }).subtracting(["/console/signout"])
+                    let allowed = Set(forms.filter { form in
+                        ManagementAccess.decide(form.route.requirement, caller: ManagementCaller(isSuperuser: false, operatorID: 1), role: role,
+                                                environment: form.environment, container: container) == .allowed
+                    }.map(\.action))
+                    offered += present.count
+                    for action in allowed.subtracting(present) { differences.append("\(role) \(page): missing \(action)") }
+                    for action in present.subtracting(allowed) { differences.append("\(role) \(page): offers \(action)") }
+                }
+            }
+            print("console forms: \(pages.count) pages × \(people.count) roles, \(offered) forms offered, \(differences.count) unlike the role table")
+            #expect(offered > 0)
+            #expect(differences.isEmpty, "\(differences.joined(separator: "\n"))")
+        }
+    }
+
     /// Each console page and action answers each kind of team member as the management API does.
     @Test func consolePagesFollowTheRoleTable() async throws {
         try await Harness.run { harness in

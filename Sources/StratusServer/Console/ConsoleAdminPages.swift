@@ -27,15 +27,20 @@ struct ConsoleAdminPages: Sendable {
                 guard let search else { return true }
                 return (user["emailAddress"]?.stringValue ?? "").lowercased().contains(search) || (user["userRecordName"]?.stringValue ?? "").lowercased().contains(search)
             }
+            let access = await call.access()
             let rows = found.prefix(500).map { user -> [HTML] in
                 let name = user["userRecordName"]?.stringValue ?? ""
                 let disabled = user["disabledAt"] != .null
                 let base = ConsolePath.make("c", container, "users", name)
-                let toggle = ConsoleLayout.button(call.user, action: base + (disabled ? "/enable" : "/disable"), label: disabled ? "Enable" : "Disable",
-                                                  fields: [("environment", environment.rawValue)])
+                var actions: [HTML] = []
+                if access.may(disabled ? .enableUser : .disableUser) {
+                    actions.append(ConsoleLayout.button(call.user, action: base + (disabled ? "/enable" : "/disable"), label: disabled ? "Enable" : "Disable",
+                                                        fields: [("environment", environment.rawValue)], danger: !disabled))
+                }
+                if access.may(.exportUser) { actions.append("<a href=\"\(base)/export\">Export</a>") }
+                if access.may(.eraseUser) { actions.append("<a href=\"\(base)/erase\">Erase…</a>") }
                 return ["\(user["emailAddress"]?.stringValue ?? "")", "<code>\(name)</code>", "\(disabled ? "disabled" : "active")",
-                        "\(user["liveSessions"]?.intValue ?? 0)",
-                        "\(toggle) <a href=\"\(base)/export\">Export</a> <a href=\"\(base)/erase\">Erase…</a>"]
+                        "\(user["liveSessions"]?.intValue ?? 0)", actions.isEmpty ? "—" : HTML.join(actions, separator: " ")]
             }
             let searchForm: HTML = """
                 <form method="get" action="\(ConsolePath.make("c", container, "users"))" class="inline">
@@ -110,9 +115,11 @@ struct ConsoleAdminPages: Sendable {
             let container = call.container
             let tokens = try await call.require(.tokens, query: ["container": container])["tokens"]?.arrayValue ?? []
             let keys = try await call.require(.keys)["keys"]?.arrayValue ?? []
+            let access = await call.access()
             let tokenRows = tokens.map { token -> [HTML] in
                 let id = token["id"]?.intValue ?? 0
                 let live = token["revokedAt"] == .null
+                    && access.may(.revokeToken, in: token["environment"]?.stringValue.flatMap(ContainerEnvironment.init(rawValue:)))
                 let revoke: HTML = live ? ConsoleLayout.button(call.user, action: ConsolePath.make("c", container, "tokens", String(id), "revoke"), label: "Revoke", danger: true) : "revoked"
                 let origins = (token["allowedOrigins"]?.arrayValue ?? []).compactMap(\.stringValue)
                 let production = token["environment"]?.stringValue == ContainerEnvironment.production.rawValue
@@ -123,25 +130,33 @@ struct ConsoleAdminPages: Sendable {
             let keyRows = keys.map { key -> [HTML] in
                 let id = key["keyID"]?.stringValue ?? ""
                 let live = key["revokedAt"] == .null
+                    && access.may(.revokeKey, in: key["environment"]?.stringValue.flatMap(ContainerEnvironment.init(rawValue:)))
                 let revoke: HTML = live ? ConsoleLayout.button(call.user, action: ConsolePath.make("c", container, "keys", id, "revoke"), label: "Revoke", danger: true) : "revoked"
                 return ["<code>\(String(id.prefix(16)))…</code>", "\(key["name"]?.stringValue ?? "")", "\(key["environment"]?.stringValue ?? "")", revoke]
             }
             let tok = ConsoleLayout.csrf(call.user)
-            let body: HTML = """
-                \(ConsoleLayout.table("API tokens", ["ID", "Name", "Environment", "Prefix", "Allowed origins", ""], tokenRows, empty: "No API tokens yet."))
+            let tokenEnvironments = access.environments(for: .createToken), keyEnvironments = access.environments(for: .addKey)
+            let tokenForm: HTML = tokenEnvironments.isEmpty ? "" : """
                 <form method="post" action="\(ConsolePath.make("c", container, "tokens"))" class="stack">\(tok)<h2>Create an API token</h2>
-                <label for="environment">Environment</label>\(ConsoleLayout.environmentSelect(.development))
+                <label for="environment">Environment</label>\(ConsoleLayout.environmentSelect(.development, among: tokenEnvironments))
                 <label for="token-name">Name</label><input id="token-name" name="name" value="console" maxlength="200">
                 <label for="token-origins">Allowed origins, one per line (such as https://app.example.com; a production token needs them, or any origin)</label>
                 <textarea id="token-origins" name="origins" rows="2"></textarea>
                 <label class="check"><input id="token-any-origin" type="checkbox" name="anyOrigin" value="1"> Any origin (native apps; the sign-in page then hands sessions to no page)</label>
                 <button type="submit">Create</button></form>
-                \(ConsoleLayout.table("Server-to-server keys", ["Key ID", "Name", "Environment", ""], keyRows, empty: "No server-to-server keys yet."))
+                """
+            let keyForm: HTML = keyEnvironments.isEmpty ? "" : """
                 <form method="post" action="\(ConsolePath.make("c", container, "keys"))" class="stack">\(tok)<h2>Add a server-to-server key</h2>
-                <label for="key-environment">Environment</label>\(ConsoleLayout.environmentSelect(.development, id: "key-environment"))
+                <label for="key-environment">Environment</label>\(ConsoleLayout.environmentSelect(.development, id: "key-environment", among: keyEnvironments))
                 <label for="key-name">Name</label><input id="key-name" name="name" value="server key" maxlength="200">
                 <label for="key-pem">Public key (PEM, P-256: openssl ec -in eckey.pem -pubout)</label><textarea id="key-pem" name="publicKey" rows="5"></textarea>
                 <button type="submit">Add</button></form>
+                """
+            let body: HTML = """
+                \(ConsoleLayout.table("API tokens", ["ID", "Name", "Environment", "Prefix", "Allowed origins", ""], tokenRows, empty: "No API tokens yet."))
+                \(tokenForm)
+                \(ConsoleLayout.table("Server-to-server keys", ["Key ID", "Name", "Environment", ""], keyRows, empty: "No server-to-server keys yet."))
+                \(keyForm)
                 """
             return call.page("Tokens and keys", container: container, section: "tokens", body)
         }
@@ -254,6 +269,11 @@ struct ConsoleAdminPages: Sendable {
                 let value = quota["limits"]?[key.name]?.intValue ?? 0
                 return "<label for=\"q-\(key.name)\">\(key.name)</label><input id=\"q-\(key.name)\" name=\"\(key.name)\" inputmode=\"numeric\" value=\"\(value)\">"
             }
+            let quotaForm: HTML = (await call.access()).may(.setQuota) ? """
+                <form method="post" action="\(ConsolePath.make("c", container, "quota"))" class="stack">\(ConsoleLayout.csrf(call.user))
+                <h2>Limits of \(environment.rawValue)</h2><input type="hidden" name="environment" value="\(environment.rawValue)">
+                \(inputs)<button type="submit">Save the limits</button></form>
+                """ : "<p>Changing the limits needs the owner role.</p>"
             let body: HTML = """
                 \(ConsoleLayout.environmentPicker(environment, action: ConsolePath.make("c", container, "usage")))
                 <section class="bars">
@@ -262,9 +282,7 @@ struct ConsoleAdminPages: Sendable {
                 </section>
                 \(ConsoleLayout.table("Requests", ["Period", "Requests", "Throttled", "Refused", "Notifications", "Sign-ups", "Sign-ups throttled"], requests, empty: ""))
                 \(ConsoleLayout.table("Top users by storage", ["User", "Records", "Bytes"], top, empty: "No user stores anything yet."))
-                <form method="post" action="\(ConsolePath.make("c", container, "quota"))" class="stack">\(ConsoleLayout.csrf(call.user))
-                <h2>Limits of \(environment.rawValue) (owners)</h2><input type="hidden" name="environment" value="\(environment.rawValue)">
-                \(inputs)<button type="submit">Save the limits</button></form>
+                \(quotaForm)
                 """
             return call.page("Usage and quotas", container: container, section: "usage", body)
         }
@@ -318,6 +336,7 @@ struct ConsoleAdminPages: Sendable {
             let container = call.container
             let team = try await call.require(.team)["team"]?.arrayValue ?? []
             let roles = TeamRole.allCases.reversed().map(\.description)
+            let manages = (await call.access()).may(.setTeamRole)
             let rows = team.map { member -> [HTML] in
                 let email = member["emailAddress"]?.stringValue ?? ""
                 let current = member["role"]?.stringValue ?? ""
@@ -328,16 +347,20 @@ struct ConsoleAdminPages: Sendable {
                     <label class="visually-hidden" for="role-\(email)">Role of \(email)</label><select id="role-\(email)" name="role">\(options)</select>
                     <button type="submit">Change</button></form>
                     """
+                guard manages else { return ["\(email)", "\(current)", "\(member["disabled"] == true ? "disabled" : "active")", "", ""] }
                 return ["\(email)", "\(current)", "\(member["disabled"] == true ? "disabled" : "active")", change,
                         ConsoleLayout.button(call.user, action: base + "/remove", label: "Remove", danger: true)]
             }
             let options = roles.map { "<option>\($0)</option>" as HTML }
-            let body: HTML = """
-                \(ConsoleLayout.table("Team of \(container)", ["Operator", "Role", "State", "Role change", ""], rows, empty: "No team yet: superusers administer this container."))
+            let addForm: HTML = manages ? """
                 <form method="post" action="\(ConsolePath.make("c", container, "team"))" class="stack">\(ConsoleLayout.csrf(call.user))<h2>Add an operator</h2>
                 <label for="member-email">Their email address</label><input id="member-email" name="operator" type="email" required>
                 <label for="member-role">Role</label><select id="member-role" name="role">\(options)</select>
                 <button type="submit">Add</button></form>
+                """ : ""
+            let body: HTML = """
+                \(ConsoleLayout.table("Team of \(container)", ["Operator", "Role", "State", "Role change", ""], rows, empty: "No team yet: superusers administer this container."))
+                \(addForm)
                 <p>Owners: everything for the container. Developers: development fully, production read-only. Viewers: read only.</p>
                 """
             return call.page("Team", container: container, section: "team", body)

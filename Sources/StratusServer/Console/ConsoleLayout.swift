@@ -91,8 +91,9 @@ enum ConsoleLayout {
     }
 
     /// A select of the two environments, `current` chosen.
-    static func environmentSelect(_ current: ContainerEnvironment, name: String = "environment", id: String = "environment") -> HTML {
-        let options = ContainerEnvironment.allCases.map { environment -> HTML in
+    static func environmentSelect(_ current: ContainerEnvironment, name: String = "environment", id: String = "environment",
+                                  among: [ContainerEnvironment] = ContainerEnvironment.allCases) -> HTML {
+        let options = among.map { environment -> HTML in
             "<option value=\"\(environment.rawValue)\"\(environment == current ? " selected" : "")>\(environment.rawValue)</option>"
         }
         return "<select id=\"\(id)\" name=\"\(name)\">\(options)</select>"

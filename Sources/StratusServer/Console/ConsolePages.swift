@@ -67,8 +67,12 @@ struct ConsolePages: Sendable {
             let text = exported["schema"]?.stringValue ?? ""
             let schema = (try? SchemaLanguage.parse(text)) ?? Schema()
             let picker = ConsoleLayout.environmentPicker(environment, action: ConsolePath.make("c", container, "schema"))
-            var body: HTML = "\(picker)<p>Version \(exported["version"]?.intValue ?? 0).</p>\(Self.schemaTables(schema, container: container, environment: environment))"
-            if environment == .development {
+            let access = await call.access()
+            let editable = environment == .development && access.may(.importSchema)
+            var body: HTML = "\(picker)<p>Version \(exported["version"]?.intValue ?? 0).</p>\(Self.schemaTables(schema, container: container, environment: environment, editable: editable))"
+            if environment == .development, !editable {
+                body = "\(body)<p>Changing the development schema needs the developer role; you read it.</p>"
+            } else if environment == .development {
                 body = "\(body)\(Self.schemaForms(schema, user: call.user, container: container, text: call.query("text") ?? text, error: nil))"
             } else {
                 body = "\(body)<p>Production changes only by a deploy: <a href=\"\(ConsolePath.make("c", container, "deploy"))\">review and deploy the development schema</a>.</p>"
@@ -126,13 +130,17 @@ struct ConsolePages: Sendable {
             guard parts.count == 2, let field = schema.recordTypes[parts[0]]?[parts[1]] else {
                 throw ConsoleFailure(status: 404, reason: "the development schema has no field \(name): choose one on the schema page")
             }
+            guard (await call.access()).may(.importSchema) else {
+                throw ConsoleFailure(status: 403, reason: "changing indexes needs the developer role in \(container)")
+            }
             return call.page("Indexes of \(name)", container: container, section: "schema",
                              Self.indexForm(field, name: name, user: call.user, container: container))
         }
         console.route(router, .get, "/console/c/:container/deploy") { call in
             let container = call.container
             let plan = try await call.require(.schemaDiff)
-            return call.page("Deploy to production", container: container, section: "deploy", Self.deployPage(plan, user: call.user, container: container, dryRun: nil))
+            return call.page("Deploy to production", container: container, section: "deploy",
+                             Self.deployPage(plan, user: call.user, container: container, dryRun: nil, canDeploy: (await call.access()).may(.deploySchema)))
         }
         console.route(router, .post, "/console/c/:container/deploy") { call in
             let container = call.container
@@ -141,7 +149,8 @@ struct ConsolePages: Sendable {
                 guard answer.ok || answer.status == 400 else { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
                 let plan = answer.ok ? answer.json : (answer.json["serverRecord"] ?? answer.json)
                 return call.page("Deploy to production", container: container, section: "deploy",
-                                 Self.deployPage(plan, user: call.user, container: container, dryRun: answer.ok ? "Dry run: nothing was changed." : answer.reason))
+                                 Self.deployPage(plan, user: call.user, container: container, dryRun: answer.ok ? "Dry run: nothing was changed." : answer.reason,
+                                                 canDeploy: true))
             }
             guard call.form.text("confirm") == container else {
                 return ConsoleController.seeOther(ConsolePath.make("c", container, "deploy")
@@ -182,14 +191,14 @@ struct ConsolePages: Sendable {
     }
 
     /// The record types, their fields and indexes, the roles and the grants.
-    static func schemaTables(_ schema: Schema, container: String, environment: ContainerEnvironment) -> HTML {
+    static func schemaTables(_ schema: Schema, container: String, environment: ContainerEnvironment, editable: Bool) -> HTML {
         var parts: [HTML] = []
         for type in schema.recordTypes.keys.sorted() {
             let fields = schema.recordTypes[type] ?? [:]
             let rows = fields.keys.sorted().map { name -> [HTML] in
                 let field = fields[name]!
                 let flags = [field.queryable ? "QUERYABLE" : nil, field.sortable ? "SORTABLE" : nil, field.searchable ? "SEARCHABLE" : nil].compactMap { $0 }
-                let change: HTML = environment == .development
+                let change: HTML = editable
                     ? " <a href=\"\(ConsolePath.make("c", container, "schema", "indexes") + ConsolePath.query([("field", "\(type).\(name)")]))\">Change<span class=\"visually-hidden\"> the indexes of \(type).\(name)</span></a>"
                     : ""
                 return ["\(name)", "\(SchemaLanguage.typeName(field))", "\(flags.joined(separator: " "))\(change)"]
@@ -345,7 +354,7 @@ struct ConsolePages: Sendable {
     }
 
     /// The deploy plan, the dry run's result and the confirmation.
-    static func deployPage(_ plan: JSON, user: ConsoleUser, container: String, dryRun: String?) -> HTML {
+    static func deployPage(_ plan: JSON, user: ConsoleUser, container: String, dryRun: String?, canDeploy: Bool) -> HTML {
         let refused = plan["refused"]?.intValue ?? 0
         let backfills = (plan["backfills"]?.arrayValue ?? []).map { item -> [HTML] in
             ["\(item["recordType"]?.stringValue ?? "").\(item["field"]?.stringValue ?? "")", "\(item["records"]?.intValue ?? 0)"]
@@ -353,7 +362,9 @@ struct ConsolePages: Sendable {
         let warnings = (plan["warnings"]?.arrayValue ?? []).compactMap(\.stringValue).map { "<li>\($0)</li>" as HTML }
         let result: HTML = dryRun.map { "<p class=\"notice\" role=\"status\">\($0)</p>" } ?? ""
         let action = ConsolePath.make("c", container, "deploy")
-        let confirm: HTML = refused > 0
+        let confirm: HTML = !canDeploy
+            ? "<p>Deploying needs the owner role in \(container); you can review the plan.</p>"
+            : refused > 0
             ? "<p class=\"error\" role=\"alert\">\(refused) change\(refused == 1 ? " is" : "s are") refused: production is additive only. Nothing can be deployed until development stops removing or changing what production has.</p>"
             : """
               <form method="post" action="\(action)" class="stack">\(ConsoleLayout.csrf(user))

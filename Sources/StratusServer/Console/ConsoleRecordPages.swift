@@ -96,7 +96,8 @@ struct ConsoleRecordPages: Sendable {
                 results = "<p class=\"error\" role=\"alert\">\(problems.joined(separator: "; "))</p>"
             }
             let new = ConsolePath.make("c", container, "records", "new") + ConsolePath.query(place.pairs + [("type", type)])
-            body = "\(body)\(Self.queryForm(call, place: place, type: type, fields: fields, container: container))<p><a href=\"\(new)\">New \(type) record</a></p>\(results)"
+            let newLink: HTML = (await call.access()).may(.modifyRecords, in: place.environment) ? "<p><a href=\"\(new)\">New \(type) record</a></p>" : ""
+            body = "\(body)\(Self.queryForm(call, place: place, type: type, fields: fields, container: container))\(newLink)\(results)"
             return call.page("\(type) records", container: container, section: "records", body)
         }
         console.route(router, .get, "/console/c/:container/records/view") { call in
@@ -112,6 +113,9 @@ struct ConsoleRecordPages: Sendable {
             }
             let type = record["recordType"]?.stringValue ?? ""
             let schema = try await self.consoleSchema(call, container: container, environment: place.environment)
+            guard (await call.access()).may(.modifyRecords, in: place.environment) else {
+                return call.page(name, container: container, section: "records", Self.recordDetails(record, place: place, container: container))
+            }
             let body: HTML = """
                 \(Self.recordDetails(record, place: place, container: container))
                 \(Self.recordForm(call, place: place, type: type, fields: schema.recordTypes[type] ?? [:], record: record, container: container))
@@ -127,6 +131,9 @@ struct ConsoleRecordPages: Sendable {
             let place = RecordPlace(call.query)
             let schema = try await self.consoleSchema(call, container: container, environment: place.environment)
             guard let type = call.query("type"), let fields = schema.recordTypes[type] else { throw ConsoleFailure(status: 404, reason: "choose a record type of the schema") }
+            guard (await call.access()).may(.modifyRecords, in: place.environment) else {
+                throw ConsoleFailure(status: 403, reason: "creating records in \(place.environment.rawValue) needs the \(place.environment == .production ? "owner" : "developer") role in \(container)")
+            }
             return call.page("New \(type) record", container: container, section: "records",
                              Self.recordForm(call, place: place, type: type, fields: fields, record: nil, container: container))
         }

@@ -65,6 +65,19 @@ struct ConsoleCall: Sendable {
         query("environment").flatMap(ContainerEnvironment.init(rawValue:)) ?? .development
     }
 
+    /// What the signed-in person may do in the page's container: their role there, read once,
+    /// against the role table the management API enforces (a page offers a form only when its
+    /// action would be allowed).
+    func access() async -> ConsoleAccess {
+        var grant = ManagementGrant()
+        grant.principal = user.principal
+        if !container.isEmpty {
+            let input = ManagementCall.Input(parameters: ["container": ConsolePath.segment(container)], query: [:], body: .object([:]))
+            if let member = try? await console.api.authorize(.team, principal: user.principal, input, withBody: { _ in input }) { grant = member }
+        }
+        return ConsoleAccess(caller: grant.caller, role: grant.role, container: container)
+    }
+
     /// The page that asks before a destructive action (`ConsoleConfirmation`).
     func ask(_ confirmation: ConsoleConfirmation) -> Response {
         page(confirmation.title, container: container.isEmpty ? nil : container, section: confirmation.section, confirmation.page(self))
@@ -74,6 +87,23 @@ struct ConsoleCall: Sendable {
     func page(_ title: String, container: String? = nil, section: String = "", _ body: HTML) -> Response {
         ConsoleController.page(ConsoleLayout.page(title: title, user: user, container: container, section: section,
                                            notice: query("notice"), error: query("error"), body))
+    }
+}
+
+/// The signed-in person's standing in one container, for deciding which forms a page offers.
+struct ConsoleAccess: Sendable {
+    var caller: ManagementCaller?
+    var role: TeamRole?
+    var container: String
+
+    /// Whether `route` (acting on `environment`, for a route whose role depends on it) is allowed.
+    func may(_ route: ManagementRoute, in environment: ContainerEnvironment? = nil) -> Bool {
+        ManagementAccess.decide(route.requirement, caller: caller, role: role, environment: environment, container: container) == .allowed
+    }
+
+    /// The environments `route` is allowed in.
+    func environments(for route: ManagementRoute) -> [ContainerEnvironment] {
+        ContainerEnvironment.allCases.filter { may(route, in: $0) }
     }
 }
 
