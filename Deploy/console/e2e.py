@@ -7,7 +7,9 @@ first thing that does not work.
 A superuser operator is added with the admin token (as `stratus operator add` does); everything
 after is done in the browser: sign in (keyboard), create a container, add a record type and
 fields in development, create, find (query builder) and edit a record, review the deploy plan,
-dry-run, deploy and watch the index build finish (twice: the second over a production record),
+edit one field of a record holding every field type with hostile values (every other field comes
+back byte-identical), clear a field, keep the form after a typing mistake, see a concurrent change
+as a conflict with both values, dry-run, deploy and watch the index build finish (twice: the second over a production record),
 disable a user, find each action in the audit log, find an app's requests in Telemetry (charts)
 and Logs (filtered to the failed one, by its request id), sign out. A record holding markup is shown on
 the way and no script of it may run (any dialog fails the run). Screenshots of every page go to
@@ -41,6 +43,25 @@ def api(method, path, body=None, query=""):
 UNLABELLED = """[...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
   .filter(e => (e.tagName === 'BUTTON' ? !e.textContent.trim() : e.labels.length === 0) && !e.getAttribute('aria-label'))
   .map(e => e.outerHTML.slice(0, 120))"""
+
+
+NARROW_COLUMNS = """[...document.querySelectorAll('table th')].filter(th => {
+  const word = (th.textContent.trim().split(/\\s+/)[0] || '');
+  const probe = document.createElement('span');
+  probe.style.whiteSpace = 'nowrap';
+  probe.textContent = word;
+  th.appendChild(probe);
+  const wide = probe.getBoundingClientRect().width;
+  probe.remove();
+  const style = getComputedStyle(th);
+  return th.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight) + 0.5 < wide;
+}).map(th => th.textContent.trim())"""
+
+
+WIDE_ELEMENTS = """[...document.querySelectorAll('body *')].filter(e => e.getBoundingClientRect().right > window.innerWidth + 1
+  && ![...e.children].some(c => c.getBoundingClientRect().right > window.innerWidth + 1)
+  && (!(e.parentElement && e.parentElement.closest('.scroll, pre')) || getComputedStyle(e).position === 'absolute'))
+  .slice(0, 5).map(e => e.tagName.toLowerCase() + (e.id ? '#' + e.id : '') + (e.className ? '.' + e.className : '') + ' ' + (e.textContent || '').trim().slice(0, 40))"""
 
 
 def data(operation, body, request_id, token):
@@ -156,6 +177,89 @@ def main():
         page.get_by_role("button", name="Save").click()
         expect(page.locator("table", has_text="Fields")).to_contain_text("Hello, edited")
 
+        step("edit one field of a record holding every type, with hostile values: nothing else changes")
+        hostile = {
+            "s": {"value": "Smith, John\n  two spaces\tand a tab, then RTL \u202eevil\u202c and caf\u00e9 \U0001F389  "},
+            "big": {"value": ", ".join(["x" * 30] * 330)},
+            "n": {"value": 42}, "d": {"value": 3.25}, "t": {"value": 1764151200123, "type": "TIMESTAMP"},
+            "l": {"value": {"latitude": 52.52, "longitude": 13.405, "altitude": 34.5, "horizontalAccuracy": 5.0}},
+            "r": {"value": {"recordName": "first-note", "action": "NONE"}},
+            "b": {"value": "aGVsbG8sIHdvcmxk"},
+            "ls": {"value": ["Smith, John", " spaced ", "two\nlines"]}, "le": {"value": [], "type": "STRING_LIST"},
+            "ln": {"value": [3, 1, 2]},
+        }
+        where = {"environment": "development", "database": "public"}
+        api("POST", f"/management/1/containers/{CONTAINER}/records/modify",
+            dict(where, operations=[{"operationType": "create", "record": {"recordName": "hostile", "recordType": "Everything", "fields": hostile}}]))
+
+        def stored():
+            found = api("POST", f"/management/1/containers/{CONTAINER}/records/lookup", dict(where, records=[{"recordName": "hostile"}]))
+            return found["records"][0]
+
+        before = stored()
+        if len(before["fields"]["big"]["value"]) < 10000:
+            raise SystemExit("console e2e: the 10 KB value was not stored")
+        view = BASE + f"/console/c/{CONTAINER}/records/view?environment=development&database=public&zone=_defaultZone&name=hostile"
+        page.goto(view)
+        page.get_by_label("n (INT64)").fill("43")
+        shot(page, "record-editor")
+        page.get_by_role("button", name="Save").click()
+        expect(page.locator(".notice")).to_contain_text("saved hostile")
+        after = stored()
+        if after["fields"]["n"]["value"] != 43:
+            raise SystemExit(f"console e2e: the edited field was not saved: {after['fields']['n']}")
+        for name in hostile:
+            if name != "n" and after["fields"].get(name) != before["fields"].get(name):
+                raise SystemExit(f"console e2e: saving one field changed {name}: {before['fields'].get(name)!r} became {after['fields'].get(name)!r}")
+        step("clear a field")
+        page.goto(view)
+        page.get_by_label("d (DOUBLE)").fill("")
+        page.get_by_role("button", name="Save").click()
+        expect(page.locator(".notice")).to_contain_text("saved hostile")
+        cleared = stored()
+        if "d" in cleared["fields"] or cleared["fields"].get("s") != before["fields"]["s"]:
+            raise SystemExit(f"console e2e: clearing d did not remove it alone: {sorted(cleared['fields'])}")
+        step("a typing mistake keeps the form; a concurrent change is a conflict shown with both values")
+        page.goto(view)
+        page.get_by_label("n (INT64)").fill("forty-four")
+        page.get_by_label("s (STRING)").fill("typed by the person")
+        page.get_by_role("button", name="Save").click()
+        expect(page.locator(".field-error")).to_contain_text("is not a whole number")
+        expect(page.get_by_label("s (STRING)")).to_have_value("typed by the person")
+        page.get_by_label("n (INT64)").fill("44")
+        api("POST", f"/management/1/containers/{CONTAINER}/records/modify",
+            dict(where, operations=[{"operationType": "forceUpdate", "record": {"recordName": "hostile", "recordType": "Everything", "fields": {"n": {"value": 99}}}}]))
+        page.get_by_role("button", name="Save").click()
+        expect(page.locator(".error").first).to_contain_text("changed hostile after you opened it")
+        conflict = page.locator("table", has_text="Saved meanwhile")
+        changed_n = conflict.locator("tbody tr").first
+        expect(changed_n).to_contain_text("44")
+        expect(changed_n).to_contain_text("99")
+        shot(page, "record-conflict")
+        page.get_by_role("button", name="Save").click()
+        expect(page.locator(".notice")).to_contain_text("saved hostile")
+        if stored()["fields"]["n"]["value"] != 44:
+            raise SystemExit("console e2e: saving again after a conflict did not keep the person's value")
+
+        step("tables keep their columns with 200-character names and 10 KB values")
+        long_name = "r" * 190
+        for batch in range(3):
+            api("POST", f"/management/1/containers/{CONTAINER}/records/modify", dict(where, operations=[
+                {"operationType": "create", "record": {"recordName": f"{long_name}{number:010d}", "recordType": "Everything",
+                                                       "fields": {"s": {"value": ("long value " * 1000)[:10240]}, "big": {"value": "y" * 10240},
+                                                                  "n": {"value": number}, "ls": {"value": ["one", "two", "three"] * 20}}}}
+                for number in range(batch * 20, batch * 20 + 20)]))
+        page.goto(BASE + f"/console/c/{CONTAINER}/records?environment=development&type=Everything&limit=50")
+        table = page.locator("table", has_text="Everything records")
+        expect(table).to_be_visible()
+        height = page.evaluate("document.documentElement.scrollHeight")
+        if height > 3000:
+            raise SystemExit(f"console e2e: the 50-record page is {height} px tall")
+        narrow = page.evaluate(NARROW_COLUMNS)
+        if narrow:
+            raise SystemExit(f"console e2e: columns narrower than their header's first word: {narrow}")
+        shot(page, "records-long-values")
+
         step("review the deploy plan, dry-run, deploy, watch the index build")
         page.get_by_role("link", name="Deploy", exact=True).click()
         expect(page.locator("#plan")).to_contain_text("Note")
@@ -252,10 +356,17 @@ def main():
             shot(page, section.lower().replace(" & ", "-").replace(" ", "-"))
         page.set_viewport_size({"width": 390, "height": 844})
         page.goto(BASE + f"/console/c/{CONTAINER}/records?type=Note")
-        overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         shot(page, "records-phone")
-        if overflow > 0:
-            raise SystemExit(f"console e2e: the records page is {overflow} px wider than a phone's screen")
+        wide = []
+        for path in ["", "/schema", "/deploy", "/records?type=Everything", "/records/view?name=hostile", "/users", "/tokens", "/subscriptions",
+                     "/shares", "/usage", "/telemetry", "/logs", "/audit", "/team"]:
+            page.goto(BASE + f"/console/c/{CONTAINER}{path}")
+            overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+            if overflow > 0:
+                culprits = page.evaluate(WIDE_ELEMENTS)
+                wide.append(f"{path or '/'} by {overflow} px ({culprits})")
+        if wide:
+            raise SystemExit(f"console e2e: pages wider than a phone's screen: {wide}")
         page.set_viewport_size({"width": 1280, "height": 900})
 
         step("sign out")

@@ -121,6 +121,20 @@ import Testing
             #expect(try await root.signIn(adminToken: Harness.adminToken) == 303)
             let rootHome = try await root.get("/console")
             #expect(rootHome.status == 200 && rootHome.html.contains("the admin token") && rootHome.html.contains(name))
+
+            // Signed out, a page leads to the sign-in page, and signing in leads back to it; never elsewhere.
+            let wanted = "/console/c/\(name)/users?environment=development"
+            var returning = Browser(harness: harness)
+            let asked = try await returning.get(wanted)
+            #expect(asked.status == 303 && asked.headers[.location] == "/console/signin" + ConsolePath.query([("next", wanted)]), "\(asked.headers)")
+            let signInPage = try await returning.get(try #require(asked.headers[.location]))
+            #expect(signInPage.html.contains(#"name="next" value="\#(HTML.escape(wanted))""#), "\(signInPage.html.prefix(1500))")
+            let back = try await returning.post("/console/signin", [("email", ada.email), ("password", ada.password), ("next", wanted)], withToken: false)
+            #expect(back.status == 303 && back.headers[.location] == wanted, "\(back.headers)")
+            for elsewhere in ["//evil.example/console", "https://evil.example/console", "/console/../evil", "/other"] {
+                let away = try await returning.post("/console/signin", [("email", ada.email), ("password", ada.password), ("next", elsewhere)], withToken: false)
+                #expect(away.status == 303 && away.headers[.location] == "/console", "\(elsewhere): \(away.headers)")
+            }
         }
     }
 
@@ -477,7 +491,7 @@ import Testing
             #expect(saved.status == 303 && saved.headers[.location]?.contains("notice=") == true, "\(saved.headers)")
             #expect(try await browser.get(base + "/view?name=note-1").html.contains("changed in the console"))
             let created = try await browser.post(base + "/save", [("environment", "development"), ("database", "public"), ("zone", "_defaultZone"), ("type", "Note"),
-                                                                   ("name", "from-console"), ("field.title", "new"), ("field.due", "2026-11-26T10:00:00Z"), ("field.tags", "x, y")])
+                                                                   ("name", "from-console"), ("field.title", "new"), ("field.due", "2026-11-26T10:00:00Z"), ("field.tags", "x"), ("field.tags", "y")])
             #expect(created.headers[.location]?.contains("name=from-console") == true, "\(created.headers)")
             let lookup = try await ada.post("public", "records/lookup", ["records": [["recordName": "from-console"]]])
             #expect(lookup.json["records"]?.arrayValue?.first?["fields"]?["tags"]?["value"] == ["x", "y"], "\(lookup.json)")
@@ -495,7 +509,9 @@ import Testing
             // Production changes need the container's identifier typed.
             try await harness.deploy(schema, to: container)
             let unconfirmed = try await browser.post(base + "/save", [("environment", "production"), ("database", "public"), ("type", "Note"), ("field.title", "p")])
-            #expect(unconfirmed.headers[.location]?.contains("error=") == true)
+            // Refused, and the form comes back as it was filled in.
+            #expect(unconfirmed.status == 400 && unconfirmed.html.contains("identifier typed to confirm") && unconfirmed.html.contains(">\np</textarea>"),
+                    "\(unconfirmed.status) \(unconfirmed.html.suffix(2000))")
             let confirmed = try await browser.post(base + "/save", [("environment", "production"), ("database", "public"), ("type", "Note"), ("field.title", "p"),
                                                                      ("confirm", container)])
             #expect(confirmed.headers[.location]?.contains("notice=") == true, "\(confirmed.headers)")

@@ -14,7 +14,8 @@ enum ConsoleLayout {
         """
         <!doctype html>
         <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
-        <title>\(title) · Stratus console</title><link rel="stylesheet" href="/console/assets/console.css">
+        <title>\(title) · Stratus console</title><link rel="icon" type="image/svg+xml" href="/console/assets/favicon.svg">
+        <link rel="stylesheet" href="/console/assets/console.css">
         <script src="/console/assets/console.js" defer></script></head>
         """
     }
@@ -56,11 +57,12 @@ enum ConsoleLayout {
         "<p class=\"error\" role=\"alert\">\(failure.reason)</p><p><a href=\"/console\">Back to your containers</a></p>"
     }
 
-    static func signIn(error: String?, notice: String? = nil, email: String? = nil) -> HTML {
+    static func signIn(error: String?, notice: String? = nil, email: String? = nil, next: String = "/console") -> HTML {
+        let back: HTML = next == "/console" ? "" : "<input type=\"hidden\" name=\"next\" value=\"\(next)\">"
         let message: HTML = error.map { "<p class=\"error\" role=\"alert\">\($0)</p>" } ?? notice.map { "<p class=\"notice\" role=\"status\">\($0)</p>" } ?? ""
         return bare(title: "Sign in", """
             <h1>Sign in</h1>\(message)
-            <form method="post" action="/console/signin" class="stack">
+            <form method="post" action="/console/signin" class="stack">\(back)
             <label for="email">Email address</label>
             <input id="email" name="email" type="email" autocomplete="username" value="\(email ?? "")" autofocus>
             <label for="password">Password</label>
@@ -68,7 +70,7 @@ enum ConsoleLayout {
             <button type="submit">Sign in</button>
             </form>
             <details><summary>Sign in with the admin token</summary>
-            <form method="post" action="/console/signin" class="stack">
+            <form method="post" action="/console/signin" class="stack">\(back)
             <label for="adminToken">Admin token (STRATUS_ADMIN_TOKEN, or .stratus/admin-token on the server)</label>
             <input id="adminToken" name="adminToken" type="password" autocomplete="off">
             <button type="submit">Sign in with the token</button>
@@ -76,12 +78,14 @@ enum ConsoleLayout {
             """)
     }
 
-    /// A table: headers and rows of cells.
-    static func table(_ caption: String, _ headers: [String], _ rows: [[HTML]], empty: String) -> HTML {
+    /// A table: headers and rows of cells. Its columns keep their widths whatever the data (long
+    /// values are cut with an ellipsis) unless `whole`, which shows every value in full.
+    static func table(_ caption: String, _ headers: [String], _ rows: [[HTML]], empty: String, whole: Bool = false) -> HTML {
         guard !rows.isEmpty else { return "<p class=\"empty\">\(empty)</p>" }
         let head = headers.map { "<th scope=\"col\">\($0)</th>" as HTML }
         let body = rows.map { row -> HTML in "<tr>\(row.map { "<td>\($0)</td>" as HTML })</tr>" }
-        return "<div class=\"scroll\"><table><caption>\(caption)</caption><thead><tr>\(head)</tr></thead><tbody>\(body)</tbody></table></div>"
+        let kind: HTML = whole ? "wrap" : "data cols-\(min(headers.count, 10))"
+        return "<div class=\"scroll\"><table class=\"\(kind)\"><caption>\(caption)</caption><thead><tr>\(head)</tr></thead><tbody>\(body)</tbody></table></div>"
     }
 
     /// A POST form of one button (and hidden fields).

@@ -137,37 +137,53 @@ struct ConsoleRecordPages: Sendable {
             return call.page("New \(type) record", container: container, section: "records",
                              Self.recordForm(call, place: place, type: type, fields: fields, record: nil, container: container))
         }
+        // A save sends only the fields the person changed; a refused one shows the form again as
+        // they filled it in, with the reason beside the field (or, for a conflict, both values).
         console.route(router, .post, "/console/c/:container/records/save") { call in
             let container = call.container
             let place = RecordPlace { call.form.text($0) }
             let schema = try await self.consoleSchema(call, container: container, environment: place.environment)
             guard let type = call.form.text("type"), let fields = schema.recordTypes[type] else { throw ConsoleFailure(status: 400, reason: "choose a record type of the schema") }
-            let back = ConsolePath.make("c", container, "records") + ConsolePath.query(place.pairs + [("type", type)])
-            if place.environment == .production, call.form.text("confirm") != container {
-                return ConsoleController.seeOther(back + "&error=" + ConsolePath.segment("a change in production needs the container's identifier typed to confirm; nothing was changed"))
-            }
-            var values: [String: JSON] = [:]
-            do {
-                for (field, definition) in fields where !field.hasPrefix("___") {
-                    guard let text = call.form.text("field." + field) else { continue }
-                    values[field] = ["value": try Self.fieldValue(text, definition.type)]
-                }
-            } catch let error as StratusError {
-                return ConsoleController.seeOther(back + "&error=" + ConsolePath.segment(error.reason))
-            }
-            var record: [String: JSON] = ["recordType": .string(type), "fields": .object(values)]
             let name = call.form.text("name")
-            if let name { record["recordName"] = .string(name) }
             let tag = call.form.text("tag")
+            func again(_ error: String?, problems: [String: String] = [:], conflict: JSON? = nil) -> Response {
+                let title = name.map { "Change \($0)" } ?? "New \(type) record"
+                var form = call.form
+                if let conflict { form = Self.rebased(call.form, on: conflict, fields: fields) }
+                let table: HTML = conflict.map { Self.conflictTable(call.form, $0, fields: fields) } ?? ""
+                let body: HTML = "\(table)\(Self.recordForm(call, place: place, type: type, fields: fields, record: nil, container: container, posted: form, problems: problems, error: error))"
+                var response = call.page(title, container: container, section: "records", body)
+                response.status = conflict == nil ? .badRequest : .conflict
+                return response
+            }
+            if place.environment == .production, call.form.text("confirm") != container {
+                return again("a change in production needs the container's identifier typed to confirm; nothing was changed")
+            }
+            let changes: [String: JSON]
+            do throws(ConsoleRecordEditor.ProblemList) {
+                changes = try ConsoleRecordEditor.changes(call.form, fields: fields)
+            } catch {
+                return again("nothing was saved: correct the fields marked below", problems: error.byField)
+            }
+            let view = ConsolePath.make("c", container, "records", "view")
+            if tag != nil, changes.isEmpty, let name {
+                return ConsoleController.seeOther(view + ConsolePath.query(place.pairs + [("name", name), ("notice", "nothing changed in \(name)")]))
+            }
+            var record: [String: JSON] = ["recordType": .string(type), "fields": .object(changes)]
+            if let name { record["recordName"] = .string(name) }
             if let tag { record["recordChangeTag"] = .string(tag) }
             var request = place.body
             request["operations"] = [["operationType": .string(tag == nil ? "create" : "update"), "record": .object(record)]]
             let answer = await call.api(.modifyRecords, body: request)
-            guard answer.ok else { return try ConsoleController.actionFailed(answer, back: back) }
+            if answer.status == 401 || answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
+            guard answer.ok else { return again(answer.reason) }
             let saved = answer.json["records"]?.arrayValue?.first
-            if let reason = saved?["reason"]?.stringValue { return ConsoleController.seeOther(back + "&error=" + ConsolePath.segment(reason)) }
+            if saved?["serverErrorCode"]?.stringValue == "CONFLICT", let theirs = saved?["serverRecord"] {
+                return again("someone changed \(name ?? "this record") after you opened it: compare below, then save again to keep yours", conflict: theirs)
+            }
+            if let reason = saved?["reason"]?.stringValue { return again(reason) }
             let savedName = saved?["recordName"]?.stringValue ?? name ?? ""
-            return ConsoleController.seeOther(ConsolePath.make("c", container, "records", "view") + ConsolePath.query(place.pairs + [("name", savedName), ("notice", "saved \(savedName)")]))
+            return ConsoleController.seeOther(view + ConsolePath.query(place.pairs + [("name", savedName), ("notice", "saved \(savedName)")]))
         }
         console.route(router, .post, "/console/c/:container/records/delete") { call in
             let container = call.container
@@ -264,34 +280,9 @@ struct ConsoleRecordPages: Sendable {
     static func fieldValue(_ text: String, _ type: FieldType) throws(StratusError) -> JSON {
         if type.isList {
             let items = text.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-            return .array(try items.map { item throws(StratusError) in try fieldValue(item, FieldType(type.scalar)) })
+            return .array(try items.map { item throws(StratusError) in try ConsoleRecordEditor.scalar(item, type.scalar) })
         }
-        switch type.scalar {
-        case .string:
-            return .string(text)
-        case .int64:
-            guard let value = Int64(text) else { throw .badRequest("'\(text)' is not a whole number") }
-            return .int(value)
-        case .double:
-            guard let value = Double(text), value.isFinite else { throw .badRequest("'\(text)' is not a number") }
-            return .double(value)
-        case .timestamp:
-            if let milliseconds = Int64(text) { return .int(milliseconds) }
-            guard let date = ISO8601DateFormatter().date(from: text) else { throw .badRequest("'\(text)' is not a date such as 2026-11-26T10:00:00Z") }
-            return .int(Int64(date.timeIntervalSince1970 * 1000))
-        case .reference:
-            try Names.validateRecordName(text)
-            return ["recordName": .string(text), "action": "NONE"]
-        case .location:
-            let parts = text.split(separator: ",").map { Double($0.trimmingCharacters(in: .whitespaces)) }
-            guard parts.count == 2, let latitude = parts[0], let longitude = parts[1] else { throw .badRequest("a location is latitude,longitude") }
-            return ["latitude": .double(latitude), "longitude": .double(longitude)]
-        case .bytes:
-            guard Data(base64Encoded: text) != nil else { throw .badRequest("bytes are given as base64") }
-            return .string(text)
-        case .asset:
-            throw .badRequest("assets are uploaded by apps, not typed here")
-        }
+        return try ConsoleRecordEditor.scalar(text, type.scalar)
     }
 
     /// A field's value as a person reads it: dates as dates, locations as coordinates, references
@@ -357,49 +348,62 @@ struct ConsoleRecordPages: Sendable {
             <dl class="meta"><dt>Type</dt><dd>\(record["recordType"]?.stringValue ?? "")</dd><dt>Created</dt><dd>\(stamp("created"))</dd>
             <dt>Modified</dt><dd>\(stamp("modified"))</dd><dt>Change tag</dt><dd><code>\(record["recordChangeTag"]?.stringValue ?? "")</code></dd>
             <dt>Where</dt><dd>\(place.environment.rawValue), \(place.database)\(place.user.map { " of \($0)" } ?? ""), zone \(place.zone)</dd>\(share)</dl>
-            \(ConsoleLayout.table("Fields", ["Field", "Type", "Value"], rows, empty: "No fields."))
+            \(ConsoleLayout.table("Fields", ["Field", "Type", "Value"], rows, empty: "No fields.", whole: true))
             """
     }
 
-    /// The form that creates a record (`record` nil) or changes one.
-    static func recordForm(_ call: ConsoleCall, place: RecordPlace, type: String, fields: [String: FieldSchema], record: JSON?, container: String) -> HTML {
+    /// The form that creates a record (`record` nil) or changes one: an input per field as its
+    /// type needs (`ConsoleRecordEditor`), starting from the record's values, or from what was
+    /// `posted` when a save was refused (with its `problems` beside the fields).
+    static func recordForm(_ call: ConsoleCall, place: RecordPlace, type: String, fields: [String: FieldSchema], record: JSON?, container: String,
+                           posted: ConsoleForm? = nil, problems: [String: String] = [:], error: String? = nil) -> HTML {
         let inputs = fields.keys.filter { !$0.hasPrefix("___") }.sorted().map { name -> HTML in
             let definition = fields[name]!
-            let current = record?["fields"]?[name]?["value"].map { editText($0, definition.type) } ?? ""
-            if definition.type.scalar == .asset || definition.type.scalar == .bytes {
-                return "<p>\(name) (\(SchemaLanguage.typeName(definition))): apps set it.</p>"
+            if let posted {
+                let values = posted.values.filter { $0.key == "field." + name || $0.key.hasPrefix("field." + name + ".") || $0.key == "order." + name }
+                return ConsoleRecordEditor.inputs(name, definition, values: values, was: posted["was." + name], problem: problems[name])
             }
-            return "<label for=\"field-\(name)\">\(name) (\(SchemaLanguage.typeName(definition)))</label><input id=\"field-\(name)\" name=\"field.\(name)\" value=\"\(current)\">"
+            let value = record?["fields"]?[name]?["value"]
+            return ConsoleRecordEditor.inputs(name, definition, values: ConsoleRecordEditor.formValues(name, definition, value),
+                                              was: value.map(JSONWriter.string), problem: nil)
         }
-        let identity: HTML = record.map {
-            "<input type=\"hidden\" name=\"name\" value=\"\($0["recordName"]?.stringValue ?? "")\"><input type=\"hidden\" name=\"tag\" value=\"\($0["recordChangeTag"]?.stringValue ?? "")\">"
-        } ?? "<label for=\"record-name\">Record name (empty: a new UUID)</label><input id=\"record-name\" name=\"name\">"
+        let recordName = posted?["name"] ?? record?["recordName"]?.stringValue
+        let tag = posted?["tag"] ?? record?["recordChangeTag"]?.stringValue
+        let identity: HTML = tag.map { "<input type=\"hidden\" name=\"name\" value=\"\(recordName ?? "")\"><input type=\"hidden\" name=\"tag\" value=\"\($0)\">" }
+            ?? "<label for=\"record-name\">Record name (empty: a new UUID)</label><input id=\"record-name\" name=\"name\" value=\"\(recordName ?? "")\">"
+        let message: HTML = error.map { "<p class=\"error\" role=\"alert\">\($0)</p>" } ?? ""
         return """
-            <form method="post" action="\(ConsolePath.make("c", container, "records", "save"))" class="stack">\(ConsoleLayout.csrf(call.user))\(place.hidden)
-            <h2>\(record == nil ? "Create" : "Change")</h2><input type="hidden" name="type" value="\(type)">\(identity)\(inputs)
+            <form method="post" action="\(ConsolePath.make("c", container, "records", "save"))" class="stack record-editor">\(ConsoleLayout.csrf(call.user))\(place.hidden)
+            <h2>\(tag == nil ? "Create" : "Change")</h2>\(message)<input type="hidden" name="type" value="\(type)">\(identity)\(inputs)
             \(productionConfirmation(place, container: container))<button type="submit">Save</button></form>
             """
+    }
+
+    /// A refused save's form moved onto the record as it now is (its change tag, and its values as
+    /// what the form started from): saving it again keeps the person's values where they differ.
+    static func rebased(_ form: ConsoleForm, on theirs: JSON, fields: [String: FieldSchema]) -> ConsoleForm {
+        var form = form
+        form.values["tag"] = [theirs["recordChangeTag"]?.stringValue ?? ""]
+        for name in fields.keys { form.values["was." + name] = theirs["fields"]?[name]?["value"].map { [JSONWriter.string($0)] } ?? [] }
+        form.values = form.values.filter { !$0.value.isEmpty }
+        return form
+    }
+
+    /// A conflict in words: each field the person changed, with their value and the one saved meanwhile.
+    static func conflictTable(_ form: ConsoleForm, _ theirs: JSON, fields: [String: FieldSchema]) -> HTML {
+        let changed = (try? ConsoleRecordEditor.changes(form, fields: fields)) ?? [:]
+        let rows = changed.keys.sorted().map { name -> [HTML] in
+            let mine = changed[name]?["value"].map { $0 == .null ? "(cleared)" : JSONWriter.string($0) } ?? ""
+            let saved = theirs["fields"]?[name]?["value"].map(JSONWriter.string) ?? "(none)"
+            return ["\(name)", "<code>\(mine)</code>", "<code>\(saved)</code>"]
+        }
+        return ConsoleLayout.table("Your changes and the record as saved meanwhile", ["Field", "Yours", "Saved meanwhile"], rows,
+                                   empty: "The other change touched no field you changed.")
     }
 
     /// In production, the field that confirms a change by the container's identifier.
     static func productionConfirmation(_ place: RecordPlace, container: String) -> HTML {
         guard place.environment == .production else { return "" }
         return "<label for=\"confirm\">This changes production: type the container's identifier, \(container), to confirm</label><input id=\"confirm\" name=\"confirm\" autocomplete=\"off\">"
-    }
-
-    /// A value as the edit form shows it (what `fieldValue` reads back).
-    static func editText(_ value: JSON, _ type: FieldType) -> String {
-        if type.isList, let items = value.arrayValue { return items.map { editText($0, FieldType(type.scalar)) }.joined(separator: ", ") }
-        switch type.scalar {
-        case .timestamp:
-            if case .int(let milliseconds) = value { return ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(milliseconds) / 1000)) }
-        case .location:
-            if let latitude = value["latitude"], let longitude = value["longitude"] { return "\(JSONWriter.string(latitude)),\(JSONWriter.string(longitude))" }
-        case .reference:
-            return value["recordName"]?.stringValue ?? ""
-        default:
-            if let text = value.stringValue { return text }
-        }
-        return JSONWriter.string(value)
     }
 }

@@ -155,18 +155,20 @@ extension ConsoleController {
             return Response(status: .ok, headers: headers, body: ResponseBody(byteBuffer: ByteBuffer(string: file.text)))
         }
         router.get("/console/signin") { request, _ -> Response in
-            if try await self.consoleUser(request) != nil { return Self.seeOther("/console") }
             let query = ConsoleForm(ByteBuffer(string: request.uri.query ?? ""))
-            return Self.page(ConsoleLayout.signIn(error: query.text("error"), notice: query.text("notice")))
+            let next = Self.pageAfterSignIn(query["next"])
+            if try await self.consoleUser(request) != nil { return Self.seeOther(next) }
+            return Self.page(ConsoleLayout.signIn(error: query.text("error"), notice: query.text("notice"), next: next))
         }
         router.post("/console/signin") { request, _ -> Response in
             guard self.isSameOrigin(request) else { return Self.forbidden("this sign-in did not come from the console's own page") }
             let form = ConsoleForm(try await self.bodies.readBody(request))
             do {
                 let cookie = try await self.consoleSignIn(form)
-                return Self.seeOther("/console", extraHeaders: self.sessionCookie(cookie))
+                return Self.seeOther(Self.pageAfterSignIn(form["next"]), extraHeaders: self.sessionCookie(cookie))
             } catch let error as StratusError {
-                return Self.page(ConsoleLayout.signIn(error: error.reason, email: form["email"]), status: .init(code: error.code.httpStatus))
+                return Self.page(ConsoleLayout.signIn(error: error.reason, email: form["email"], next: Self.pageAfterSignIn(form["next"])),
+                                 status: .init(code: error.code.httpStatus))
             }
         }
         route(router, .post, "/console/signout") { call in
@@ -195,7 +197,11 @@ extension ConsoleController {
                 return Self.forbidden("this request did not come from a console page (its Origin is not this server's); nothing was changed")
             }
             guard let user = try await self.consoleUser(request) else {
-                if method == .get { return Self.seeOther("/console/signin") }
+                if method == .get {
+                    // Back to the page asked for, once signed in.
+                    let asked = request.uri.path + (request.uri.query.map { "?" + $0 } ?? "")
+                    return Self.seeOther("/console/signin" + (asked == "/console" ? "" : ConsolePath.query([("next", asked)])))
+                }
                 return Self.forbidden("you are not signed in (or your session ended); nothing was changed")
             }
             var call = ConsoleCall(console: self, user: user, context: context, request: request)
@@ -219,6 +225,14 @@ extension ConsoleController {
                                                     ConsoleLayout.failure(failure)), status: .init(code: failure.status))
             }
         }
+    }
+
+    /// Where a sign-in leads: the console page it was asked from, or the containers. Only a path of
+    /// the console's own is followed (never another site, nor `//host`).
+    static func pageAfterSignIn(_ next: String?) -> String {
+        guard let next, next.hasPrefix("/console/") || next == "/console", !next.contains("//"), !next.contains(".."), !next.contains("\\"),
+              !next.unicodeScalars.contains(where: { $0.value < 0x20 }), !next.hasPrefix("/console/signin") else { return "/console" }
+        return next
     }
 
     /// A 403 page for a refused POST.
@@ -259,7 +273,8 @@ extension ConsoleController {
         var assets: [String: (text: String, type: String)] = [:]
         for file in EmbeddedResources.files where file.name.hasPrefix("console/") {
             let name = String(file.name.dropFirst("console/".count))
-            let type = name.hasSuffix(".css") ? "text/css; charset=utf-8" : name.hasSuffix(".js") ? "text/javascript; charset=utf-8" : "text/plain; charset=utf-8"
+            let type = name.hasSuffix(".css") ? "text/css; charset=utf-8" : name.hasSuffix(".js") ? "text/javascript; charset=utf-8"
+                : name.hasSuffix(".svg") ? "image/svg+xml" : "text/plain; charset=utf-8"
             assets[name] = (file.text, type)
         }
         return assets

@@ -62,6 +62,20 @@ struct RowReader {
         return try cell.decode(Int64.self)
     }
 
+    /// A user's id, the text fast path's (records carry two).
+    mutating func next(_: UserID.Type) throws -> UserID {
+        UserID(rawValue: try next(String.self))
+    }
+
+    mutating func next(_: UserID?.Type) throws -> UserID? {
+        try next(String?.self).map(UserID.init(rawValue:))
+    }
+
+    /// A typed id, the int8 fast path's.
+    mutating func next<ID: PostgresInt64ID>(_: ID.Type) throws -> ID {
+        ID(rawValue: try next(Int64.self))
+    }
+
     mutating func next(_: Bool.Type) throws -> Bool {
         let cell = try nextCell()
         if cell.format == .binary, cell.dataType == .bool, let bytes = cell.bytes, bytes.readableBytes == 1,

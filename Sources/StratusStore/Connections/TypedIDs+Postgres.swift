@@ -2,9 +2,9 @@ import NIOCore
 import PostgresNIO
 import StratusCore
 
-/// A typed id as PostgreSQL holds it: bound and read as the `int8` it wraps (type, format and
-/// decoding are PostgresNIO's for `RawRepresentable`; encoding is spelled here so that it cannot
-/// throw, as SQL interpolation needs).
+/// A typed id as PostgreSQL holds it: bound and read as the `int8` it wraps (its type and format
+/// are PostgresNIO's for `RawRepresentable`; encoding and decoding are spelled here, inlinable, so
+/// that they cannot throw where SQL interpolation needs it and are specialised like `Int64`'s).
 public protocol PostgresInt64ID: Int64ID, PostgresNonThrowingEncodable, PostgresDecodable, PostgresArrayEncodable, PostgresArrayDecodable {}
 
 extension PostgresInt64ID {
@@ -13,6 +13,12 @@ extension PostgresInt64ID {
     @inlinable
     public func encode<JSONEncoder: PostgresJSONEncoder>(into byteBuffer: inout ByteBuffer, context: PostgresEncodingContext<JSONEncoder>) {
         byteBuffer.writeInteger(rawValue, as: Int64.self)
+    }
+
+    @inlinable
+    public init<JSONDecoder: PostgresJSONDecoder>(from buffer: inout ByteBuffer, type: PostgresDataType, format: PostgresFormat,
+                                                  context: PostgresDecodingContext<JSONDecoder>) throws {
+        self.init(rawValue: try Int64(from: &buffer, type: type, format: format, context: context))
     }
 }
 
@@ -30,5 +36,11 @@ extension UserID: PostgresNonThrowingEncodable, PostgresDecodable, PostgresArray
     @inlinable
     public func encode<JSONEncoder: PostgresJSONEncoder>(into byteBuffer: inout ByteBuffer, context: PostgresEncodingContext<JSONEncoder>) {
         rawValue.encode(into: &byteBuffer, context: context)
+    }
+
+    @inlinable
+    public init<JSONDecoder: PostgresJSONDecoder>(from buffer: inout ByteBuffer, type: PostgresDataType, format: PostgresFormat,
+                                                  context: PostgresDecodingContext<JSONDecoder>) throws {
+        self.init(rawValue: try String(from: &buffer, type: type, format: format, context: context))
     }
 }
