@@ -62,12 +62,13 @@ check_logs_for_secrets() {
   echo "test.sh: $count tokens, passwords and signatures the tests used; none in $bytes bytes of server logs"
 }
 
-# The Python tools the contract checks use (schemathesis, openapi-spec-validator, cryptography),
+# The Python tools the contract checks use (schemathesis, openapi-spec-validator, cryptography,
+# Playwright and axe-core for the pages),
 # pinned, in a virtual environment under .build/python-tools (made on first use: PyPI must be
 # reachable then). Sets PYTHON_TOOLS to its bin folder and puts it first on PATH.
 ensure_python_tools() {
   local venv=.build/python-tools
-  local wanted="schemathesis==4.32.5 hypothesis==6.155.2 openapi-spec-validator==0.9.0 cryptography==48.0.0 playwright==1.65.2"
+  local wanted="schemathesis==4.32.5 hypothesis==6.155.2 openapi-spec-validator==0.9.0 cryptography==48.0.0 playwright==1.65.2 axe-playwright-python==0.1.8"
   if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$wanted" ]; then
     rm -rf "$venv"
     if ! python3 -m venv "$venv" >/dev/null 2>&1; then

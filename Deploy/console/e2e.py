@@ -13,7 +13,8 @@ as a conflict with both values, dry-run, deploy and watch the index build finish
 disable a user, find each action in the audit log, find an app's requests in Telemetry (charts)
 and Logs (filtered to the failed one, by its request id), sign out. A record holding markup is shown on
 the way and no script of it may run (any dialog fails the run). Screenshots of every page go to
-OUTPUT_DIR, and one page is also taken at a phone's width; every page's controls must have labels.
+OUTPUT_DIR, and one page is also taken at a phone's width; every page's controls must have labels,
+and axe-core (axe-playwright-python) may find no serious or critical accessibility problem on any.
 """
 import json
 import os
@@ -22,6 +23,7 @@ import sys
 import urllib.error
 import urllib.request
 
+from axe_playwright_python.sync_playwright import Axe
 from playwright.sync_api import expect, sync_playwright
 
 BASE, ADMIN, OUT = sys.argv[1].rstrip("/"), sys.argv[2], sys.argv[3]
@@ -29,6 +31,8 @@ EMAIL, PASSWORD = "ada@example.com", "console password 1"
 CONTAINER = "iCloud.com.example.Console"
 os.makedirs(OUT, exist_ok=True)
 shots = []
+axe = Axe()
+inaccessible = []
 
 
 def api(method, path, body=None, query=""):
@@ -82,6 +86,11 @@ def shot(page, name):
     unlabelled = page.evaluate(UNLABELLED)
     if unlabelled:
         raise SystemExit(f"console e2e: controls without a label on the {name} page: {unlabelled}")
+    # axe-core's serious and critical findings, collected for the end of the run.
+    for violation in axe.run(page).response["violations"]:
+        if violation["impact"] in ("serious", "critical"):
+            targets = [node["target"] for node in violation["nodes"][:3]]
+            inaccessible.append(f"{name}: {violation['id']} ({violation['impact']}, {len(violation['nodes'])} elements, e.g. {targets})")
     path = os.path.join(OUT, f"{len(shots) + 1:02d}-{name}.png")
     page.screenshot(path=path, full_page=True)
     shots.append(path)
@@ -377,6 +386,8 @@ def main():
         browser.close()
     if dialogs:
         raise SystemExit(f"console e2e: a script from the data ran (dialogs: {dialogs})")
+    if inaccessible:
+        raise SystemExit("console e2e: axe-core found serious or critical accessibility problems:\n" + "\n".join(inaccessible))
     csp = [text for text in errors if "Content Security Policy" in text]
     if csp:
         raise SystemExit(f"console e2e: the page broke its own Content-Security-Policy: {csp}")
