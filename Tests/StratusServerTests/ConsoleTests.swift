@@ -239,17 +239,22 @@ import Testing
         }
     }
 
+    /// A container with `schema` in development, a signed-up user (their record name) and a
+    /// development server-to-server key (its ID).
+    static func furnished(_ harness: Harness, schema: String) async throws -> (session: Session, container: String, user: String, keyID: String) {
+        let session = try await harness.container()
+        #expect(try await harness.admin(.post, "containers/\(session.container)/schema/import", json: ["schema": .string(schema)]).status == 200)
+        let user = try await session.signedUp("lee\(UInt32.random(in: 0...UInt32.max))@example.com")
+        let key = try await harness.admin(.post, "containers/\(session.container)/keys", json: ["environment": "development", "publicKey": .string(Signer().publicKeyPEM)])
+        return (session, session.container, user.userRecordName ?? "", try #require(key.json["keyID"]?.stringValue))
+    }
+
     /// Revoking a token or key, removing a team member and disabling a user first answer a page
     /// that says what will happen; nothing changes until its button sends the form again.
     @Test func destructiveActionsAskFirstAndDoNothingUntilConfirmed() async throws {
         try await Harness.run { harness in
-            let session = try await harness.container()
-            let container = session.container
-            #expect(try await harness.admin(.post, "containers/\(container)/schema/import", json: ["schema": "DEFINE SCHEMA RECORD TYPE Note (title STRING QUERYABLE SORTABLE);"]).status == 200)
-            let lee = try await session.signedUp("lee\(UInt32.random(in: 0...UInt32.max))@example.com")
+            let (_, container, user, keyID) = try await Self.furnished(harness, schema: "DEFINE SCHEMA RECORD TYPE Note (title STRING QUERYABLE SORTABLE);")
             #expect(try await harness.admin(.post, "containers/\(container)/tokens", json: ["environment": "development", "name": "doomed"]).status == 201)
-            let key = try await harness.admin(.post, "containers/\(container)/keys", json: ["environment": "development", "publicKey": .string(Signer().publicKeyPEM)])
-            let keyID = try #require(key.json["keyID"]?.stringValue)
             let member = try await harness.signedInOperator(teams: [(container, .viewer)])
             let owner = try await harness.signedInOperator(teams: [(container, .owner)])
             var browser = Browser(harness: harness)
@@ -259,7 +264,6 @@ import Testing
             // The danger style is markup, not text escaped into the attribute.
             #expect(tokensPage.html.contains(#"<button type="submit" class="danger">Revoke</button>"#) && !tokensPage.html.contains("&quot;danger&quot;"))
             let tokenID = try #require(tokensPage.html.firstMatch(of: /tokens\/([0-9]+)\/revoke/)?.output.1)
-            let user = lee.userRecordName ?? ""
 
             func tokenRevoked() async throws -> Bool {
                 let tokens = try await harness.admin(.get, "tokens?container=\(container)").json["tokens"]?.arrayValue ?? []
@@ -319,15 +323,9 @@ import Testing
     /// role table (`ManagementAccess`) lets them use: none they would be refused, none missing.
     @Test func pagesOfferOnlyTheFormsTheRoleTableAllows() async throws {
         try await Harness.run { harness in
-            let session = try await harness.container()
-            let container = session.container
-            #expect(try await harness.admin(.post, "containers/\(container)/schema/import", json: ["schema": "DEFINE SCHEMA RECORD TYPE Note (title STRING QUERYABLE);"]).status == 200)
-            let lee = try await session.signedUp("lee\(UInt32.random(in: 0...UInt32.max))@example.com")
-            let user = lee.userRecordName ?? ""
+            let (_, container, user, keyID) = try await Self.furnished(harness, schema: "DEFINE SCHEMA RECORD TYPE Note (title STRING QUERYABLE);")
             let production = try await harness.admin(.post, "containers/\(container)/tokens", json: ["environment": "production", "name": "p", "allowedOrigins": ["https://app.example.com"]])
             #expect(production.status == 201, "\(production.json)")
-            let key = try await harness.admin(.post, "containers/\(container)/keys", json: ["environment": "development", "publicKey": .string(Signer().publicKeyPEM)])
-            let keyID = key.json["keyID"]?.stringValue ?? ""
             let saved = try await harness.admin(.post, "containers/\(container)/records/modify", json: [
                 "environment": "development", "database": "public", "operations": [["operationType": "create", "record": ["recordName": "n1", "recordType": "Note", "fields": ["title": ["value": "x"]]]]]])
             #expect(saved.status == 200, "\(saved.json)")

@@ -179,6 +179,13 @@ struct ConsoleForm: Sendable {
 
     func all(_ name: String) -> [String] { values[name] ?? [] }
 
+    /// Sets a field's values (none: removes it), in `values` and `pairs` alike.
+    mutating func set(_ name: String, _ new: [String]) {
+        values[name] = new.isEmpty ? nil : new
+        pairs.removeAll { $0.0 == name }
+        pairs += new.map { (name, $0) }
+    }
+
     /// A field's trimmed text, or `nil` when missing or empty.
     func text(_ name: String) -> String? {
         guard let value = self[name]?.trimmingCharacters(in: .whitespacesAndNewlines), !value.isEmpty else { return nil }

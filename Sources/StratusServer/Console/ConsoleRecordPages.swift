@@ -146,11 +146,11 @@ struct ConsoleRecordPages: Sendable {
             guard let type = call.form.text("type"), let fields = schema.recordTypes[type] else { throw ConsoleFailure(status: 400, reason: "choose a record type of the schema") }
             let name = call.form.text("name")
             let tag = call.form.text("tag")
-            func again(_ error: String?, problems: [String: String] = [:], conflict: JSON? = nil) -> Response {
+            func again(_ error: String?, problems: [String: String] = [:], conflict: (theirs: JSON, changes: [String: JSON])? = nil) -> Response {
                 let title = name.map { "Change \($0)" } ?? "New \(type) record"
                 var form = call.form
-                if let conflict { form = Self.rebased(call.form, on: conflict, fields: fields) }
-                let table: HTML = conflict.map { Self.conflictTable(call.form, $0, fields: fields) } ?? ""
+                if let conflict { form = Self.rebased(call.form, on: conflict.theirs, fields: fields) }
+                let table: HTML = conflict.map { Self.conflictTable($0.changes, $0.theirs) } ?? ""
                 let body: HTML = "\(table)\(Self.recordForm(call, place: place, type: type, fields: fields, record: nil, container: container, posted: form, problems: problems, error: error))"
                 var response = call.page(title, container: container, section: "records", body)
                 response.status = conflict == nil ? .badRequest : .conflict
@@ -179,7 +179,7 @@ struct ConsoleRecordPages: Sendable {
             guard answer.ok else { return again(answer.reason) }
             let saved = answer.json["records"]?.arrayValue?.first
             if saved?["serverErrorCode"]?.stringValue == "CONFLICT", let theirs = saved?["serverRecord"] {
-                return again("someone changed \(name ?? "this record") after you opened it: compare below, then save again to keep yours", conflict: theirs)
+                return again("someone changed \(name ?? "this record") after you opened it: compare below, then save again to keep yours", conflict: (theirs, changes))
             }
             if let reason = saved?["reason"]?.stringValue { return again(reason) }
             let savedName = saved?["recordName"]?.stringValue ?? name ?? ""
@@ -383,15 +383,13 @@ struct ConsoleRecordPages: Sendable {
     /// what the form started from): saving it again keeps the person's values where they differ.
     static func rebased(_ form: ConsoleForm, on theirs: JSON, fields: [String: FieldSchema]) -> ConsoleForm {
         var form = form
-        form.values["tag"] = [theirs["recordChangeTag"]?.stringValue ?? ""]
-        for name in fields.keys { form.values["was." + name] = theirs["fields"]?[name]?["value"].map { [JSONWriter.string($0)] } ?? [] }
-        form.values = form.values.filter { !$0.value.isEmpty }
+        form.set("tag", [theirs["recordChangeTag"]?.stringValue ?? ""])
+        for name in fields.keys { form.set("was." + name, theirs["fields"]?[name]?["value"].map { [JSONWriter.string($0)] } ?? []) }
         return form
     }
 
     /// A conflict in words: each field the person changed, with their value and the one saved meanwhile.
-    static func conflictTable(_ form: ConsoleForm, _ theirs: JSON, fields: [String: FieldSchema]) -> HTML {
-        let changed = (try? ConsoleRecordEditor.changes(form, fields: fields)) ?? [:]
+    static func conflictTable(_ changed: [String: JSON], _ theirs: JSON) -> HTML {
         let rows = changed.keys.sorted().map { name -> [HTML] in
             let mine = changed[name]?["value"].map { $0 == .null ? "(cleared)" : JSONWriter.string($0) } ?? ""
             let saved = theirs["fields"]?[name]?["value"].map(JSONWriter.string) ?? "(none)"

@@ -35,10 +35,15 @@ struct ConsoleCall: Sendable {
     /// Whether the signed-in person may call `route` (with `parameters`), by the check the call
     /// itself makes.
     func allowed(_ route: ManagementRoute, _ parameters: [String: String] = [:]) async -> Bool {
+        (try? await grant(route, parameters)) != nil
+    }
+
+    /// The check a call of `route` makes, with no query or body: the grant it would get.
+    private func grant(_ route: ManagementRoute, _ parameters: [String: String] = [:]) async throws -> ManagementGrant {
         var parameters = parameters
         if route.parameterNames.contains("container"), parameters["container"] == nil { parameters["container"] = ConsolePath.segment(container) }
         let input = ManagementCall.Input(parameters: parameters, query: [:], body: .object([:]))
-        return (try? await console.api.authorize(route, principal: user.principal, input) { _ in input }) != nil
+        return try await console.api.authorize(route, principal: user.principal, input) { _ in input }
     }
 
     /// An answer that must have succeeded: otherwise the page says why, with the API's status.
@@ -69,13 +74,11 @@ struct ConsoleCall: Sendable {
     /// against the role table the management API enforces (a page offers a form only when its
     /// action would be allowed).
     func access() async -> ConsoleAccess {
-        var grant = ManagementGrant()
-        grant.principal = user.principal
-        if !container.isEmpty {
-            let input = ManagementCall.Input(parameters: ["container": ConsolePath.segment(container)], query: [:], body: .object([:]))
-            if let member = try? await console.api.authorize(.team, principal: user.principal, input, withBody: { _ in input }) { grant = member }
-        }
-        return ConsoleAccess(caller: grant.caller, role: grant.role, container: container)
+        var standing = ManagementGrant()
+        standing.principal = user.principal
+        // Any member may see the team: its check reads the person's role.
+        if !container.isEmpty, let member = try? await grant(.team) { standing = member }
+        return ConsoleAccess(caller: standing.caller, role: standing.role, container: container)
     }
 
     /// The page that asks before a destructive action (`ConsoleConfirmation`).
