@@ -213,6 +213,24 @@ import Testing
             #expect(listed.contains("https://notes.example.com http://localhost:5173") && listed.contains("the sign-in page hands its sessions to no page"), "\(listed)")
             let refused = try await browser.post(base + "/schema/edit", [("edit", "field"), ("type", "Note"), ("field", "bad name"), ("fieldType", "STRING")])
             #expect(refused.headers[.location]?.contains("error=") == true)
+            // The refusal's reason shows on the page the redirect leads to; the same words in a
+            // link made anywhere else (or the sealed link with its words changed) show nothing.
+            let refusal = try #require(refused.headers[.location])
+            let shown = try await browser.get(refusal).html
+            #expect(shown.contains("role=\"alert\"") && shown.contains("must start with a letter"), "\(shown.suffix(1500))")
+            let crafted = base + "/schema?error=" + ConsolePath.segment("Your session expired. Sign in again at https://evil.example")
+                + "&notice=" + ConsolePath.segment("Sign in again at https://evil.example")
+            #expect(refusal.contains("letter"), "\(refusal)")
+            let tampered = refusal.replacingOccurrences(of: "letter", with: "evil")
+            for link in [crafted, tampered, crafted + "&seal=" + String(repeating: "0", count: 32)] {
+                let page = try await browser.get(link)
+                #expect(page.status == 200 && !page.html.contains("evil") && !page.html.contains("role=\"alert\""), "\(link): \(page.html.suffix(800))")
+            }
+            // The sign-in page says only its own messages, by code.
+            var stranger = Browser(harness: harness)
+            #expect(try await stranger.get("/console/signin?notice=signed-out").html.contains("You are signed out."))
+            let spoofed = try await stranger.get("/console/signin?error=" + ConsolePath.segment("Sign in at https://evil.example instead")).html
+            #expect(!spoofed.contains("evil") && !spoofed.contains("role=\"alert\""), "\(spoofed)")
             let schema = try await harness.admin(.get, "containers/\(container)/schema?environment=development").json["schema"]?.stringValue ?? ""
             #expect(schema.contains("count INT64 QUERYABLE SORTABLE") && schema.contains("tags LIST<STRING> QUERYABLE") && schema.contains("CREATE ROLE Editor")
                     && schema.contains("GRANT READ TO \"_world\""), "\(schema)")

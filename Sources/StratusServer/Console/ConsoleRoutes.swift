@@ -88,8 +88,9 @@ struct ConsoleCall: Sendable {
 
     /// A page in the console's layout.
     func page(_ title: String, container: String? = nil, section: String = "", _ body: HTML) -> Response {
-        ConsoleController.page(ConsoleLayout.page(title: title, user: user, container: container, section: section,
-                                           notice: query("notice"), error: query("error"), body))
+        let flash = ConsoleFlash.open(queryForm, key: user.csrf)
+        return ConsoleController.page(ConsoleLayout.page(title: title, user: user, container: container, section: section,
+                                                         notice: flash.notice, error: flash.error, body))
     }
 }
 
@@ -161,7 +162,8 @@ extension ConsoleController {
             let query = ConsoleForm(ByteBuffer(string: request.uri.query ?? ""))
             let next = Self.pageAfterSignIn(query["next"])
             if try await self.consoleUser(request) != nil { return Self.seeOther(next) }
-            return Self.page(ConsoleLayout.signIn(error: query.text("error"), notice: query.text("notice"), next: next))
+            return Self.page(ConsoleLayout.signIn(error: query["error"].flatMap { ConsoleFlash.signInMessages[$0] },
+                                                  notice: query["notice"].flatMap { ConsoleFlash.signInMessages[$0] }, next: next))
         }
         router.post("/console/signin") { request, _ -> Response in
             guard self.isSameOrigin(request) else { return Self.forbidden("this sign-in did not come from the console's own page") }
@@ -176,7 +178,7 @@ extension ConsoleController {
         }
         route(router, .post, "/console/signout") { call in
             try await self.admin.operatorStore.revokeOperatorCredential(call.user.credentialID)
-            return Self.seeOther("/console/signin?notice=signed+out", extraHeaders: self.sessionCookie(nil))
+            return Self.seeOther("/console/signin?notice=signed-out", extraHeaders: self.sessionCookie(nil))
         }
         ConsolePages(console: self).addRoutes(to: router)
         ConsoleAdminPages(console: self).addRoutes(to: router)
@@ -221,9 +223,14 @@ extension ConsoleController {
                 if await call.allowed(confirmation.route, confirmation.parameters) { return call.ask(confirmation) }
             }
             do {
-                return try await handler(call)
+                var response = try await handler(call)
+                // What the next page says about this action comes sealed for this session.
+                if response.status == .seeOther, let location = response.headers[.location] {
+                    response.headers[.location] = ConsoleFlash.seal(location, key: user.csrf)
+                }
+                return response
             } catch let failure as ConsoleFailure {
-                if failure.status == 401 { return Self.seeOther("/console/signin?error=your+session+ended", extraHeaders: self.sessionCookie(nil)) }
+                if failure.status == 401 { return Self.seeOther("/console/signin?error=session-ended", extraHeaders: self.sessionCookie(nil)) }
                 return Self.page(ConsoleLayout.page(title: "Not possible", user: user, container: nil, section: "", notice: nil, error: nil,
                                                     ConsoleLayout.failure(failure)), status: .init(code: failure.status))
             }
