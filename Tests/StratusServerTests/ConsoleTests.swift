@@ -493,13 +493,19 @@ import Testing
             // Browsers send a form's spaces as '+'.
             let spaced = try await browser.get(base + "?type=Note&f1=title&o1=EQUALS&v1=note+2")
             #expect(spaced.html.contains(">note-2<") && !spaced.html.contains(">note-3<"), "\(spaced.html.suffix(1500))")
+            // A bidirectional override in the data shows for what it is ("[U+202E]gnp.exe", not
+            // "exe.png"), isolated from the text around it.
+            #expect(try await ada.post("public", "records/modify", ["operations": [["operationType": "create", "record": ["recordType": "Note", "recordName": "spoof",
+                "fields": ["title": ["value": "\u{202E}gnp.exe"], "count": ["value": -1]]]]]]).status == 200)
+            let spoof = try await browser.get(base + "?type=Note&f1=count&o1=LESS_THAN&v1=0").html
+            #expect(spoof.components(separatedBy: "<bdi><span class=\"ctl\">[U+202E]</span>gnp.exe</bdi>").count == 2 && !spoof.contains("\u{202E}"), "\(spoof.suffix(1500))")
             let near = try await browser.get(base + "?type=Note&f1=place&o1=NEAR&v1=52.5,13.4,1000")
             #expect(near.html.contains(">note-0<"), "\(near.html.suffix(1500))")
             let bad = try await browser.get(base + "?type=Note&f1=count&o1=EQUALS&v1=many")
             #expect(bad.html.contains("is not a whole number"))
             // A record by type: dates as dates, locations as coordinates, references as links.
             let view = try await browser.get(base + "/view?name=note-1")
-            #expect(view.html.contains("2026-11-18T") && view.html.contains("52.5, 13.4") && view.html.contains("name=note-0\">note-0</a>"), "\(view.html.suffix(3000))")
+            #expect(view.html.contains("2026-11-18T") && view.html.contains("52.5, 13.4") && view.html.contains("name=note-0\"><bdi>note-0</bdi></a>"), "\(view.html.suffix(3000))")
             // Change, create, delete in development.
             let tag = try #require(view.html.firstMatch(of: /name="tag" value="([^"]+)"/).map { String($0.output.1) })
             let saved = try await browser.post(base + "/save", [("environment", "development"), ("database", "public"), ("zone", "_defaultZone"), ("type", "Note"),

@@ -300,7 +300,7 @@ struct ConsoleRecordPages: Sendable {
                 if let name = value["recordName"]?.stringValue {
                     var target = place
                     if let zone = value["zoneID"]?["zoneName"]?.stringValue { target.zone = zone }
-                    return "<a href=\"\(ConsolePath.make("c", container, "records", "view") + ConsolePath.query(target.pairs + [("name", name)]))\">\(name)</a>"
+                    return "<a href=\"\(ConsolePath.make("c", container, "records", "view") + ConsolePath.query(target.pairs + [("name", name)]))\">\(HTML.isolated(name))</a>"
                 }
             case "ASSETID":
                 if let url = value["downloadURL"]?.stringValue, url.hasPrefix("http://") || url.hasPrefix("https://") {
@@ -310,7 +310,7 @@ struct ConsoleRecordPages: Sendable {
             case "BYTES":
                 return "\(((value.stringValue ?? "").count * 3) / 4) bytes"
             default:
-                if let text = value.stringValue { return "\(text)" }
+                if let text = value.stringValue { return HTML.isolated(text) }
             }
             return "\(JSONWriter.string(value))"
         }
@@ -326,7 +326,7 @@ struct ConsoleRecordPages: Sendable {
         let shown = fields.keys.filter { !$0.hasPrefix("___") }.sorted().prefix(6)
         let rows = (answer["records"]?.arrayValue ?? []).map { record -> [HTML] in
             let name = record["recordName"]?.stringValue ?? ""
-            let link: HTML = "<a href=\"\(ConsolePath.make("c", container, "records", "view") + ConsolePath.query(place.pairs + [("name", name)]))\">\(name)</a>"
+            let link: HTML = "<a href=\"\(ConsolePath.make("c", container, "records", "view") + ConsolePath.query(place.pairs + [("name", name)]))\">\(HTML.isolated(name))</a>"
             let modified = record["modified"]?["timestamp"]?.intValue.map { ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double($0) / 1000)) } ?? ""
             return [link] + shown.map { field in record["fields"]?[field].map { renderValue($0, place: place, container: container) } ?? "" } + ["\(modified)"]
         }

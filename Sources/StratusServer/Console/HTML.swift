@@ -66,6 +66,33 @@ struct HTML: Sendable, ExpressibleByStringInterpolation, CustomStringConvertible
         return escaped
     }
 
+    /// Text from the data as a person should read it: isolated from the text around it (`<bdi>`),
+    /// its bidirectional controls shown as their code points (`[U+202E]`), so "\u{202E}gnp.exe"
+    /// reads as what it is, not as "exe.png". Only for showing: a form's value keeps every character.
+    static func isolated(_ value: String) -> HTML {
+        var html = HTML(stringLiteral: "<bdi>")
+        var run = ""
+        for scalar in value.unicodeScalars {
+            if isBidiControl(scalar) {
+                html.text += escape(run) + "<span class=\"ctl\">[U+" + String(scalar.value, radix: 16, uppercase: true).leftPadded(to: 4) + "]</span>"
+                run = ""
+            } else {
+                run.unicodeScalars.append(scalar)
+            }
+        }
+        html.text += escape(run) + "</bdi>"
+        return html
+    }
+
+    /// The characters that change the direction of the text after them: embeddings, overrides,
+    /// isolates and the marks.
+    static func isBidiControl(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x061C, 0x200E, 0x200F, 0x202A...0x202E, 0x2066...0x2069: true
+        default: false
+        }
+    }
+
     /// Joins pieces.
     static func join(_ parts: [HTML], separator: HTML = "") -> HTML {
         var result = HTML(stringLiteral: "")
