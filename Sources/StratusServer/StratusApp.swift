@@ -104,7 +104,7 @@ public final class StratusApp: Sendable {
         self.cors = CORSPolicy(authenticator: authenticator)
         self.auth = AuthController(admin: admin, authenticator: authenticator, passwords: passwords, bodies: bodies, rateLimiter: rateLimiter,
                                    users: dataAPI.users)
-        self.console = ConsoleController(api: managementAPI, admin: admin, passwords: passwords, bodies: bodies, adminToken: configuration.adminToken,
+        self.console = ConsoleController(api: managementAPI, admin: admin, passwords: passwords, bodies: bodies, sealer: sealer, adminToken: configuration.adminToken,
                                          publicURL: configuration.publicURL)
         let (authenticator, schemas, rateLimiter, notifier) = (self.authenticator, self.records.schemas, self.rateLimiter, self.notifier)
         invalidations.subscribe { [weak self] event in

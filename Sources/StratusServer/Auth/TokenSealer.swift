@@ -27,19 +27,27 @@ public struct TokenSealer: Sendable {
     /// `base64url(payload) + "." + base64url(mac)`.
     public func seal(_ payload: JSON, purpose: String) -> String {
         let body = JSONWriter.bytes(payload)
-        let mac = HMAC<SHA256>.authenticationCode(for: Array(purpose.utf8) + [0] + body, using: secret)
-        return Self.base64url(body) + "." + Self.base64url(Array(mac))
+        return Self.base64url(body) + "." + signature(body, purpose: purpose)
     }
 
     /// The payload of a token sealed for `purpose`, or `nil` when it is malformed, forged or for another purpose.
     public func open(_ token: String, purpose: String) -> JSON? {
         guard token.utf8.count <= 4096 else { return nil }
         let parts = token.split(separator: ".", omittingEmptySubsequences: false)
-        guard parts.count == 2, let body = Self.decode(String(parts[0])), let mac = Self.decode(String(parts[1])) else { return nil }
-        guard HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: Array(purpose.utf8) + [0] + body, using: secret) else {
-            return nil
-        }
+        guard parts.count == 2, let body = Self.decode(String(parts[0])), isSignature(String(parts[1]), of: body, purpose: purpose) else { return nil }
         return try? JSONParser.parse(body)
+    }
+
+    /// The MAC of `body` for `purpose`, base64url: what a token carries after its payload, or what
+    /// vouches for a payload sent in the open beside it.
+    func signature(_ body: [UInt8], purpose: String) -> String {
+        Self.base64url(Array(HMAC<SHA256>.authenticationCode(for: Array(purpose.utf8) + [0] + body, using: secret)))
+    }
+
+    /// Whether `signature` is `body`'s for `purpose` (compared in constant time).
+    func isSignature(_ signature: String, of body: [UInt8], purpose: String) -> Bool {
+        guard let mac = Self.decode(signature) else { return false }
+        return HMAC<SHA256>.isValidAuthenticationCode(mac, authenticating: Array(purpose.utf8) + [0] + body, using: secret)
     }
 
     static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)

@@ -24,6 +24,8 @@ struct ConsoleController: Sendable {
     let admin: AdminStore
     let passwords: Passwords
     let bodies: RequestBodies
+    /// Signs what a redirect tells the next page (`ConsoleFlash`).
+    let sealer: TokenSealer
     /// `STRATUS_ADMIN_TOKEN`, when the server has one (a session may be opened with it).
     let adminToken: String?
     /// The service's public URL: the console's own origin.

@@ -88,7 +88,7 @@ struct ConsoleCall: Sendable {
 
     /// A page in the console's layout.
     func page(_ title: String, container: String? = nil, section: String = "", _ body: HTML) -> Response {
-        let flash = ConsoleFlash.open(queryForm, key: user.csrf)
+        let flash = ConsoleFlash.open(queryForm, session: user.csrf, sealer: console.sealer)
         return ConsoleController.page(ConsoleLayout.page(title: title, user: user, container: container, section: section,
                                                          notice: flash.notice, error: flash.error, body))
     }
@@ -226,7 +226,7 @@ extension ConsoleController {
                 var response = try await handler(call)
                 // What the next page says about this action comes sealed for this session.
                 if response.status == .seeOther, let location = response.headers[.location] {
-                    response.headers[.location] = ConsoleFlash.seal(location, key: user.csrf)
+                    response.headers[.location] = ConsoleFlash.seal(location, session: user.csrf, sealer: self.sealer)
                 }
                 return response
             } catch let failure as ConsoleFailure {
