@@ -40,7 +40,8 @@ def main():
     if status != 303 or not cookie:
         raise SystemExit(f"console bench: could not sign in ({status})")
     quoted = urllib.parse.quote(container, safe="")
-    place = urllib.parse.urlencode({"environment": "development", "database": "private", "user": user, "zone": zone})
+    place = urllib.parse.urlencode({"environment": "development", "database": "private", "user": user,
+                                    "reason": "console bench", "zone": zone})
     records = f"/console/c/{quoted}/records?{place}&type=Item&f1=rank&o1=GREATER_THAN_OR_EQUALS&v1=100&sort=rank&order=ascending&limit=50"
     status, _, body = request("GET", records, headers={"Cookie": cookie})
     names = re.findall(r'name=([^"&]+)">', body.decode())

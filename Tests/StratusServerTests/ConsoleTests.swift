@@ -426,12 +426,14 @@ import Testing
                 ("POST", base + "/quota", [("environment", "development"), ("maxRecords", "100000")], "PATCH /management/1/containers/:container/quota", nil),
                 ("POST", base + "/users/\(user)/disable", [("environment", "development")], "POST /management/1/containers/:container/users/:user/disable", nil),
                 ("GET", base + "/records?type=Note", [], "POST /management/1/containers/:container/records/query", nil),
+                ("GET", base + "/records?type=Note&database=private&user=\(user)&reason=support", [], "userDatabase", nil),
+                ("GET", base + "/records/new?database=shared&user=\(user)&reason=support&type=Note", [], "userDatabase", nil),
                 ("POST", base + "/records/save", [("environment", "development"), ("type", "Note"), ("field.title", "x")],
                  "POST /management/1/containers/:container/records/modify", .development),
             ]
             var mismatches: [String] = []
             for (method, path, fields, rule, environment) in cases {
-                let requirement = try #require(ManagementAccess.routes[rule], "\(rule)")
+                let requirement = try #require(rule == "userDatabase" ? ManagementAccess.userDatabase : ManagementAccess.routes[rule], "\(rule)")
                 for (name, role, browser) in callers {
                     var copy = browser
                     // A new role's name for each (a taken one is refused before the management API is asked).
@@ -523,10 +525,15 @@ import Testing
             #expect(deleted.headers[.location]?.contains("notice=") == true, "\(deleted.headers)")
             #expect(try await ada.post("public", "records/lookup", ["records": [["recordName": "from-console"]]]).json["records"]?.arrayValue?.first?["serverErrorCode"] == "NOT_FOUND")
             // A user's private database, read as them: audited.
-            let mine = try await browser.get(base + "?type=Note&database=private&user=ada@example.com")
-            #expect(mine.html.contains(">secret<"), "\(mine.html.suffix(1500))")
+            // Asked for a reason first, which then stays with every page and is audited.
+            let unexplained = try await browser.get(base + "?type=Note&database=private&user=ada@example.com")
+            #expect(unexplained.status == 200 && unexplained.html.contains("Say why you open this user") && !unexplained.html.contains(">secret<"),
+                    "\(unexplained.html.suffix(1500))")
+            let mine = try await browser.get(base + "?type=Note&database=private&user=ada@example.com&reason=support+ticket")
+            #expect(mine.html.contains(">secret<") && mine.html.contains("reason=support%20ticket"), "\(mine.html.suffix(1500))")
             let audit = try await harness.admin(.get, "containers/\(container)/audit")
-            #expect(audit.json["entries"]?.arrayValue?.contains { $0["action"] == "records.read" && $0["target"] == .string(ada.userRecordName ?? "") } == true, "\(audit.json)")
+            #expect(audit.json["entries"]?.arrayValue?.contains { $0["action"] == "records.read" && $0["target"] == .string(ada.userRecordName ?? "")
+                && $0["detail"] == "private database: support ticket" } == true, "\(audit.json)")
             #expect(audit.json["entries"]?.arrayValue?.contains { $0["action"] == "records.modify" } == true)
             // Production changes need the container's identifier typed.
             try await harness.deploy(schema, to: container)

@@ -209,6 +209,58 @@ import Testing
         }
     }
 
+    /// An app user's private or shared database: an owner's to open (as `ManagementAccess.userDatabase`
+    /// says), with a reason, which the audit log keeps; a viewer and a developer are refused and
+    /// nothing of theirs is audited as a read.
+    @Test func aUsersDatabaseIsAnOwnersToOpenWithAReasonThatIsAudited() async throws {
+        try await Harness.run { harness in
+            let ada = try await harness.container().signedUp()
+            let container = ada.container
+            #expect(try await ada.post("private", "records/modify", ["operations": [["operationType": "create", "record": ["recordType": "Diary", "recordName": "d1",
+                "fields": ["text": ["value": "dear diary"]]]]]]).status == 200)
+            let callers = [("viewer", try await harness.signedInOperator(teams: [(container, .viewer)])),
+                           ("developer", try await harness.signedInOperator(teams: [(container, .developer)])),
+                           ("owner", try await harness.signedInOperator(teams: [(container, .owner)]))]
+            let user = JSON.string(ada.userRecordName ?? "")
+            for (name, person) in callers {
+                let role = TeamRole(name: name)
+                let expected = ManagementAccess.decide(ManagementAccess.userDatabase, caller: ManagementCaller(isSuperuser: false, operatorID: 1), role: role,
+                                                       environment: .development, container: container)
+                for (path, body) in [("records/query", ["query": ["recordType": "Diary"]] as [String: JSON]), ("records/lookup", ["records": [["recordName": "d1"]]]), ("zones/list", [:])] {
+                    var request = body
+                    request["database"] = "private"
+                    request["user"] = user
+                    request["reason"] = "support ticket 4711"
+                    let answer = try await harness.management(person.credential, .post, "containers/\(container)/\(path)", json: .object(request))
+                    if expected == .allowed {
+                        #expect(answer.status == 200, "\(name) \(path): \(answer.json)")
+                        var unexplained = request
+                        unexplained["reason"] = nil
+                        let refused = try await harness.management(person.credential, .post, "containers/\(container)/\(path)", json: .object(unexplained))
+                        #expect(refused.status == 400 && refused.json["reason"]?.stringValue?.contains("'reason'") == true, "\(refused.json)")
+                        unexplained["reason"] = "\u{202E}hidden"
+                        #expect(try await harness.management(person.credential, .post, "containers/\(container)/\(path)", json: .object(unexplained)).status == 400)
+                    } else {
+                        #expect(answer.status == 403 && answer.json["serverErrorCode"] == "ACCESS_DENIED"
+                                && answer.json["reason"]?.stringValue?.contains("private database: this needs the owner role") == true, "\(name) \(path): \(answer.json)")
+                        // Their own role's reads of the public database still work.
+                        let open = try await harness.management(person.credential, .post, "containers/\(container)/zones/list", json: ["database": "public"])
+                        #expect(open.status == 200, "\(open.json)")
+                    }
+                }
+            }
+            #expect(callers.filter { TeamRole(name: $0.0).map { $0 < .owner } ?? false }.count == 2)
+            let found = try await harness.management(callers[2].1.credential, .post, "containers/\(container)/records/lookup",
+                                                     json: ["database": "private", "user": user, "reason": "support ticket 4711", "records": [["recordName": "d1"]]])
+            #expect(found.json["records"]?.arrayValue?.first?["fields"]?["text"]?["value"] == "dear diary", "\(found.json)")
+            // Each read is in the audit log with its reason, by the owner; none by the others.
+            let entries = try await harness.admin(.get, "containers/\(container)/audit").json["entries"]?.arrayValue ?? []
+            let reads = entries.filter { $0["action"] == "records.read" }
+            #expect(reads.count == 4 && reads.allSatisfy { $0["detail"] == "private database: support ticket 4711" && $0["target"] == user
+                && $0["actor"]?.stringValue?.contains(callers[2].1.email) == true }, "\(reads)")
+        }
+    }
+
     @Test func operatorSignInIsThrottledAndCredentialsEndEverywhere() async throws {
         try await Harness.run { harness in
             let a = try await harness.container()

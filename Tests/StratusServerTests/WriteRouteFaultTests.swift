@@ -214,7 +214,8 @@ import Testing
         }
         // Audited: an operator reads a user's private database.
         cases["POST \(container)/zones/list"] = .write {
-            try await $0.admin(.post, "containers/\($0.container)/zones/list", ["environment": "development", "database": "private", "user": .string($0.alice.userRecordName ?? "")])
+            try await $0.admin(.post, "containers/\($0.container)/zones/list", ["environment": "development", "database": "private", "user": .string($0.alice.userRecordName ?? ""),
+                                                                             "reason": "support request"])
         }
         cases["POST \(container)/records/modify"] = .write {
             try await $0.admin(.post, "containers/\($0.container)/records/modify", ["environment": "development", "database": "public", "operations": [note("fault-managed")]])

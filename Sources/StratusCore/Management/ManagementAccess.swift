@@ -146,7 +146,8 @@ public enum ManagementAccess {
             (.shares, .member(.viewer)),
             (.subscriptions, .member(.viewer)),
             // Records of any database, as the console's records browser reads and changes them (a
-            // user's private or shared database is read as that user, and audited).
+            // user's private or shared database is read as that user, by an owner giving a reason,
+            // and audited: `userDatabase`).
             (.queryRecords, .member(.viewer)),
             (.lookupRecords, .member(.viewer)),
             (.listZones, .member(.viewer)),
@@ -177,6 +178,12 @@ public enum ManagementAccess {
         ]
         return Dictionary(table, uniquingKeysWith: { first, _ in first })
     }()
+
+    /// Reading or changing an app user's private or shared database through the records routes
+    /// (`records/query`, `records/lookup`, `zones/list`, `records/modify` with `database` private
+    /// or shared), on top of the route's own requirement: an owner's, and the call gives a
+    /// `reason`, which the audit log keeps with the read.
+    public static let userDatabase = ManagementRequirement.member(.owner)
 
     /// `METHOD path` (the path as the router has it, `:name` for parameters) → requirement.
     public static let routes: [String: ManagementRequirement] = Dictionary(uniqueKeysWithValues: requirements.map { ($0.key.key, $0.value) })

@@ -8,26 +8,45 @@ struct RecordPlace: Sendable {
     var environment: ContainerEnvironment
     var database: String
     var user: String?
+    /// Why an owner opens a user's database (kept in the audit log with each read).
+    var reason: String?
     var zone: String
 
     init(_ read: (String) -> String?) {
         environment = read("environment").flatMap(ContainerEnvironment.init(rawValue:)) ?? .development
         database = ["private", "shared"].contains(read("database") ?? "") ? read("database")! : "public"
         user = database == "public" ? nil : read("user")
+        reason = database == "public" ? nil : read("reason")
         zone = read("zone") ?? Names.defaultZone
     }
+
+    /// Whether this is an app user's database (private or shared).
+    var isUsers: Bool { database != "public" }
 
     /// The management body's keys for this place.
     var body: [String: JSON] {
         var members: [String: JSON] = ["environment": .string(environment.rawValue), "database": .string(database),
                                        "zoneID": ["zoneName": .string(zone)]]
         if let user { members["user"] = .string(user) }
+        if let reason { members["reason"] = .string(reason) }
         return members
     }
 
     /// Query-string pairs for links that stay here.
     var pairs: [(String, String)] {
         [("environment", environment.rawValue), ("database", database), ("zone", zone)] + (user.map { [("user", $0)] } ?? [])
+            + (reason.map { [("reason", $0)] } ?? [])
+    }
+
+    /// Refuses a user's database to someone who may not open it (an owner's permission, as the
+    /// management API decides), before anything is read.
+    func check(_ access: ConsoleAccess) throws {
+        guard isUsers else { return }
+        switch access.decide(ManagementAccess.userDatabase) {
+        case .allowed: return
+        case .notFound, .unauthenticated: throw ConsoleFailure(status: 404, reason: ManagementGate.notFound(container: access.container).reason)
+        case .denied(let reason): throw ConsoleFailure(status: 403, reason: "an app user's \(database) database: \(reason)")
+        }
     }
 
     /// Hidden form fields that carry the place.
@@ -48,8 +67,15 @@ struct ConsoleRecordPages: Sendable {
         console.route(router, .get, "/console/c/:container/records") { call in
             let container = call.container
             let place = RecordPlace(call.query)
+            let access = await call.access()
+            try place.check(access)
             let schema = try await self.consoleSchema(call, container: container, environment: place.environment)
-            var body = Self.placeForm(call, place: place, schema: schema, container: container)
+            var body = Self.placeForm(call, place: place, access: access, container: container)
+            if place.isUsers, place.user == nil || place.reason == nil {
+                let missing = place.user == nil ? "Give the user whose \(place.database) database to open" : "Say why you open this user's \(place.database) database"
+                body = "<p class=\"error\" role=\"alert\">\(missing): the reason is kept in the audit log with every page you read.</p>\(body)"
+                return call.page("Records", container: container, section: "records", body)
+            }
             guard let type = call.query("type"), let fields = schema.recordTypes[type] else {
                 let links = schema.recordTypes.keys.sorted().map { type -> HTML in
                     "<li><a href=\"\(ConsolePath.make("c", container, "records") + ConsolePath.query(place.pairs + [("type", type)]))\">\(type)</a></li>"
@@ -96,13 +122,15 @@ struct ConsoleRecordPages: Sendable {
                 results = "<p class=\"error\" role=\"alert\">\(problems.joined(separator: "; "))</p>"
             }
             let new = ConsolePath.make("c", container, "records", "new") + ConsolePath.query(place.pairs + [("type", type)])
-            let newLink: HTML = (await call.access()).may(.modifyRecords, in: place.environment) ? "<p><a href=\"\(new)\">New \(type) record</a></p>" : ""
+            let newLink: HTML = access.may(.modifyRecords, in: place.environment) ? "<p><a href=\"\(new)\">New \(type) record</a></p>" : ""
             body = "\(body)\(Self.queryForm(call, place: place, type: type, fields: fields, container: container))\(newLink)\(results)"
             return call.page("\(type) records", container: container, section: "records", body)
         }
         console.route(router, .get, "/console/c/:container/records/view") { call in
             let container = call.container
             let place = RecordPlace(call.query)
+            let access = await call.access()
+            try place.check(access)
             guard let name = call.query("name") else { throw ConsoleFailure(status: 400, reason: "which record? (name= is missing)") }
             var request = place.body
             request["records"] = [["recordName": .string(name)]]
@@ -113,7 +141,7 @@ struct ConsoleRecordPages: Sendable {
             }
             let type = record["recordType"]?.stringValue ?? ""
             let schema = try await self.consoleSchema(call, container: container, environment: place.environment)
-            guard (await call.access()).may(.modifyRecords, in: place.environment) else {
+            guard access.may(.modifyRecords, in: place.environment) else {
                 return call.page(name, container: container, section: "records", Self.recordDetails(record, place: place, container: container))
             }
             let body: HTML = """
@@ -129,9 +157,11 @@ struct ConsoleRecordPages: Sendable {
         console.route(router, .get, "/console/c/:container/records/new") { call in
             let container = call.container
             let place = RecordPlace(call.query)
+            let access = await call.access()
+            try place.check(access)
             let schema = try await self.consoleSchema(call, container: container, environment: place.environment)
             guard let type = call.query("type"), let fields = schema.recordTypes[type] else { throw ConsoleFailure(status: 404, reason: "choose a record type of the schema") }
-            guard (await call.access()).may(.modifyRecords, in: place.environment) else {
+            guard access.may(.modifyRecords, in: place.environment) else {
                 throw ConsoleFailure(status: 403, reason: "creating records in \(place.environment.rawValue) needs the \(place.environment == .production ? "owner" : "developer") role in \(container)")
             }
             return call.page("New \(type) record", container: container, section: "records",
@@ -213,16 +243,21 @@ struct ConsoleRecordPages: Sendable {
         return (try? SchemaLanguage.parse(exported["schema"]?.stringValue ?? "")) ?? Schema()
     }
 
-    /// Chooses environment, database, user and zone.
-    static func placeForm(_ call: ConsoleCall, place: RecordPlace, schema: Schema, container: String) -> HTML {
-        let databases = ["public", "private", "shared"].map { "<option\($0 == place.database ? " selected" : "")>\($0)</option>" as HTML }
+    /// Chooses environment, database, user and zone: a user's database (and the user and reason
+    /// it asks for) only for someone who may open it.
+    static func placeForm(_ call: ConsoleCall, place: RecordPlace, access: ConsoleAccess, container: String) -> HTML {
+        let users = access.mayOpenUserDatabases
+        let databases = (users ? ["public", "private", "shared"] : ["public"]).map { "<option\($0 == place.database ? " selected" : "")>\($0)</option>" as HTML }
         let type: HTML = call.query("type").map { "<input type=\"hidden\" name=\"type\" value=\"\($0)\">" } ?? ""
+        let whose: HTML = users ? """
+            <label for="user">User (private and shared: email or record name)</label> <input id="user" name="user" value="\(place.user ?? "")">
+            <label for="reason">Reason (private and shared: kept in the audit log)</label> <input id="reason" name="reason" value="\(place.reason ?? "")" maxlength="500">
+            """ : ""
         return """
             <form method="get" action="\(ConsolePath.make("c", container, "records"))" class="inline">\(type)
             <label for="environment">Environment</label> \(ConsoleLayout.environmentSelect(place.environment))
             <label for="database">Database</label> <select id="database" name="database">\(databases)</select>
-            <label for="user">User (private and shared: email or record name; reading is audited)</label> <input id="user" name="user" value="\(place.user ?? "")">
-            <label for="zone">Zone</label> <input id="zone" name="zone" value="\(place.zone)">
+            \(whose)<label for="zone">Zone</label> <input id="zone" name="zone" value="\(place.zone)">
             <button type="submit">Open</button></form>
             """
     }

@@ -102,7 +102,15 @@ struct ConsoleAccess: Sendable {
 
     /// Whether `route` (acting on `environment`, for a route whose role depends on it) is allowed.
     func may(_ route: ManagementRoute, in environment: ContainerEnvironment? = nil) -> Bool {
-        ManagementAccess.decide(route.requirement, caller: caller, role: role, environment: environment, container: container) == .allowed
+        decide(route.requirement, in: environment) == .allowed
+    }
+
+    /// Whether an app user's private or shared database may be opened (an owner's, with a reason).
+    var mayOpenUserDatabases: Bool { decide(ManagementAccess.userDatabase) == .allowed }
+
+    /// What the role table decides of `requirement` for this person.
+    func decide(_ requirement: ManagementRequirement, in environment: ContainerEnvironment? = nil) -> ManagementAccess.Decision {
+        ManagementAccess.decide(requirement, caller: caller, role: role, environment: environment, container: container)
     }
 
     /// The environments `route` is allowed in.

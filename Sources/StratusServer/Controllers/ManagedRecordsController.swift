@@ -8,8 +8,9 @@ import StratusStore
 /// data API's, plus `environment` (development when absent), `database` (`public`, `private` or
 /// `shared`; public when absent) and, for a private or shared database, `user` (whose: a record
 /// name or an email address). The public database is used with the container administrator's
-/// privileges, as a server-to-server key does; a user's database as that user. Reading or
-/// changing a user's database, and changing the public one, is audited.
+/// privileges, as a server-to-server key does; a user's database as that user, only by an owner
+/// (`ManagementAccess.userDatabase`) who gives a `reason`. Reading or changing a user's database
+/// (with the reason), and changing the public one, is audited.
 struct ManagedRecordsController: Sendable {
     /// What it does, each one management route.
     enum Operation: CaseIterable, Sendable {
@@ -52,9 +53,11 @@ struct ManagedRecordsController: Sendable {
             throw StratusError.badRequest("'database' must be public, private or shared")
         }
         let given = try Wire.string(body["user"], key: "user")
-        for key in ["environment", "database", "user"] { body[key] = nil }
+        let givenReason = try Wire.string(body["reason"], key: "reason")
+        for key in ["environment", "database", "user", "reason"] { body[key] = nil }
         var caller = Caller(container: container, environment: environment)
         var target = ""
+        var reason = ""
         if scope == .public {
             // The container administrator's privileges, as for a server key: no security role
             // restricts it, and what it creates names the operator as creator.
@@ -62,6 +65,19 @@ struct ManagedRecordsController: Sendable {
             caller.user = UserID(who)
             caller.serverKey = who
         } else {
+            switch ManagementAccess.decide(ManagementAccess.userDatabase, caller: grant.caller, role: grant.role, environment: environment,
+                                           container: container.name) {
+            case .allowed: break
+            case .denied(let reason): throw StratusError(.accessDenied, "an app user's \(scope.rawValue) database: \(reason)")
+            case .notFound, .unauthenticated: throw ManagementGate.notFound(container: container.name)
+            }
+            guard let text = givenReason, !text.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty else {
+                throw StratusError.badRequest("say why you open this user's \(scope.rawValue) database: give 'reason' (kept in the audit log)")
+            }
+            guard text.count <= 500, Names.isPrintableName(text, maximumBytes: 2000) else {
+                throw StratusError.badRequest("'reason' must be printable text of at most 500 characters")
+            }
+            reason = text.trimmingCharacters(in: .whitespacesAndNewlines)
             guard let given, !given.isEmpty else {
                 throw StratusError.badRequest("the \(scope.rawValue) database is a user's: give 'user' (their record name or email address)")
             }
@@ -81,7 +97,8 @@ struct ManagedRecordsController: Sendable {
         }
         if scope != .public || action == "records.modify" {
             try await admin.audit(AuditEntry(containerID: container.id, actor: grant.actor, action: action, environment: environment,
-                                             target: target.isEmpty ? scope.rawValue : target, detail: "\(scope.rawValue) database"))
+                                             target: target.isEmpty ? scope.rawValue : target,
+                                             detail: "\(scope.rawValue) database" + (reason.isEmpty ? "" : ": \(reason)")))
         }
         return answer
     }
