@@ -115,6 +115,11 @@ import FoundationNetworking
             #expect(try await run(["team", "remove", "--container", "iCloud.com.example.TeamA", "--operator", "viewer@example.com"], as: root, admin: true).status == 0)
             let viewerCredential = try JSONParser.parse(Array(try Data(contentsOf: URL(fileURLWithPath: viewer + "/stratus/credentials"))))["servers"]?[server]?["credential"]?.stringValue ?? ""
             #expect(await Self.status(other + "/management/1/containers/iCloud.com.example.TeamA/schema", headers: ["Authorization": "Bearer \(viewerCredential)"]) == 404)
+            // Signed out everywhere by a superuser: the account stays, its credentials stop.
+            let revoked = try await run(["operator", "revoke", "viewer@example.com"], as: root, admin: true)
+            #expect(revoked.status == 0 && revoked.text.contains("revoked every credential of operator viewer@example.com"), "\(revoked.text)")
+            #expect(await Self.status(other + "/management/1/whoami", headers: ["Authorization": "Bearer \(viewerCredential)"]) == 401)
+            #expect(try await run(["operator", "audit"], as: root, admin: true).text.contains("operator.revoke\tviewer@example.com"))
             let help = try await run(["team", "--help"], as: root)
             #expect(help.text.contains("owner") && help.text.contains("set-role"), "\(help.text)")
         }

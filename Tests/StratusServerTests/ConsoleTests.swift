@@ -337,6 +337,111 @@ import Testing
         }
     }
 
+    /// A superuser manages operators in the console as with `stratus operator`: add, disable
+    /// (asked first), enable, sign out everywhere (asked first), set a password; reads the server's
+    /// figures and its audit log. Anyone else is refused and is not offered the pages.
+    @Test func aSuperuserManagesOperatorsAndReadsTheServer() async throws {
+        try await Harness.run { harness in
+            let boss = try await harness.signedInOperator(superuser: true)
+            let plain = try await harness.signedInOperator()
+            var browser = Browser(harness: harness)
+            #expect(try await browser.signIn(email: boss.email, password: boss.password) == 303)
+            let home = try await browser.get("/console")
+            #expect(home.html.contains("href=\"/console/operators\"") && home.html.contains("href=\"/console/server\""))
+            // Add an operator with the form.
+            let email = "new-\(UInt32.random(in: 0...UInt32.max))@example.com"
+            _ = try await browser.get("/console/operators")
+            let added = try await browser.post("/console/operators", [("email", email), ("password", "a first password for them")])
+            #expect(added.status == 303 && added.headers[.location]?.contains("notice=") == true, "\(added.status) \(added.html.suffix(800))")
+            let listed = try await browser.get("/console/operators")
+            #expect(listed.html.contains(email) && !listed.html.contains("/operators/\(ConsolePath.segment(boss.email))/disable"), "no disabling yourself")
+            func account() async throws -> JSON? {
+                try await harness.admin(.get, "operators").json["operators"]?.arrayValue?.first { $0["emailAddress"]?.stringValue == email }
+            }
+            #expect(try await account() != nil)
+            // They sign in; a password set by the superuser ends that sign-in and the new one works.
+            let login = try await harness.management(nil, .post, "login", json: ["emailAddress": .string(email), "password": "a first password for them"])
+            let credential = try #require(login.json["credential"]?.stringValue, "\(login.json)")
+            #expect(try await harness.management(credential, .get, "whoami").status == 200)
+            let passwordPage = try await browser.get("/console/operators/\(ConsolePath.segment(email))/password")
+            #expect(passwordPage.status == 200 && !passwordPage.html.contains("id=\"current\""), "another's password needs no current one")
+            let reset = try await browser.post("/console/operators/\(ConsolePath.segment(email))/password", [("password", "a second password for them")])
+            #expect(reset.status == 303 && reset.headers[.location]?.contains("1%20sign-in%20revoked") == true, "\(reset.headers)")
+            #expect(try await harness.management(credential, .get, "whoami").status == 401)
+            let again = try await harness.management(nil, .post, "login", json: ["emailAddress": .string(email), "password": "a second password for them"])
+            let second = try #require(again.json["credential"]?.stringValue, "\(again.json)")
+            // Sign out everywhere: asked first, nothing happens until confirmed.
+            let asked = try await browser.post("/console/operators/\(ConsolePath.segment(email))/revoke", [])
+            #expect(asked.status == 200 && asked.html.contains("Sign them out") && asked.html.contains("name=\"confirmed\" value=\"yes\""))
+            #expect(try await harness.management(second, .get, "whoami").status == 200)
+            let revoked = try await browser.post("/console/operators/\(ConsolePath.segment(email))/revoke", [("confirmed", "yes")])
+            #expect(revoked.status == 303, "\(revoked.html.suffix(500))")
+            #expect(try await harness.management(second, .get, "whoami").status == 401)
+            // Disable (asked first), then enable.
+            let disableAsked = try await browser.post("/console/operators/\(ConsolePath.segment(email))/disable", [])
+            #expect(disableAsked.status == 200 && disableAsked.html.contains("Disable the operator"))
+            #expect(try await account()?["disabledAt"] == .null)
+            #expect(try await browser.post("/console/operators/\(ConsolePath.segment(email))/disable", [("confirmed", "yes")]).status == 303)
+            #expect(try await account()?["disabledAt"] != .null)
+            #expect(try await browser.get("/console/operators").html.contains("/operators/\(ConsolePath.segment(email))/enable"))
+            #expect(try await browser.post("/console/operators/\(ConsolePath.segment(email))/enable", []).status == 303)
+            #expect(try await account()?["disabledAt"] == .null)
+            // A mistake is said in words, and nothing is added.
+            let bad = try await browser.post("/console/operators", [("email", "not an address"), ("password", "short")])
+            #expect(bad.status == 303 && bad.headers[.location]?.contains("error=") == true, "\(bad.headers)")
+            // The server page: the process's figures, and the server audit log with every action above.
+            let server = try await browser.get("/console/server")
+            #expect(server.status == 200 && server.html.contains("Memory (resident)") && server.html.contains(" MiB"), "\(server.html.suffix(2000))")
+            for action in ["operator.add", "operator.password", "operator.revoke", "operator.disable", "operator.enable"] {
+                #expect(server.html.contains(">\(action)<"), "\(action) in the server audit log")
+            }
+            // Someone who is not a superuser: no links, and the pages refuse.
+            var other = Browser(harness: harness)
+            #expect(try await other.signIn(email: plain.email, password: plain.password) == 303)
+            #expect(try await !other.get("/console").html.contains("/console/operators"))
+            for page in ["/console/operators", "/console/server", "/console/operators/\(ConsolePath.segment(email))/password"] {
+                let refused = try await other.get(page)
+                #expect(refused.status == 403, "\(page): \(refused.status)")
+            }
+            _ = try await other.get("/console")
+            let forbidden = try await other.post("/console/operators/\(ConsolePath.segment(email))/disable", [("confirmed", "yes")])
+            #expect(forbidden.status == 403)
+            #expect(try await account()?["disabledAt"] == .null)
+        }
+    }
+
+    /// The audit log pages back to its first entry, a page at a time.
+    @Test func theAuditLogPagesBackToItsFirstEntry() async throws {
+        try await Harness.run { harness in
+            let session = try await harness.container()
+            let container = session.container
+            // 230 entries of the container's log (and its creation's).
+            for index in 0..<230 {
+                let made = try await harness.admin(.post, "containers/\(container)/tokens", json: ["environment": "development", "name": .string("t\(index)")])
+                #expect(made.status == 201)
+            }
+            let total = try await harness.admin(.get, "containers/\(container)/audit?limit=10000").json["entries"]?.arrayValue ?? []
+            var browser = Browser(harness: harness)
+            #expect(try await browser.signIn(adminToken: Harness.adminToken) == 303)
+            var page = "/console/c/\(container)/audit"
+            var seen: [String] = []
+            var pages = 0
+            while true {
+                let html = try await browser.get(page).html
+                seen += html.matches(of: /<td><time datetime="(\d{4}-\d\d-\d\dT[^"]+)"[^>]*>[^<]+<\/time><\/td><td><bdi>[^<]*<\/bdi><\/td><td>([a-z.]+)<\/td>/).map { "\($0.output.2)" }
+                pages += 1
+                guard let next = html.firstMatch(of: /rel="next" href="([^"]+)"/)?.output.1 else {
+                    #expect(html.contains("The first entry is the last shown"))
+                    break
+                }
+                page = String(next).replacingOccurrences(of: "&amp;", with: "&")
+                if pages > 10 { break }
+            }
+            #expect(pages == (total.count + ConsoleAudit.pageSize - 1) / ConsoleAudit.pageSize && seen.count == total.count, "\(pages) pages, \(seen.count) of \(total.count)")
+            #expect(seen.last == total.first?["action"]?.stringValue, "the last entry shown is the first written")
+        }
+    }
+
     /// Each page offers an owner, a developer and a viewer exactly the forms whose actions the
     /// role table (`ManagementAccess`) lets them use: none they would be refused, none missing.
     @Test func pagesOfferOnlyTheFormsTheRoleTableAllows() async throws {

@@ -68,6 +68,9 @@ import Testing
             #expect(entry("\(run)-2")?["operation"] == "records/lookup" && entry("\(run)-3")?["operation"] == "zones/list"
                     && entry("\(run)-3")?["database"] == "public")
             #expect(entry("\(run)-4")?["status"] == 400 && entry("\(run)-4")?["serverErrorCode"] == "BAD_REQUEST")
+            // A failure keeps the reason its error dictionary gave; a success has none.
+            #expect(entry("\(run)-4")?["reason"] == bad.json["reason"] && bad.json["reason"]?.stringValue?.isEmpty == false, "\(String(describing: entry("\(run)-4")))")
+            #expect(entry("\(run)-5")?["reason"] == denied.json["reason"] && create["reason"] == .null)
             #expect(entry("\(run)-5")?["status"] == 401 && entry("\(run)-5")?["serverErrorCode"] == "AUTHENTICATION_FAILED"
                     && entry("\(run)-5")?["userRecordName"] == .null)
             // Newest first, numbered in order.
@@ -85,6 +88,24 @@ import Testing
             let first = try #require(entry("\(run)-1")?["seq"]?.intValue)
             let after = try await Self.logs(harness, session.container, "&after=\(first)").compactMap { $0["seq"]?.intValue }
             #expect(after == numbers.filter { $0 > first }.sorted(), "\(after)")
+            // By request id, by text (in the reason, any case), in a time range.
+            #expect(try await Self.logs(harness, session.container, "&requestID=\(run)-2").compactMap { $0["requestID"]?.stringValue } == ["\(run)-2"])
+            let word = try #require(bad.json["reason"]?.stringValue?.split(separator: " ").max { $0.count < $1.count }.map { String($0).uppercased() })
+            let found = try await Self.logs(harness, session.container, "&q=\(ConsolePath.segment(word))").compactMap { $0["requestID"]?.stringValue }
+            #expect(found.contains("\(run)-4") && !found.contains("\(run)-2"), "\(word): \(found)")
+            // (Times are written to the millisecond, rounded: a bound 2 ms before the first request's is before it.)
+            let formatter = ISO8601DateFormatter()
+            formatter.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+            let createdAt = try #require(create["at"]?.stringValue.flatMap { formatter.date(from: $0) })
+            let bound = ConsolePath.segment(formatter.string(from: createdAt.addingTimeInterval(-0.002)))
+            let ours = Set((1...5).map { "\(run)-\($0)" })
+            let until = try await Self.logs(harness, session.container, "&until=\(bound)").compactMap { $0["requestID"]?.stringValue }
+            #expect(ours.isDisjoint(with: until), "\(until)")
+            let window = try await Self.logs(harness, session.container, "&since=\(bound)&until=2999-01-01T00:00:00Z").compactMap { $0["requestID"]?.stringValue }
+            #expect(ours.isSubset(of: window) && Set(window).isDisjoint(with: until), "\(window)")
+            for bad in ["until=soon", "since=2026-11-29T10:00:00Z&until=2026-11-29T09:00:00Z", "requestID=a%20b", "q="] {
+                #expect(try await harness.admin(.get, "containers/\(session.container)/logs?\(bad)").status == 400, "\(bad)")
+            }
             #expect(try await harness.admin(.get, "containers/\(session.container)/logs?status=banana").status == 400)
             #expect(try await harness.admin(.get, "containers/\(session.container)/logs?since=yesterday").status == 400)
             #expect(try await harness.admin(.get, "containers/\(session.container)/logs?environment=staging").status == 400)
@@ -198,7 +219,7 @@ import Testing
                     try await connection.statement(PostgresQuery(unsafeSQL: "PREPARE trim_probe AS \(WriteRequestLog.sql)"), logger: TestCluster.logger)
                     let rows = try await connection.statement(PostgresQuery(unsafeSQL: """
                         EXPLAIN (ANALYZE, FORMAT JSON) EXECUTE trim_probe(\(containerID), 1, 1, 1, \(keep), now(), now(), ARRAY[now()], ARRAY[2::int2],
-                            ARRAY['records/lookup'], ARRAY[200::int2], ARRAY[''], ARRAY[5], ARRAY[''], ARRAY['trim-probe'], ARRAY[''])
+                            ARRAY['records/lookup'], ARRAY[200::int2], ARRAY[''], ARRAY[5], ARRAY[''], ARRAY['trim-probe'], ARRAY[''], ARRAY[''])
                         """), logger: TestCluster.logger)
                     try await connection.statement("ROLLBACK", logger: TestCluster.logger)
                     try await connection.statement("DEALLOCATE trim_probe", logger: TestCluster.logger)
@@ -238,6 +259,13 @@ import Testing
             let lines = printed.text.split(separator: "\n")
             #expect(lines.first?.hasPrefix("AT\t") == true && lines.count == 2, "\(printed.text)")
             #expect(lines.last?.contains("cli-bad") == true && lines.last?.contains("records/modify\t400 BAD_REQUEST") == true, "\(printed.text)")
+            // The failure's reason ends its line; --request-id and --text find it.
+            let bad = try #require(lines.last.map(String.init))
+            #expect(bad.split(separator: "\t").last?.contains("'operations'") == true, "\(bad)")
+            for filter in [["--request-id", "cli-bad"], ["--text", "OPERATIONS", "--until", "2999-01-01T00:00:00Z"]] {
+                let found = try await Subprocess.runDetached([Programs.binary, "logs", "--container", session.container] + filter, environment: environment)
+                #expect(found.status == 0 && found.text.split(separator: "\n").dropFirst().map(String.init) == [bad], "\(filter): \(found.text)")
+            }
             let json = try await Subprocess.runDetached([Programs.binary, "logs", "--container", session.container, "--since", "5m", "--json"],
                                                         environment: environment)
             let ids = (try JSONParser.parse(Array(json.text.utf8))["entries"]?.arrayValue ?? []).compactMap { $0["requestID"]?.stringValue }

@@ -201,6 +201,7 @@ import Testing
         cases["POST /management/1/operators/{}/enable"] = .write { fixture in
             try await fixture.admin(.post, "operators/\(fixture.teamEmail)/enable")
         }
+        cases["POST /management/1/operators/{}/revoke"] = .write { try await $0.admin(.post, "operators/\($0.operatorEmail)/revoke") }
         cases["POST /management/1/operators/{}/password"] = .write { try await $0.admin(.post, "operators/\($0.operatorEmail)/password", ["newPassword": "another operator password"]) }
         cases["GET \(container)/team"] = .read { try await $0.admin(.get, "containers/\($0.container)/team") }
         cases["POST \(container)/team"] = .write { try await $0.admin(.post, "containers/\($0.container)/team", ["operator": .string($0.operatorEmail), "role": "viewer"]) }

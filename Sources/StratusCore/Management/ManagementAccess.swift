@@ -120,6 +120,7 @@ public enum ManagementAccess {
             (.disableOperator, .superuser),
             (.enableOperator, .superuser),
             (.operatorPassword, .selfOrSuperuser),
+            (.revokeOperatorCredentials, .superuser),
             (.serverAudit, .superuser),
             // Containers and their teams.
             (.createContainer, .superuser),
@@ -254,6 +255,7 @@ public struct ManagementRoute: Hashable, Sendable {
     public static let disableOperator = ManagementRoute("POST", base + "/operators/:operator/disable")
     public static let enableOperator = ManagementRoute("POST", base + "/operators/:operator/enable")
     public static let operatorPassword = ManagementRoute("POST", base + "/operators/:operator/password")
+    public static let revokeOperatorCredentials = ManagementRoute("POST", base + "/operators/:operator/revoke")
     public static let serverAudit = ManagementRoute("GET", base + "/audit")
     public static let createContainer = ManagementRoute("POST", base + "/containers")
     public static let containers = ManagementRoute("GET", base + "/containers")

@@ -301,30 +301,12 @@ struct ConsoleAdminPages: Sendable {
         }
         console.route(router, .get, "/console/c/:container/audit") { call in
             let container = call.container
-            let action = call.query("action")
-            let actor = call.query("actor")
-            var filters = [("order", "newest"), ("limit", "200")]
-            if let action { filters.append(("action", action)) }
-            if let actor { filters.append(("actor", actor)) }
-            let shown = try await call.require(.audit, query: Dictionary(filters, uniquingKeysWith: { first, _ in first }))["entries"]?.arrayValue ?? []
-            let actions = Self.auditActions.map { name -> HTML in "<option\(name == action ? " selected" : "")>\(name)</option>" }
-            let rows = shown.map { entry -> [HTML] in
-                ["\(entry["at"]?.stringValue ?? "")", "\(entry["actor"]?.stringValue ?? "")", "\(entry["action"]?.stringValue ?? "")",
-                 "\(entry["environment"]?.stringValue ?? "")", "\(entry["target"]?.stringValue ?? "")", "\(entry["detail"]?.stringValue ?? "")",
-                 "\(entry["address"]?.stringValue ?? "")"]
-            }
-            let body: HTML = """
-                <form method="get" action="\(ConsolePath.make("c", container, "audit"))" class="inline">
-                <label for="action">Action</label> <select id="action" name="action"><option value="">any</option>\(actions)</select>
-                <label for="actor">Operator</label> <input id="actor" name="actor" value="\(call.query("actor") ?? "")" type="search">
-                <button type="submit">Filter</button></form>
-                \(ConsoleLayout.table("Audit log, newest first (the latest 200 that match)", ["When", "Who", "Action", "Environment", "Target", "Detail", "From"], rows, empty: "No entries match."))
-                """
+            let body = try await ConsoleAudit.section(call, route: .audit, path: ConsolePath.make("c", container, "audit"), caption: "Audit log")
             return call.page("Audit log", container: container, section: "audit", body)
         }
     }
 
-    /// The actions the audit log records, for its filter.
+    /// The actions a container's audit log records, for its filter.
     static let auditActions = ["container.create", "container.import", "token.create", "token.update", "token.revoke", "key.add", "key.revoke", "schema.import",
                                "schema.deploy", "schema.reset", "user.disable", "user.enable", "user.erase", "role.assign", "role.unassign",
                                "quota.set", "team.add", "team.role", "team.remove", "records.read", "records.modify"]
@@ -394,5 +376,53 @@ struct ConsoleAdminPages: Sendable {
             guard answer.ok else { return try ConsoleController.actionFailed(answer, back: back) }
             return ConsoleController.seeOther(back + ConsolePath.query([("notice", "removed \(member)")]))
         }
+    }
+}
+
+/// An audit log on a page (a container's, or the server's): filtered by action and operator,
+/// newest first, a page at a time back to the first entry.
+enum ConsoleAudit {
+    /// Entries per page.
+    static let pageSize = 100
+    /// The actions the server-wide log records.
+    static let serverActions = ["operator.add", "operator.remove", "operator.disable", "operator.enable", "operator.password", "operator.revoke"]
+
+    /// The filter form, the page of entries, and links to older and newest.
+    static func section(_ call: ConsoleCall, route: ManagementRoute, path: String, caption: String) async throws -> HTML {
+        let action = call.query("action")
+        let actor = call.query("actor")
+        let before = call.query("before").flatMap { Int64($0) }.flatMap { $0 > 0 ? $0 : nil }
+        var query = ["order": "newest", "limit": String(pageSize + 1)]
+        if let action { query["action"] = action }
+        if let actor { query["actor"] = actor }
+        if let before { query["before"] = String(before) }
+        let fetched = try await call.require(route, query: query)["entries"]?.arrayValue ?? []
+        let shown = fetched.prefix(pageSize)
+        let names = route == .serverAudit ? serverActions : ConsoleAdminPages.auditActions
+        let actions = names.map { name -> HTML in "<option\(name == action ? " selected" : "")>\(name)</option>" }
+        let rows = shown.map { entry -> [HTML] in
+            [ConsoleLayout.time(entry["at"]?.stringValue), HTML.isolated(entry["actor"]?.stringValue ?? ""), "\(entry["action"]?.stringValue ?? "")",
+             "\(entry["environment"]?.stringValue ?? "")", HTML.isolated(entry["target"]?.stringValue ?? ""), HTML.isolated(entry["detail"]?.stringValue ?? ""),
+             "\(entry["address"]?.stringValue ?? "")"]
+        }
+        let kept = [("action", action), ("actor", actor)].compactMap { pair in pair.1.map { (pair.0, $0) } }
+        var links: [HTML] = []
+        if before != nil { links.append("<a href=\"\(path + ConsolePath.query(kept))\">Newest entries</a>") }
+        if fetched.count > pageSize, let last = shown.last?["id"]?.intValue {
+            links.append("<a rel=\"next\" href=\"\(path + ConsolePath.query(kept + [("before", String(last))]))\">Older entries</a>")
+        } else if !shown.isEmpty {
+            links.append("<span class=\"hint\">The first entry is the last shown.</span>")
+        }
+        func moment(_ entry: JSON?) -> String { entry?["at"]?.stringValue.map { $0.prefix(10) + " " + $0.dropFirst(11).prefix(8) } ?? "" }
+        let range = shown.isEmpty ? "" : " (newest first, \(shown.count) entr\(shown.count == 1 ? "y" : "ies"): \(moment(shown.first)) back to \(moment(shown.last)) UTC)"
+        return """
+            <form method="get" action="\(path)" class="inline">
+            <label for="action">Action</label> <select id="action" name="action"><option value="">any</option>\(actions)</select>
+            <label for="actor">Operator</label> <input id="actor" name="actor" value="\(actor ?? "")" type="search">
+            <button type="submit">Filter</button></form>
+            \(ConsoleLayout.table(caption + range, ["When", "Who", "Action", "Environment", "Target", "Detail", "From"], Array(rows), empty: "No entries match.",
+                                 widths: ["m", "m", "m", "s", "", "", "s"]))
+            <p class="pages">\(HTML.join(links, separator: " "))</p>
+            """
     }
 }

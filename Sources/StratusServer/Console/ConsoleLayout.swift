@@ -40,12 +40,28 @@ enum ConsoleLayout {
             .compactMap { $0 }.reduce("") { "\($0)\($1)" }
         return """
             \(head(title))<body>
-            <header><a class="brand" href="/console">Stratus console</a>
+            <header><a class="brand" href="/console">Stratus console</a>\(serverLinks(user, section: section))
             <form class="signout" method="post" action="/console/signout">\(csrf(user))<span class="who">\(user.name)\(user.isSuperuser ? " (superuser)" : "")</span>
             <button type="submit">Sign out</button></form></header>
             <div class="frame">\(nav)<main id="main"><h1>\(title)</h1>\(flash)\(body)</main></div>
             </body></html>
             """
+    }
+
+    /// A superuser's pages (operators, the server), in the header; nothing for anyone else.
+    static func serverLinks(_ user: ConsoleUser, section: String) -> HTML {
+        guard user.isSuperuser else { return "" }
+        let links = [("operators", "Operators"), ("server", "Server")].map { path, title -> HTML in
+            "<li><a href=\"/console/\(path)\"\(section == path ? " aria-current=\"page\"" as HTML : "")>\(title)</a></li>"
+        }
+        return "<nav class=\"server\" aria-label=\"Server\"><ul>\(links)</ul></nav>"
+    }
+
+    /// An ISO 8601 time to the minute ("2026-11-29 02:08"), the whole of it in its title.
+    static func time(_ iso: String?) -> HTML {
+        guard let iso else { return "" }
+        let short = iso.count >= 16 ? iso.prefix(10) + " " + iso.dropFirst(11).prefix(5) : Substring(iso)
+        return "<time datetime=\"\(iso)\" title=\"\(iso)\">\(String(short))</time>"
     }
 
     /// The hidden CSRF field every form carries.
@@ -79,13 +95,15 @@ enum ConsoleLayout {
     }
 
     /// A table: headers and rows of cells. Its columns keep their widths whatever the data (long
-    /// values are cut with an ellipsis) unless `whole`, which shows every value in full.
-    static func table(_ caption: String, _ headers: [String], _ rows: [[HTML]], empty: String, whole: Bool = false) -> HTML {
+    /// values are cut with an ellipsis) unless `whole`, which shows every value in full. `widths`
+    /// sizes the columns (`xs`, `s`, `m`, `l`; empty for a share of what is left).
+    static func table(_ caption: String, _ headers: [String], _ rows: [[HTML]], empty: String, whole: Bool = false, widths: [String] = []) -> HTML {
         guard !rows.isEmpty else { return "<p class=\"empty\">\(empty)</p>" }
         let head = headers.map { "<th scope=\"col\">\($0)</th>" as HTML }
+        let columns: HTML = widths.isEmpty ? "" : "<colgroup>\(widths.map { "<col\($0.isEmpty ? "" : " class=\"w-\($0)\"" as HTML)>" as HTML })</colgroup>"
         let body = rows.map { row -> HTML in "<tr>\(row.map { "<td>\($0)</td>" as HTML })</tr>" }
         let kind: HTML = whole ? "wrap" : "data cols-\(min(headers.count, 10))"
-        return "<div class=\"scroll\"><table class=\"\(kind)\"><caption>\(caption)</caption><thead><tr>\(head)</tr></thead><tbody>\(body)</tbody></table></div>"
+        return "<div class=\"scroll\"><table class=\"\(kind)\"><caption>\(caption)</caption>\(columns)<thead><tr>\(head)</tr></thead><tbody>\(body)</tbody></table></div>"
     }
 
     /// A POST form of one button (and hidden fields).
@@ -119,5 +137,37 @@ enum ConsoleLayout {
             <svg width="300" height="14" viewBox="0 0 300 14" role="img" aria-label="\(label) \(percent) percent of the limit">
             <rect class="bar-track" x="0" y="0" width="300" height="14" rx="3"></rect><rect class="\(tone)" x="0" y="0" width="\(width)" height="14" rx="3"></rect></svg></figure>
             """
+    }
+}
+
+/// Figures as a person reads them: bytes in KiB, MiB, GiB; counts in thousands and millions.
+enum ConsoleUnits {
+    /// "10 GiB", "1.5 MiB", "512 bytes".
+    static func bytes(_ value: Int64) -> String {
+        let units = ["KiB", "MiB", "GiB", "TiB"]
+        guard value >= 1024 else { return "\(value) byte\(value == 1 ? "" : "s")" }
+        var amount = Double(value)
+        var unit = -1
+        while amount >= 1024, unit < units.count - 1 {
+            amount /= 1024
+            unit += 1
+        }
+        return "\(trimmed(amount)) \(units[unit])"
+    }
+
+    /// "950", "12.5 k", "3 M" (the exact figure is in the title of what shows it).
+    static func count(_ value: Int64) -> String {
+        let magnitude = abs(Double(value))
+        if magnitude < 10_000 { return "\(value)" }
+        if magnitude < 1_000_000 { return "\(trimmed(Double(value) / 1000)) k" }
+        if magnitude < 1_000_000_000 { return "\(trimmed(Double(value) / 1_000_000)) M" }
+        return "\(trimmed(Double(value) / 1_000_000_000)) G"
+    }
+
+    /// One decimal below 100 (none when it is .0), none above.
+    private static func trimmed(_ amount: Double) -> String {
+        if amount >= 100 { return String(Int(amount.rounded())) }
+        let text = String(format: "%.1f", amount)
+        return text.hasSuffix(".0") ? String(text.dropLast(2)) : text
     }
 }

@@ -192,6 +192,7 @@ extension ConsoleController {
         ConsoleAdminPages(console: self).addRoutes(to: router)
         ConsoleRecordPages(console: self).addRoutes(to: router)
         ConsoleTelemetryPages(console: self).addRoutes(to: router)
+        ConsoleServerPages(console: self).addRoutes(to: router)
     }
 
     /// Registers a console route: the person must be signed in (a GET without a session goes to

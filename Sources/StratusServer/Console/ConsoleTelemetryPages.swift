@@ -11,43 +11,56 @@ struct ConsoleTelemetryPages: Sendable {
         console.route(router, .get, "/console/c/:container/logs") { call in
             let container = call.container
             let environment = call.environment
-            var filters = [("environment", environment.rawValue), ("limit", "200")]
-            for name in ["status", "operation", "user", "before"] {
-                if let value = call.query(name) { filters.append((name, value)) }
+            // The page's filters, as the form has them (times as the browser's datetime-local, in UTC).
+            var shown: [(String, String)] = [("environment", environment.rawValue)]
+            for name in ["status", "operation", "user", "requestID", "q", "from", "to"] {
+                if let value = call.query(name) { shown.append((name, value)) }
             }
+            var filters = shown.filter { $0.0 != "from" && $0.0 != "to" }
+            if let from = call.query("from") { filters.append(("since", Self.utc(from))) }
+            if let to = call.query("to") { filters.append(("until", Self.utc(to))) }
+            filters.append(("limit", String(Self.pageSize)))
+            if let before = call.query("before") { filters.append(("before", before)) }
             let answer = await call.api(.logs, query: Dictionary(filters, uniquingKeysWith: { first, _ in first }))
             if answer.status == 401 || answer.status == 403 || answer.status == 404 { throw ConsoleFailure(status: answer.status, reason: answer.reason) }
             let entries = answer.ok ? answer.json["entries"]?.arrayValue ?? [] : []
             let rows = entries.map { entry -> [HTML] in
                 let status = "\(entry["status"]?.intValue ?? 0)"
                 let code: HTML = entry["serverErrorCode"]?.stringValue.map { " <code>\($0)</code>" } ?? ""
-                return ["\(entry["at"]?.stringValue ?? "")", "\(entry["database"]?.stringValue ?? "")", "\(entry["operation"]?.stringValue ?? "")",
+                return [ConsoleLayout.time(entry["at"]?.stringValue), "\(entry["database"]?.stringValue ?? "")", "\(entry["operation"]?.stringValue ?? "")",
                         "<span class=\"\((entry["status"]?.intValue ?? 0) >= 400 ? "status-error" : "status-ok")\">\(status)</span>\(code)",
+                        HTML.isolated(entry["reason"]?.stringValue ?? ""),
                         "\(Self.milliseconds(entry["durationMs"]))", "<code>\(entry["userRecordName"]?.stringValue ?? "")</code>",
-                        "<code>\(entry["requestID"]?.stringValue ?? "")</code>", "\(entry["clientAddress"]?.stringValue ?? "")"]
+                        "<a href=\"\(ConsolePath.make("c", container, "logs") + ConsolePath.query([("environment", environment.rawValue), ("requestID", entry["requestID"]?.stringValue ?? "")]))\"><code>\(entry["requestID"]?.stringValue ?? "")</code></a>",
+                        "\(entry["clientAddress"]?.stringValue ?? "")"]
             }
-            var older: HTML = ""
-            if entries.count == 200, let seq = entries.last?["seq"]?.intValue {
-                var next = filters.filter { $0.0 != "before" && $0.0 != "limit" }
-                next.append(("before", String(seq)))
-                older = "<p><a href=\"\(ConsolePath.make("c", container, "logs") + ConsolePath.query(next))\">Older requests</a></p>"
+            let path = ConsolePath.make("c", container, "logs")
+            var pages: [HTML] = []
+            if call.query("before") != nil { pages.append("<a href=\"\(path + ConsolePath.query(shown))\">Newest requests</a>") }
+            if entries.count == Self.pageSize, let seq = entries.last?["seq"]?.intValue {
+                pages.append("<a rel=\"next\" href=\"\(path + ConsolePath.query(shown + [("before", String(seq))]))\">Older requests</a>")
             }
             let statuses = ["", "2xx", "4xx", "5xx"].map { value -> HTML in
                 "<option value=\"\(value)\"\(value == (call.query("status") ?? "") ? " selected" : "")>\(value.isEmpty ? "any" : value)</option>"
             }
             let failure: HTML = answer.ok ? "" : "<p class=\"error\" role=\"alert\">\(answer.reason)</p>"
             let body: HTML = """
-                <form method="get" action="\(ConsolePath.make("c", container, "logs"))" class="inline">
-                <label for="environment">Environment</label> \(ConsoleLayout.environmentSelect(environment))
+                <form method="get" action="\(path)" class="stack query">
+                <div class="filter"><label for="environment">Environment</label> \(ConsoleLayout.environmentSelect(environment))
                 <label for="status">Status</label> <select id="status" name="status">\(statuses)</select>
-                <label for="operation">Operation</label> <input id="operation" name="operation" value="\(call.query("operation") ?? "")" placeholder="records/modify" size="16">
-                <label for="user">User</label> <input id="user" name="user" value="\(call.query("user") ?? "")" type="search" placeholder="record name or email">
+                <label for="operation">Operation</label> <input id="operation" name="operation" value="\(call.query("operation") ?? "")" placeholder="records/modify" size="16"></div>
+                <div class="filter"><label for="q">Text</label> <input id="q" name="q" value="\(call.query("q") ?? "")" type="search" placeholder="in the reason, code, operation, id or user">
+                <label for="requestID">Request ID</label> <input id="requestID" name="requestID" value="\(call.query("requestID") ?? "")" type="search" size="24">
+                <label for="user">User</label> <input id="user" name="user" value="\(call.query("user") ?? "")" type="search" placeholder="record name or email"></div>
+                <div class="filter"><label for="from">From (UTC)</label> <input id="from" name="from" type="datetime-local" step="1" value="\(call.query("from") ?? "")">
+                <label for="to">until (UTC)</label> <input id="to" name="to" type="datetime-local" step="1" value="\(call.query("to") ?? "")"></div>
                 <button type="submit">Filter</button></form>
                 \(failure)
-                \(ConsoleLayout.table("Requests, newest first (200 a page)", ["When", "Database", "Operation", "Status", "ms", "User", "Request ID", "From"], rows,
-                                      empty: "No requests match. Requests appear here about a second after they are answered."))
-                \(older)
-                <p class="hint">Each environment keeps its newest \(answer.json["keep"]?.intValue ?? 0) requests (the logRequests limit on Usage &amp; quotas).</p>
+                \(ConsoleLayout.table("Requests, newest first (\(Self.pageSize) a page)", ["When", "Database", "Operation", "Status", "Reason", "ms", "User", "Request ID", "From"], rows,
+                                      empty: "No requests match. Requests appear here about a second after they are answered.",
+                                      widths: ["m", "xs", "s", "s", "", "xs", "xs", "s", "xs"]))
+                <p class="pages">\(HTML.join(pages, separator: " "))</p>
+                <p class="hint">Each environment keeps its newest \(answer.json["keep"]?.intValue ?? 0) requests (the logRequests limit on Usage &amp; quotas). Every HTTP request of the data API is one row here.</p>
                 """
             return call.page("Logs", container: container, section: "logs", body)
         }
@@ -200,3 +213,15 @@ struct ConsoleTelemetryPages: Sendable {
             """
     }
 }
+
+extension ConsoleTelemetryPages {
+    /// Requests per page of the log.
+    static let pageSize = 100
+
+    /// A browser's datetime-local value ("2026-11-29T02:08" or with seconds), read as UTC, in ISO 8601.
+    static func utc(_ local: String) -> String {
+        if local.hasSuffix("Z") || local.contains("+") { return local }
+        return local + (local.count == 16 ? ":00Z" : "Z")
+    }
+}
+

@@ -13,6 +13,8 @@ public enum RequestID {
     final class State: @unchecked Sendable {
         let id: String
         var errorCode: String?
+        /// The error dictionary's reason, for the request log.
+        var reason: String?
         /// For the request log: the container and environment the request was authenticated
         /// against (nil: not logged), the database it named, its user and client address.
         var container: (id: ContainerID, environment: ContainerEnvironment)?

@@ -216,7 +216,7 @@ struct StratusHTTPChannel<Responder: HTTPResponder>: ServerChildChannel where Re
                 let operation = Metrics.operation(family: route?.family ?? Metrics.family(of: path).family, path: path)
                 requestLog.append(RequestLogEntry(containerID: containerID, environment: environment, at: Date(), database: state.database,
                                                   operation: operation, status: Int(response.status.code),
-                                                  errorCode: state.errorCode, durationMicroseconds: Int(seconds * 1_000_000),
+                                                  errorCode: state.errorCode, reason: state.reason, durationMicroseconds: Int(seconds * 1_000_000),
                                                   userRecordName: state.user, requestID: id, clientAddress: state.client))
             }
             if logger.logLevel <= .debug {

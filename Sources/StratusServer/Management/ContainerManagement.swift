@@ -263,6 +263,11 @@ struct ContainerManagement: Sendable {
         for (name, value) in [("action", action), ("actor", actor)] {
             if let value, !Names.isPrintableName(value, maximumBytes: 200) { throw StratusError.badRequest("'\(name)' must be 1–200 printable characters") }
         }
-        return try await admin.auditLog(containerID: containerID, since: since, limit: limit, newestFirst: order == "newest", action: action, actor: actor)
+        let before = try query.get("before").map { text throws(StratusError) -> Int64 in
+            guard let value = Int64(text), value > 0 else { throw .badRequest("'before' must be an entry's id (a positive whole number)") }
+            return value
+        }
+        return try await admin.auditLog(containerID: containerID, since: since, limit: limit, newestFirst: order == "newest", action: action, actor: actor,
+                                        before: before)
     }
 }

@@ -67,8 +67,10 @@ struct LogManagement: Sendable {
     /// The periods the telemetry covers: length and bucket, in seconds.
     static let telemetryPeriods: [String: (length: Int, bucket: Int)] = ["hour": (3600, 60), "day": (86400, 900)]
 
-    /// The log's filters from the query: `since` (ISO 8601), `status` (`404`, or a class: `4xx`),
-    /// `operation`, `user` (record name or email), `after` / `before` (row numbers), `limit` (1–1000, default 100).
+    /// The log's filters from the query: `since` and `until` (ISO 8601), `status` (`404`, or a
+    /// class: `4xx`), `operation`, `user` (record name or email), `requestID`, `q` (text found in
+    /// the operation, error code, reason, request id or user), `after` / `before` (row numbers),
+    /// `limit` (1–1000, default 100).
     func logFilter(_ call: ManagementCall, containerID: ContainerID, environment: ContainerEnvironment) async throws -> RequestLogFilter {
         let query = call.queryParameters
         var filter = RequestLogFilter()
@@ -91,6 +93,25 @@ struct LogManagement: Sendable {
         if let text = query.get("operation") {
             guard Names.isPrintableName(String(text), maximumBytes: 64) else { throw StratusError.badRequest("'operation' must be 1–64 printable characters") }
             filter.operation = String(text)
+        }
+        if let text = query.get("until") {
+            guard let date = Self.parseTime(String(text)) else {
+                throw StratusError.badRequest("'until' must be an ISO 8601 time such as 2026-11-24T11:00:00Z")
+            }
+            filter.until = date
+        }
+        if let since = filter.since, let until = filter.until, until <= since {
+            throw StratusError.badRequest("'until' must be later than 'since'")
+        }
+        if let text = query.get("requestID") {
+            guard RequestID.accepted(String(text)) != nil else {
+                throw StratusError.badRequest("'requestID' must be a request id: 1–128 letters, digits and -_.:@/+=")
+            }
+            filter.requestID = String(text)
+        }
+        if let text = query.get("q") {
+            guard Names.isPrintableName(String(text), maximumBytes: 200) else { throw StratusError.badRequest("'q' must be 1–200 printable characters") }
+            filter.text = String(text)
         }
         if query.get("user") != nil {
             filter.user = try await call.userFilter(admin, containerID: containerID, environment: environment)

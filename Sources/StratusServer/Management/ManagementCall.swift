@@ -81,6 +81,7 @@ struct ManagementReply: Sendable {
     /// A refusal that carries more than the error dictionary (`details`).
     static func failure(_ error: StratusError, details: [String: JSON]) -> ManagementReply {
         RequestID.state?.errorCode = error.code.name
+        RequestID.state?.reason = error.reason
         return ManagementReply(json: error.dictionary(uuid: newUUID(), details: details), status: HTTPResponse.Status(code: error.code.httpStatus))
     }
 }

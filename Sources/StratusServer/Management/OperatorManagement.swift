@@ -83,6 +83,11 @@ struct OperatorManagement: Sendable {
                 return .json(["operator": ManagementJSON.operatorJSON(info)])
             }
         }
+        api.manage(router, .revokeOperatorCredentials) { call -> ManagementReply in
+            let target = try await self.namedOperator(call)
+            let revoked = try await self.admin.operatorStore.revokeOperatorCredentials(target, by: call.grant.actor)
+            return .json(["operator": ManagementJSON.operatorJSON(target), "revokedCredentials": .int(Int64(revoked))])
+        }
         api.manage(router, .operatorPassword) { call -> ManagementReply in
             let grant = call.grant
             let target = try await self.namedOperator(call)

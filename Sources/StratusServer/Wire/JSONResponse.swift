@@ -56,6 +56,7 @@ extension StratusError {
     /// The whole-request error response (its code noted for `/metrics`).
     func response(uuid: String) -> Response {
         RequestID.state?.errorCode = code.name
+        RequestID.state?.reason = reason
         var headers: HTTPFields = [:]
         if let retryAfter { headers[.retryAfter] = String(retryAfter) }
         return .json(dictionary(uuid: uuid), status: HTTPResponse.Status(code: code.httpStatus), headers: headers)

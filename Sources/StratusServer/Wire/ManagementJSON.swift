@@ -107,7 +107,7 @@ enum ManagementJSON {
     static func logEntryJSON(_ entry: RequestLogEntry, formatter: ISO8601DateFormatter) -> JSON {
         ["seq": .int(entry.seq), "at": .string(formatter.string(from: entry.at)), "database": entry.database.map { .string($0.rawValue) } ?? .null,
          "operation": .string(entry.operation), "status": .int(Int64(entry.status)),
-         "serverErrorCode": entry.errorCode.map { .string($0) } ?? .null,
+         "serverErrorCode": entry.errorCode.map { .string($0) } ?? .null, "reason": entry.reason.map { .string($0) } ?? .null,
          "durationMs": .double(Double(entry.durationMicroseconds) / 1000), "userRecordName": entry.userRecordName.map { .string($0.rawValue) } ?? .null,
          "requestID": .string(entry.requestID), "clientAddress": entry.clientAddress.map { .string($0) } ?? .null]
     }

@@ -69,11 +69,12 @@ extension AdminStore {
     /// first), at most `limit`; only those of `action` and of an actor containing `actor` (any
     /// case) when given.
     public func auditLog(containerID: ContainerID, since: Date?, limit: Int, newestFirst: Bool = false, action: String? = nil,
-                         actor: String? = nil) async throws -> [AuditEntry] {
+                         actor: String? = nil, before: Int64? = nil) async throws -> [AuditEntry] {
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
                 SELECT audit_id, at, actor, address, action, environment, target, detail FROM audit_log
                 WHERE container_id = \(containerID) AND (\(since)::timestamptz IS NULL OR at >= \(since))
+                  AND (\(before)::int8 IS NULL OR audit_id < \(before))
                   AND (\(action)::text IS NULL OR action = \(action)) AND (\(actor)::text IS NULL OR strpos(lower(actor), lower(\(actor))) > 0)
                 ORDER BY audit_id \(unescaped: newestFirst ? "DESC" : "ASC") LIMIT \(limit)
                 """, logger: logger)

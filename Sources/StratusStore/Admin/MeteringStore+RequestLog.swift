@@ -15,13 +15,16 @@ public struct RequestLogEntry: Sendable, Equatable {
     public var operation: String
     public var status: Int
     public var errorCode: String?
+    /// A failed request's reason (the error dictionary's, at most `maximumReason` characters).
+    public var reason: String?
     public var durationMicroseconds: Int
     public var userRecordName: UserID?
     public var requestID: String
     public var clientAddress: String?
 
     public init(containerID: ContainerID, environment: ContainerEnvironment, at: Date, database: DatabaseScope?, operation: String, status: Int,
-                errorCode: String?, durationMicroseconds: Int, userRecordName: UserID?, requestID: String, clientAddress: String?) {
+                errorCode: String?, reason: String? = nil, durationMicroseconds: Int, userRecordName: UserID?, requestID: String,
+                clientAddress: String?) {
         self.containerID = containerID
         self.environment = environment
         self.at = at
@@ -29,11 +32,15 @@ public struct RequestLogEntry: Sendable, Equatable {
         self.operation = operation
         self.status = status
         self.errorCode = errorCode
+        self.reason = reason.map { String($0.prefix(Self.maximumReason)) }
         self.durationMicroseconds = durationMicroseconds
         self.userRecordName = userRecordName
         self.requestID = requestID
         self.clientAddress = clientAddress
     }
+
+    /// The longest reason kept, in characters.
+    public static let maximumReason = 500
 }
 
 /// Which rows of the request log to read.
@@ -44,6 +51,12 @@ public struct RequestLogFilter: Sendable {
     public var statusClass = false
     public var operation: String?
     public var user: UserID?
+    /// Only the request with this id.
+    public var requestID: String?
+    /// Only requests whose operation, error code, reason, request id or user contains this (any case).
+    public var text: String?
+    /// Only requests answered before this time.
+    public var until: Date?
     /// Only rows numbered above this (oldest first: what `--follow` asks for).
     public var after: Int64?
     /// Only rows numbered below this (newest first: the next page back).
@@ -97,7 +110,8 @@ extension MeteringStore {
                                                               durations: .int32s(written.map { Int32(clamping: entries[$0].durationMicroseconds) }),
                                                               users: .texts(written.map { entries[$0].userRecordName?.rawValue ?? "" }),
                                                               ids: .texts(written.map { entries[$0].requestID }),
-                                                              addresses: .texts(written.map { entries[$0].clientAddress ?? "" })), logger: self.logger)
+                                                              addresses: .texts(written.map { entries[$0].clientAddress ?? "" }),
+                                                              reasons: .texts(written.map { entries[$0].reason ?? "" })), logger: self.logger)
             }
         }
     }
@@ -109,15 +123,16 @@ extension MeteringStore {
         let statusHigh = filter.status.map { Int16(clamping: filter.statusClass ? $0 + 99 : $0) }
         let rows = try await database.withConnection { connection in
             try await connection.rows("""
-                SELECT c.first_seq + e.n - 1, e.at, e.db, e.op, e.st, e.err, e.dur, e.usr, e.rid, e.addr
+                SELECT c.first_seq + e.n - 1, e.at, e.db, e.op, e.st, e.err, e.dur, e.usr, e.rid, e.addr, coalesce(e.why, '')
                 FROM request_log c
                 CROSS JOIN LATERAL unnest(c.at, c.database, c.operation, c.status, c.error_code, c.duration_us, c.user_record_name, c.request_id,
-                                          c.client_address) WITH ORDINALITY AS e(at, db, op, st, err, dur, usr, rid, addr, n)
+                                          c.client_address, c.reason) WITH ORDINALITY AS e(at, db, op, st, err, dur, usr, rid, addr, why, n)
                 WHERE c.container_id = \(containerID) AND c.environment = \(environment.code)
                   AND c.last_seq > (SELECT coalesce(max(next_seq), 0) FROM request_log_heads
                                     WHERE container_id = \(containerID) AND environment = \(environment.code)) - \(keep)
                   AND (\(filter.after)::int8 IS NULL OR c.last_seq > \(filter.after)) AND (\(filter.before)::int8 IS NULL OR c.first_seq < \(filter.before))
                   AND (\(filter.since)::timestamptz IS NULL OR c.last_at >= \(filter.since))
+                  AND (\(filter.until)::timestamptz IS NULL OR c.first_at < \(filter.until))
                   AND c.first_seq + e.n - 1 > (SELECT coalesce(max(next_seq), 0) FROM request_log_heads
                                                WHERE container_id = \(containerID) AND environment = \(environment.code)) - \(keep)
                   AND (\(filter.after)::int8 IS NULL OR c.first_seq + e.n - 1 > \(filter.after))
@@ -126,16 +141,19 @@ extension MeteringStore {
                   AND (\(statusLow)::int2 IS NULL OR e.st BETWEEN \(statusLow) AND \(statusHigh))
                   AND (\(filter.operation)::text IS NULL OR e.op = \(filter.operation))
                   AND (\(filter.user)::text IS NULL OR e.usr = \(filter.user))
+                  AND (\(filter.until)::timestamptz IS NULL OR e.at < \(filter.until))
+                  AND (\(filter.requestID)::text IS NULL OR e.rid = \(filter.requestID))
+                  AND (\(filter.text)::text IS NULL OR strpos(lower(concat_ws(' ', e.op, e.err, e.why, e.rid, e.usr)), lower(\(filter.text))) > 0)
                 ORDER BY 1 \(unescaped: filter.after == nil ? "DESC" : "ASC") LIMIT \(filter.limit)
                 """, logger: logger)
         }
         return try rows.map { row in
-            let (seq, at, database, operation, status, errorCode, duration, user, requestID, address) =
-                try row.decode((Int64, Date, Int16, String, Int16, String, Int32, String, String, String).self)
+            let (seq, at, database, operation, status, errorCode, duration, user, requestID, address, reason) =
+                try row.decode((Int64, Date, Int16, String, Int16, String, Int32, String, String, String, String).self)
             var entry = RequestLogEntry(containerID: containerID, environment: environment, at: at,
                                         database: [DatabaseScope.public, .private, .shared].first { $0.code == database },
                                         operation: operation, status: Int(status), errorCode: errorCode.isEmpty ? nil : errorCode,
-                                        durationMicroseconds: Int(duration), userRecordName: user.isEmpty ? nil : UserID(user), requestID: requestID,
+                                        reason: reason.isEmpty ? nil : reason, durationMicroseconds: Int(duration), userRecordName: user.isEmpty ? nil : UserID(user), requestID: requestID,
                                         clientAddress: address.isEmpty ? nil : address)
             entry.seq = seq
             return entry
@@ -215,8 +233,8 @@ struct WriteRequestLog: PostgresPreparedStatement {
             RETURNING next_seq),
         added AS (
             INSERT INTO request_log (container_id, environment, first_seq, last_seq, first_at, last_at, at, database, operation, status,
-                                     error_code, duration_us, user_record_name, request_id, client_address)
-            SELECT $1, $2, next_seq - $4 + 1, next_seq, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16 FROM head),
+                                     error_code, duration_us, user_record_name, request_id, client_address, reason)
+            SELECT $1, $2, next_seq - $4 + 1, next_seq, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 FROM head),
         gone AS (
             DELETE FROM request_log WHERE container_id = $1 AND environment = $2
               AND first_seq <= (SELECT next_seq FROM head) - $5 AND last_seq <= (SELECT next_seq FROM head) - $5
@@ -243,9 +261,10 @@ struct WriteRequestLog: PostgresPreparedStatement {
     var users: BinaryArray
     var ids: BinaryArray
     var addresses: BinaryArray
+    var reasons: BinaryArray
 
     func makeBindings() throws -> PostgresBindings {
-        var bindings = PostgresBindings(capacity: 16)
+        var bindings = PostgresBindings(capacity: 17)
         bindings.append(containerID)
         bindings.append(environment)
         bindings.append(count)
@@ -262,6 +281,7 @@ struct WriteRequestLog: PostgresPreparedStatement {
         bindings.append(users)
         bindings.append(ids)
         bindings.append(addresses)
+        bindings.append(reasons)
         return bindings
     }
 

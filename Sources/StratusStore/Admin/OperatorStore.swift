@@ -177,6 +177,20 @@ extension OperatorStore {
         }
     }
 
+    /// Revokes every credential of an operator (CLI sign-ins and console sessions): they sign in
+    /// again. The number revoked.
+    public func revokeOperatorCredentials(_ info: OperatorInfo, by actor: AuditActor) async throws -> Int {
+        try await database.transaction { connection in
+            let revoked = try await connection.rows("""
+                UPDATE operator_credentials SET revoked_at = now() WHERE operator_id = \(info.operatorID) AND revoked_at IS NULL
+                RETURNING credential_id
+                """, logger: logger).count
+            try await AuditEntry(containerID: serverAuditContainerID, actor: actor, action: "operator.revoke", target: info.email,
+                                 detail: "\(revoked) credential\(revoked == 1 ? "" : "s") revoked").write(on: connection, logger: logger)
+            return revoked
+        }
+    }
+
     // MARK: Credentials
 
     /// Stores a new credential for `operatorID` by its hash.

@@ -9,8 +9,8 @@ struct LogsCommand: AsyncParsableCommand {
         discussion: """
             Every request the data API answers for a container is logged: when, the database and
             operation, the HTTP status and serverErrorCode, how long it took, the user, the
-            request id (the X-Request-ID header the client got, and an error's uuid) and the
-            client's address. Each environment keeps its newest 100,000 rows ('stratus quota set
+            request id (the X-Request-ID header the client got, and an error's uuid), the
+            client's address and, for a failure, its reason (printed last). Each environment keeps its newest 100,000 rows ('stratus quota set
             --log-requests N' changes that; 0 keeps none). Rows reach the log about a second
             after their request is answered.
 
@@ -22,6 +22,8 @@ struct LogsCommand: AsyncParsableCommand {
               stratus logs --container iCloud.com.example.Notes --environment production
               stratus logs --container iCloud.com.example.Notes --status 5xx --since 1h
               stratus logs --container iCloud.com.example.Notes --user ada@example.com --operation records/modify
+              stratus logs --container iCloud.com.example.Notes --request-id 5C9F0A3E-1B2C-4D5E-8F90-123456789ABC
+              stratus logs --container iCloud.com.example.Notes --text "not a whole number" --since 2026-11-24T10:00:00Z --until 2026-11-24T11:00:00Z
               stratus logs --container iCloud.com.example.Notes --follow
             """)
 
@@ -30,6 +32,9 @@ struct LogsCommand: AsyncParsableCommand {
     @Option(help: "Only this HTTP status (404) or class (4xx, 5xx).") var status: String?
     @Option(help: "Only this operation, e.g. records/modify, records/query, zones/list.") var operation: String?
     @Option(help: "Only this user's requests: a user record name or email address.") var user: String?
+    @Option(help: "Only requests answered before then: an ISO 8601 time or a time ago, as --since.") var until: String?
+    @Option(help: "Only the request with this id (its X-Request-ID, an error's uuid).") var requestID: String?
+    @Option(help: "Only requests whose operation, error code, reason, request id or user contains this text (any case).") var text: String?
     @Option(help: "Show the newest this many matching rows (1–1000, default 100).") var limit: Int = 100
     @Flag(help: "Keep printing new requests as they are logged, until interrupted.") var follow = false
     @OptionGroup var options: ClientOptions
@@ -37,6 +42,9 @@ struct LogsCommand: AsyncParsableCommand {
     func validate() throws {
         if let since, Self.time(since, now: Date()) == nil {
             throw ValidationError("--since must be an ISO 8601 time such as 2026-11-24T10:00:00Z, or a time ago such as 15m, 2h or 7d")
+        }
+        if let until, Self.time(until, now: Date()) == nil {
+            throw ValidationError("--until must be an ISO 8601 time such as 2026-11-24T11:00:00Z, or a time ago such as 15m, 2h or 7d")
         }
         if !(1...1000).contains(limit) { throw ValidationError("--limit must be 1–1000") }
     }
@@ -63,6 +71,9 @@ struct LogsCommand: AsyncParsableCommand {
             if let status { filters.append("status=" + pathComponent(status)) }
             if let operation { filters.append("operation=" + pathComponent(operation)) }
             if let user { filters.append("user=" + pathComponent(user)) }
+            if let until, let date = Self.time(until, now: Date()) { filters.append("until=" + pathComponent(ISO8601DateFormatter().string(from: date))) }
+            if let requestID { filters.append("requestID=" + pathComponent(requestID)) }
+            if let text { filters.append("q=" + pathComponent(text)) }
             let base = "management/1/containers/\(pathComponent(target.container))/logs?" + filters.joined(separator: "&")
             let client = try options.client
             let response = try await client.send("GET", base + "&limit=\(limit)")
@@ -86,7 +97,7 @@ struct LogsCommand: AsyncParsableCommand {
         }
     }
 
-    static let header = "AT\tDATABASE\tOPERATION\tSTATUS\tMS\tUSER\tREQUEST ID\tCLIENT"
+    static let header = "AT\tDATABASE\tOPERATION\tSTATUS\tMS\tUSER\tREQUEST ID\tCLIENT\tREASON"
 
     /// One entry as a line of text.
     static func line(_ entry: JSON) -> String {
@@ -98,7 +109,8 @@ struct LogsCommand: AsyncParsableCommand {
         default: milliseconds = "?"
         }
         return [entry["at"]?.stringValue ?? "", entry["database"]?.stringValue ?? "-", entry["operation"]?.stringValue ?? "", status, milliseconds,
-                entry["userRecordName"]?.stringValue ?? "-", entry["requestID"]?.stringValue ?? "", entry["clientAddress"]?.stringValue ?? "-"]
+                entry["userRecordName"]?.stringValue ?? "-", entry["requestID"]?.stringValue ?? "", entry["clientAddress"]?.stringValue ?? "-",
+                entry["reason"]?.stringValue ?? ""]
             .joined(separator: "\t")
     }
 }

@@ -193,7 +193,7 @@ struct WhoamiCommand: AsyncParsableCommand {
 
 struct OperatorCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "operator", abstract: "Add, list, remove, disable and enable operators, and set their passwords (superusers).",
+        commandName: "operator", abstract: "Add, list, remove, disable, enable and sign out operators, and set their passwords (superusers).",
         discussion: """
             Operators are the people who administer containers. A superuser administers every container;
             anyone else only the containers whose team they are in ('stratus team'). The admin token acts
@@ -205,7 +205,7 @@ struct OperatorCommand: AsyncParsableCommand {
               stratus operator add bob@example.com --password-file bob.txt
               stratus operator list
             """,
-        subcommands: [Add.self, List.self, Remove.self, Passwd.self, Disable.self, Enable.self, Audit.self])
+        subcommands: [Add.self, List.self, Remove.self, Passwd.self, Disable.self, Enable.self, Revoke.self, Audit.self])
 
     struct Audit: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
@@ -314,6 +314,17 @@ struct OperatorCommand: AsyncParsableCommand {
 
         func run() async throws {
             try await OperatorCommand.act(options, "POST", email, "/disable", done: "disabled operator \(email); their sign-ins were revoked")
+        }
+    }
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Sign an operator out everywhere: every CLI sign-in and console session of theirs stops working; the account stays.")
+        @Argument(help: "Their email address.") var email: String
+        @OptionGroup var options: ClientOptions
+
+        func run() async throws {
+            try await OperatorCommand.act(options, "POST", email, "/revoke", done: "revoked every credential of operator \(email)")
         }
     }
 
