@@ -410,6 +410,26 @@ import Testing
         }
     }
 
+    /// Usage reads as a person reads it: sizes in GiB and MiB, counts in k and M, limits by name in
+    /// words (the API's name beside), and what each count counts said on the page.
+    @Test func usageIsShownInUnitsAndWords() async throws {
+        try await Harness.run { harness in
+            let session = try await harness.container().signedUp()
+            #expect(try await harness.admin(.patch, "containers/\(session.container)/quota",
+                                            json: ["environment": "development", "maxStorageBytes": 10_737_418_240, "maxRecords": 2_500_000]).status == 200)
+            var browser = Browser(harness: harness)
+            #expect(try await browser.signIn(adminToken: Harness.adminToken) == 303)
+            let page = try await browser.get("/console/c/\(session.container)/usage").html
+            for words in ["of 10 GiB", "of 2.5 M", "Storage (now 10 GiB)", "Records (now 2.5 M)", "<code>maxStorageBytes</code>", "The last minute",
+                          "are not the HTTP requests that"] {
+                #expect(page.contains(words), "\(words)")
+            }
+            #expect(!page.contains("lastMinute") && !page.contains(">10737418240 of"), "\(page.suffix(3000))")
+            #expect(ConsoleUnits.bytes(1023) == "1023 bytes" && ConsoleUnits.bytes(1536) == "1.5 KiB" && ConsoleUnits.count(12_345) == "12.3 k"
+                    && ConsoleUnits.count(999_999_999) == "1000 M")
+        }
+    }
+
     /// The audit log pages back to its first entry, a page at a time.
     @Test func theAuditLogPagesBackToItsFirstEntry() async throws {
         try await Harness.run { harness in

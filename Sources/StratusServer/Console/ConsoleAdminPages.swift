@@ -257,31 +257,42 @@ struct ConsoleAdminPages: Sendable {
             let usage = try await call.require(.usage, query: ["environment": environment.rawValue])
             let quota = try await call.require(.quota, query: ["environment": environment.rawValue])
             let limits = usage["limits"]?.objectValue ?? [:]
-            let requests = ["lastMinute", "lastHour", "lastDay"].map { period -> [HTML] in
+            let requests = [("lastMinute", "The last minute"), ("lastHour", "The last hour"), ("lastDay", "The last day")].map { period, label -> [HTML] in
                 let counts = usage["requests"]?[period]
-                return ["\(period)", "\(counts?["requests"]?.intValue ?? 0)", "\(counts?["throttled"]?.intValue ?? 0)", "\(counts?["refused"]?.intValue ?? 0)",
-                        "\(counts?["notifications"]?.intValue ?? 0)", "\(counts?["signups"]?.intValue ?? 0)", "\(counts?["signupsThrottled"]?.intValue ?? 0)"]
+                return ["\(label)"] + ["requests", "throttled", "refused", "notifications", "signups", "signupsThrottled"].map { key -> HTML in
+                    Self.figure(counts?[key]?.intValue ?? 0)
+                }
             }
             let top = (usage["topUsers"]?.arrayValue ?? []).map { user -> [HTML] in
-                ["<code>\(user["userRecordName"]?.stringValue ?? "")</code>", "\(user["records"]?.intValue ?? 0)", "\(user["bytes"]?.intValue ?? 0)"]
+                ["<code>\(user["userRecordName"]?.stringValue ?? "")</code>", Self.figure(user["records"]?.intValue ?? 0),
+                 "\(ConsoleUnits.bytes(user["bytes"]?.intValue ?? 0))"]
             }
             let inputs = QuotaLimits.keys.map { key -> HTML in
                 let value = quota["limits"]?[key.name]?.intValue ?? 0
-                return "<label for=\"q-\(key.name)\">\(key.name)</label><input id=\"q-\(key.name)\" name=\"\(key.name)\" inputmode=\"numeric\" value=\"\(value)\">"
+                let about = Self.limitWords[key.name] ?? (key.name, "")
+                let shown = key.name.hasSuffix("Bytes") ? " (now \(ConsoleUnits.bytes(value)))" : value >= 10_000 ? " (now \(ConsoleUnits.count(value)))" : ""
+                return """
+                    <label for="q-\(key.name)">\(about.0)\(shown) <span class="hint">\(about.1) <code>\(key.name)</code></span></label>
+                    <input id="q-\(key.name)" name="\(key.name)" inputmode="numeric" value="\(value)">
+                    """
             }
             let quotaForm: HTML = (await call.access()).may(.setQuota) ? """
                 <form method="post" action="\(ConsolePath.make("c", container, "quota"))" class="stack">\(ConsoleLayout.csrf(call.user))
                 <h2>Limits of \(environment.rawValue)</h2><input type="hidden" name="environment" value="\(environment.rawValue)">
+                <p class="hint">Whole numbers; bytes as bytes (10 GiB is 10737418240).</p>
                 \(inputs)<button type="submit">Save the limits</button></form>
                 """ : "<p>Changing the limits needs the owner role.</p>"
             let body: HTML = """
                 \(ConsoleLayout.environmentPicker(environment, action: ConsolePath.make("c", container, "usage")))
                 <section class="bars">
-                \(ConsoleLayout.bar("Records", value: usage["records"]?.intValue ?? 0, limit: limits["maxRecords"]?.intValue ?? 0))
-                \(ConsoleLayout.bar("Bytes", value: usage["bytes"]?.intValue ?? 0, limit: limits["maxStorageBytes"]?.intValue ?? 0))
+                \(ConsoleLayout.bar("Records", value: usage["records"]?.intValue ?? 0, limit: limits["maxRecords"]?.intValue ?? 0, unit: .count))
+                \(ConsoleLayout.bar("Storage", value: usage["bytes"]?.intValue ?? 0, limit: limits["maxStorageBytes"]?.intValue ?? 0, unit: .bytes))
                 </section>
-                \(ConsoleLayout.table("Requests", ["Period", "Requests", "Throttled", "Refused", "Notifications", "Sign-ups", "Sign-ups throttled"], requests, empty: ""))
-                \(ConsoleLayout.table("Top users by storage", ["User", "Records", "Bytes"], top, empty: "No user stores anything yet."))
+                \(ConsoleLayout.table("Data API work", ["Period", "Operations", "Throttled", "Refused", "Notifications", "Sign-ups", "Sign-ups throttled"], requests, empty: ""))
+                <p class="hint">Operations are what the rate limits count: a lookup's records, a modify's operations, 1 for any other request. So they
+                are not the HTTP requests that Telemetry and Logs count (one a request). Throttled: operations answered THROTTLED past a rate
+                limit; refused: past a storage limit. Notifications: queued for subscribers. Sign-ups: accounts made and sign-in attempts let through.</p>
+                \(ConsoleLayout.table("Top users by private storage", ["User", "Records", "Storage"], top, empty: "No user stores anything yet."))
                 \(quotaForm)
                 """
             return call.page("Usage and quotas", container: container, section: "usage", body)
@@ -305,6 +316,24 @@ struct ConsoleAdminPages: Sendable {
             return call.page("Audit log", container: container, section: "audit", body)
         }
     }
+
+    /// A count in words ("12.5 k"), the exact figure in its title.
+    static func figure(_ value: Int64) -> HTML {
+        value < 10_000 ? "\(value)" : "<span title=\"\(value)\">\(ConsoleUnits.count(value))</span>"
+    }
+
+    /// Each limit's name in words and what it limits.
+    static let limitWords: [String: (String, String)] = [
+        "maxRecords": ("Records", "records the environment may hold, all databases;"),
+        "maxStorageBytes": ("Storage", "bytes of records and assets, all databases;"),
+        "requestsPerSecond": ("Operations a second", "the whole environment;"),
+        "userRequestsPerSecond": ("Operations a second per user", "each signed-in user;"),
+        "userPrivateStorageBytes": ("Private storage per user", "bytes in each user's private database;"),
+        "notificationsPerSecond": ("Notifications a second", "queued for subscribers; more are dropped;"),
+        "signupsPerAddressPerHour": ("Sign-ups an hour per address", "from one client address;"),
+        "signupsPerHour": ("Sign-ups an hour", "the whole environment;"),
+        "logRequests": ("Requests the log keeps", "the newest; 0 keeps none;"),
+    ]
 
     /// The actions a container's audit log records, for its filter.
     static let auditActions = ["container.create", "container.import", "token.create", "token.update", "token.revoke", "key.add", "key.revoke", "schema.import",

@@ -126,14 +126,18 @@ enum ConsoleLayout {
         "<form method=\"get\" action=\"\(action)\" class=\"inline\"><label for=\"environment\">Environment</label> \(environmentSelect(current))\(extra) <button type=\"submit\">Show</button></form>"
     }
 
+    /// What a bar measures: a count, or bytes.
+    enum BarUnit { case count, bytes }
+
     /// A horizontal bar of `value` against `limit`, as SVG drawn here.
-    static func bar(_ label: String, value: Int64, limit: Int64) -> HTML {
+    static func bar(_ label: String, value: Int64, limit: Int64, unit: BarUnit = .count) -> HTML {
         let share = limit > 0 ? min(1, Double(value) / Double(limit)) : 0
         let width = Int(share * 300)
         let percent = limit > 0 ? Int((Double(value) / Double(limit) * 100).rounded()) : 0
         let tone = share >= 0.9 ? "bar-high" : share >= 0.7 ? "bar-mid" : "bar-low"
+        let words = unit == .bytes ? (ConsoleUnits.bytes(value), ConsoleUnits.bytes(limit)) : (ConsoleUnits.count(value), ConsoleUnits.count(limit))
         return """
-            <figure class="bar"><figcaption>\(label): \(value) of \(limit) (\(percent) %)</figcaption>
+            <figure class="bar"><figcaption>\(label): \(words.0) of \(words.1) (\(percent) %)</figcaption>
             <svg width="300" height="14" viewBox="0 0 300 14" role="img" aria-label="\(label) \(percent) percent of the limit">
             <rect class="bar-track" x="0" y="0" width="300" height="14" rx="3"></rect><rect class="\(tone)" x="0" y="0" width="\(width)" height="14" rx="3"></rect></svg></figure>
             """

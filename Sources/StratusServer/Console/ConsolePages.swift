@@ -51,7 +51,7 @@ struct ConsolePages: Sendable {
                     </ul></section>
                     """)
             }
-            let summary: HTML = usage.ok ? "<p>Production holds \(usage.json["records"]?.intValue ?? 0) records, \(usage.json["bytes"]?.intValue ?? 0) bytes.</p>" : ""
+            let summary: HTML = usage.ok ? "<p>Production holds \(ConsoleUnits.count(usage.json["records"]?.intValue ?? 0)) records in \(ConsoleUnits.bytes(usage.json["bytes"]?.intValue ?? 0)).</p>" : ""
             return call.page(container, container: container, section: "", "\(summary)<div class=\"cards\">\(cards)</div>")
         }
         addConsoleSchemaPages(router)
