@@ -582,6 +582,71 @@ import Testing
         }
     }
 
+    /// The query builder offers only what the API accepts: indexed fields, each with the
+    /// comparators its type and index allow (each offered one runs; one not offered is refused in
+    /// the console's words), sorting by SORTABLE fields, from the column headers too; columns chosen.
+    @Test func theQueryBuilderOffersOnlyWhatTheSchemaAllows() async throws {
+        try await Harness.run { harness in
+            let session = try await harness.container()
+            let container = session.container
+            let schema = """
+                DEFINE SCHEMA
+                  RECORD TYPE Note (title STRING QUERYABLE SORTABLE SEARCHABLE, count INT64 QUERYABLE SORTABLE, body STRING, place LOCATION QUERYABLE,
+                                    tags LIST<STRING> QUERYABLE, blob BYTES, GRANT WRITE TO "_creator", GRANT CREATE TO "_icloud", GRANT READ TO "_world");
+                """
+            #expect(try await harness.admin(.post, "containers/\(container)/schema/import", json: ["schema": .string(schema)]).status == 200)
+            let ada = try await session.signedUp("ada@example.com")
+            #expect(try await ada.post("public", "records/modify", ["operations": [["operationType": "create", "record": ["recordType": "Note", "recordName": "n1",
+                "fields": ["title": ["value": "hello world"], "count": ["value": 3], "body": ["value": "text"], "place": ["value": ["latitude": 1, "longitude": 2]],
+                           "tags": ["value": ["a"]]]]]]]).status == 200)
+            var browser = Browser(harness: harness)
+            #expect(try await browser.signIn(adminToken: Harness.adminToken) == 303)
+            let base = "/console/c/\(container)/records"
+            let page = try await browser.get(base + "?type=Note").html
+            let builder = try #require(page.firstMatch(of: /<select id="f1"[^>]*>(.*?)<\/select>/.dotMatchesNewlines())?.output.1)
+            let offered = Dictionary(uniqueKeysWithValues: builder.matches(of: /<option value="([a-z]+)" data-comparators="([A-Z_ ]+)"/).map {
+                (String($0.output.1), $0.output.2.split(separator: " ").map(String.init))
+            })
+            #expect(offered.keys.sorted() == ["count", "place", "tags", "title"], "\(builder)")
+            #expect(offered["place"] == ["NEAR"] && offered["count"]?.contains("LESS_THAN") == true && offered["tags"]?.contains("LIST_CONTAINS") == true
+                    && offered["title"]?.contains("CONTAINS_ALL_TOKENS") == true && offered["title"]?.contains("LIST_CONTAINS") == false, "\(offered)")
+            let sorts = try #require(page.firstMatch(of: /<select id="sort"[^>]*>(.*?)<\/select>/.dotMatchesNewlines())?.output.1)
+            #expect(sorts.matches(of: /<option>([a-z]+)<\/option>/).map { String($0.output.1) } == ["count", "title"], "\(sorts)")
+            // Every comparator offered runs.
+            let samples = ["title": "hello", "count": "3", "place": "1,2,1000", "tags": "a"]
+            var refused: [String] = []
+            for (field, comparators) in offered {
+                for comparator in comparators {
+                    let answer = try await browser.get(base + "?type=Note&f1=\(field)&o1=\(comparator)&v1=\(ConsolePath.segment(samples[field]!))")
+                    if answer.status != 200 || answer.html.contains("class=\"error\"") {
+                        refused.append("\(field) \(comparator): \(answer.html.firstMatch(of: /class="error"[^>]*>([^<]*)/)?.output.1 ?? "")")
+                    }
+                }
+            }
+            #expect(refused.isEmpty, "\(refused)")
+            // One not offered is refused, saying what would do; an API refusal names the filter and field.
+            let wrong = try await browser.get(base + "?type=Note&f1=place&o1=LESS_THAN&v1=1")
+            #expect(wrong.html.contains("Filter 1 (place): LESS_THAN does not apply to place; choose NEAR"), "\(wrong.html.suffix(1500))")
+            let unindexed = try await browser.get(base + "?type=Note&f1=body&o1=EQUALS&v1=text")
+            #expect(unindexed.html.contains("Filter 1 (body): body cannot be filtered: it has no index"))
+            let words = try await browser.get(base + "?type=Note&f1=count&o1=EQUALS&v1=1&f2=title&o2=CONTAINS_ALL_TOKENS&v2=%21%21%21")
+            #expect(words.html.contains("Filter 2 (title): &#39;!!!&#39; has no words") && !words.html.contains("query.filterBy"), "\(words.html.suffix(1500))")
+            // A SORTABLE field's header sorts by it, then the other way.
+            let headed = try await browser.get(base + "?type=Note").html
+            let link = try #require(headed.firstMatch(of: /<th scope="col"><a href="([^"]+)" aria-label="Sort by count, ascending">count<\/a>/)?.output.1)
+            let sorted = try await browser.get(String(link).replacingOccurrences(of: "&amp;", with: "&")).html
+            #expect(sorted.contains("aria-label=\"Sort by count, descending\">count ↑</a>") && sorted.contains("<option selected>count</option>"), "\(sorted.suffix(2500))")
+            #expect(!headed.contains("aria-label=\"Sort by body"), "body is not SORTABLE")
+            // Columns: the boxes ticked, in the schema's order.
+            let chosen = try await browser.get(base + "/columns?type=Note&environment=development&col=count&col=body")
+            let location = try #require(chosen.headers[.location])
+            #expect(location.contains("cols=count%2Cbody") || location.contains("cols=count,body"), "\(location)")
+            let narrowed = try await browser.get(location).html
+            let headers = narrowed.matches(of: /<th scope="col">(?:<a [^>]*>)?([A-Za-z]+)/).map { String($0.output.1) }
+            #expect(headers == ["Record", "body", "count", "Modified"], "\(headers)")
+        }
+    }
+
     @Test func recordsAreFoundShownAndChangedAsAPersonWould() async throws {
         try await Harness.run { harness in
             let session = try await harness.container()

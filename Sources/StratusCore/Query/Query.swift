@@ -203,7 +203,7 @@ public struct Query: Sendable, Equatable {
                     continue
                 }
                 if let schemaField {
-                    guard schemaField.sortable, !schemaField.type.isList, scalar != .location else {
+                    guard isSortable(schemaField) else {
                         if scalar == .location {
                             throw .badRequest("cannot sort by '\(target.displayName)': a LOCATION field sorts by its distance from a point; add 'relativeLocation' to the sort descriptor")
                         }
@@ -214,6 +214,37 @@ public struct Query: Sendable, Equatable {
             }
         }
         return Query(recordType: recordType, filters: filters, sorts: sorts)
+    }
+
+    /// The comparators a filter on `field` may use, by the rules `parse` applies (each is tried
+    /// on a value of the field's type): for a query builder to offer only what will be accepted.
+    public static func comparators(for field: FieldSchema) -> [FilterComparator] {
+        let sample: JSON = switch field.type.scalar {
+        case .string: "a"
+        case .int64, .timestamp: 1
+        case .double: 1.5
+        case .reference: ["recordName": "a"]
+        case .location: ["latitude": 0, "longitude": 0]
+        case .bytes, .asset: "AA=="
+        }
+        return FilterComparator.allCases.filter { comparator in
+            var filter: [String: JSON] = ["fieldName": "f", "comparator": .string(comparator.rawValue)]
+            switch comparator {
+            case .in, .notIn, .listContainsAny, .notListContainsAny, .listContainsAll, .notListContainsAll:
+                filter["fieldValue"] = ["value": [sample]]
+            case .near:
+                filter["fieldValue"] = ["value": sample]
+                filter["distance"] = 1
+            default:
+                filter["fieldValue"] = ["value": sample]
+            }
+            return (try? parseFilter(.object(filter), index: 0, recordType: "T", fields: ["f": field], building: [])) != nil
+        }
+    }
+
+    /// Whether records may be sorted by `field` (by the rules `parse` applies).
+    public static func isSortable(_ field: FieldSchema) -> Bool {
+        field.sortable && !field.type.isList && field.type.scalar != .location
     }
 
     static func resolveTarget(_ members: [String: JSON], key: String, recordType: String, fields: [String: FieldSchema],

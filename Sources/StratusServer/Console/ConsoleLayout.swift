@@ -98,6 +98,11 @@ enum ConsoleLayout {
     /// values are cut with an ellipsis) unless `whole`, which shows every value in full. `widths`
     /// sizes the columns (`xs`, `s`, `m`, `l`; empty for a share of what is left).
     static func table(_ caption: String, _ headers: [String], _ rows: [[HTML]], empty: String, whole: Bool = false, widths: [String] = []) -> HTML {
+        table(caption, headings: headers.map { "\($0)" as HTML }, rows, empty: empty, whole: whole, widths: widths)
+    }
+
+    /// A table whose headings are markup (such as links that sort by a column).
+    static func table(_ caption: String, headings headers: [HTML], _ rows: [[HTML]], empty: String, whole: Bool = false, widths: [String] = []) -> HTML {
         guard !rows.isEmpty else { return "<p class=\"empty\">\(empty)</p>" }
         let head = headers.map { "<th scope=\"col\">\($0)</th>" as HTML }
         let columns: HTML = widths.isEmpty ? "" : "<colgroup>\(widths.map { "<col\($0.isEmpty ? "" : " class=\"w-\($0)\"" as HTML)>" as HTML })</colgroup>"

@@ -60,9 +60,6 @@ struct RecordPlace: Sendable {
 struct ConsoleRecordPages: Sendable {
     let console: ConsoleController
 
-    /// The comparators the query builder offers (every one the API has).
-    static let consoleComparators = FilterComparator.allCases.map(\.rawValue)
-
     func addRoutes(to router: Router<BasicRequestContext>) {
         console.route(router, .get, "/console/c/:container/records") { call in
             let container = call.container
@@ -85,18 +82,26 @@ struct ConsoleRecordPages: Sendable {
             }
             // The query, from the builder's fields.
             var filters: [JSON] = []
+            var used: [(index: Int, field: String)] = []
             var problems: [String] = []
             for index in 1...3 {
                 guard let field = call.query("f\(index)"), let comparator = call.query("o\(index)") else { continue }
-                guard let definition = fields[field] else { problems.append("\(type) has no field \(field)"); continue }
+                guard let definition = fields[field] else { problems.append("Filter \(index): \(type) has no field \(field)"); continue }
+                guard let kind = FilterComparator(rawValue: comparator), Query.comparators(for: definition).contains(kind) else {
+                    let allowed = Query.comparators(for: definition).map(\.rawValue)
+                    problems.append("Filter \(index) (\(field)): " + (allowed.isEmpty ? "\(field) cannot be filtered: it has no index"
+                        : "\(comparator) does not apply to \(field); choose \(allowed.joined(separator: ", "))"))
+                    continue
+                }
                 do {
                     filters.append(try Self.filterJSON(field: field, comparator: comparator, text: call.query("v\(index)") ?? "", definition: definition))
+                    used.append((index, field))
                 } catch let error as StratusError {
-                    problems.append(error.reason)
+                    problems.append("Filter \(index) (\(field)): \(error.reason)")
                 }
             }
             var query: [String: JSON] = ["recordType": .string(type), "filterBy": .array(filters)]
-            if let sort = call.query("sort"), fields[sort] != nil {
+            if let sort = call.query("sort"), let definition = fields[sort], Query.isSortable(definition) {
                 query["sortBy"] = [["fieldName": .string(sort), "ascending": .bool(call.query("order") != "descending")]]
             }
             var request = place.body
@@ -110,21 +115,28 @@ struct ConsoleRecordPages: Sendable {
                     throw ConsoleFailure(status: answer.status, reason: answer.reason)
                 }
                 if answer.ok {
-                    results = Self.recordTable(answer.json, type: type, fields: fields, place: place, container: container)
+                    results = Self.recordTable(answer.json, type: type, fields: fields, place: place, container: container,
+                                               columns: Self.columns(call, fields: fields), query: call.queryForm.pairs)
                     if let marker = answer.json["continuationMarker"]?.stringValue {
                         let kept = call.queryForm.pairs.filter { $0.0 != "marker" }
                         results = "\(results)<p><a rel=\"next\" href=\"\(ConsolePath.make("c", container, "records") + ConsolePath.query(kept + [("marker", marker)]))\">Next page</a></p>"
                     }
                 } else {
-                    results = "<p class=\"error\" role=\"alert\">\(answer.reason)</p>"
+                    results = "<p class=\"error\" role=\"alert\">\(Self.consoleWords(answer.reason, filters: used))</p>"
                 }
             } else {
                 results = "<p class=\"error\" role=\"alert\">\(problems.joined(separator: "; "))</p>"
             }
             let new = ConsolePath.make("c", container, "records", "new") + ConsolePath.query(place.pairs + [("type", type)])
             let newLink: HTML = access.may(.modifyRecords, in: place.environment) ? "<p><a href=\"\(new)\">New \(type) record</a></p>" : ""
-            body = "\(body)\(Self.queryForm(call, place: place, type: type, fields: fields, container: container))\(newLink)\(results)"
+            body = "\(body)\(Self.queryForm(call, place: place, type: type, fields: fields, container: container))\(newLink)\(Self.columnsForm(call, fields: fields, container: container))\(results)"
             return call.page("\(type) records", container: container, section: "records", body)
+        }
+        // The columns form's boxes (col=a&col=b) become one `cols=a,b` on the records page.
+        console.route(router, .get, "/console/c/:container/records/columns") { call in
+            let chosen = call.queryForm.all("col").joined(separator: ",")
+            let kept = call.queryForm.pairs.filter { !["col", "cols", "marker"].contains($0.0) }
+            return ConsoleController.seeOther(ConsolePath.make("c", call.container, "records") + ConsolePath.query(kept + [("cols", chosen)]))
         }
         console.route(router, .get, "/console/c/:container/records/view") { call in
             let container = call.container
@@ -262,31 +274,70 @@ struct ConsoleRecordPages: Sendable {
             """
     }
 
-    /// The query builder: three filters, a sort, a page size.
+    /// The query builder: three filters, a sort, a page size. Only the fields a filter may use
+    /// (indexed ones), only the comparators valid for the field (`Query.comparators(for:)`, the
+    /// API's own rules), a value input of the field's type; sorting only by SORTABLE fields.
     static func queryForm(_ call: ConsoleCall, place: RecordPlace, type: String, fields: [String: FieldSchema], container: String) -> HTML {
-        let names = fields.keys.sorted()
-        func fieldSelect(_ id: String, _ chosen: String?, empty: String) -> HTML {
-            let options = names.map { "<option\($0 == chosen ? " selected" : "")>\($0)</option>" as HTML }
-            return "<select id=\"\(id)\" name=\"\(id)\"><option value=\"\">\(empty)</option>\(options)</select>"
+        let filterable = fields.keys.sorted().compactMap { name -> (String, FieldSchema, [FilterComparator])? in
+            let comparators = Query.comparators(for: fields[name]!)
+            return comparators.isEmpty ? nil : (name, fields[name]!, comparators)
         }
+        let sortable = fields.keys.sorted().filter { Query.isSortable(fields[$0]!) }
         let rows = (1...3).map { index -> HTML in
-            let comparators = consoleComparators.map { "<option\($0 == call.query("o\(index)") ? " selected" : "")>\($0)</option>" as HTML }
+            let chosen = call.query("f\(index)").flatMap { name in filterable.first { $0.0 == name } }
+            let options = filterable.map { name, definition, comparators -> HTML in
+                let input = valueInput(definition.type)
+                return """
+                    <option value="\(name)" data-comparators="\(comparators.map(\.rawValue).joined(separator: " "))" data-input="\(input.mode)" \
+                    data-hint="\(input.hint)"\(name == chosen?.0 ? " selected" : "")>\(name) (\(definition.type.description))</option>
+                    """
+            }
+            // The comparators of the chosen field, or of any field until one is chosen (the script narrows them as a field is picked).
+            let offered = chosen?.2 ?? FilterComparator.allCases.filter { comparator in filterable.contains { $0.2.contains(comparator) } }
+            let comparators = offered.map { "<option\($0.rawValue == call.query("o\(index)") ? " selected" : "")>\($0.rawValue)</option>" as HTML }
+            let input = chosen.map { valueInput($0.1.type) } ?? (mode: "text", hint: "")
             return """
-                <div class="filter"><label for="f\(index)">Filter \(index) field</label> \(fieldSelect("f\(index)", call.query("f\(index)"), empty: "(none)"))
-                <label for="o\(index)">comparator</label> <select id="o\(index)" name="o\(index)">\(comparators)</select>
-                <label for="v\(index)">value</label> <input id="v\(index)" name="v\(index)" value="\(call.query("v\(index)") ?? "")"></div>
+                <div class="filter" data-filter><label for="f\(index)">Filter \(index) field</label> \
+                <select id="f\(index)" name="f\(index)" data-filter-field><option value="">(none)</option>\(options)</select>
+                <label for="o\(index)">comparator</label> <select id="o\(index)" name="o\(index)" data-filter-comparator>\(comparators)</select>
+                <label for="v\(index)">value</label> <input id="v\(index)" name="v\(index)" inputmode="\(input.mode)" placeholder="\(input.hint)" \
+                value="\(call.query("v\(index)") ?? "")" data-filter-value></div>
                 """
         }
+        let sortOptions = sortable.map { "<option\($0 == call.query("sort") ? " selected" : "")>\($0)</option>" as HTML }
         let order = ["ascending", "descending"].map { "<option\($0 == (call.query("order") ?? "ascending") ? " selected" : "")>\($0)</option>" as HTML }
+        let columns = (call.query("cols") == nil ? "" : "<input type=\"hidden\" name=\"cols\" value=\"\(call.query("cols")!)\">") as HTML
+        let none: HTML = filterable.isEmpty
+            ? "<p class=\"hint\">No field of \(type) can be filtered: give one an index (QUERYABLE, SORTABLE or SEARCHABLE) on the Schema page.</p>" : ""
         return """
-            <form method="get" action="\(ConsolePath.make("c", container, "records"))" class="stack query">\(place.hidden)<input type="hidden" name="type" value="\(type)">
-            <h2>Query</h2>\(rows)
-            <p class="hint">Values: text, numbers, dates as 2026-11-26T10:00:00Z, locations as latitude,longitude (NEAR: latitude,longitude,metres), references as a record name; IN and the LIST_…_ANY/ALL comparators take values separated by commas.</p>
-            <div><label for="sort">Sort by</label> \(fieldSelect("sort", call.query("sort"), empty: "(record order)"))
+            <form method="get" action="\(ConsolePath.make("c", container, "records"))" class="stack query">\(place.hidden)<input type="hidden" name="type" value="\(type)">\(columns)
+            <h2>Query</h2>\(none)\(filterable.isEmpty ? [] : rows)
+            <p class="hint">Fields with an index can be filtered, with the comparators their index allows. Dates as 2026-11-26T10:00:00Z, locations (NEAR) as latitude,longitude,metres, references as a record name; IN and the LIST_…_ANY/ALL comparators take values separated by commas.</p>
+            <div><label for="sort">Sort by</label> <select id="sort" name="sort"><option value="">(record order)</option>\(sortOptions)</select>
             <label for="order">order</label> <select id="order" name="order">\(order)</select>
             <label for="limit">per page</label> <input id="limit" name="limit" value="\(call.query("limit") ?? "50")" inputmode="numeric" size="4"></div>
             <button type="submit">Run the query</button></form>
             """
+    }
+
+    /// The keyboard a filter's value wants for a field of `type` (`inputmode`), and what to type.
+    static func valueInput(_ type: FieldType) -> (mode: String, hint: String) {
+        switch type.scalar {
+        case .int64, .double: ("decimal", "a number (several, comma-separated, for IN and LIST_…_ANY/ALL)")
+        case .timestamp: ("text", "2026-11-26T10:00:00Z")
+        case .location: ("text", "latitude,longitude,metres")
+        case .reference: ("text", "a record name")
+        default: ("text", "text")
+        }
+    }
+
+    /// A query error in the console's words: the API's `query.filterBy[0]` becomes "Filter 1 (title)".
+    static func consoleWords(_ reason: String, filters: [(index: Int, field: String)]) -> String {
+        var words = reason
+        for (position, filter) in filters.enumerated().reversed() {
+            words = words.replacingOccurrences(of: "query.filterBy[\(position)]", with: "Filter \(filter.index) (\(filter.field))")
+        }
+        return words.replacingOccurrences(of: "query.sortBy[0]", with: "Sort")
     }
 
     /// One filter of the query builder as the API takes it.
@@ -357,15 +408,51 @@ struct ConsoleRecordPages: Sendable {
     }
 
     /// A page of query results.
-    static func recordTable(_ answer: JSON, type: String, fields: [String: FieldSchema], place: RecordPlace, container: String) -> HTML {
-        let shown = fields.keys.filter { !$0.hasPrefix("___") }.sorted().prefix(6)
+    static func recordTable(_ answer: JSON, type: String, fields: [String: FieldSchema], place: RecordPlace, container: String,
+                            columns shown: [String], query: [(String, String)]) -> HTML {
         let rows = (answer["records"]?.arrayValue ?? []).map { record -> [HTML] in
             let name = record["recordName"]?.stringValue ?? ""
             let link: HTML = "<a href=\"\(ConsolePath.make("c", container, "records", "view") + ConsolePath.query(place.pairs + [("name", name)]))\">\(HTML.isolated(name))</a>"
-            let modified = record["modified"]?["timestamp"]?.intValue.map { ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double($0) / 1000)) } ?? ""
-            return [link] + shown.map { field in record["fields"]?[field].map { renderValue($0, place: place, container: container) } ?? "" } + ["\(modified)"]
+            let modified = record["modified"]?["timestamp"]?.intValue.map { ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double($0) / 1000)) }
+            return [link] + shown.map { field in record["fields"]?[field].map { renderValue($0, place: place, container: container) } ?? "" }
+                + [ConsoleLayout.time(modified)]
         }
-        return ConsoleLayout.table("\(type) records", ["Record"] + shown + ["Modified"], rows, empty: "No records match.")
+        // A SORTABLE field's header sorts by it (again: the other way); the page goes back to the first.
+        let base = query.filter { !["sort", "order", "marker"].contains($0.0) }
+        let sort = query.last { $0.0 == "sort" }?.1
+        let descending = query.last { $0.0 == "order" }?.1 == "descending"
+        let headings = shown.map { field -> HTML in
+            guard Query.isSortable(fields[field]!) else { return "\(field)" }
+            let next = sort == field && !descending ? "descending" : "ascending"
+            let mark = sort == field ? (descending ? " ↓" : " ↑") : ""
+            let href = ConsolePath.make("c", container, "records") + ConsolePath.query(base + [("sort", field), ("order", next)])
+            return "<a href=\"\(href)\" aria-label=\"Sort by \(field), \(next)\">\(field)\(mark)</a>"
+        }
+        return ConsoleLayout.table("\(type) records", headings: ["Record"] + headings + ["Modified"], rows, empty: "No records match.")
+    }
+
+    /// The fields the records table shows: the `cols` the person chose (comma-separated), or the
+    /// first six.
+    static func columns(_ call: ConsoleCall, fields: [String: FieldSchema]) -> [String] {
+        let names = fields.keys.filter { !$0.hasPrefix("___") }.sorted()
+        guard let chosen = call.query("cols") else { return Array(names.prefix(6)) }
+        let wanted = Set(chosen.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) })
+        return names.filter { wanted.contains($0) }
+    }
+
+    /// Chooses the table's columns: a box per field, the chosen ones ticked.
+    static func columnsForm(_ call: ConsoleCall, fields: [String: FieldSchema], container: String) -> HTML {
+        let shown = Set(columns(call, fields: fields))
+        let boxes = fields.keys.filter { !$0.hasPrefix("___") }.sorted().map { name -> HTML in
+            "<label><input type=\"checkbox\" name=\"col\" value=\"\(name)\"\(shown.contains(name) ? " checked" : "")> \(name)</label>"
+        }
+        let kept = call.queryForm.pairs.filter { !["cols", "col", "marker", "csrf"].contains($0.0) }
+            .map { "<input type=\"hidden\" name=\"\($0.0)\" value=\"\($0.1)\">" as HTML }
+        return """
+            <details class="columns"><summary>Columns</summary>
+            <form method="get" action="\(ConsolePath.make("c", container, "records", "columns"))" class="inline">\(kept)\(boxes)
+            <button type="submit">Show these columns</button></form></details>
+            """
     }
 
     /// A record's fields and metadata.

@@ -1,6 +1,34 @@
-// The Stratus console's only script: drives the index builds after a deploy, a step at a time,
-// and shows their progress. Every other page works without it.
+// The Stratus console's only script: narrows a query filter's comparators and value input to
+// the field chosen, and drives the index builds after a deploy, a step at a time, showing their
+// progress. Every page works without it.
 "use strict";
+document.addEventListener("DOMContentLoaded", () => {
+  for (const row of document.querySelectorAll("[data-filter]")) {
+    const field = row.querySelector("[data-filter-field]");
+    const comparator = row.querySelector("[data-filter-comparator]");
+    const value = row.querySelector("[data-filter-value]");
+    if (!field || !comparator || !value) continue;
+    const all = Array.from(comparator.options).map((option) => option.value);
+    const narrow = () => {
+      const chosen = field.selectedOptions[0];
+      const allowed = chosen && chosen.dataset.comparators ? chosen.dataset.comparators.split(" ") : all;
+      const current = comparator.value;
+      comparator.textContent = "";
+      for (const name of allowed) {
+        const option = document.createElement("option");
+        option.textContent = name;
+        option.selected = name === current;
+        comparator.appendChild(option);
+      }
+      if (chosen && chosen.dataset.input) {
+        value.inputMode = chosen.dataset.input;
+        value.placeholder = chosen.dataset.hint || "";
+      }
+    };
+    field.addEventListener("change", narrow);
+    narrow();
+  }
+});
 document.addEventListener("DOMContentLoaded", () => {
   const box = document.querySelector("[data-index-build]");
   if (!box) return;
