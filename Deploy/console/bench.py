@@ -5,9 +5,9 @@ time (a person's clicks), after a warm-up, as the browser does (session cookie, 
     bench.py SERVER_URL ADMIN_TOKEN STATE_FILE [REQUESTS]
 
 STATE_FILE is what `stratus-bench seed` wrote (its first container is used: its user's private
-zones hold the records; the page shows the first zone's). Prints one row per page: requests, p50, p95 and p99 in milliseconds, and
-the `console-records` row the performance goal names (the records page with a query on an
-index, 50 records a page). Exits 1 when console-records' p95 is over 50 ms.
+zones hold the records; the page shows the first zone's). Prints one row per page: p50, p95 and
+p99 in milliseconds (`console-records` is the records page with a query on an index, 50 records a
+page). Exits 1 when any page's p95 is over 50 ms, the goal.
 """
 import http.client
 import json
@@ -59,12 +59,19 @@ def main():
         ("usage", f"/console/c/{quoted}/usage"),
         ("audit log", f"/console/c/{quoted}/audit"),
         ("tokens and keys", f"/console/c/{quoted}/tokens"),
+        ("team", f"/console/c/{quoted}/team"),
+        ("logs", f"/console/c/{quoted}/logs"),
+        ("logs, text search", f"/console/c/{quoted}/logs?q=lookup"),
+        ("telemetry", f"/console/c/{quoted}/telemetry"),
+        ("operators", "/console/operators"),
+        ("server", "/console/server"),
     ]
     total = state["recordsPerZone"] * sum(len(t["zones"]) for t in state["tenants"])
     print(f"console pages, {REQUESTS} requests each, one at a time; {total} records in {len(state['tenants'])} containers, "
           f"{state['recordsPerZone'] * len(tenant['zones'])} in {container} ({state['recordsPerZone']} in the zone shown)")
     print(f"{'page':<20} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8}")
     verdict = 0
+    slow = []
     for name, path in pages:
         for _ in range(10):
             request("GET", path, headers={"Cookie": cookie})
@@ -78,9 +85,10 @@ def main():
         timings.sort()
         p50, p95, p99 = (timings[int(len(timings) * q) - 1] for q in (0.5, 0.95, 0.99))
         print(f"{name:<20} {p50:8.2f} {p95:8.2f} {p99:8.2f}")
-        if name == "console-records" and p95 > 50:
+        if p95 > 50:
             verdict = 1
-    print("console-records: p95 " + ("over" if verdict else "within") + " the 50 ms goal")
+            slow.append(name)
+    print("every page: p95 " + (f"over the 50 ms goal on {', '.join(slow)}" if verdict else "within the 50 ms goal"))
     sys.exit(verdict)
 
 

@@ -3,8 +3,8 @@
 # temporary folder), STRATUS_CONSOLE_RECORDS records (default 1,000,000) seeded by `stratus-bench
 # seed` into 4 containers (one user each: a single user may not store 1 GiB nor write more than
 # 10,000 records a second by default), then Deploy/console/bench.py times each page of the first.
-# The performance goal: console-records (the records page with a query on an index) at most 50 ms
-# at the 95th percentile.
+# The performance goal: every page at most 50 ms at the 95th percentile (the records pages of a
+# user's private database included).
 #
 #   Deploy/console/bench.sh [REQUESTS per page, default 200]
 set -euo pipefail
