@@ -16,6 +16,12 @@ struct Stratus: AsyncParsableCommand {
             handler.metadataProvider = provider
             return handler
         }, metadataProvider: RequestID.metadataProvider)
+        let arguments = Array(CommandLine.arguments.dropFirst())
+        // `stratus help X Y`: only a command there is.
+        if arguments.first == "help", arguments.count > 1, commandPath(Array(arguments.dropFirst())).count < arguments.count - 1 {
+            printError("no command '\(arguments.dropFirst().joined(separator: " "))'; 'stratus help' lists the commands")
+            Self.exit(withError: ExitCode(64))
+        }
         do {
             var command = try parseAsRoot()
             if var asyncCommand = command as? any AsyncParsableCommand {
@@ -24,8 +30,27 @@ struct Stratus: AsyncParsableCommand {
                 try command.run()
             }
         } catch {
-            exit(withError: error)
+            // Help and version go out as ArgumentParser prints them, and a command that printed its
+            // own error leaves only its exit code; any other mistake is one line in the one style,
+            // with where to read more.
+            let code = exitCode(for: error)
+            if code == .success || error is ExitCode { Self.exit(withError: error) }
+            let path = (["stratus"] + commandPath(arguments)).joined(separator: " ")
+            printError(message(for: error).replacingOccurrences(of: "Error: ", with: "") + " (see '\(path) --help')")
+            Self.exit(withError: ExitCode(code.rawValue))
         }
+    }
+
+    /// The longest run of `arguments` from the start that names commands (`["schema", "deploy"]`).
+    static func commandPath(_ arguments: [String]) -> [String] {
+        var command: any ParsableCommand.Type = Stratus.self
+        var path: [String] = []
+        for argument in arguments {
+            guard let next = command.configuration.subcommands.first(where: { $0._commandName == argument }) else { break }
+            path.append(argument)
+            command = next
+        }
+        return path
     }
 
     /// `--log-format`'s value among the arguments, else STRATUS_LOG_FORMAT's.
@@ -40,7 +65,7 @@ struct Stratus: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "stratus",
         abstract: "A self-hosted, CloudKit-compatible database service on PostgreSQL.",
-        discussion: """
+        discussion: Help.text("""
             'stratus serve' runs the service. The other verbs are admin commands: they talk to a running
             server's management API (--server, default http://127.0.0.1:8080) as the operator signed in
             with 'stratus login', or with the admin token (--admin-token or STRATUS_ADMIN_TOKEN; on the
@@ -52,7 +77,7 @@ struct Stratus: AsyncParsableCommand {
               stratus container create iCloud.com.example.Notes
               stratus token create --container iCloud.com.example.Notes --environment development --name web
               stratus token list --json
-            """,
+            """),
         subcommands: [Serve.self, Migrate.self, LoginCommand.self, LogoutCommand.self, WhoamiCommand.self, OperatorCommand.self, TeamCommand.self, ContainerCommand.self, TokenCommand.self, UserCommand.self, RoleCommand.self, ShareCommand.self, SubscriptionCommand.self, QuotaCommand.self, UsageCommand.self, LogsCommand.self, KeyCommand.self, SchemaCommand.self, AuditCommand.self]
     )
 }

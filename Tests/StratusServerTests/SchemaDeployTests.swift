@@ -75,13 +75,16 @@ import Testing
             #expect(imported.status == 0, "\(imported.text)")
             let refusedDeploy = try await cli(harness, ["schema", "deploy", "--container", name, "--yes"])
             #expect(refusedDeploy.status != 0)
-            #expect(refusedDeploy.text.contains("REFUSED removed field: Note.title"), "\(refusedDeploy.text)")
-            #expect(refusedDeploy.text.contains("REFUSED changed field type: Note.stars INT64 → DOUBLE"), "\(refusedDeploy.text)")
-            #expect(refusedDeploy.text.contains("warning: development queries used Note.title"), "\(refusedDeploy.text)")
+            // The refusal, with what is refused; not the plan it will not apply.
+            #expect(refusedDeploy.text.hasPrefix("stratus: deploy refused: production is additive only, and 2 changes are not"), "\(refusedDeploy.text)")
+            #expect(refusedDeploy.text.contains("\n  removed field: Note.title"), "\(refusedDeploy.text)")
+            #expect(refusedDeploy.text.contains("\n  changed field type: Note.stars INT64 → DOUBLE"), "\(refusedDeploy.text)")
+            #expect(!refusedDeploy.text.contains("Deploy plan for") && !refusedDeploy.text.contains("+ "), "\(refusedDeploy.text)")
+            let planned = try await cli(harness, ["schema", "diff", "--container", name])
+            #expect(planned.text.contains("REFUSED removed field: Note.title") && planned.text.contains("warning: development queries used Note.title"), "\(planned.text)")
             #expect(try await cli(harness, ["schema", "export", "--container", name, "--environment", "production"]).text == prodExport.text)
             #expect(try await harness.admin(.get, "containers/\(name)/schema?environment=production").json["version"] == versionBefore)
-            let diff = try await cli(harness, ["schema", "diff", "--container", name])
-            #expect(diff.status != 0)
+            #expect(planned.status != 0)
 
             // export → import → export is identical; validate reports line and column
             try exported.text.write(toFile: folder + "/good.ckdb", atomically: true, encoding: .utf8)

@@ -33,8 +33,11 @@ struct ClientOptions: ParsableArguments {
     }
 
     /// Prints `value` as JSON when `--json` is set, else `text()`.
+    /// Prints the answer: its JSON with --json; else the text, whose tab-separated tables are
+    /// aligned in columns on a terminal and left tab-separated for a pipe (for `cut -f`, `awk -F'\t'`).
     func output(_ value: JSON, text: () -> String) {
-        print(json ? JSONWriter.string(value) : text())
+        if json { return print(JSONWriter.string(value)) }
+        print(isatty(STDOUT_FILENO) != 0 ? TextTable.aligned(text()) : text())
     }
 }
 
@@ -136,11 +139,11 @@ struct TokenCommand: AsyncParsableCommand {
     struct Update: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Change an API token's allowed origins or sign-in callback (audited; every server process within a second).",
-            discussion: """
+            discussion: Help.text("""
                 Examples:
                   stratus token update --container iCloud.com.example.Notes 3 --allowed-origin https://notes.example.com
                   stratus token update --container iCloud.com.example.Notes 3 --any-origin --no-signin-callback
-                """)
+                """))
         @Option(help: "Container identifier.") var container: String
         @Argument(help: "The token's id (from 'stratus token list') or its prefix.") var token: String
         @Option(help: "A web origin browsers may call from (repeat for several); replaces the list.") var allowedOrigin: [String] = []
@@ -175,7 +178,7 @@ struct TokenCommand: AsyncParsableCommand {
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Create an API token for one container-environment. The token is shown once; only its hash is stored.",
-            discussion: """
+            discussion: Help.text("""
                 A production token names the web origins its app runs on (--allowed-origin, repeat for
                 several): browsers elsewhere may not call with it, and the sign-in page hands sessions
                 only to those origins. A token for native apps only, or one that must be usable from
@@ -187,7 +190,7 @@ struct TokenCommand: AsyncParsableCommand {
                   stratus token create --container iCloud.com.example.Notes --environment development --name web
                   stratus token create --container iCloud.com.example.Notes --environment production --name web --allowed-origin https://notes.example.com
                   stratus token create --container iCloud.com.example.Notes --environment production --name ios --any-origin
-                """)
+                """))
         @Option(help: "Container identifier.") var container: String
         @Option(help: "development or production.") var environment: String
         @Option(help: "A name to recognise the token by.") var name: String?

@@ -17,7 +17,7 @@ extension ContainerCommand {
     struct Export: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Write a container's data to a file: a consistent snapshot, taken while the service runs.",
-            discussion: """
+            discussion: Help.text("""
                 Everything of the container (or of one environment, with --environment; the users, API
                 tokens, roles and audit log are always included): schemas, zones, records with their
                 tombstones, shares, subscriptions, quotas, usage meters, and asset bytes. Read in one
@@ -30,7 +30,7 @@ extension ContainerCommand {
                 after an import into another server, users sign in again.
 
                 Example: stratus container export --container iCloud.com.example.Notes --output notes.stratus
-                """)
+                """))
         @Option(help: "Container identifier.") var container: String
         @Option(help: "Only this environment's data: development or production (default: both).") var environment: String?
         @Option(help: "The file to write (must not exist; created readable by you alone).") var output: String
@@ -79,7 +79,7 @@ extension ContainerCommand {
     struct Import: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Restore a container from a 'stratus container export' file.",
-            discussion: """
+            discussion: Help.text("""
                 Creates the container under its name (refused when one of that name exists here) with
                 everything the file holds, in one transaction: all of it or, on any error, nothing.
                 Clients keep syncing from the sync tokens they hold: the exporting server's tokens are
@@ -90,7 +90,7 @@ extension ContainerCommand {
                 Both servers must be at the same Stratus version (migration); the file says which.
 
                 Example: stratus container import --input notes.stratus --database-url postgres://…/stratus
-                """)
+                """))
         @Option(help: "The export file to read.") var input: String
         @OptionGroup var database: DatabaseOptions
         @OptionGroup var assets: AssetOptions

@@ -6,7 +6,7 @@ import StratusCore
 struct KeyCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "key", abstract: "Add, list and revoke server-to-server keys (signed requests, no user).",
-        discussion: """
+        discussion: Help.text("""
             A server-to-server key lets your own server call the data API without an API token or a user:
             it signs each request with an EC P-256 private key whose public half Stratus knows. Such a
             request acts on the container-environment's public database with the container
@@ -19,10 +19,12 @@ struct KeyCommand: AsyncParsableCommand {
 
             Then send, with every request, the headers X-Apple-CloudKit-Request-KeyID (the printed key ID),
             X-Apple-CloudKit-Request-ISO8601Date (now, like 2026-11-24T10:00:00Z) and
-            X-Apple-CloudKit-Request-SignatureV1: base64 of the ECDSA SHA-256 signature of
-            "<date>:<base64 of SHA-256 of the body>:<path>", e.g.
-            "2026-11-24T10:00:00Z:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=:/database/1/iCloud.com.example.Notes/development/public/zones/list".
-            """,
+            X-Apple-CloudKit-Request-SignatureV1: base64 of the ECDSA SHA-256 signature of the text
+            "<date>:<base64 of SHA-256 of the body>:<path>", these three joined by ':', e.g.:
+              2026-11-24T10:00:00Z
+              47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=
+              /database/1/iCloud.com.example.Notes/development/public/zones/list
+            """),
         subcommands: [Add.self, List.self, Revoke.self])
 
     struct Add: AsyncParsableCommand {

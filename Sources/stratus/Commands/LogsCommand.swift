@@ -6,7 +6,7 @@ import StratusCore
 struct LogsCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "logs", abstract: "Show a container's request log: one line per data-API request, filtered, or followed as it grows.",
-        discussion: """
+        discussion: Help.text("""
             Every request the data API answers for a container is logged: when, the database and
             operation, the HTTP status and serverErrorCode, how long it took, the user, the
             request id (the X-Request-ID header the client got, and an error's uuid), the
@@ -25,7 +25,7 @@ struct LogsCommand: AsyncParsableCommand {
               stratus logs --container iCloud.com.example.Notes --request-id 5C9F0A3E-1B2C-4D5E-8F90-123456789ABC
               stratus logs --container iCloud.com.example.Notes --text "not a whole number" --since 2026-11-24T10:00:00Z --until 2026-11-24T11:00:00Z
               stratus logs --container iCloud.com.example.Notes --follow
-            """)
+            """))
 
     @OptionGroup var target: ContainerTarget
     @Option(help: "Only requests since then: an ISO 8601 time (2026-11-24T10:00:00Z) or a time ago (90s, 15m, 2h, 7d).") var since: String?

@@ -101,7 +101,7 @@ func serverURL(_ flag: String?) throws -> URL {
 struct LoginCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "login", abstract: "Sign in as an operator; the admin verbs then act as you.",
-        discussion: """
+        discussion: Help.text("""
             Exchanges your email address and password for an operator credential (a revocable key the
             server shows once) and keeps it in $XDG_CONFIG_HOME/stratus/credentials (~/.config/stratus/
             credentials), readable by you only, one per server. 'stratus logout' revokes it.
@@ -109,7 +109,7 @@ struct LoginCommand: AsyncParsableCommand {
             Examples:
               stratus login --email ada@example.com
               stratus login --server https://stratus.example.com --email ada@example.com --password-file pw.txt
-            """)
+            """))
     @Option(help: "Server URL (env STRATUS_SERVER, default http://127.0.0.1:8080).") var server: String?
     @Option(help: "Your operator email address (asked for when not given).") var email: String?
     @Option(help: "Read the password from this file's first line instead of the terminal.") var passwordFile: String?
@@ -194,7 +194,7 @@ struct WhoamiCommand: AsyncParsableCommand {
 struct OperatorCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "operator", abstract: "Add, list, remove, disable, enable and sign out operators, and set their passwords (superusers).",
-        discussion: """
+        discussion: Help.text("""
             Operators are the people who administer containers. A superuser administers every container;
             anyone else only the containers whose team they are in ('stratus team'). The admin token acts
             as a superuser: add one with --superuser, sign in as them ('stratus login'), and the admin
@@ -204,7 +204,7 @@ struct OperatorCommand: AsyncParsableCommand {
               stratus operator add ada@example.com --superuser
               stratus operator add bob@example.com --password-file bob.txt
               stratus operator list
-            """,
+            """),
         subcommands: [Add.self, List.self, Remove.self, Passwd.self, Disable.self, Enable.self, Revoke.self, Audit.self])
 
     struct Audit: AsyncParsableCommand {
@@ -342,7 +342,7 @@ struct OperatorCommand: AsyncParsableCommand {
 struct TeamCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "team", abstract: "A container's team: who administers it, with which role.",
-        discussion: """
+        discussion: Help.text("""
             Roles: owner (everything for the container: the team, production tokens and keys, schema deploys,
             quotas, user disable, export and erase), developer (the development environment fully: schema
             import and reset, its tokens, keys and role members; production read-only), viewer (reads
@@ -352,7 +352,7 @@ struct TeamCommand: AsyncParsableCommand {
               stratus team add --container iCloud.com.example.Notes --operator bob@example.com --role developer
               stratus team set-role --container iCloud.com.example.Notes --operator bob@example.com --role owner
               stratus team list --container iCloud.com.example.Notes
-            """,
+            """),
         subcommands: [Add.self, List.self, Remove.self, SetRole.self])
 
     static func validateRole(_ role: String) throws {

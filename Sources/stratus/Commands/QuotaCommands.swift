@@ -6,7 +6,7 @@ import StratusCore
 struct QuotaCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "quota", abstract: "Show and set a container's limits per environment.",
-        discussion: """
+        discussion: Help.text("""
             Each container-environment has nine limits: records, storage bytes, operations per
             second (for the container, and per user: without a user, per API token and client
             address), each user's private storage, notifications queued per second, sign-up
@@ -28,7 +28,7 @@ struct QuotaCommand: AsyncParsableCommand {
               stratus quota set --container iCloud.com.example.Notes --max-records default
               stratus quota set --container iCloud.com.example.Notes --environment production --signups-per-address-per-hour 5
               stratus quota set --container iCloud.com.example.Notes --environment production --log-requests 1000000
-            """,
+            """),
         subcommands: [Show.self, Set.self])
 
     static func table(_ response: JSON) -> String {

@@ -6,7 +6,7 @@ import StratusCore
 struct RoleCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "role", abstract: "Give users custom security roles, take them away, list members.",
-        discussion: """
+        discussion: Help.text("""
             A custom role is declared in the schema (CREATE ROLE Editor;) and granted permissions on record
             types (GRANT READ, WRITE TO Editor in RECORD TYPE Article). Its members get those permissions in
             the public database: in lookups, queries, change feeds and modifies. Membership is per
@@ -17,7 +17,7 @@ struct RoleCommand: AsyncParsableCommand {
               stratus role assign --container iCloud.com.example.News --role Editor --user ada@example.com
               stratus role members --container iCloud.com.example.News --role Editor
               stratus role unassign --container iCloud.com.example.News --role Editor --user ada@example.com
-            """,
+            """),
         subcommands: [List.self, Members.self, Assign.self, Unassign.self])
 
     typealias Target = ContainerTarget

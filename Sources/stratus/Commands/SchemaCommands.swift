@@ -24,7 +24,7 @@ struct SchemaCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "schema",
         abstract: "Export, import, validate, diff, deploy, reset and audit schemas (CloudKit's .ckdb language).",
-        discussion: """
+        discussion: Help.text("""
             Development creates types and fields just-in-time; production changes only by deploy, and only
             additively (no removed types or fields, no changed field types).
 
@@ -35,7 +35,7 @@ struct SchemaCommand: AsyncParsableCommand {
               stratus schema deploy --container C [--dry-run] [--yes]
               stratus schema history --container C --environment production
               stratus schema reset --container C
-            """,
+            """),
         subcommands: [Export.self, Import.self, Validate.self, Diff.self, Deploy.self, History.self, Reset.self])
 
     struct Export: AsyncParsableCommand {
@@ -129,11 +129,15 @@ struct SchemaCommand: AsyncParsableCommand {
                 let client = try options.client
                 let base = "management/1/containers/\(container)/schema"
                 let plan = try await client.send("GET", base + "/diff")
-                if !options.json { print("Deploy plan for \(container), development → production:\n\(plan["planText"]?.stringValue ?? "")") }
+                // A refused deploy says what is refused, not the plan it will not apply.
                 if case .int(let refused)? = plan["refused"], refused > 0 {
                     if options.json { print(JSONWriter.string(plan)) }
-                    throw CLIError("deploy refused: production is additive only (\(refused) refused change\(refused == 1 ? "" : "s") above); production is unchanged")
+                    let lines = (plan["plan"]?.arrayValue ?? []).filter { $0["refused"] == true }
+                        .map { "  \($0["kind"]?.stringValue ?? ""): \($0["detail"]?.stringValue ?? "")" }
+                    throw CLIError("deploy refused: production is additive only, and \(refused) change\(refused == 1 ? " is" : "s are") not; production is unchanged. "
+                                   + "Put \(refused == 1 ? "it" : "them") back in development ('stratus schema import'), then deploy:\n" + lines.joined(separator: "\n"))
                 }
+                if !options.json { print("Deploy plan for \(container), development → production:\n\(plan["planText"]?.stringValue ?? "")") }
                 var result = plan
                 if dryRun {
                     if options.json { print(JSONWriter.string(plan)) } else { print("dry run: nothing changed") }

@@ -58,11 +58,11 @@ func loadMigrations() throws -> [Migration] {
 struct Serve: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Run the service (migrates the database first).",
-        discussion: """
+        discussion: Help.text("""
             With no database configured, Stratus creates and runs its own PostgreSQL cluster under
             --data-dir (as the 'postgres' account when started as root) and stops it on SIGINT/SIGTERM.
             When STRATUS_ADMIN_TOKEN is unset, a random admin token is written to <data-dir>/admin-token.
-            """)
+            """))
 
     @Option(help: "Address to listen on (env STRATUS_HOST, default 127.0.0.1).") var host: String?
     @Option(help: "Port to listen on (env STRATUS_PORT, default 8080).") var port: Int?

@@ -6,7 +6,7 @@ import StratusCore
 struct ShareCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "share", abstract: "List the shares users made of their private zones and records.",
-        discussion: """
+        discussion: Help.text("""
             Users share from their private databases by saving cloudkit.share records; participants accept
             them with records/accept and see them in their shared databases. This command shows, for the
             operator, every share of an environment: its owner, zone, root record (none: the whole zone),
@@ -15,7 +15,7 @@ struct ShareCommand: AsyncParsableCommand {
             Examples:
               stratus share list --container iCloud.com.example.Notes --environment development
               stratus share list --container iCloud.com.example.Notes --user ada@example.com --json
-            """,
+            """),
         subcommands: [List.self])
 
     static let header = "OWNER\tZONE\tSHARE\tROOT\tSHORT GUID\tLINK\tSTATE\tPARTICIPANTS"

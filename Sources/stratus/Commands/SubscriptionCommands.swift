@@ -6,7 +6,7 @@ import StratusCore
 struct SubscriptionCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "subscription", abstract: "List the subscriptions users made to be notified of changes.",
-        discussion: """
+        discussion: Help.text("""
             Users subscribe through the data API (subscriptions/modify): to the records a query matches
             (public and private databases), to a zone (private and shared), or to a whole database
             (private and shared). This command shows, for the operator, every subscription of an
@@ -16,7 +16,7 @@ struct SubscriptionCommand: AsyncParsableCommand {
             Examples:
               stratus subscription list --container iCloud.com.example.Notes --environment development
               stratus subscription list --container iCloud.com.example.Notes --user ada@example.com --json
-            """,
+            """),
         subcommands: [List.self])
 
     static let header = "OWNER\tDATABASE\tID\tTYPE\tWATCHES\tFIRES ON"

@@ -6,7 +6,7 @@ import StratusCore
 struct UsageCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "usage", abstract: "Show a container's metered usage, or check the meters against the data.",
-        discussion: """
+        discussion: Help.text("""
             Records and bytes are counted in the same transaction as every write, so they are exact
             at any moment; requests are summed from each server process's counts, added to the
             database about once a second.
@@ -19,7 +19,7 @@ struct UsageCommand: AsyncParsableCommand {
               stratus usage --container iCloud.com.example.Notes --environment production
               stratus usage --container iCloud.com.example.Notes --json
               stratus usage --verify
-            """)
+            """))
 
     @Option(help: "Container identifier (required unless --verify).") var container: String?
     @Option(help: "development or production (default development; with --verify, both unless given).") var environment: String?

@@ -26,7 +26,7 @@ func listPerEnvironment(_ what: String, target: ContainerTarget, user: String?, 
 
 struct ContainerTarget: ParsableArguments {
     @Option(help: "Container identifier.") var container: String
-    @Option(help: "development or production (default development).") var environment = "development"
+    @Option(help: "development or production.") var environment = "development"
 
     func validate() throws {
         guard ContainerEnvironment(rawValue: environment) != nil else { throw ValidationError("--environment must be 'development' or 'production'") }
@@ -38,7 +38,7 @@ struct ContainerTarget: ParsableArguments {
 struct UserCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "user", abstract: "List, show, disable, enable, export and erase a container's users.",
-        discussion: """
+        discussion: Help.text("""
             Users sign up through the app (POST /auth/1/{container}/{environment}/signup). A disabled user
             cannot sign in, and every session of theirs ends at once, on every server process.
 
@@ -47,7 +47,7 @@ struct UserCommand: AsyncParsableCommand {
               stratus user disable --container iCloud.com.example.Notes --user ada@example.com
               stratus user export --container iCloud.com.example.Notes --user ada@example.com --output ada.json
               stratus user erase --container iCloud.com.example.Notes --user ada@example.com --yes
-            """,
+            """),
         subcommands: [List.self, Show.self, Disable.self, Enable.self, Export.self, Erase.self])
 
     typealias Target = ContainerTarget
@@ -111,11 +111,11 @@ struct UserCommand: AsyncParsableCommand {
     struct Export: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Write everything a user owns as one JSON document (both environments).",
-            discussion: """
+            discussion: Help.text("""
                 The account (email, names, discoverability), each private zone with its records, the public
                 records they created, their subscriptions and the shares they take part in, as CKWS record
                 dictionaries (assets with a download URL valid one hour).
-                """)
+                """))
         @Option(help: "Container identifier.") var container: String
         @Option(help: "User record name or email address.") var user: String
         @Option(help: "Write to this file instead of standard output.") var output: String?
@@ -145,13 +145,13 @@ struct UserCommand: AsyncParsableCommand {
     struct Erase: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Erase a user: their data, shares, subscriptions, sessions and account (audited; cannot be undone).",
-            discussion: """
+            discussion: Help.text("""
                 Deletes the user's private zones (their deletion stays in the database change feed, and
                 share participants lose those shares), the public records they created (as tombstones, so
                 sync clients see them go), their participation in others' shares, their subscriptions,
                 notification tokens, roles and sessions, and the account itself. Export first if the data
                 is to be handed over.
-                """)
+                """))
         @Option(help: "Container identifier.") var container: String
         @Option(help: "User record name or email address.") var user: String
         @Flag(help: "Confirm: erasing cannot be undone.") var yes = false
@@ -187,12 +187,12 @@ struct UserCommand: AsyncParsableCommand {
 struct AuditCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "audit", abstract: "Show a container's audit log: every management action, who, when, from where.",
-        discussion: """
+        discussion: Help.text("""
             Recorded in the same transaction as the action itself: containers and API tokens created,
             tokens revoked, schema imports, deploys and resets, users disabled and enabled.
 
             Example: stratus audit --container iCloud.com.example.Notes --since 2026-11-24T00:00:00Z
-            """)
+            """))
     @Option(help: "Container identifier.") var container: String
     @Option(help: "Only entries at or after this ISO 8601 time, e.g. 2026-11-24T10:00:00Z.") var since: String?
     @Option(help: "At most this many entries (1–10000, default 1000).") var limit: Int?
