@@ -62,6 +62,7 @@ def main():
         ("team", f"/console/c/{quoted}/team"),
         ("logs", f"/console/c/{quoted}/logs"),
         ("logs, text search", f"/console/c/{quoted}/logs?q=lookup"),
+        ("logs, no match", f"/console/c/{quoted}/logs?q=no-such-words"),
         ("telemetry", f"/console/c/{quoted}/telemetry"),
         ("operators", "/console/operators"),
         ("server", "/console/server"),

@@ -430,6 +430,56 @@ import Testing
         }
     }
 
+    /// In development a field or a record type is deleted from the schema after a question that
+    /// says how many records are of that type (they stay, with their values); nothing happens
+    /// until it is confirmed.
+    @Test func aFieldOrTypeIsDeletedInDevelopmentAfterSayingWhatItHolds() async throws {
+        try await Harness.run { harness in
+            let session = try await harness.container()
+            let container = session.container
+            #expect(try await harness.admin(.post, "containers/\(container)/schema/import", json: ["schema": """
+                DEFINE SCHEMA RECORD TYPE Note (title STRING QUERYABLE, body STRING, GRANT READ TO "_world", GRANT CREATE TO "_icloud", GRANT WRITE TO "_creator");
+                RECORD TYPE Tag (name STRING);
+                """]).status == 200)
+            let ada = try await session.signedUp()
+            for index in 0..<3 {
+                #expect(try await ada.post("public", "records/modify", ["operations": [["operationType": "create", "record": ["recordType": "Note",
+                    "recordName": .string("n\(index)"), "fields": ["title": ["value": "t"], "body": ["value": "kept"]]]]]]).status == 200)
+            }
+            var browser = Browser(harness: harness)
+            #expect(try await browser.signIn(adminToken: Harness.adminToken) == 303)
+            let base = "/console/c/\(container)"
+            #expect(try await browser.get(base + "/schema").html.contains("<option>Note.body</option>"))
+            func schema() async throws -> String {
+                try await harness.admin(.get, "containers/\(container)/schema?environment=development").json["schema"]?.stringValue ?? ""
+            }
+            let asked = try await browser.post(base + "/schema/edit", [("edit", "delete"), ("target", "Note.body")])
+            #expect(asked.status == 200 && asked.html.contains("Delete Note.body from the development schema?")
+                    && asked.html.contains("3 development records are Note records: they stay, and keep their values of body"), "\(asked.html.suffix(1500))")
+            #expect(try await schema().contains("body STRING"), "nothing changes until confirmed")
+            let done = try await browser.post(base + "/schema/edit", [("edit", "delete"), ("target", "Note.body"), ("confirmed", "yes")])
+            #expect(done.headers[.location]?.contains("notice=") == true, "\(done.headers)")
+            let after = try await schema()
+            #expect(!after.contains("body") && after.contains("title STRING QUERYABLE"), "\(after)")
+            // The records keep the value.
+            let lookup = try await ada.post("public", "records/lookup", ["records": [["recordName": "n1"]]])
+            #expect(lookup.json["records"]?.arrayValue?.first?["fields"]?["body"]?["value"] == "kept", "\(lookup.json)")
+            // A type with no records: said so; deleted with its grants.
+            let type = try await browser.post(base + "/schema/edit", [("edit", "delete"), ("target", "Tag")])
+            #expect(type.html.contains("No development record is a Tag record."), "\(type.html.suffix(1500))")
+            #expect(try await browser.post(base + "/schema/edit", [("edit", "delete"), ("target", "Tag"), ("confirmed", "yes")]).status == 303)
+            #expect(try await !schema().contains("Tag"))
+            // A viewer is refused, not asked.
+            let viewer = try await harness.signedInOperator(teams: [(container, .viewer)])
+            var other = Browser(harness: harness)
+            #expect(try await other.signIn(email: viewer.email, password: viewer.password) == 303)
+            _ = try await other.get(base + "/schema")
+            let refused = try await other.post(base + "/schema/edit", [("edit", "delete"), ("target", "Note.title")])
+            #expect(refused.status == 403, "\(refused.status)")
+            #expect(try await schema().contains("title"))
+        }
+    }
+
     /// The audit log pages back to its first entry, a page at a time.
     @Test func theAuditLogPagesBackToItsFirstEntry() async throws {
         try await Harness.run { harness in

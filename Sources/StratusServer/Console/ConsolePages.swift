@@ -112,6 +112,24 @@ struct ConsolePages: Sendable {
                         action: "Remove the index\(removed.count == 1 ? "" : "es")", back: ConsolePath.make("c", container, "schema", "indexes") + ConsolePath.query([("field", field)]),
                         route: .importSchema))
                 }
+                if call.form["edit"] == "delete", call.form["confirmed"] != "yes" {
+                    var without = schema
+                    _ = try Self.editSchema(&without, call.form)
+                    let target = call.form.text("target") ?? ""
+                    let type = String(target.split(separator: ".").first ?? "")
+                    let preview = await call.api(.importSchema, body: ["schema": .string(SchemaLanguage.print(without)), "dryRun": true])
+                    guard preview.ok else { return try ConsoleController.actionFailed(preview, back: back) }
+                    let count = preview.json["records"]?[type]?.intValue ?? 0
+                    let records = count == 0 ? "No development record is a \(type) record."
+                        : "\(count) development record\(count == 1 ? " is a \(type) record" : "s are \(type) records"): they stay, and keep their values"
+                          + (target.contains(".") ? " of \(target.split(separator: ".").last ?? "") (apps still read them; writing the field in development adds it back)."
+                             : " (apps still read them; saving one in development adds the type back).")
+                    let consequence = target.contains(".")
+                        ? "\(target) leaves the development schema: queries can no longer filter or sort on it. \(records) Production is not changed (a deploy never removes a field)."
+                        : "\(target), its fields and its grants leave the development schema. \(records) Production is not changed (a deploy never removes a type)."
+                    return call.ask(ConsoleConfirmation(title: "Delete \(target) from the development schema?", consequence: consequence,
+                                                        action: "Delete \(target)", back: back, route: .importSchema))
+                }
                 let done = try Self.editSchema(&schema, call.form)
                 let answer = await call.api(.importSchema, body: ["schema": .string(SchemaLanguage.print(schema))])
                 guard answer.ok else { return try ConsoleController.actionFailed(answer, back: back) }
@@ -254,6 +272,10 @@ struct ConsolePages: Sendable {
             <form method="get" action="\(ConsolePath.make("c", container, "schema", "indexes"))" class="stack">
             <h3>Change a field's indexes</h3><label for="index-field">Field</label><select id="index-field" name="field">\(fieldOptions)</select>
             <button type="submit">Show its indexes</button></form>
+            <form method="post" action="\(edit)" class="stack">\(tok)<input type="hidden" name="edit" value="delete">
+            <h3>Delete a field or record type</h3><label for="delete-target">Field or record type</label>
+            <select id="delete-target" name="target">\(types.flatMap { type in ["<option>\(type)</option>" as HTML] + (schema.recordTypes[type] ?? [:]).keys.sorted().map { "<option>\(type).\($0)</option>" as HTML } })</select>
+            <button type="submit" class="danger">Delete…</button></form>
             <form method="post" action="\(edit)" class="stack">\(tok)<input type="hidden" name="edit" value="role">
             <h3>Add a security role</h3><label for="new-role">Name</label><input id="new-role" name="role" required pattern="[A-Za-z][A-Za-z0-9_]*">
             <button type="submit">Add the role</button></form>
@@ -336,6 +358,17 @@ struct ConsolePages: Sendable {
             (changed.queryable, changed.sortable, changed.searchable) = flags
             schema.recordTypes[parts[0]]?[parts[1]] = changed
             return "set the indexes of \(parts[0]).\(parts[1])"
+        case "delete"?:
+            let parts = (form.text("target") ?? "").split(separator: ".", maxSplits: 1).map(String.init)
+            guard let type = parts.first, schema.recordTypes[type] != nil else { throw .badRequest("choose a record type or field from the list") }
+            if parts.count == 2 {
+                guard schema.recordTypes[type]?[parts[1]] != nil else { throw .badRequest("\(type) has no field \(parts[1])") }
+                schema.recordTypes[type]?[parts[1]] = nil
+                return "deleted field \(type).\(parts[1]) from the development schema"
+            }
+            schema.recordTypes[type] = nil
+            schema.grants[type] = nil
+            return "deleted record type \(type) from the development schema"
         case "role"?:
             let role = try name("role", what: "role's name")
             guard !SystemRole.all.contains(role), !schema.roles.contains(role) else { throw .badRequest("there is a role \(role) already") }

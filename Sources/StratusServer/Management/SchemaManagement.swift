@@ -32,11 +32,11 @@ struct SchemaManagement: Sendable {
             guard let text = try Wire.string(body["schema"], key: "schema") else { throw StratusError.badRequest("missing required key 'schema' (the .ckdb text)") }
             let dryRun = try Wire.bool(body["dryRun"], key: "dryRun") ?? false
             let schema = try Self.parseSchema(text)
-            let (plan, version) = try await self.records.schemas.importDevelopment(schema, containerID: container.id, by: grant.actor, dryRun: dryRun)
+            let (plan, version, records) = try await self.records.schemas.importDevelopment(schema, containerID: container.id, by: grant.actor, dryRun: dryRun)
             let warnings = Self.grantWarnings(schema)
             let planText = ([plan.text()] + warnings.map { "  warning: \($0.stringValue ?? "")" }).joined(separator: "\n")
             return .json(["plan": plan.json(), "planText": .string(planText), "applied": .bool(!dryRun && !plan.isEmpty), "version": .int(version),
-                          "warnings": .array(warnings)])
+                          "warnings": .array(warnings), "records": .object(records.mapValues { .int($0) })])
         }
         api.manage(router, .schemaDiff) { call -> ManagementReply in
             let grant = call.grant

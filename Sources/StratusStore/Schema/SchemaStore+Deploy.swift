@@ -26,11 +26,16 @@ public struct SchemaHistoryEntry: Sendable {
 extension SchemaStore {
     /// Live production records per record type, for the plan's backfill counts.
     func productionCounts(containerID: ContainerID, types: [String], on connection: PostgresConnection) async throws -> [String: Int64] {
+        try await recordCounts(containerID: containerID, environment: .production, types: types, on: connection)
+    }
+
+    /// Live records of an environment per record type (of `types`).
+    func recordCounts(containerID: ContainerID, environment: ContainerEnvironment, types: [String], on connection: PostgresConnection) async throws -> [String: Int64] {
         guard !types.isEmpty else { return [:] }
         var counts: [String: Int64] = [:]
         for row in try await connection.rows("""
             SELECT r.record_type, count(*) FROM records r
-            JOIN zones z ON z.container_id = r.container_id AND z.zone_id = r.zone_id AND z.environment = 2
+            JOIN zones z ON z.container_id = r.container_id AND z.zone_id = r.zone_id AND z.environment = \(environment.code)
             WHERE r.container_id = \(containerID) AND r.record_type = ANY(\(types)::text[]) AND NOT r.deleted
             GROUP BY r.record_type
             """, logger: logger) {
@@ -176,16 +181,20 @@ extension SchemaStore {
 
     /// Replaces the development schema with `schema` (from an imported `.ckdb` file); returns the plan
     /// from the current development schema to the new one.
-    public func importDevelopment(_ schema: Schema, containerID: ContainerID, by actor: AuditActor, dryRun: Bool) async throws -> (plan: SchemaPlan, version: Int64) {
+    /// `records`: the development records of each type the import removes or removes a field of.
+    public func importDevelopment(_ schema: Schema, containerID: ContainerID, by actor: AuditActor,
+                                  dryRun: Bool) async throws -> (plan: SchemaPlan, version: Int64, records: [String: Int64]) {
         let result = try await database.transaction { connection in
             try await lockSchema(containerID: containerID, on: connection)
             let current = try await load(containerID: containerID, environment: .development, on: connection)
             let plan = SchemaPlan.between(production: current, development: schema)
-            guard !dryRun, !plan.isEmpty else { return (plan, current.version) }
+            let touched = Set(plan.changes.filter { $0.kind == .removedType || $0.kind == .removedField }.compactMap(\.recordType))
+            let records = try await recordCounts(containerID: containerID, environment: .development, types: touched.sorted(), on: connection)
+            guard !dryRun, !plan.isEmpty else { return (plan, current.version, records) }
             let version = try await replace(schema, containerID: containerID, environment: .development, on: connection)
             try await recordHistory(containerID: containerID, environment: .development, version: version, by: actor, kind: "import",
                                     plan: plan.text(), on: connection)
-            return (plan, version)
+            return (plan, version, records)
         }
         forget(containerID: containerID, environment: .development)
         return result
