@@ -404,7 +404,16 @@ def main():
 
         page.set_viewport_size({"width": 390, "height": 844})
         page.goto(BASE + f"/console/c/{CONTAINER}/records?type=Note")
+        # The menu and the forms fold; the first record is on the first screen.
+        expect(page.locator("details.menu")).not_to_have_attribute("open", "")
+        first = page.locator("table", has_text="Note records").locator("tbody tr").first
+        top = first.evaluate("row => row.getBoundingClientRect().top")
+        if top + 30 > 844:
+            raise SystemExit(f"console e2e: on a phone the first record starts at {top:.0f} px, below the first screen (844 px)")
         shot(page, "records-phone")
+        page.get_by_text("Menu: Records").click()
+        expect(page.get_by_role("link", name="Logs", exact=True)).to_be_visible()
+        shot(page, "menu-phone")
         wide = []
         for path in ["", "/schema", "/deploy", "/records?type=Everything", "/records/view?name=hostile", "/users", "/tokens", "/subscriptions",
                      "/shares", "/usage", "/telemetry", "/logs", "/audit", "/team", "/console", "/console/operators", "/console/server"]:

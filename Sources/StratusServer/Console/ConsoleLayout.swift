@@ -34,7 +34,12 @@ enum ConsoleLayout {
                 let current: HTML = item.path == section ? " aria-current=\"page\"" : ""
                 return "<li><a href=\"\(href)\"\(current)>\(item.title)</a></li>"
             }
-            nav = "<nav aria-label=\"\(container)\"><p class=\"container-name\">\(container)</p><ul>\(links)</ul></nav>"
+            // On a phone the script folds the menu under its summary (it stays open without the script).
+            let current = sections.first { $0.path == section }?.title ?? "Menu"
+            nav = """
+                <nav aria-label="\(container)"><p class="container-name">\(container)</p>
+                <details class="menu" open data-phone-closed><summary>Menu: \(current)</summary><ul>\(links)</ul></details></nav>
+                """
         }
         let flash: HTML = [notice.map { "<p class=\"notice\" role=\"status\">\($0)</p>" as HTML }, error.map { "<p class=\"error\" role=\"alert\">\($0)</p>" as HTML }]
             .compactMap { $0 }.reduce("") { "\($0)\($1)" }

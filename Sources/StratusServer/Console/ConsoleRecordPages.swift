@@ -129,7 +129,12 @@ struct ConsoleRecordPages: Sendable {
             }
             let new = ConsolePath.make("c", container, "records", "new") + ConsolePath.query(place.pairs + [("type", type)])
             let newLink: HTML = access.may(.modifyRecords, in: place.environment) ? "<p><a href=\"\(new)\">New \(type) record</a></p>" : ""
-            body = "\(body)\(Self.queryForm(call, place: place, type: type, fields: fields, container: container))\(newLink)\(Self.columnsForm(call, fields: fields, container: container))\(results)"
+            let active = (1...3).compactMap { call.query("f\($0)") }.count
+            body = """
+                <details class="finder" open data-phone-closed><summary>Where, query\(active > 0 ? " (\(active) filter\(active == 1 ? "" : "s"))" : "") and columns</summary>
+                \(body)\(Self.queryForm(call, place: place, type: type, fields: fields, container: container))\(Self.columnsForm(call, fields: fields, container: container))</details>
+                \(newLink)\(results)
+                """
             return call.page("\(type) records", container: container, section: "records", body)
         }
         // The columns form's boxes (col=a&col=b) become one `cols=a,b` on the records page.

@@ -3,6 +3,10 @@
 // progress. Every page works without it.
 "use strict";
 document.addEventListener("DOMContentLoaded", () => {
+  // On a phone, the menu and the records page's forms fold under their summaries.
+  if (window.matchMedia("(max-width: 40rem)").matches) {
+    for (const details of document.querySelectorAll("details[data-phone-closed]")) details.open = false;
+  }
   for (const row of document.querySelectorAll("[data-filter]")) {
     const field = row.querySelector("[data-filter-field]");
     const comparator = row.querySelector("[data-filter-comparator]");
