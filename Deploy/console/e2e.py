@@ -313,6 +313,12 @@ def main():
         expect(page.locator("#builds-done")).to_be_visible(timeout=30000)
         expect(page.locator("#index-builds")).to_contain_text("Note.title")
         shot(page, "index-builds")
+        # With nothing left to do, nothing is offered: no deploy form, no build step.
+        page.reload()
+        expect(page.get_by_role("button", name="Build one step")).to_have_count(0)
+        page.get_by_role("link", name="Deploy", exact=True).click()
+        expect(page.locator("main")).to_contain_text("there is nothing to deploy")
+        expect(page.get_by_role("button", name="Deploy to production")).to_have_count(0)
 
         step("disable a user")
         token = api("POST", f"/management/1/containers/{CONTAINER}/tokens", {"environment": "development", "name": "e2e"})["apiToken"]

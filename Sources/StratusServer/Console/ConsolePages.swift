@@ -185,10 +185,16 @@ struct ConsolePages: Sendable {
         console.route(router, .get, "/console/c/:container/deploy/progress") { call in
             let container = call.container
             let action = ConsolePath.make("c", container, "indexes")
+            // A step is offered only while a build is unfinished, and to someone who may build.
+            let pending = try await call.require(.schema, query: ["environment": "production"])["indexBuilds"]?.arrayValue ?? []
+            let mayBuild = await call.access().may(.buildIndexes)
+            let step: HTML = !pending.isEmpty && mayBuild
+                ? "<form method=\"post\" action=\"\(action)\" class=\"inline\">\(ConsoleLayout.csrf(call.user))<button type=\"submit\">Build one step</button></form>"
+                : "<p>No index is waiting to be built.</p>"
             let body: HTML = """
                 <p>New indexes are built over the records production already holds, a step at a time.</p>
                 <div id="index-builds" data-index-build="\(action)" data-csrf="\(call.user.csrf)" aria-live="polite"><p class="progress-text">Starting…</p></div>
-                <form method="post" action="\(action)" class="inline">\(ConsoleLayout.csrf(call.user))<button type="submit">Build one step</button></form>
+                \(step)
                 """
             return call.page("Index builds", container: container, section: "deploy", body)
         }
@@ -395,7 +401,10 @@ struct ConsolePages: Sendable {
         let warnings = (plan["warnings"]?.arrayValue ?? []).compactMap(\.stringValue).map { "<li>\($0)</li>" as HTML }
         let result: HTML = dryRun.map { "<p class=\"notice\" role=\"status\">\($0)</p>" } ?? ""
         let action = ConsolePath.make("c", container, "deploy")
-        let confirm: HTML = !canDeploy
+        let nothing = plan["plan"]?.arrayValue?.isEmpty ?? true
+        let confirm: HTML = nothing
+            ? "<p class=\"notice\" role=\"status\">Production already matches development: there is nothing to deploy.</p>"
+            : !canDeploy
             ? "<p>Deploying needs the owner role in \(container); you can review the plan.</p>"
             : refused > 0
             ? "<p class=\"error\" role=\"alert\">\(refused) change\(refused == 1 ? " is" : "s are") refused: production is additive only. Nothing can be deployed until development stops removing or changing what production has.</p>"

@@ -18,7 +18,12 @@ struct SchemaManagement: Sendable {
             let container = try grant.container
             let environment = try ContainerEnvironment(segment: call.queryParameters.get("environment").map { String($0) } ?? "development")
             let schema = try await self.records.schemas.load(containerID: container.id, environment: environment)
-            return .json(["schema": .string(SchemaLanguage.print(schema)), "version": .int(schema.version), "environment": .string(environment.rawValue)])
+            var answer: [String: JSON] = ["schema": .string(SchemaLanguage.print(schema)), "version": .int(schema.version), "environment": .string(environment.rawValue)]
+            if environment == .production {
+                // What a deploy left to index over existing records ('stratus schema deploy' resumes them).
+                answer["indexBuilds"] = .array(try await self.records.schemas.unfinishedBuilds(containerID: container.id).map(ManagementJSON.buildJSON))
+            }
+            return .json(.object(answer))
         }
         api.manage(router, .validateSchema) { call -> ManagementReply in
             let text = try await self.schemaText(call)

@@ -168,6 +168,11 @@ extension SchemaStore {
         }
     }
 
+    /// The production index builds of a container not finished yet.
+    public func unfinishedBuilds(containerID: ContainerID) async throws -> [IndexBuild] {
+        try await database.withConnection { connection in try await builds(containerID: containerID, on: connection) }.filter { !$0.done }
+    }
+
     /// Every production index build of a container (finished ones included).
     func builds(containerID: ContainerID, on connection: PostgresConnection) async throws -> [IndexBuild] {
         try await connection.rows("""
