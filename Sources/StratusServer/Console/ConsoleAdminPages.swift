@@ -39,7 +39,7 @@ struct ConsoleAdminPages: Sendable {
                 }
                 if access.may(.exportUser) { actions.append("<a href=\"\(base)/export\">Export</a>") }
                 if access.may(.eraseUser) { actions.append("<a href=\"\(base)/erase\">Erase…</a>") }
-                return ["\(user["emailAddress"]?.stringValue ?? "")", "<code>\(name)</code>", "\(disabled ? "disabled" : "active")",
+                return [HTML.isolated(user["emailAddress"]?.stringValue ?? ""), "<code>\(name)</code>", "\(disabled ? "disabled" : "active")",
                         "\(user["liveSessions"]?.intValue ?? 0)", actions.isEmpty ? "—" : HTML.join(actions, separator: " ")]
             }
             let searchForm: HTML = """
@@ -79,7 +79,7 @@ struct ConsoleAdminPages: Sendable {
             let found = try await call.require(.user, ["user": ConsolePath.segment(user)])["user"]
             let name = found?["userRecordName"]?.stringValue ?? user
             let body: HTML = """
-                <p>Erasing <strong>\(found?["emailAddress"]?.stringValue ?? "")</strong> (<code>\(name)</code>) deletes their account, their private zones and
+                <p>Erasing <strong>\(HTML.isolated(found?["emailAddress"]?.stringValue ?? ""))</strong> (<code>\(name)</code>) deletes their account, their private zones and
                 records, the public records they created and their subscriptions, in both environments. It cannot be undone.</p>
                 <form method="post" action="\(ConsolePath.make("c", container, "users", name, "erase"))" class="stack">\(ConsoleLayout.csrf(call.user))
                 <label for="confirm">Type the user's record name to confirm: \(name)</label><input id="confirm" name="confirm" autocomplete="off">
@@ -124,7 +124,7 @@ struct ConsoleAdminPages: Sendable {
                 let origins = (token["allowedOrigins"]?.arrayValue ?? []).compactMap(\.stringValue)
                 let production = token["environment"]?.stringValue == ContainerEnvironment.production.rawValue
                 let any: HTML = live && production ? "any (the sign-in page hands its sessions to no page: name the app's origins with stratus token update)" : "any"
-                return ["\(id)", "\(token["name"]?.stringValue ?? "")", "\(token["environment"]?.stringValue ?? "")", "<code>\(token["prefix"]?.stringValue ?? "")…</code>",
+                return ["\(id)", HTML.isolated(token["name"]?.stringValue ?? ""), "\(token["environment"]?.stringValue ?? "")", "<code>\(token["prefix"]?.stringValue ?? "")…</code>",
                         origins.isEmpty ? any : "\(origins.joined(separator: " "))", revoke]
             }
             let keyRows = keys.map { key -> [HTML] in
@@ -132,7 +132,7 @@ struct ConsoleAdminPages: Sendable {
                 let live = key["revokedAt"] == .null
                     && access.may(.revokeKey, in: key["environment"]?.stringValue.flatMap(ContainerEnvironment.init(rawValue:)))
                 let revoke: HTML = live ? ConsoleLayout.button(call.user, action: ConsolePath.make("c", container, "keys", id, "revoke"), label: "Revoke", danger: true) : "revoked"
-                return ["<code>\(String(id.prefix(16)))…</code>", "\(key["name"]?.stringValue ?? "")", "\(key["environment"]?.stringValue ?? "")", revoke]
+                return ["<code>\(String(id.prefix(16)))…</code>", HTML.isolated(key["name"]?.stringValue ?? ""), "\(key["environment"]?.stringValue ?? "")", revoke]
             }
             let tok = ConsoleLayout.csrf(call.user)
             let tokenEnvironments = access.environments(for: .createToken), keyEnvironments = access.environments(for: .addKey)
@@ -358,8 +358,8 @@ struct ConsoleAdminPages: Sendable {
                     <label class="visually-hidden" for="role-\(email)">Role of \(email)</label><select id="role-\(email)" name="role">\(options)</select>
                     <button type="submit">Change</button></form>
                     """
-                guard manages else { return ["\(email)", "\(current)", "\(member["disabled"] == true ? "disabled" : "active")", "", ""] }
-                return ["\(email)", "\(current)", "\(member["disabled"] == true ? "disabled" : "active")", change,
+                guard manages else { return [HTML.isolated(email), "\(current)", "\(member["disabled"] == true ? "disabled" : "active")", "", ""] }
+                return [HTML.isolated(email), "\(current)", "\(member["disabled"] == true ? "disabled" : "active")", change,
                         ConsoleLayout.button(call.user, action: base + "/remove", label: "Remove", danger: true)]
             }
             let options = roles.map { "<option>\($0)</option>" as HTML }

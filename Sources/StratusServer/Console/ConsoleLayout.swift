@@ -41,14 +41,16 @@ enum ConsoleLayout {
                 <details class="menu" open data-phone-closed><summary>Menu: \(current)</summary><ul>\(links)</ul></details></nav>
                 """
         }
-        let flash: HTML = [notice.map { "<p class=\"notice\" role=\"status\">\($0)</p>" as HTML }, error.map { "<p class=\"error\" role=\"alert\">\($0)</p>" as HTML }]
+        // Messages name data (records, users, zones): their direction controls are shown, not obeyed.
+        let flash: HTML = [notice.map { "<p class=\"notice\" role=\"status\">\(HTML.isolated($0))</p>" as HTML },
+                           error.map { "<p class=\"error\" role=\"alert\">\(HTML.isolated($0))</p>" as HTML }]
             .compactMap { $0 }.reduce("") { "\($0)\($1)" }
         return """
             \(head(title))<body>
             <header><a class="brand" href="/console">Stratus console</a>\(serverLinks(user, section: section))
             <form class="signout" method="post" action="/console/signout">\(csrf(user))<span class="who">\(user.name)\(user.isSuperuser ? " (superuser)" : "")</span>
             <button type="submit">Sign out</button></form></header>
-            <div class="frame">\(nav)<main id="main"><h1>\(title)</h1>\(flash)\(body)</main></div>
+            <div class="frame">\(nav)<main id="main"><h1>\(HTML.isolated(title))</h1>\(flash)\(body)</main></div>
             </body></html>
             """
     }

@@ -474,7 +474,7 @@ struct ConsoleRecordPages: Sendable {
         return """
             <dl class="meta"><dt>Type</dt><dd>\(record["recordType"]?.stringValue ?? "")</dd><dt>Created</dt><dd>\(stamp("created"))</dd>
             <dt>Modified</dt><dd>\(stamp("modified"))</dd><dt>Change tag</dt><dd><code>\(record["recordChangeTag"]?.stringValue ?? "")</code></dd>
-            <dt>Where</dt><dd>\(place.environment.rawValue), \(place.database)\(place.user.map { " of \($0)" } ?? ""), zone \(place.zone)</dd>\(share)</dl>
+            <dt>Where</dt><dd>\(place.environment.rawValue), \(place.database)\(place.user.map { " of \(HTML.isolated($0))" as HTML } ?? ""), zone \(HTML.isolated(place.zone))</dd>\(share)</dl>
             \(ConsoleLayout.table("Fields", ["Field", "Type", "Value"], rows, empty: "No fields.", whole: true))
             """
     }
