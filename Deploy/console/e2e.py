@@ -16,6 +16,8 @@ the way and no script of it may run (any dialog fails the run). Screenshots of e
 OUTPUT_DIR, and one page is also taken at a phone's width; every page's controls must have labels,
 and axe-core (axe-playwright-python) may find no serious or critical accessibility problem on any.
 """
+import base64
+import hashlib
 import json
 import os
 import re
@@ -42,6 +44,28 @@ def api(method, path, body=None, query=""):
         request.add_header("Authorization", "Bearer " + ADMIN)
     with urllib.request.urlopen(request, timeout=30) as response:
         return json.loads(response.read() or b"null")
+
+
+def upload_asset(where, record_type, field, data):
+    """An asset's receipt, as an app gets one: an upload URL (the management API's assets/upload), then the bytes."""
+    tokens = api("POST", f"/management/1/containers/{CONTAINER}/assets/upload",
+                 dict(where, tokens=[{"recordType": record_type, "fieldName": field}]))["tokens"]
+    request = urllib.request.Request(tokens[0]["url"], data=data, method="POST")
+    request.add_header("Content-Type", "application/octet-stream")
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["singleFile"]
+
+
+def checksum(data):
+    return base64.b64encode(hashlib.sha256(data).digest()).decode()
+
+
+def kept(record, name):
+    """A field's value as compared across saves (an asset's download URL is signed anew each time)."""
+    field = record["fields"].get(name)
+    if field and field.get("type") == "ASSETID":
+        return {key: field["value"].get(key) for key in ("fileChecksum", "size")}
+    return field
 
 
 UNLABELLED = """[...document.querySelectorAll('input:not([type=hidden]), select, textarea, button')]
@@ -209,6 +233,9 @@ def main():
             "ln": {"value": [3, 1, 2]},
         }
         where = {"environment": "development", "database": "public"}
+        # An asset too, uploaded as an app does: an upload URL, the bytes, the receipt saved with the record.
+        first_file = b"first asset bytes\x00\xff"
+        hostile["a"] = {"value": upload_asset(where, "Everything", "a", first_file)}
         api("POST", f"/management/1/containers/{CONTAINER}/records/modify",
             dict(where, operations=[{"operationType": "create", "record": {"recordName": "hostile", "recordType": "Everything", "fields": hostile}}]))
 
@@ -229,8 +256,32 @@ def main():
         if after["fields"]["n"]["value"] != 43:
             raise SystemExit(f"console e2e: the edited field was not saved: {after['fields']['n']}")
         for name in hostile:
-            if name != "n" and after["fields"].get(name) != before["fields"].get(name):
+            if name != "n" and kept(after, name) != kept(before, name):
                 raise SystemExit(f"console e2e: saving one field changed {name}: {before['fields'].get(name)!r} became {after['fields'].get(name)!r}")
+        if after["fields"]["a"]["value"]["fileChecksum"] != checksum(first_file):
+            raise SystemExit(f"console e2e: the asset is not the one uploaded: {after['fields']['a']}")
+        step("replace an asset by choosing a file in the editor")
+        page.goto(view)
+        second_file = b"a second file, chosen in the console \xe2\x9c\x93"
+        page.get_by_label("a (ASSET)", exact=True).set_input_files(files=[{"name": "second.txt", "mimeType": "text/plain", "buffer": second_file}])
+        page.get_by_role("button", name="Save").click()
+        expect(page.locator(".notice")).to_contain_text("saved hostile")
+        replaced = stored()
+        if replaced["fields"]["a"]["value"]["fileChecksum"] != checksum(second_file) or replaced["fields"]["a"]["value"]["size"] != len(second_file):
+            raise SystemExit(f"console e2e: the asset chosen in the editor was not saved: {replaced['fields']['a']}")
+        for name in hostile:
+            if name not in ("n", "a") and kept(replaced, name) != kept(before, name):
+                raise SystemExit(f"console e2e: replacing the asset changed {name}")
+        download = replaced["fields"]["a"]["value"]["downloadURL"]
+        with urllib.request.urlopen(download, timeout=30) as response:
+            if response.read() != second_file:
+                raise SystemExit("console e2e: the asset downloaded is not the file chosen")
+        page.goto(view)
+        page.get_by_label("Remove this asset").check()
+        page.get_by_role("button", name="Save").click()
+        expect(page.locator(".notice")).to_contain_text("saved hostile")
+        if "a" in stored()["fields"]:
+            raise SystemExit("console e2e: removing the asset left it on the record")
         step("clear a field")
         page.goto(view)
         page.get_by_label("d (DOUBLE)").fill("")

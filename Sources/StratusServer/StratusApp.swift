@@ -143,7 +143,7 @@ public final class StratusApp: Sendable {
         SchemaManagement(api: api, records: records, queryShapes: dataAPI.records.queryShapes).addRoutes(to: router)
         UserDataManagement(api: api, admin: admin, records: records, authenticator: authenticator, notifier: notifier,
                            links: dataAPI.records.links).addRoutes(to: router)
-        ManagedRecordsController(admin: admin, authenticator: authenticator, records: dataAPI.records, zones: dataAPI.zones)
+        ManagedRecordsController(admin: admin, authenticator: authenticator, records: dataAPI.records, zones: dataAPI.zones, assets: dataAPI.assets)
             .addRoutes(to: router, api: api)
     }
 

@@ -28,6 +28,7 @@ import Testing
         "POST /management/1/containers/:container/roles/:role/members": #"{"environment":"ENV","user":"USER"}"#,
         "POST /management/1/containers/:container/records/modify": #"{"environment":"ENV","operations":[{"operationType":"create","record":{"recordType":"Matrix","fields":{"title":{"value":"x"}}}}]}"#,
         "POST /management/1/containers/:container/records/query": #"{"environment":"ENV","query":{"recordType":"Matrix"}}"#,
+        "POST /management/1/containers/:container/assets/upload": #"{"environment":"ENV","tokens":[{"recordType":"Matrix","fieldName":"file"}]}"#,
         "PATCH /management/1/containers/:container/quota": #"{"environment":"development","maxRecords":100000}"#,
         "POST /management/1/containers/:container/schema/import": #"{"schema":"DEFINE SCHEMA RECORD TYPE Matrix (title STRING QUERYABLE);","dryRun":true}"#,
         "POST /management/1/containers/:container/schema/deploy": #"{"dryRun":true}"#,

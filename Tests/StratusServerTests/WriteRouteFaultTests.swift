@@ -218,6 +218,11 @@ import Testing
             try await $0.admin(.post, "containers/\($0.container)/zones/list", ["environment": "development", "database": "private", "user": .string($0.alice.userRecordName ?? ""),
                                                                              "reason": "support request"])
         }
+        // Upload URLs are sealed, not stored: no transaction to fail.
+        cases["POST \(container)/assets/upload"] = .read {
+            try await $0.admin(.post, "containers/\($0.container)/assets/upload", ["environment": "development", "database": "public",
+                                                                                "tokens": [["recordType": "Note", "fieldName": "attachment"]]])
+        }
         cases["POST \(container)/records/modify"] = .write {
             try await $0.admin(.post, "containers/\($0.container)/records/modify", ["environment": "development", "database": "public", "operations": [note("fault-managed")]])
         }

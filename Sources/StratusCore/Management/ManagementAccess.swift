@@ -153,6 +153,7 @@ public enum ManagementAccess {
             (.lookupRecords, .member(.viewer)),
             (.listZones, .member(.viewer)),
             (.modifyRecords, developmentOrOwner(.body(default: .development))),
+            (.requestAssetUploads, developmentOrOwner(.body(default: .development))),
             // Custom roles' members.
             (.roles, .member(.viewer)),
             (.roleMembers, .member(.viewer)),
@@ -181,7 +182,7 @@ public enum ManagementAccess {
     }()
 
     /// Reading or changing an app user's private or shared database through the records routes
-    /// (`records/query`, `records/lookup`, `zones/list`, `records/modify` with `database` private
+    /// (`records/query`, `records/lookup`, `zones/list`, `records/modify`, `assets/upload` with `database` private
     /// or shared), on top of the route's own requirement: an owner's, and the call gives a
     /// `reason`, which the audit log keeps with the read.
     public static let userDatabase = ManagementRequirement.member(.owner)
@@ -282,6 +283,7 @@ public struct ManagementRoute: Hashable, Sendable {
     public static let lookupRecords = ManagementRoute("POST", container + "/records/lookup")
     public static let listZones = ManagementRoute("POST", container + "/zones/list")
     public static let modifyRecords = ManagementRoute("POST", container + "/records/modify")
+    public static let requestAssetUploads = ManagementRoute("POST", container + "/assets/upload")
     public static let roles = ManagementRoute("GET", container + "/roles")
     public static let roleMembers = ManagementRoute("GET", container + "/roles/:role/members")
     public static let addRoleMember = ManagementRoute("POST", container + "/roles/:role/members")

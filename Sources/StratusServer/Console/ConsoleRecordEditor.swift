@@ -99,8 +99,13 @@ enum ConsoleRecordEditor {
                     <label for="\(id)-action">action</label><select id="\(id)-action" name="\(key).action">\(options)</select>
                     """
             case .asset:
-                control = values[key] == nil ? "<span id=\"\(id)\">none (apps upload assets)</span>"
-                    : "<label class=\"check\"><input id=\"\(id)\" type=\"checkbox\" name=\"clear.\(name)\" value=\"on\"> Remove this asset</label>"
+                // The script uploads a chosen file when the form is saved and puts its receipt here.
+                let remove: HTML = was == nil ? ""
+                    : "<label class=\"check\"><input id=\"\(id)-remove\" type=\"checkbox\" name=\"clear.\(name)\" value=\"on\"> Remove this asset</label>"
+                control = """
+                    <input id="\(id)" type="file" data-asset-field="\(name)"\(described)><input type="hidden" name="\(key)" value="" data-asset-receipt="\(name)">
+                    \(remove)<span class="hint">A file chosen here replaces the asset when you save (uploading needs the console's script).</span>
+                    """
             default:
                 control = itemInput(key, id: id, first, definition.type.scalar, described: described)
             }
@@ -142,7 +147,11 @@ enum ConsoleRecordEditor {
                 continue
             }
             if definition.type.scalar == .asset {
-                if form["clear." + name] == "on", was != nil { changed[name] = ["value": .null] }
+                if let value {
+                    changed[name] = ["value": value]
+                } else if form["clear." + name] == "on", was != nil {
+                    changed[name] = ["value": .null]
+                }
                 continue
             }
             guard !same(value, was, definition.type) else { continue }
@@ -192,7 +201,12 @@ enum ConsoleRecordEditor {
             }
             return .object(reference)
         case .asset:
-            return nil
+            // What an upload answered (`singleFile`: fileChecksum, size, receipt), put here by the script.
+            guard let text = form[key], !text.isEmpty else { return nil }
+            guard let upload = try? JSONParser.parse(text), upload["receipt"]?.stringValue != nil, upload["fileChecksum"]?.stringValue != nil else {
+                throw .badRequest("the upload did not finish; choose the file again")
+            }
+            return ["fileChecksum": upload["fileChecksum"]!, "size": upload["size"] ?? 0, "receipt": upload["receipt"]!]
         default:
             guard let text = form[key].map(lineBreaksAsTyped), !text.isEmpty else { return nil }
             return try scalar(text, definition.type.scalar)

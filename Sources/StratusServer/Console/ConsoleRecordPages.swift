@@ -232,6 +232,20 @@ struct ConsoleRecordPages: Sendable {
             let savedName = saved?["recordName"]?.stringValue ?? name ?? ""
             return ConsoleController.seeOther(view + ConsolePath.query(place.pairs + [("name", savedName), ("notice", "saved \(savedName)")]))
         }
+        // An upload URL for one asset field, for the editor's script (JSON): it sends the file there,
+        // as an app does, and saves the receipt with the record.
+        console.route(router, .post, "/console/c/:container/records/upload") { call in
+            let place = RecordPlace { call.form.text($0) }
+            var body = place.body
+            var token: [String: JSON] = ["recordType": .string(call.form.text("type") ?? ""), "fieldName": .string(call.form.text("field") ?? "")]
+            if let name = call.form.text("name") { token["recordName"] = .string(name) }
+            body["tokens"] = [.object(token)]
+            let answer = await call.api(.requestAssetUploads, body: body)
+            let json: JSON = answer.ok ? ["url": answer.json["tokens"]?.arrayValue?.first?["url"] ?? .null] : ["error": .string(answer.reason)]
+            var response = Response.json(json, status: .init(code: answer.status))
+            for field in ConsoleController.consoleHeaders(contentType: "application/json; charset=utf-8") where field.name != .contentType { response.headers[field.name] = field.value }
+            return response
+        }
         console.route(router, .post, "/console/c/:container/records/delete") { call in
             let container = call.container
             let place = RecordPlace { call.form.text($0) }
@@ -500,7 +514,8 @@ struct ConsoleRecordPages: Sendable {
             ?? "<label for=\"record-name\">Record name (empty: a new UUID)</label><input id=\"record-name\" name=\"name\" value=\"\(recordName ?? "")\">"
         let message: HTML = error.map { "<p class=\"error\" role=\"alert\">\($0)</p>" } ?? ""
         return """
-            <form method="post" action="\(ConsolePath.make("c", container, "records", "save"))" class="stack record-editor">\(ConsoleLayout.csrf(call.user))\(place.hidden)
+            <form method="post" action="\(ConsolePath.make("c", container, "records", "save"))" class="stack record-editor" \
+            data-asset-upload="\(ConsolePath.make("c", container, "records", "upload"))" data-csrf="\(call.user.csrf)">\(ConsoleLayout.csrf(call.user))\(place.hidden)
             <h2>\(tag == nil ? "Create" : "Change")</h2>\(message)<input type="hidden" name="type" value="\(type)">\(identity)\(inputs)
             \(productionConfirmation(place, container: container))<button type="submit">Save</button></form>
             """

@@ -4,7 +4,7 @@ import StratusCore
 import StratusStore
 
 /// Records through the management API (the console's records browser): the data API's own
-/// query, lookup, modify and zone listing, for any database of the container. The body is the
+/// query, lookup, modify, zone listing and asset upload URLs, for any database of the container. The body is the
 /// data API's, plus `environment` (development when absent), `database` (`public`, `private` or
 /// `shared`; public when absent) and, for a private or shared database, `user` (whose: a record
 /// name or an email address). The public database is used with the container administrator's
@@ -14,7 +14,7 @@ import StratusStore
 struct ManagedRecordsController: Sendable {
     /// What it does, each one management route.
     enum Operation: CaseIterable, Sendable {
-        case query, lookup, zones, modify
+        case query, lookup, zones, modify, uploads
 
         /// Its management route.
         var route: ManagementRoute {
@@ -23,16 +23,18 @@ struct ManagedRecordsController: Sendable {
             case .lookup: .lookupRecords
             case .zones: .listZones
             case .modify: .modifyRecords
+            case .uploads: .requestAssetUploads
             }
         }
         /// The audit log's action.
-        var action: String { self == .modify ? "records.modify" : "records.read" }
+        var action: String { self == .modify || self == .uploads ? "records.modify" : "records.read" }
     }
 
     let admin: AdminStore
     let authenticator: Authenticator
     let records: RecordsController
     let zones: ZonesController
+    let assets: AssetsController
 
     /// Its management routes.
     func addRoutes(to router: Router<BasicRequestContext>, api: ManagementAPI) {
@@ -94,8 +96,10 @@ struct ManagedRecordsController: Sendable {
         case .lookup: try await records.lookupRecords(request)
         case .zones: try await zones.listZones(request)
         case .modify: try await records.modifyRecords(request)
+        case .uploads: try await assets.requestUploads(request)
         }
-        if scope != .public || action == "records.modify" {
+        // Asking for upload URLs changes nothing yet (the save that uses them is audited).
+        if operation != .uploads, scope != .public || action == "records.modify" {
             try await admin.audit(AuditEntry(containerID: container.id, actor: grant.actor, action: action, environment: environment,
                                              target: target.isEmpty ? scope.rawValue : target,
                                              detail: "\(scope.rawValue) database" + (reason.isEmpty ? "" : ": \(reason)")))

@@ -7,6 +7,48 @@ document.addEventListener("DOMContentLoaded", () => {
   if (window.matchMedia("(max-width: 40rem)").matches) {
     for (const details of document.querySelectorAll("details[data-phone-closed]")) details.open = false;
   }
+  // The record editor: a file chosen for an asset field is uploaded when the form is saved, as an
+  // app uploads one (an upload URL, then the bytes), and its receipt saved with the record.
+  for (const form of document.querySelectorAll("form[data-asset-upload]")) {
+    form.addEventListener("submit", async (event) => {
+      const pending = Array.from(form.querySelectorAll("input[type=file][data-asset-field]")).filter((input) => input.files.length > 0);
+      const receipts = pending.map((input) => form.querySelector(`input[data-asset-receipt="${input.dataset.assetField}"]`));
+      if (pending.length === 0 || receipts.every((receipt) => receipt && receipt.value)) return;
+      event.preventDefault();
+      const submit = form.querySelector("button[type=submit]");
+      if (submit) submit.disabled = true;
+      try {
+        for (const [index, input] of pending.entries()) {
+          const ask = new URLSearchParams();
+          for (const name of ["environment", "database", "user", "reason", "zone", "type", "name"]) {
+            const field = form.querySelector(`[name="${name}"]`);
+            if (field && field.value) ask.set(name, field.value);
+          }
+          ask.set("field", input.dataset.assetField);
+          const answer = await fetch(form.dataset.assetUpload, { method: "POST", credentials: "same-origin", body: ask,
+            headers: { "X-CSRF-Token": form.dataset.csrf } });
+          const place = await answer.json();
+          if (!answer.ok) throw new Error(place.error || ("the server answered " + answer.status));
+          const file = input.files[0];
+          const sent = await fetch(place.url, { method: "POST", body: file, headers: { "Content-Type": file.type || "application/octet-stream" } });
+          const upload = await sent.json();
+          if (!sent.ok) throw new Error(upload.reason || ("the upload was answered " + sent.status));
+          receipts[index].value = JSON.stringify(upload.singleFile);
+        }
+        form.submit();
+      } catch (error) {
+        if (submit) submit.disabled = false;
+        let message = form.querySelector(".upload-error");
+        if (!message) {
+          message = document.createElement("p");
+          message.className = "error upload-error";
+          message.setAttribute("role", "alert");
+          form.prepend(message);
+        }
+        message.textContent = "The file could not be uploaded, so nothing was saved: " + error.message;
+      }
+    });
+  }
   for (const row of document.querySelectorAll("[data-filter]")) {
     const field = row.querySelector("[data-filter-field]");
     const comparator = row.querySelector("[data-filter-comparator]");
