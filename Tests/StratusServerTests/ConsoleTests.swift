@@ -723,7 +723,11 @@ import Testing
             #expect(try await browser.signIn(adminToken: Harness.adminToken) == 303)
             let base = "/console/c/\(container)/records"
             // The schema's types link to their records; the builder's filters and sort reach the API.
-            #expect(try await browser.get(base).html.contains("type=Note"))
+            let landing = try await browser.get(base).html
+            #expect(landing.contains("type=Note"))
+            // Zone and user are picked from the database's zones and the container's users.
+            #expect(landing.contains("<datalist id=\"zone-choices\"><option value=\"_defaultZone\"></option>")
+                    && landing.contains("<option value=\"ada@example.com\"></option>"), "\(landing.suffix(2500))")
             let all = try await browser.get(base + "?type=Note&sort=count&order=descending&limit=2")
             #expect(all.status == 200 && all.html.contains("note-4") && all.html.contains("note-3") && !all.html.contains(">note-1<"), "\(all.html.suffix(2000))")
             #expect(!all.html.contains("<script>alert(3)") && all.html.contains("&lt;script&gt;alert(3)"))

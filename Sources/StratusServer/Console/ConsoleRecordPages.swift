@@ -67,7 +67,18 @@ struct ConsoleRecordPages: Sendable {
             let access = await call.access()
             try place.check(access)
             let schema = try await self.consoleSchema(call, container: container, environment: place.environment)
-            var body = Self.placeForm(call, place: place, access: access, container: container)
+            // Choices for the place: the database's zones, and (for someone who may open them) users.
+            var zones: [String] = []
+            if !place.isUsers || (place.user != nil && place.reason != nil) {
+                var request = place.body
+                request["zoneID"] = nil
+                zones = (await call.api(.listZones, body: request)).json["zones"]?.arrayValue?.compactMap { $0["zoneID"]?["zoneName"]?.stringValue } ?? []
+            }
+            let users = access.mayOpenUserDatabases
+                ? (await call.api(.users, query: ["environment": place.environment.rawValue, "limit": "200"])).json["users"]?.arrayValue?
+                    .compactMap { $0["emailAddress"]?.stringValue } ?? []
+                : []
+            var body = Self.placeForm(call, place: place, access: access, container: container, zones: zones, users: users)
             if place.isUsers, place.user == nil || place.reason == nil {
                 let missing = place.user == nil ? "Give the user whose \(place.database) database to open" : "Say why you open this user's \(place.database) database"
                 body = "<p class=\"error\" role=\"alert\">\(missing): the reason is kept in the audit log with every page you read.</p>\(body)"
@@ -276,19 +287,22 @@ struct ConsoleRecordPages: Sendable {
 
     /// Chooses environment, database, user and zone: a user's database (and the user and reason
     /// it asks for) only for someone who may open it.
-    static func placeForm(_ call: ConsoleCall, place: RecordPlace, access: ConsoleAccess, container: String) -> HTML {
+    static func placeForm(_ call: ConsoleCall, place: RecordPlace, access: ConsoleAccess, container: String,
+                          zones: [String] = [], users choices: [String] = []) -> HTML {
         let users = access.mayOpenUserDatabases
         let databases = (users ? ["public", "private", "shared"] : ["public"]).map { "<option\($0 == place.database ? " selected" : "")>\($0)</option>" as HTML }
         let type: HTML = call.query("type").map { "<input type=\"hidden\" name=\"type\" value=\"\($0)\">" } ?? ""
         let whose: HTML = users ? """
-            <label for="user">User (private and shared: email or record name)</label> <input id="user" name="user" value="\(place.user ?? "")">
+            <label for="user">User (private and shared: email or record name)</label> <input id="user" name="user" value="\(place.user ?? "")" list="user-choices">
+            <datalist id="user-choices">\(choices.map { "<option value=\"\($0)\"></option>" as HTML })</datalist>
             <label for="reason">Reason (private and shared: kept in the audit log)</label> <input id="reason" name="reason" value="\(place.reason ?? "")" maxlength="500">
             """ : ""
         return """
             <form method="get" action="\(ConsolePath.make("c", container, "records"))" class="inline">\(type)
             <label for="environment">Environment</label> \(ConsoleLayout.environmentSelect(place.environment))
             <label for="database">Database</label> <select id="database" name="database">\(databases)</select>
-            \(whose)<label for="zone">Zone</label> <input id="zone" name="zone" value="\(place.zone)">
+            \(whose)<label for="zone">Zone</label> <input id="zone" name="zone" value="\(place.zone)" list="zone-choices">
+            <datalist id="zone-choices">\(zones.map { "<option value=\"\($0)\"></option>" as HTML })</datalist>
             <button type="submit">Open</button></form>
             """
     }

@@ -66,7 +66,11 @@ struct ContainerManagement: Sendable {
             let grant = call.grant
             let container = try grant.container
             let environment = try call.environmentParameter()
-            let users = try await self.admin.users(containerID: container.id, environment: environment)
+            let limit = try call.queryParameters.get("limit").map { text throws(StratusError) -> Int in
+                guard let value = Int(text), (1...10_000).contains(value) else { throw .badRequest("'limit' must be 1–10000") }
+                return value
+            } ?? 10_000
+            let users = try await self.admin.users(containerID: container.id, environment: environment, limit: limit)
             return .json(["users": .array(users.map(ManagementJSON.userJSON))])
         }
         api.manage(router, .user) { call -> ManagementReply in
