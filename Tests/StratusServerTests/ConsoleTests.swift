@@ -732,6 +732,10 @@ import Testing
             #expect(all.status == 200 && all.html.contains("note-4") && all.html.contains("note-3") && !all.html.contains(">note-1<"), "\(all.html.suffix(2000))")
             #expect(!all.html.contains("<script>alert(3)") && all.html.contains("&lt;script&gt;alert(3)"))
             let next = try #require(all.html.firstMatch(of: /rel="next" href="([^"]+)"/).map { String($0.output.1).replacingOccurrences(of: "&amp;", with: "&") })
+            // A message belongs to the page it was sent to: links onward do not carry it.
+            let told = try await browser.get(base + "?type=Note&sort=count&order=descending&limit=2&notice=saved+x&seal=abc").html
+            let onward = told.matches(of: /href="([^"]*records[^"]*)"/).map { String($0.output.1) }
+            #expect(!onward.isEmpty && onward.allSatisfy { !$0.contains("notice=") && !$0.contains("seal=") }, "\(onward)")
             let second = try await browser.get(next)
             #expect(second.html.contains("note-2") && second.html.contains("note-1") && !second.html.contains(">note-4<"), "\(second.html.suffix(1500))")
             let filtered = try await browser.get(base + "?type=Note&f1=count&o1=GREATER_THAN_OR_EQUALS&v1=3&f2=tags&o2=LIST_CONTAINS&v2=a")

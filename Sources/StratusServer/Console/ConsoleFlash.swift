@@ -17,6 +17,9 @@ enum ConsoleFlash {
 
     static let purpose = "console flash"
 
+    /// The query keys a message travels in.
+    static let keys: Set<String> = ["notice", "error", "seal"]
+
     /// `location` with a seal over its `notice` and `error` for `session` (a session's CSRF token;
     /// unchanged when it carries neither).
     static func seal(_ location: String, session: String, sealer: TokenSealer) -> String {

@@ -127,9 +127,9 @@ struct ConsoleRecordPages: Sendable {
                 }
                 if answer.ok {
                     results = Self.recordTable(answer.json, type: type, fields: fields, place: place, container: container,
-                                               columns: Self.columns(call, fields: fields), query: call.queryForm.pairs)
+                                               columns: Self.columns(call, fields: fields), query: call.keptQuery())
                     if let marker = answer.json["continuationMarker"]?.stringValue {
-                        let kept = call.queryForm.pairs.filter { $0.0 != "marker" }
+                        let kept = call.keptQuery(dropping: ["marker"])
                         results = "\(results)<p><a rel=\"next\" href=\"\(ConsolePath.make("c", container, "records") + ConsolePath.query(kept + [("marker", marker)]))\">Next page</a></p>"
                     }
                 } else {
@@ -151,7 +151,7 @@ struct ConsoleRecordPages: Sendable {
         // The columns form's boxes (col=a&col=b) become one `cols=a,b` on the records page.
         console.route(router, .get, "/console/c/:container/records/columns") { call in
             let chosen = call.queryForm.all("col").joined(separator: ",")
-            let kept = call.queryForm.pairs.filter { !["col", "cols", "marker"].contains($0.0) }
+            let kept = call.keptQuery(dropping: ["col", "cols", "marker"])
             return ConsoleController.seeOther(ConsolePath.make("c", call.container, "records") + ConsolePath.query(kept + [("cols", chosen)]))
         }
         console.route(router, .get, "/console/c/:container/records/view") { call in
@@ -479,7 +479,7 @@ struct ConsoleRecordPages: Sendable {
         let boxes = fields.keys.filter { !$0.hasPrefix("___") }.sorted().map { name -> HTML in
             "<label><input type=\"checkbox\" name=\"col\" value=\"\(name)\"\(shown.contains(name) ? " checked" : "")> \(name)</label>"
         }
-        let kept = call.queryForm.pairs.filter { !["cols", "col", "marker", "csrf"].contains($0.0) }
+        let kept = call.keptQuery(dropping: ["cols", "col", "marker", "csrf"])
             .map { "<input type=\"hidden\" name=\"\($0.0)\" value=\"\($0.1)\">" as HTML }
         return """
             <details class="columns"><summary>Columns</summary>

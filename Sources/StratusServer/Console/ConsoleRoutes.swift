@@ -57,6 +57,13 @@ struct ConsoleCall: Sendable {
     /// The query string, decoded as browsers encode forms (`+` for a space).
     var queryForm: ConsoleForm { ConsoleForm(ByteBuffer(string: request.uri.query ?? "")) }
 
+    /// The query's pairs for links that stay on this page's view (next page, sort, columns): without
+    /// `dropping`, and never with the last action's message (`notice`, `error` and their `seal`),
+    /// which belongs to the one page it was sent to.
+    func keptQuery(dropping: Set<String> = []) -> [(String, String)] {
+        queryForm.pairs.filter { !dropping.contains($0.0) && !ConsoleFlash.keys.contains($0.0) }
+    }
+
     /// A query parameter (`nil` when missing or empty).
     func query(_ name: String) -> String? {
         queryForm[name].flatMap { $0.isEmpty ? nil : $0 }
