@@ -327,6 +327,16 @@ import Testing
                 #expect(confirmed.status == 303, "\(action.path): \(confirmed.status) \(confirmed.html.prefix(400))")
                 #expect(try await action.done(), "\(action.path) did nothing once confirmed")
             }
+            // Erasing a user wants their record name typed: anything else erases nothing.
+            func userExists() async throws -> Bool {
+                try await harness.admin(.get, "containers/\(container)/users/\(user)?environment=development").status == 200
+            }
+            let wrongName = try await browser.post(base + "/users/\(user)/erase", [("confirm", "someone else")])
+            #expect(wrongName.status == 303 && wrongName.headers[.location]?.contains("error=") == true, "\(wrongName.headers)")
+            #expect(try await userExists())
+            let erased = try await browser.post(base + "/users/\(user)/erase", [("confirm", user)])
+            #expect(erased.status == 303 && erased.headers[.location]?.contains("notice=") == true, "\(erased.headers)")
+            #expect(try await !userExists())
             // Someone the action is not for is refused by it, not asked.
             var viewer = Browser(harness: harness)
             let other = try await harness.signedInOperator(teams: [(container, .viewer)])
