@@ -65,6 +65,7 @@ SELECT create_distributed_table('assets', 'container_id', colocate_with => 'reco
 SELECT create_distributed_table('audit_log', 'container_id', colocate_with => 'records');
 SELECT create_distributed_table('container_imports', 'container_id', colocate_with => 'records');
 SELECT create_distributed_table('courier_tokens', 'container_id', colocate_with => 'records');
+SELECT create_distributed_table('push_devices', 'container_id', colocate_with => 'records');
 SELECT create_distributed_table('notifications', 'container_id', colocate_with => 'records');
 SELECT create_distributed_table('index_entries', 'container_id', colocate_with => 'records');
 SELECT create_distributed_table('quota_limits', 'container_id', colocate_with => 'records');

@@ -122,8 +122,9 @@ import Testing
         // Devices, assets, accounts.
         for prefix in ["/device/1", "/database/1"] {
             cases["POST \(prefix)/{}/{}/tokens/create"] = .write { try await $0.device("tokens/create", prefix: prefix, ["apnsEnvironment": "development"]) }
-            cases["POST \(prefix)/{}/{}/tokens/register"] = .read {
-                try await $0.device("tokens/register", prefix: prefix, ["apnsEnvironment": "development", "apnsToken": "0123abcd"])
+            // Stores the device (an APNs device token here, 32 bytes in hex).
+            cases["POST \(prefix)/{}/{}/tokens/register"] = .write {
+                try await $0.device("tokens/register", prefix: prefix, ["apnsEnvironment": "development", "apnsToken": .string(String(repeating: "0123abcd", count: 8))])
             }
         }
         cases["GET /device/1/{}/{}/courier/{}"] = .none("a long poll of the notifications a write queued (its writes are those requests')")
@@ -316,7 +317,14 @@ import Testing
                                 try await Task.sleep(for: .milliseconds(20))
                             }
                         }
+                        // A request that never answers is named, not left to the suite's time limit.
+                        let watchdog = Task {
+                            try await Task.sleep(for: .seconds(90))
+                            Issue.record("\(key) (stall): no answer after 90 s")
+                            sent.cancel()
+                        }
                         answer = try await sent.value
+                        watchdog.cancel()
                         terminator.cancel()
                     } else {
                         answer = try await request(fixture)

@@ -9,7 +9,7 @@ import Synchronization
 
 /// Notification delivery as CloudKit JS expects it: `tokens/create` returns a `webcourierURL`,
 /// which the client long-polls (a plain GET) for one notification at a time; `tokens/register`
-/// is accepted (there is no APNs to register with).
+/// stores an APNs device token or a Web Push subscription for the user (`PushRegistration`).
 final class CourierController: Sendable {
     let records: RecordStore
     let notifier: Notifier
@@ -63,12 +63,21 @@ final class CourierController: Sendable {
                 let caller = try await self.courierCaller(request, context)
                 let body = try await self.bodies.readObject(request)
                 let apnsEnvironment = try Self.apnsEnvironment(body, caller: caller)
-                guard let apnsToken = try Wire.string(body["apnsToken"], key: "apnsToken"), !apnsToken.isEmpty, apnsToken.utf8.count <= 1_024 else {
-                    throw StratusError.badRequest("'apnsToken' is required: the token tokens/create returned (at most 1024 bytes)")
+                let user = try caller.requireUser(signInURL: self.authenticator.signInURL(container: caller.container.name, environment: caller.environment,
+                                                                                          apiToken: caller.apiToken))
+                // An APNs device token or a Web Push subscription is stored for the user; the web
+                // courier's own token registers nothing (its notifications go to the courier).
+                let device = try PushRegistration.device(body, user: user, apnsEnvironment: ContainerEnvironment(rawValue: apnsEnvironment) ?? caller.environment)
+                if let device {
+                    try await self.records.subscriptions.registerPushDevice(device, containerID: caller.container.id, environment: caller.environment)
                 }
-                _ = try caller.requireUser(signInURL: self.authenticator.signInURL(container: caller.container.name, environment: caller.environment,
-                                                                                   apiToken: caller.apiToken))
-                return .json(["apnsEnvironment": .string(apnsEnvironment), "apnsToken": .string(apnsToken)])
+                var answer: [String: JSON] = ["apnsEnvironment": .string(apnsEnvironment)]
+                if case .webPush(let endpoint, _, _)? = device?.address {
+                    answer["webPushSubscription"] = ["endpoint": .string(endpoint)]
+                } else {
+                    answer["apnsToken"] = body["apnsToken"] ?? .null
+                }
+                return .json(.object(answer))
             }
         }
         router.get("/device/1/:container/:environment/courier/:token") { request, context -> Response in

@@ -40,6 +40,8 @@ struct UserDataManagement: Sendable {
                         }
                         return json
                     }),
+                    "pushDevices": .array(try await self.records.subscriptions.pushDevices(containerID: container.id, environment: environment,
+                                                                                           user: user.userRecordName).map(PushRegistration.json)),
                     "shareParticipations": .array(data.participations.map {
                         ["zoneID": ["zoneName": .string($0.zone), "ownerRecordName": .string($0.owner.rawValue)], "shareRecordName": .string($0.share),
                          "permission": .int(Int64($0.permission)), "status": .int(Int64($0.status))]

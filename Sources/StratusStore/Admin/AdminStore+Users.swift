@@ -85,13 +85,16 @@ extension AdminStore {
         }
     }
 
-    /// Ends every live session of `user` inside the caller's transaction; returns how many.
+    /// Ends every live session of `user` inside the caller's transaction, and forgets the devices
+    /// they registered for pushes; returns how many sessions ended.
     @discardableResult
     public func endSessions(containerID: ContainerID, user: UserID, reason: String, on connection: PostgresConnection) async throws -> Int {
         let ended = try await connection.rows("""
             UPDATE sessions SET ended_at = now(), end_reason = \(reason)
             WHERE container_id = \(containerID) AND user_record_name = \(user) AND ended_at IS NULL RETURNING 1
             """, logger: logger)
+        // Signed out everywhere: no device of theirs is pushed to until they register one again.
+        try await SubscriptionStore.forgetPushDevices(containerID: containerID, user: user, on: connection, logger: logger)
         try await Invalidations.publish(.userSessions(containerID: containerID, user: user), on: connection, logger: logger)
         return ended.count
     }
