@@ -473,7 +473,8 @@ def main():
         shot(page, "menu-phone")
         wide = []
         for path in ["", "/schema", "/deploy", "/records?type=Everything", "/records/view?name=hostile", "/users", "/tokens", "/subscriptions",
-                     "/shares", "/usage", "/telemetry", "/logs", "/audit", "/team", "/console", "/console/operators", "/console/server"]:
+                     "/shares", "/usage", "/telemetry", "/logs", "/audit", "/team", "/records/new?type=Everything", "/schema/indexes?field=Note.title",
+                     "/deploy/progress", "/console", "/console/operators", "/console/server", "/console/operators/e2e-operator%40example.com/password"]:
             page.goto(BASE + (path if path.startswith("/console") else f"/console/c/{CONTAINER}{path}"))
             overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
             if overflow > 0:
