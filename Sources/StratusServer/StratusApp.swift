@@ -100,7 +100,7 @@ public final class StratusApp: Sendable {
         self.managementAPI = ManagementAPI(gate: gate, bodies: bodies)
         self.passwords = Passwords(admin: admin, dummyPasswordHash: dummyPasswordHash, bcryptCost: configuration.bcryptCost)
         self.courier = CourierController(records: records, notifier: notifier, authenticator: authenticator, rateLimiter: rateLimiter, bodies: bodies,
-                                         metrics: metrics, publicURL: configuration.publicURL)
+                                         metrics: metrics, publicURL: configuration.publicURL, vapid: VAPIDKeys(secret: secret))
         self.cors = CORSPolicy(authenticator: authenticator)
         self.auth = AuthController(admin: admin, authenticator: authenticator, passwords: passwords, bodies: bodies, rateLimiter: rateLimiter,
                                    users: dataAPI.users)

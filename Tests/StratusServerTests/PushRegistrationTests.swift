@@ -62,4 +62,34 @@ import Testing
             #expect(try await devices().isEmpty)
         }
     }
+
+    /// A web app gets its container's VAPID public key (for `pushManager.subscribe`): a P-256
+    /// point, the same from both routes and every call, another container's another.
+    @Test func aWebAppGetsItsContainersVAPIDKey() async throws {
+        try await Harness.run { harness in
+            let a = try await harness.container().signedUp()
+            let b = try await harness.container().signedUp()
+            func key(_ session: Session, prefix: String = "/device/1") async throws -> String? {
+                let answer = try await harness.send(.get, "\(prefix)/\(session.container)/development/webpush/key?\(session.query)")
+                #expect(answer.status == 200, "\(answer.json)")
+                return answer.json["vapidPublicKey"]?.stringValue
+            }
+            let first = try #require(try await key(a))
+            let point = try #require(PushRegistration.base64URL(first))
+            #expect(point.count == 65 && point.first == 4 && !first.contains("=") && !first.contains("+"), "\(first)")
+            let again = try await key(a, prefix: "/database/1")
+            let third = try await key(a)
+            let other = try await key(b)
+            #expect(again == first && third == first && other != first)
+            // The server's own derivation is a key pair whose public half is what was answered.
+            let derived = VAPIDKeys(secret: Array(repeating: 7, count: 32))
+            #expect(derived.publicKey(containerID: ContainerID(1)) == derived.publicKey(containerID: ContainerID(1))
+                    && derived.publicKey(containerID: ContainerID(1)) != derived.publicKey(containerID: ContainerID(2)))
+            // Without an API token: refused; without a signed-in user: asked to sign in.
+            let anonymous = try await harness.send(.get, "/device/1/\(a.container)/development/webpush/key")
+            #expect(anonymous.status == 401 || anonymous.status == 403, "\(anonymous.status) \(anonymous.json)")
+            let unsigned = try await harness.send(.get, "/device/1/\(a.container)/development/webpush/key?ckAPIToken=\(a.apiToken)")
+            #expect(unsigned.status == 421 && unsigned.json.errorCode == "AUTHENTICATION_REQUIRED", "\(unsigned.status) \(unsigned.json)")
+        }
+    }
 }

@@ -122,6 +122,7 @@ import Testing
         // Devices, assets, accounts.
         for prefix in ["/device/1", "/database/1"] {
             cases["POST \(prefix)/{}/{}/tokens/create"] = .write { try await $0.device("tokens/create", prefix: prefix, ["apnsEnvironment": "development"]) }
+            cases["GET \(prefix)/{}/{}/webpush/key"] = .read { try await $0.harness.send(.get, "\(prefix)/\($0.alice.container)/development/webpush/key?\($0.alice.query)") }
             // Stores the device (an APNs device token here, 32 bytes in hex).
             cases["POST \(prefix)/{}/{}/tokens/register"] = .write {
                 try await $0.device("tokens/register", prefix: prefix, ["apnsEnvironment": "development", "apnsToken": .string(String(repeating: "0123abcd", count: 8))])

@@ -19,13 +19,16 @@ final class CourierController: Sendable {
     let bodies: RequestBodies
     /// Counts delivered notifications.
     let metrics: Metrics
+    /// The containers' VAPID keys (Web Push).
+    let vapid: VAPIDKeys
     /// The service's public URL, which web courier URLs start with.
     let publicURL: String
     /// Web courier tokens recently polled, by container and hash, with when they were read.
     let courierTokens = Mutex<[String: (CourierToken, ContinuousClock.Instant)]>([:])
 
     init(records: RecordStore, notifier: Notifier, authenticator: Authenticator, rateLimiter: RateLimiter, bodies: RequestBodies,
-         metrics: Metrics, publicURL: String) {
+         metrics: Metrics, publicURL: String, vapid: VAPIDKeys) {
+        self.vapid = vapid
         self.records = records
         self.notifier = notifier
         self.authenticator = authenticator
@@ -58,6 +61,14 @@ final class CourierController: Sendable {
                 let url = "\(self.publicURL)/device/1/\(caller.container.name)/\(caller.environment.rawValue)/courier/\(token)"
                 return .json(["apnsEnvironment": .string(apnsEnvironment), "apnsToken": .string(Data(token.utf8).base64EncodedString()),
                               "webcourierURL": .string(url)])
+            }
+            // The container's VAPID public key, for a signed-in web app's `pushManager.subscribe({applicationServerKey})`
+            // (then `tokens/register` with the subscription), as the other device routes: signed in.
+            router.get("\(prefix)/:container/:environment/webpush/key") { request, context -> Response in
+                let caller = try await self.courierCaller(request, context)
+                _ = try caller.requireUser(signInURL: self.authenticator.signInURL(container: caller.container.name, environment: caller.environment,
+                                                                                   apiToken: caller.apiToken))
+                return .json(["vapidPublicKey": .string(self.vapid.publicKey(containerID: caller.container.id))])
             }
             router.post("\(prefix)/:container/:environment/tokens/register") { request, context -> Response in
                 let caller = try await self.courierCaller(request, context)
