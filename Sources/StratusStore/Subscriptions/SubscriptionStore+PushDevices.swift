@@ -46,7 +46,7 @@ extension SubscriptionStore {
         case .apns(_, let apns): apnsEnvironment = apns.code
         case .webPush(_, let p256dh, let auth): keys = (p256dh, auth)
         }
-        try await database.withConnection { connection in
+        _ = try await database.withConnection { connection in
             try await connection.statement("""
                 INSERT INTO push_devices (container_id, environment, kind, address, user_record_name, apns_environment, p256dh, auth)
                 VALUES (\(containerID), \(environment.code), \(device.kind), \(device.key), \(device.user), \(apnsEnvironment)::int2, \(keys.0)::text, \(keys.1)::text)
