@@ -18,8 +18,9 @@ struct Stratus: AsyncParsableCommand {
         }, metadataProvider: RequestID.metadataProvider)
         let arguments = Array(CommandLine.arguments.dropFirst())
         // `stratus help X Y`: only a command there is.
-        if arguments.first == "help", arguments.count > 1, commandPath(Array(arguments.dropFirst())).count < arguments.count - 1 {
-            printError("no command '\(arguments.dropFirst().joined(separator: " "))'; 'stratus help' lists the commands")
+        let asked = arguments.dropFirst().filter { !$0.hasPrefix("-") }
+        if arguments.first == "help", commandPath(asked).count < asked.count {
+            printError("no command '\(asked.joined(separator: " "))'; 'stratus help' lists the commands")
             Self.exit(withError: ExitCode(64))
         }
         do {
