@@ -27,7 +27,7 @@ struct ManagedRecordsController: Sendable {
             }
         }
         /// The audit log's action.
-        var action: String { self == .modify || self == .uploads ? "records.modify" : "records.read" }
+        var action: String { self == .modify ? "records.modify" : "records.read" }
     }
 
     let admin: AdminStore
@@ -99,7 +99,7 @@ struct ManagedRecordsController: Sendable {
         case .uploads: try await assets.requestUploads(request)
         }
         // Asking for upload URLs changes nothing yet (the save that uses them is audited).
-        if operation != .uploads, scope != .public || action == "records.modify" {
+        if operation == .modify || (scope != .public && operation != .uploads) {
             try await admin.audit(AuditEntry(containerID: container.id, actor: grant.actor, action: action, environment: environment,
                                              target: target.isEmpty ? scope.rawValue : target,
                                              detail: "\(scope.rawValue) database" + (reason.isEmpty ? "" : ": \(reason)")))
