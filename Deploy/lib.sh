@@ -68,7 +68,7 @@ check_logs_for_secrets() {
 # reachable then). Sets PYTHON_TOOLS to its bin folder and puts it first on PATH.
 ensure_python_tools() {
   local venv=.build/python-tools
-  local wanted="schemathesis==4.32.5 hypothesis==6.155.2 openapi-spec-validator==0.9.0 cryptography==48.0.0 playwright==1.65.2 axe-playwright-python==0.1.8"
+  local wanted="schemathesis==4.32.5 hypothesis==6.155.2 openapi-spec-validator==0.9.0 cryptography==48.0.0 playwright==1.65.2 axe-playwright-python==0.1.8 h2==4.4.1 http-ece==1.2.1 py-vapid==1.9.6"
   if [ ! -f "$venv/.installed" ] || [ "$(cat "$venv/.installed")" != "$wanted" ]; then
     rm -rf "$venv"
     if ! python3 -m venv "$venv" >/dev/null 2>&1; then

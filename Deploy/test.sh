@@ -67,6 +67,7 @@ if [ "$#" -eq 0 ]; then
     step Deploy/signin/e2e.sh
     step Deploy/tls/e2e.sh
     step Deploy/tls/postgres.sh
+    step Deploy/push/e2e.sh
     step Deploy/contract/contract.sh
     # The fault campaign's short form: one cycle of each fault against two servers (the long form
     # is a hand run: Deploy/faults/faults.sh --cycles 20).

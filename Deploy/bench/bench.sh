@@ -102,6 +102,7 @@ rm -rf "$WORK/pg" "$WORK/pb" "$WORK/pb_migrations" "$WORK"/*.json "$WORK"/*.tsv 
 cleanup() {
   [ -n "${SERVER_PID:-}" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
   [ -n "${PB_PID:-}" ] && kill "$PB_PID" 2>/dev/null && wait "$PB_PID" 2>/dev/null || true
+  [ -n "${APNS_PID:-}" ] && kill "$APNS_PID" 2>/dev/null && wait "$APNS_PID" 2>/dev/null || true
   pg_stop "$WORK/pg"
 }
 trap cleanup EXIT
@@ -133,9 +134,26 @@ PSQL="psql -h 127.0.0.1 -p $PGPORT -U postgres -d postgres -qAt"
 
 export STRATUS_ADMIN_TOKEN=bench-admin
 export STRATUS_SERVER=http://127.0.0.1:$HTTPPORT
+# STRATUS_BENCH_PUSH=1: the create-subscribed run pushes too. An APNs stand-in (Deploy/push/
+# standin.py: HTTP/2 over TLS, checking each push, answering 200) is started here, the server
+# told of it, and 'stratus-bench subscribe' sets each container's APNs credential and registers a
+# device for every subscriber.
+PUSH_ARGS=()
+if [ "${STRATUS_BENCH_PUSH:-0}" = 1 ]; then
+  ensure_python_tools
+  Deploy/tls/make-certs.sh "$WORK/certs" 2>/dev/null
+  openssl ecparam -name prime256v1 -genkey -noout 2>/dev/null | openssl pkcs8 -topk8 -nocrypt -out "$WORK/apns.p8"
+  openssl ec -in "$WORK/apns.p8" -pubout -out "$WORK/apns-public.pem" 2>/dev/null
+  rm -f "$WORK/apns.port" "$WORK/apns-stats.json"
+  (cd Deploy/push && exec "$PYTHON_TOOLS/python" standin.py "$WORK/certs/server.pem" "$WORK/certs/server.key" "$WORK/apns-public.pem" \
+    BENCHKEY01 BENCHTEAM1 com.example.bench "$WORK/apns.port" "$WORK/apns-stats.json") &
+  APNS_PID=$!
+  for _ in $(seq 1 50); do [ -s "$WORK/apns.port" ] && break; sleep 0.2; done
+  PUSH_ARGS=(--apns-host "localhost:$(cat "$WORK/apns.port")" --push-ca-file "$WORK/certs/ca.pem")
+fi
 echo "== starting stratus serve on $STRATUS_SERVER" >&2
 # bcrypt cost 4: seeding signs up one user per container, and sign-in speed is not measured here.
-STRATUS_LOG_LEVEL=warning "$BIN" serve --port $HTTPPORT --bcrypt-cost 4 --database-url "postgres://postgres@127.0.0.1:$PGPORT/postgres" > "$WORK/serve.log" 2>&1 &
+STRATUS_LOG_LEVEL=warning "$BIN" serve --port $HTTPPORT --bcrypt-cost 4 --database-url "postgres://postgres@127.0.0.1:$PGPORT/postgres" "${PUSH_ARGS[@]}" > "$WORK/serve.log" 2>&1 &
 SERVER_PID=$!
 for _ in $(seq 1 120); do curl -sf "$STRATUS_SERVER/health" >/dev/null && break; sleep 0.5; done
 
@@ -743,7 +761,9 @@ if [[ " $WORKLOADS " == *" create-subscribed "* ]]; then
   echo "== create-subscribed: create, then 'stratus-bench subscribe', then create with 100 polls" >&2
   read -r plain _ _ _ _ _ _ plain_cpu < <(service_run create "$CONCURRENCY" "$WORK/state.json")
   # STRATUS_BENCH_SUBSCRIBE adds options (e.g. "--writer-subscriptions 1": the writer keeps a database subscription alone).
-  made=$("$BENCH" subscribe --users 10 --per-user 10 ${STRATUS_BENCH_SUBSCRIBE:-} --state-file "$WORK/state.json")
+  push_option=()
+  [ "${STRATUS_BENCH_PUSH:-0}" = 1 ] && push_option=(--apns-key-file "$WORK/apns.p8")
+  made=$("$BENCH" subscribe --users 10 --per-user 10 ${STRATUS_BENCH_SUBSCRIBE:-} "${push_option[@]}" --state-file "$WORK/state.json")
   echo "$made" >&2
   subscriptions=$(echo "$made" | sed -nE 's/^made ([0-9]+) subscriptions.*/\1/p')
   $PSQL -c "CHECKPOINT"
@@ -776,6 +796,23 @@ if [[ " $WORKLOADS " == *" create-subscribed "* ]]; then
     printf "create-subscribed (%s subscriptions, %s): %.0f req/s, %.0f%% of create without them (%.0f req/s; goal >= 80%%: %s); %d notifications received, %s\n",
       subs, clients, b, (a > 0 ? 100 * b / a : 0), a, (a > 0 && b / a >= 0.8 ? "met" : "MISSED"), n, latency
     printf "  CPU µs per create, service+PG+rest: %s without subscriptions, %s with them\n", ca, cb }'
+  if [ "${STRATUS_BENCH_PUSH:-0}" = 1 ]; then
+    # Pushes still queued go out now; then the stand-in's count and the server's latency histogram.
+    for _ in $(seq 1 120); do
+      left=$(curl -sf -H "Authorization: Bearer $STRATUS_ADMIN_TOKEN" "$STRATUS_SERVER/metrics" | sed -nE 's/^stratus_push_queue_rows ([0-9]+)/\1/p')
+      [ "${left:-1}" = 0 ] && break
+      sleep 1
+    done
+    metrics=$(curl -sf -H "Authorization: Bearer $STRATUS_ADMIN_TOKEN" "$STRATUS_SERVER/metrics")
+    kill "$APNS_PID" 2>/dev/null; wait "$APNS_PID" 2>/dev/null || true; APNS_PID=""
+    echo "$metrics" | grep -E '^stratus_pushes_total\{provider="apns"' | sed 's/^/  /'
+    echo "$metrics" | awk -v stats="$(cat "$WORK/apns-stats.json" 2>/dev/null)" '
+      /^stratus_push_delivery_seconds_bucket/ { match($0, /le="[^"]+"/); le = substr($0, RSTART + 4, RLENGTH - 5); n++; bound[n] = le; count[n] = $2 }
+      END {
+        total = count[n]; p50 = "?"; p99 = "?"
+        for (i = 1; i <= n; i++) { if (p50 == "?" && count[i] >= 0.5 * total) p50 = bound[i]; if (p99 == "?" && count[i] >= 0.99 * total) p99 = bound[i] }
+        printf "  pushes: the APNs stand-in %s; delivery from the write: p50 <= %s s, p99 <= %s s (histogram bounds, %d pushes)\n", stats, p50, p99, total }'
+  fi
 fi
 awk -F'\t' '$1 == "lookup" { l = $3 } $1 == "shared-lookup" { s = $3 }
   END { if (l > 0 && s > 0) printf "shared-lookup (a participant reading through the shared database): %.0f req/s, %.0f%% of the private lookup'"'"'s %.0f req/s (goal >= 70%%: %s)\n", s, 100 * s / l, l, (s / l >= 0.7 ? "met" : "MISSED") }' "$RESULTS"

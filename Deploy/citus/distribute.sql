@@ -51,11 +51,16 @@ SELECT create_reference_table('schema_migrations');
 SELECT create_reference_table('operators');
 SELECT create_reference_table('operator_credentials');
 SELECT create_reference_table('container_members');
+-- Each container environment's APNs credential (few rows, read through a cache).
+SELECT create_reference_table('push_settings');
 
 -- The rate limiter's shared counting windows (keyed by container and user, written by every
 -- server process many times a second, kept only minutes): on the coordinator alone, where every
 -- server process reaches them, not copied to each node.
 SELECT citus_add_local_table_to_metadata('rate_windows');
+-- The push outbox: a work queue every server process claims from (one statement over all
+-- containers, FOR UPDATE SKIP LOCKED), kept only until the push is sent: on the coordinator too.
+SELECT citus_add_local_table_to_metadata('push_outbox');
 
 -- Tenant data, distributed by container and co-located with records.
 SELECT create_distributed_table('records', 'container_id');

@@ -9,6 +9,9 @@ public struct QuotaLimits: Sendable, Equatable {
     /// Notifications queued per second for the container-environment's subscribers; past it, a
     /// write's notifications are dropped (and counted), the write itself is not refused.
     public var notificationsPerSecond: Int64
+    /// Pushes sent per second to the environment's devices (APNs and Web Push); past it, pushes
+    /// wait their turn in the queue.
+    public var pushesPerSecond: Int64
     /// Sign-up attempts one client address may make in an hour, each counted whether it creates
     /// an account or is answered `EXISTS`; past it, `THROTTLED`.
     public var signupsPerAddressPerHour: Int64
@@ -19,14 +22,15 @@ public struct QuotaLimits: Sendable, Equatable {
     public var logRequests: Int64
 
     public init(maxRecords: Int64, maxStorageBytes: Int64, requestsPerSecond: Int64, userRequestsPerSecond: Int64,
-                userPrivateStorageBytes: Int64, notificationsPerSecond: Int64, signupsPerAddressPerHour: Int64, signupsPerHour: Int64,
-                logRequests: Int64) {
+                userPrivateStorageBytes: Int64, notificationsPerSecond: Int64, pushesPerSecond: Int64, signupsPerAddressPerHour: Int64,
+                signupsPerHour: Int64, logRequests: Int64) {
         self.maxRecords = maxRecords
         self.maxStorageBytes = maxStorageBytes
         self.requestsPerSecond = requestsPerSecond
         self.userRequestsPerSecond = userRequestsPerSecond
         self.userPrivateStorageBytes = userPrivateStorageBytes
         self.notificationsPerSecond = notificationsPerSecond
+        self.pushesPerSecond = pushesPerSecond
         self.signupsPerAddressPerHour = signupsPerAddressPerHour
         self.signupsPerHour = signupsPerHour
         self.logRequests = logRequests
@@ -37,14 +41,14 @@ public struct QuotaLimits: Sendable, Equatable {
     /// fewer than a script farming accounts wants.
     public static let defaults = QuotaLimits(maxRecords: 10_000_000, maxStorageBytes: 10 << 30, requestsPerSecond: 50_000,
                                              userRequestsPerSecond: 10_000, userPrivateStorageBytes: 1 << 30, notificationsPerSecond: 10_000,
-                                             signupsPerAddressPerHour: 20, signupsPerHour: 10_000,
+                                             pushesPerSecond: 5_000, signupsPerAddressPerHour: 20, signupsPerHour: 10_000,
                                              logRequests: 100_000)
 
     /// The wire names of the limits, in order, with their key paths (immutable; key paths are not Sendable).
     nonisolated(unsafe) public static let keys: [(name: String, path: WritableKeyPath<QuotaLimits, Int64>)] = [
         ("maxRecords", \.maxRecords), ("maxStorageBytes", \.maxStorageBytes), ("requestsPerSecond", \.requestsPerSecond),
         ("userRequestsPerSecond", \.userRequestsPerSecond), ("userPrivateStorageBytes", \.userPrivateStorageBytes),
-        ("notificationsPerSecond", \.notificationsPerSecond), ("signupsPerAddressPerHour", \.signupsPerAddressPerHour),
+        ("notificationsPerSecond", \.notificationsPerSecond), ("pushesPerSecond", \.pushesPerSecond), ("signupsPerAddressPerHour", \.signupsPerAddressPerHour),
         ("signupsPerHour", \.signupsPerHour), ("logRequests", \.logRequests),
     ]
 

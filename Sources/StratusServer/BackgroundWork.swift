@@ -18,6 +18,7 @@ public struct BackgroundWork: Service {
     let assetReceiptLifetime: Duration
     let replicaReads: ReplicaReads?
     let requestLog: RequestLog
+    let pushes: PushDispatcher
     /// Where each piece registers while it runs (`StratusApp.running`).
     let running: RunningParts
 
@@ -32,6 +33,7 @@ public struct BackgroundWork: Service {
                 add("rate-limit counts") { await rateLimiter.run() }
                 add("request log") { await requestLog.run() }
                 add("notification sweep") { await sweepNotifications() }
+                add("push delivery") { await pushes.run() }
                 add("asset sweep") { await sweepAssets() }
                 if let replicaReads { add("replica positions") { await replicaReads.run() } }
             }
@@ -69,6 +71,6 @@ extension StratusApp {
         BackgroundWork(keeper: configuration.statisticsInterval.map { StatisticsKeeper(database: database, logger: logger, interval: $0) },
                        invalidations: invalidations, rateLimiter: rateLimiter, records: records, assets: assets,
                        assetSweepInterval: configuration.assetSweepInterval, assetReceiptLifetime: configuration.assetReceiptLifetime,
-                       replicaReads: replicaReads, requestLog: requestLog, running: running)
+                       replicaReads: replicaReads, requestLog: requestLog, pushes: pushes, running: running)
     }
 }

@@ -62,6 +62,12 @@ public final class Notifier: RecordChangeObserver {
     /// kept (it may predate the change the invalidation announced), only used.
     private let entriesGeneration = Atomic<Int>(0)
     private let tokensGeneration = Atomic<Int>(0)
+    /// Each subscriber's push devices, as read, kept a minute and dropped when any process registers
+    /// one or ends the user's sessions.
+    let devicesCache = Mutex<[CourierKey: (devices: [PushDevice], read: ContinuousClock.Instant)]>([:])
+    let devicesGeneration = Atomic<Int>(0)
+    /// Sends the pushes queued here (and by every other process).
+    let pushes: PushDispatcher?
     /// Notifications handed straight to a parked poll since start (the rest were queued).
     let handedOver = Atomic<Int>(0)
     /// Notifications written to the queue since start (`/metrics`).
@@ -116,8 +122,10 @@ public final class Notifier: RecordChangeObserver {
         var owner: UserID
     }
 
-    init(records: RecordStore, authenticator: Authenticator, rateLimiter: RateLimiter, sealer: TokenSealer, logger: Logger) {
+    init(records: RecordStore, authenticator: Authenticator, rateLimiter: RateLimiter, sealer: TokenSealer, pushes: PushDispatcher? = nil,
+         logger: Logger) {
         self.records = records
+        self.pushes = pushes
         self.authenticator = authenticator
         self.rateLimiter = rateLimiter
         self.sealer = sealer
@@ -146,13 +154,26 @@ public final class Notifier: RecordChangeObserver {
             guard from != origin else { return }
             for owner in owners { couriers.wake(CourierKey(containerID: containerID, environment: environment, owner: owner)) }
         case .courierTokens(let containerID, let environment, let owner):
+            // A courier token made, or a push device registered.
             tokensGeneration.add(1, ordering: .sequentiallyConsistent)
+            devicesGeneration.add(1, ordering: .sequentiallyConsistent)
             _ = tokens.withLock { $0.removeValue(forKey: CourierKey(containerID: containerID, environment: environment, owner: owner)) }
+            _ = devicesCache.withLock { $0.removeValue(forKey: CourierKey(containerID: containerID, environment: environment, owner: owner)) }
+        case .userSessions(let containerID, let user):
+            // Signed out everywhere: their devices were forgotten.
+            devicesGeneration.add(1, ordering: .sequentiallyConsistent)
+            devicesCache.withLock { cached in
+                for environment in [ContainerEnvironment.development, .production] {
+                    cached.removeValue(forKey: CourierKey(containerID: containerID, environment: environment, owner: user))
+                }
+            }
         case .all:
             entriesGeneration.add(1, ordering: .sequentiallyConsistent)
             tokensGeneration.add(1, ordering: .sequentiallyConsistent)
+            devicesGeneration.add(1, ordering: .sequentiallyConsistent)
             entries.withLock { $0.removeAll() }
             tokens.withLock { $0.removeAll() }
+            devicesCache.withLock { $0.removeAll() }
             couriers.wakeAll()
         default:
             break
@@ -335,6 +356,7 @@ public final class Notifier: RecordChangeObserver {
             scheduleWakeUps(owners, key: key)
         }
         rateLimiter.noteNotifications(Int64(handed + queued.values.reduce(0, +)), containerID: key.containerID, environment: key.environment)
+        try await queuePushes(pending, key: key)
         try await retireFiredOnce(pending, key: key)
     }
 
@@ -371,6 +393,8 @@ public final class Notifier: RecordChangeObserver {
     struct Made {
         var pending: PendingNotification
         var watcher: Watcher
+        /// The notification (`pending.payload` is its text).
+        var json: JSON
     }
 
     /// A zone sync token (for `changes/zone` in `db`, the subscriber's view of the changed zone)
@@ -387,7 +411,8 @@ public final class Notifier: RecordChangeObserver {
                                    containerName: entry.containerName, environment: key.environment, syncToken: syncToken)
         // Zone and database notifications of one subscription coalesce while one waits.
         let coalesceKey = watcher.subscription.kind == .query ? nil : "\(watcher.scope.code):\(watcher.subscription.id)"
-        return Made(pending: PendingNotification(owner: watcher.owner, payload: JSONWriter.string(payload), coalesceKey: coalesceKey), watcher: watcher)
+        return Made(pending: PendingNotification(owner: watcher.owner, payload: JSONWriter.string(payload), coalesceKey: coalesceKey), watcher: watcher,
+                    json: payload)
     }
 
     /// The APNs-shaped payload CloudKit JS parses: `aps` from the subscription's notificationInfo,
@@ -402,6 +427,11 @@ public final class Notifier: RecordChangeObserver {
             var qry: [String: JSON] = ["sid": .string(subscription.id), "rid": .string(change?.record.recordName ?? ""), "zid": .string(zone),
                                        "zoid": .string(zoneOwner), "dbs": .int(Int64(scope.code)), "fo": .int(Int64(change?.kind.rawValue ?? 0))]
             if let syncToken { qry["stk"] = .string(syncToken) }
+            if let keys = subscription.notificationInfo?["desiredKeys"]?.arrayValue, let record = change?.record, change?.kind != .delete {
+                var fields: [String: JSON] = [:]
+                for key in keys.compactMap(\.stringValue) { if let value = record.fields[key] { fields[key] = value.valueJSON() } }
+                if !fields.isEmpty { qry["af"] = .object(fields) }
+            }
             ck["qry"] = .object(qry)
         case .zone:
             var fet: [String: JSON] = ["sid": .string(subscription.id), "zid": .string(zone), "zoid": .string(zoneOwner), "dbs": .int(Int64(scope.code))]
@@ -421,6 +451,7 @@ public final class Notifier: RecordChangeObserver {
             if let sound = info["soundName"], sound != .null { aps["sound"] = sound }
             if info["shouldBadge"] == true { aps["badge"] = 1 }
             if info["shouldSendContentAvailable"] == true { aps["content-available"] = 1 }
+            if let category = info["category"], category != .null { aps["category"] = category }
         }
         return ["aps": .object(aps), "ck": .object(ck)]
     }

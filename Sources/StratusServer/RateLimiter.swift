@@ -24,7 +24,7 @@ import Synchronization
 public final class RateLimiter: Sendable {
     /// A limited key.
     struct Key: Hashable, Sendable {
-        enum Kind: UInt8, Sendable { case container, user, client, notifications }
+        enum Kind: UInt8, Sendable { case container, user, client, notifications, pushes }
         var kind: Kind
         var containerID: ContainerID
         var environment: ContainerEnvironment
@@ -59,6 +59,7 @@ public final class RateLimiter: Sendable {
         var refused: Int64 = 0
         var notifications: Int64 = 0
         var notificationsDropped: Int64 = 0
+        var pushes: Int64 = 0
     }
 
     struct MeterKey: Hashable {
@@ -170,6 +171,7 @@ public final class RateLimiter: Sendable {
         case .user: whose = "your user's"
         case .client: whose = "this API token's (for this client address)"
         case .notifications: whose = "this container's notification"  // never a request's key
+        case .pushes: whose = "this container's push"  // never a request's key
         }
         throw StratusError(.throttled, "too many requests: \(whose) limit of operations per second is reached; retry after the time given (a batch counts each of its operations)",
                            retryAfter: 1)
@@ -213,6 +215,39 @@ public final class RateLimiter: Sendable {
         guard count > 0 else { return }
         let key = MeterKey(containerID: containerID, environment: environment, bucket: nowSecond() / 10 * 10)
         state.withLock { $0.meters[key, default: Meter()].notifications += count }
+    }
+
+    /// How many of `count` pushes a container-environment may send now under its `pushesPerSecond`
+    /// (the same windows and cross-process shares as requests); the rest wait in the queue.
+    func admitPushes(_ count: Int, containerID: ContainerID, environment: ContainerEnvironment) async -> Int {
+        guard count > 0 else { return 0 }
+        let limit: Int64
+        do {
+            limit = try await limits(containerID: containerID, environment: environment).pushesPerSecond
+        } catch {
+            return count
+        }
+        let key = Key(kind: .pushes, containerID: containerID, environment: environment, name: "")
+        let second = nowSecond()
+        return Int(state.withLock { state -> Int64 in
+            var window = state.windows[key] ?? Window()
+            if window.second != second {
+                window = Window(second: second, admitted: 0, allowance: max(1, limit / window.processes), limit: limit, debt: 0,
+                                processes: window.processes)
+            }
+            window.limit = limit
+            let admitted = max(0, min(Int64(count), window.allowance - window.admitted))
+            window.admitted += admitted
+            state.windows[key] = window
+            return admitted
+        })
+    }
+
+    /// Counts pushes the providers accepted.
+    func notePushes(_ count: Int64, containerID: ContainerID, environment: ContainerEnvironment) {
+        guard count > 0 else { return }
+        let key = MeterKey(containerID: containerID, environment: environment, bucket: nowSecond() / 10 * 10)
+        state.withLock { $0.meters[key, default: Meter()].pushes += count }
     }
 
     /// Counts operations refused with `QUOTA_EXCEEDED`.
@@ -285,7 +320,7 @@ public final class RateLimiter: Sendable {
             try await store.metering.addRequestCounts(entries.map {
                 RequestCounts(containerID: $0.key.containerID, environment: $0.key.environment, bucket: $0.key.bucket,
                               requests: $0.value.requests, throttled: $0.value.throttled, refused: $0.value.refused,
-                              notifications: $0.value.notifications, notificationsDropped: $0.value.notificationsDropped)
+                              notifications: $0.value.notifications, notificationsDropped: $0.value.notificationsDropped, pushes: $0.value.pushes)
             })
         } catch {
             // Not lost: added back for the next flush.
@@ -296,6 +331,7 @@ public final class RateLimiter: Sendable {
                     state.meters[key, default: Meter()].refused += meter.refused
                     state.meters[key, default: Meter()].notifications += meter.notifications
                     state.meters[key, default: Meter()].notificationsDropped += meter.notificationsDropped
+                    state.meters[key, default: Meter()].pushes += meter.pushes
                 }
             }
             throw error

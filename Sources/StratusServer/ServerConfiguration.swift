@@ -63,6 +63,8 @@ public struct ServerConfiguration: Sendable {
     /// PostgreSQL streaming replicas that serve queries and custom zones' change feeds once they
     /// have replayed every acknowledged write (`ReplicaReads`).
     public var replicaURLs: [String] = []
+    /// Where pushes go (`--apns-host`) and which extra authorities their hosts may present (`--push-ca-file`).
+    public var push = PushSettings()
 
     /// The default body limit: 8 MiB (200 operations of ~40 KB each).
     public static let defaultMaximumBodyBytes = 8 * 1024 * 1024

@@ -43,6 +43,8 @@ public final class StratusApp: Sendable {
     public let rateLimiter: RateLimiter
     /// Notifications for subscriptions, and the web courier polls waiting for them.
     let notifier: Notifier
+    /// Sends the pushes to devices the notifier queues.
+    let pushes: PushDispatcher
     /// Each container's answered requests, written in batches (`stratus logs`).
     public let requestLog: RequestLog
     /// Asset bytes (files or large objects).
@@ -78,7 +80,11 @@ public final class StratusApp: Sendable {
         self.logger = logger
         self.invalidations = Invalidations(configuration: database.configuration, logger: logger)
         self.rateLimiter = RateLimiter(admin: admin, configuration: database.configuration, logger: logger)
-        self.notifier = Notifier(records: records, authenticator: authenticator, rateLimiter: rateLimiter, sealer: syncSealer, logger: logger)
+        let vapid = VAPIDKeys(secret: secret)
+        self.pushes = PushDispatcher(subscriptions: records.subscriptions, rateLimiter: rateLimiter, secret: secret, vapid: vapid,
+                                     publicURL: configuration.publicURL, settings: configuration.push, metrics: metrics, logger: logger)
+        self.notifier = Notifier(records: records, authenticator: authenticator, rateLimiter: rateLimiter, sealer: syncSealer, pushes: pushes,
+                                 logger: logger)
         let limits = self.rateLimiter
         self.requestLog = RequestLog(configuration: database.configuration, logger: logger) { containerID, environment in
             try await limits.limits(containerID: containerID, environment: environment).logRequests
@@ -100,7 +106,7 @@ public final class StratusApp: Sendable {
         self.managementAPI = ManagementAPI(gate: gate, bodies: bodies)
         self.passwords = Passwords(admin: admin, dummyPasswordHash: dummyPasswordHash, bcryptCost: configuration.bcryptCost)
         self.courier = CourierController(records: records, notifier: notifier, authenticator: authenticator, rateLimiter: rateLimiter, bodies: bodies,
-                                         metrics: metrics, publicURL: configuration.publicURL, vapid: VAPIDKeys(secret: secret))
+                                         metrics: metrics, publicURL: configuration.publicURL, vapid: vapid)
         self.cors = CORSPolicy(authenticator: authenticator)
         self.auth = AuthController(admin: admin, authenticator: authenticator, passwords: passwords, bodies: bodies, rateLimiter: rateLimiter,
                                    users: dataAPI.users)
@@ -139,6 +145,7 @@ public final class StratusApp: Sendable {
         RoleManagement(api: api, admin: admin, schemas: records.schemas, authenticator: authenticator).addRoutes(to: router)
         LogManagement(api: api, admin: admin, requestLog: requestLog, rateLimiter: rateLimiter).addRoutes(to: router)
         KeyManagement(api: api, admin: admin, authenticator: authenticator).addRoutes(to: router)
+        PushManagement(api: api, admin: admin, subscriptions: records.subscriptions, pushes: pushes, vapid: pushes.providers.vapid).addRoutes(to: router)
         OperatorManagement(api: api, admin: admin, passwords: passwords).addRoutes(to: router)
         SchemaManagement(api: api, records: records, queryShapes: dataAPI.records.queryShapes).addRoutes(to: router)
         UserDataManagement(api: api, admin: admin, records: records, authenticator: authenticator, notifier: notifier,

@@ -26,6 +26,9 @@ extension Bench {
         @Option(name: .customLong("writer-subscriptions"), help: "Subscriptions of the user the workloads write as (default --per-user; 1: a database subscription alone, CloudKit's sync pattern).") var writerSubscriptions: Int?
         @Flag(name: .customLong("writer-query"), help: "The writer's first subscription is a query subscription every create matches (its notifications name the record, so the pollers time them), not the database subscription.") var writerQuery = false
         @Option(help: "Parallel seeding connections.") var concurrency = 8
+        @Option(name: .customLong("apns-key-file"),
+                help: "Also set each container's development APNs credential from this .p8 file (key id BENCHKEY01, team BENCHTEAM1, topic com.example.bench) and register an APNs device for every subscriber: each notification is then pushed too.")
+        var apnsKeyFile: String?
 
         static let ranks = [10_000, 50_000, 100_000, 200_000, 500_000, 750_000, 900_000, 1_000_000]
 
@@ -40,6 +43,12 @@ extension Bench {
             let (host, port) = try options.hostAndPort()
             let state = try BenchState(json: try JSONParser.parse(try String(contentsOfFile: options.stateFile, encoding: .utf8)))
             let admin = try options.admin()
+            var apnsBody: String?
+            if let apnsKeyFile {
+                guard let pem = try? String(contentsOfFile: apnsKeyFile, encoding: .utf8) else { throw ValidationError("cannot read \(apnsKeyFile)") }
+                apnsBody = JSONWriter.string(["environment": "development", "key": .string(pem), "keyID": "BENCHKEY01", "teamID": "BENCHTEAM1",
+                                              "topic": "com.example.bench"])
+            }
             let started = Date()
             let counts = try parallelMap(state.tenants, concurrency: concurrency) { tenant -> Int in
                 let connection = BenchConnection(host: host, port: port)
@@ -60,6 +69,20 @@ extension Bench {
                 if writerQuery { own[0] = Self.query("every", below: 1_048_576) }
                 let writers = writerSubscriptions ?? perUser
                 try subscribe("private", tenant.query, Array(own.prefix(writers)))
+                /// Registers an APNs device (a random token) for the user of `query`, when pushing.
+                func register(_ query: String) throws {
+                    guard apnsBody != nil else { return }
+                    let token = (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255)) }.joined()
+                    let (status, body) = try connection.request("POST", "/device/1/\(tenant.container)/development/tokens/register?\(query)",
+                                                                body: Array(#"{"apnsEnvironment":"development","apnsToken":"\#(token)"}"#.utf8))
+                    guard status == 200 else { throw CLIError("registering a device in \(tenant.container): \(String(decoding: body.prefix(300), as: UTF8.self))") }
+                }
+                if let apnsBody {
+                    let (status, body) = try connection.request("POST", "/management/1/containers/\(tenant.container)/push/apns", body: Array(apnsBody.utf8),
+                                                                headers: "Authorization: Bearer \(admin)\r\n")
+                    guard status == 200 else { throw CLIError("setting APNs in \(tenant.container): \(String(decoding: body.prefix(300), as: UTF8.self))") }
+                    try register(tenant.query)
+                }
                 let token = tenant.query.split(separator: "&").first { $0.hasPrefix("ckAPIToken=") }.map { String($0.dropFirst("ckAPIToken=".count)) } ?? ""
                 if users > QuotaLimits.defaults.signupsPerAddressPerHour {
                     // Every subscriber signs up from this one address: past the default sign-up limit.
@@ -76,6 +99,7 @@ extension Bench {
                     }
                     let ops = (0..<perUser).map { Self.query("public-\($0)", below: Self.ranks[$0 % Self.ranks.count]) }
                     try subscribe("public", "ckAPIToken=\(token)&ckWebAuthToken=\(webAuth)", ops)
+                    try register("ckAPIToken=\(token)&ckWebAuthToken=\(webAuth)")
                 }
                 return writers + perUser * (users - 1)
             }

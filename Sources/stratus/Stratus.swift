@@ -79,7 +79,7 @@ struct Stratus: AsyncParsableCommand {
               stratus token create --container iCloud.com.example.Notes --environment development --name web
               stratus token list --json
             """),
-        subcommands: [Serve.self, Migrate.self, LoginCommand.self, LogoutCommand.self, WhoamiCommand.self, OperatorCommand.self, TeamCommand.self, ContainerCommand.self, TokenCommand.self, UserCommand.self, RoleCommand.self, ShareCommand.self, SubscriptionCommand.self, QuotaCommand.self, UsageCommand.self, LogsCommand.self, KeyCommand.self, SchemaCommand.self, AuditCommand.self]
+        subcommands: [Serve.self, Migrate.self, LoginCommand.self, LogoutCommand.self, WhoamiCommand.self, OperatorCommand.self, TeamCommand.self, ContainerCommand.self, TokenCommand.self, UserCommand.self, RoleCommand.self, ShareCommand.self, SubscriptionCommand.self, QuotaCommand.self, UsageCommand.self, LogsCommand.self, KeyCommand.self, PushCommand.self, SchemaCommand.self, AuditCommand.self]
     )
 }
 

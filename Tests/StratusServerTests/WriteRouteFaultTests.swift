@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import HTTPTypes
 import StratusCore
@@ -154,6 +155,11 @@ import Testing
         }
         cases["GET \(container)/keys"] = .read { try await $0.admin(.get, "containers/\($0.container)/keys") }
         cases["POST \(container)/keys/{}/revoke"] = .write { try await $0.admin(.post, "containers/\($0.container)/keys/\($0.keyID.prefix(12))/revoke") }
+        cases["GET \(container)/push"] = .read { try await $0.admin(.get, "containers/\($0.container)/push") }
+        cases["POST \(container)/push/apns"] = .write {
+            try await $0.admin(.post, "containers/\($0.container)/push/apns", Self.apnsSetting("production"))
+        }
+        cases["DELETE \(container)/push/apns"] = .write { try await $0.admin(.delete, "containers/\($0.container)/push/apns?environment=development") }
         cases["GET \(container)/audit"] = .read { try await $0.admin(.get, "containers/\($0.container)/audit") }
         cases["GET \(container)/users"] = .read { try await $0.admin(.get, "containers/\($0.container)/users?environment=development") }
         cases["GET \(container)/users/{}"] = .read { try await $0.admin(.get, "containers/\($0.container)/users/bob-fault@example.com?environment=development") }
@@ -234,6 +240,12 @@ import Testing
         return cases
     }()
 
+    /// An APNs credential to set for `environment`.
+    static func apnsSetting(_ environment: String) -> JSON {
+        ["environment": .string(environment), "key": .string(P256.Signing.PrivateKey().pemRepresentation), "keyID": "ABC123DEFG",
+         "teamID": "TEAM123456", "topic": "com.example.fault"]
+    }
+
     /// Tables the fault leaves alone: what the service keeps about requests (written after the
     /// answer, in the background), not what a request changes.
     static let bookkeeping: Set<String> = ["request_log", "request_log_heads", "request_counts", "schema_query_shapes"]
@@ -261,6 +273,8 @@ import Testing
         let token = try await harness.admin(.post, "containers/\(alice.container)/tokens", json: ["environment": "development", "name": "patched"])
         let tokenID = JSONWriter.string(try #require(token.json["token"]?["id"]))
         let key = try await ServerKeyTests.addKey(harness, container: alice.container)
+        // Removing a credential needs one set.
+        #expect(try await harness.admin(.post, "containers/\(alice.container)/push/apns", json: Self.apnsSetting("development")).status == 200)
         #expect(try await harness.admin(.post, "containers/\(alice.container)/roles/Editor/members", json: ["user": .string(alice.userRecordName ?? ""), "environment": "development"]).status == 200)
         // Enable and enable-operator need someone disabled to act on.
         _ = try await anonymous.signedUp("carol-fault@example.com")

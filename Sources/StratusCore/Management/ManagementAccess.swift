@@ -159,6 +159,10 @@ public enum ManagementAccess {
             (.roleMembers, .member(.viewer)),
             (.addRoleMember, developmentOrOwner(.body(default: .development))),
             (.removeRoleMember, developmentOrOwner(.query(default: .development))),
+            // Pushes to devices: the APNs credential is an owner's to set (its key is never shown again).
+            (.push, .member(.viewer)),
+            (.setAPNs, .member(.owner)),
+            (.removeAPNs, .member(.owner)),
             // Quotas, usage, the audit log, the request log and its telemetry.
             (.quota, .member(.viewer)),
             (.setQuota, .member(.owner)),
@@ -288,6 +292,9 @@ public struct ManagementRoute: Hashable, Sendable {
     public static let roleMembers = ManagementRoute("GET", container + "/roles/:role/members")
     public static let addRoleMember = ManagementRoute("POST", container + "/roles/:role/members")
     public static let removeRoleMember = ManagementRoute("DELETE", container + "/roles/:role/members/:user")
+    public static let push = ManagementRoute("GET", container + "/push")
+    public static let setAPNs = ManagementRoute("POST", container + "/push/apns")
+    public static let removeAPNs = ManagementRoute("DELETE", container + "/push/apns")
     public static let quota = ManagementRoute("GET", container + "/quota")
     public static let setQuota = ManagementRoute("PATCH", container + "/quota")
     public static let usage = ManagementRoute("GET", container + "/usage")

@@ -84,6 +84,9 @@ public struct Subscription: Sendable, Equatable {
         "alertBody": "string", "alertLocalizationKey": "string", "alertLocalizationArgs": "strings",
         "alertActionLocalizationKey": "string", "alertLaunchImage": "string", "soundName": "string",
         "shouldBadge": "bool", "shouldSendContentAvailable": "bool",
+        // As CloudKit's CKNotificationInfo: the APNs category, and record fields a query
+        // notification carries (`ck.qry.af`).
+        "category": "string", "desiredKeys": "strings",
     ]
 
     /// Checks a notification-info dictionary: known keys with values of their kind.

@@ -330,13 +330,14 @@ struct ConsoleAdminPages: Sendable {
         "userRequestsPerSecond": ("Operations a second per user", "each signed-in user;"),
         "userPrivateStorageBytes": ("Private storage per user", "bytes in each user's private database;"),
         "notificationsPerSecond": ("Notifications a second", "queued for subscribers; more are dropped;"),
+        "pushesPerSecond": ("Pushes a second", "sent to devices; more wait their turn;"),
         "signupsPerAddressPerHour": ("Sign-ups an hour per address", "from one client address;"),
         "signupsPerHour": ("Sign-ups an hour", "the whole environment;"),
         "logRequests": ("Requests the log keeps", "the newest; 0 keeps none;"),
     ]
 
     /// The actions a container's audit log records, for its filter.
-    static let auditActions = ["container.create", "container.import", "token.create", "token.update", "token.revoke", "key.add", "key.revoke", "schema.import",
+    static let auditActions = ["container.create", "container.import", "token.create", "token.update", "token.revoke", "key.add", "key.revoke", "push.apns.set", "push.apns.remove", "schema.import",
                                "schema.deploy", "schema.reset", "user.disable", "user.enable", "user.erase", "role.assign", "role.unassign",
                                "quota.set", "team.add", "team.role", "team.remove", "records.read", "records.modify"]
 

@@ -6,7 +6,7 @@ enum ConsoleLayout {
     /// The sections of a container's pages: path below the container, and title.
     static let sections: [(path: String, title: String)] = [
         ("", "Overview"), ("schema", "Schema"), ("deploy", "Deploy"), ("records", "Records"), ("users", "Users"), ("tokens", "Tokens & keys"),
-        ("subscriptions", "Subscriptions"), ("shares", "Shares"), ("usage", "Usage & quotas"), ("telemetry", "Telemetry"), ("logs", "Logs"),
+        ("subscriptions", "Subscriptions"), ("push", "Push"), ("shares", "Shares"), ("usage", "Usage & quotas"), ("telemetry", "Telemetry"), ("logs", "Logs"),
         ("audit", "Audit log"), ("team", "Team"),
     ]
 

@@ -197,6 +197,7 @@ extension ConsoleController {
         }
         ConsolePages(console: self).addRoutes(to: router)
         ConsoleAdminPages(console: self).addRoutes(to: router)
+        ConsolePushPages(console: self).addRoutes(to: router)
         ConsoleRecordPages(console: self).addRoutes(to: router)
         ConsoleTelemetryPages(console: self).addRoutes(to: router)
         ConsoleServerPages(console: self).addRoutes(to: router)

@@ -76,9 +76,11 @@ struct ServiceController: Sendable {
             try await connection.query("""
                 SELECT (SELECT coalesce(sum(n_live_tup), 0)::int8 FROM pg_stat_user_tables WHERE relname = 'notifications' AND schemaname = current_schema()),
                        (SELECT count(*)::int8 FROM schema_index_builds WHERE NOT done),
-                       (SELECT coalesce(sum(greatest(total - built, 0)), 0)::int8 FROM schema_index_builds WHERE NOT done)
+                       (SELECT coalesce(sum(greatest(total - built, 0)), 0)::int8 FROM schema_index_builds WHERE NOT done),
+                       (SELECT count(*)::int8 FROM (SELECT 1 FROM push_outbox LIMIT 1000000) q)
                 """, logger: logger).collect()
-        }).first, let (queue, builds, left) = try? row.decode((Int64, Int64, Int64).self) {
+        }).first, let (queue, builds, left, pushes) = try? row.decode((Int64, Int64, Int64, Int64).self) {
+            gauges.pushQueue = pushes
             gauges.queueEstimate = queue
             gauges.indexBuilds = builds
             gauges.indexEntriesLeft = left

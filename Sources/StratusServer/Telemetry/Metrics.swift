@@ -45,6 +45,10 @@ public final class Metrics: Sendable {
         var errors: [String: Int] = [:]
         /// From a notification's making (its write) to its answer to a web courier poll or stream.
         var notificationDelivery = Histogram()
+        /// Pushes this process finished with, by "provider outcome".
+        var pushes: [String: Int] = [:]
+        /// From a push's making (the write's commit) to the provider's acceptance.
+        var pushDelivery = Histogram()
         /// Requests being answered right now, by route family.
         var inFlight = [Int](repeating: 0, count: Metrics.families.count)
     }
@@ -148,6 +152,15 @@ public final class Metrics: Sendable {
         state.withLock { $0.notificationDelivery.observe(seconds) }
     }
 
+    /// Counts a push this process finished with (`outcome`: sent, retried, device_gone, refused,
+    /// expired); `made`: when it was queued, for a push the provider accepted.
+    func pushFinished(provider: String, outcome: String, made: Date?) {
+        state.withLock { state in
+            state.pushes["\(provider) \(outcome)", default: 0] += 1
+            if let made { state.pushDelivery.observe(max(0, Date().timeIntervalSince(made))) }
+        }
+    }
+
     /// What the server holds beside its counters, read when the metrics are scraped.
     struct Gauges {
         var pool: PoolUsage.Snapshot
@@ -158,6 +171,8 @@ public final class Metrics: Sendable {
         /// Rows in the notification queue (PostgreSQL's live-row estimate), index builds running
         /// and the entries they still have to write; nil when the database did not answer.
         var queueEstimate: Int64?
+        /// Pushes waiting to be sent (every container).
+        var pushQueue: Int64?
         var indexBuilds: Int64?
         var indexEntriesLeft: Int64?
         var replicaReads = 0
@@ -233,6 +248,18 @@ public final class Metrics: Sendable {
         histogram("stratus_notification_delivery_seconds", state.notificationDelivery, labels: "")
         if let queue = gauges.queueEstimate {
             single("stratus_notification_queue_rows", "gauge", "Notifications waiting in the queue (PostgreSQL's estimate of the table's live rows).", queue)
+        }
+        family("stratus_pushes_total", "counter",
+               "Pushes to devices this process finished with, by provider (apns, webpush) and outcome: sent, retried (429, 5xx, no answer: due again later), device_gone (the token or subscription was dropped), refused (dropped for good), expired.")
+        for provider in ["apns", "webpush"] {
+            for outcome in ["sent", "retried", "device_gone", "refused", "expired"] {
+                out += "stratus_pushes_total{provider=\"\(provider)\",outcome=\"\(outcome)\"} \(state.pushes["\(provider) \(outcome)"] ?? 0)\n"
+            }
+        }
+        family("stratus_push_delivery_seconds", "histogram", "Time from a push's making (its write's commit) to its provider's acceptance, in this process.")
+        histogram("stratus_push_delivery_seconds", state.pushDelivery, labels: "")
+        if let queue = gauges.pushQueue {
+            single("stratus_push_queue_rows", "gauge", "Pushes waiting to be sent (every container; some may be waiting to be retried).", queue)
         }
         if let builds = gauges.indexBuilds, let left = gauges.indexEntriesLeft {
             single("stratus_index_builds_running", "gauge", "Index builds of deployed schemas not finished yet.", builds)

@@ -32,6 +32,7 @@ enum ManagementJSON {
         func requests(_ period: UsageReport.Requests) -> JSON {
             ["requests": .int(period.requests), "throttled": .int(period.throttled), "refused": .int(period.refused),
              "notifications": .int(period.notifications), "notificationsDropped": .int(period.notificationsDropped),
+             "pushes": .int(period.pushes),
              "signups": .int(period.signups), "signupsThrottled": .int(period.signupsThrottled)]
         }
         var limits: [String: JSON] = [:]

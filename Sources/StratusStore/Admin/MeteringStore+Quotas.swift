@@ -12,7 +12,7 @@ public struct QuotaSettings: Sendable, Equatable {
 
 extension MeteringStore {
     static let quotaColumns = ["max_records", "max_storage_bytes", "requests_per_second", "user_requests_per_second", "user_private_storage_bytes",
-                               "notifications_per_second", "signups_per_address_per_hour", "signups_per_hour", "log_requests"]
+                               "notifications_per_second", "pushes_per_second", "signups_per_address_per_hour", "signups_per_hour", "log_requests"]
 
     /// The limits of a container-environment.
     public func quotaSettings(containerID: ContainerID, environment: ContainerEnvironment) async throws -> QuotaSettings {
@@ -22,7 +22,7 @@ extension MeteringStore {
     func quotaSettings(containerID: ContainerID, environment: ContainerEnvironment, on connection: PostgresConnection) async throws -> QuotaSettings {
         let rows = try await connection.rows("""
             SELECT max_records, max_storage_bytes, requests_per_second::int8, user_requests_per_second::int8, user_private_storage_bytes,
-                   notifications_per_second::int8, signups_per_address_per_hour, signups_per_hour, log_requests
+                   notifications_per_second::int8, pushes_per_second, signups_per_address_per_hour, signups_per_hour, log_requests
             FROM quota_limits WHERE container_id = \(containerID) AND environment = \(environment.code)
             """, logger: logger)
         var settings = QuotaSettings(limits: .defaults, set: [])

@@ -19,6 +19,8 @@ public struct UsageReport: Sendable {
         public var notifications: Int64 = 0
         /// Notifications dropped past the container-environment's `notificationsPerSecond`.
         public var notificationsDropped: Int64 = 0
+        /// Pushes the providers (APNs, Web Push services) accepted.
+        public var pushes: Int64 = 0
         /// Sign-up attempts let through (accounts made, and `EXISTS` answers), and refused past a sign-up limit.
         public var signups: Int64 = 0
         public var signupsThrottled: Int64 = 0
@@ -75,11 +77,11 @@ extension MeteringStore {
             let second = Int64(now.timeIntervalSince1970)
             var periods = [UsageReport.Requests(), UsageReport.Requests(), UsageReport.Requests()]
             for row in try await connection.rows("""
-                SELECT bucket, requests, throttled, refused, notifications, notifications_dropped, signups, signups_throttled FROM request_counts
+                SELECT bucket, requests, throttled, refused, notifications, notifications_dropped, signups, signups_throttled, pushes FROM request_counts
                 WHERE container_id = \(containerID) AND environment = \(environment.code) AND bucket > \(second - 86_400)
                 """, logger: self.logger) {
-                let (bucket, requests, throttled, refused, notifications, dropped, signups, signupsThrottled)
-                    = try row.decode((Int64, Int64, Int64, Int64, Int64, Int64, Int64, Int64).self)
+                let (bucket, requests, throttled, refused, notifications, dropped, signups, signupsThrottled, pushes)
+                    = try row.decode((Int64, Int64, Int64, Int64, Int64, Int64, Int64, Int64, Int64).self)
                 for (index, span) in [Int64(60), 3_600, 86_400].enumerated() where bucket > second - span {
                     periods[index].requests += requests
                     periods[index].throttled += throttled
@@ -88,6 +90,7 @@ extension MeteringStore {
                     periods[index].notificationsDropped += dropped
                     periods[index].signups += signups
                     periods[index].signupsThrottled += signupsThrottled
+                    periods[index].pushes += pushes
                 }
             }
             return UsageReport(records: totals.0, bytes: totals.1, limits: settings.limits, topUsers: owners,
@@ -161,9 +164,10 @@ public struct RequestCounts: Sendable {
     public var refused: Int64
     public var notifications: Int64
     public var notificationsDropped: Int64
+    public var pushes: Int64
 
     public init(containerID: ContainerID, environment: ContainerEnvironment, bucket: Int64, requests: Int64, throttled: Int64, refused: Int64,
-                notifications: Int64 = 0, notificationsDropped: Int64 = 0) {
+                notifications: Int64 = 0, notificationsDropped: Int64 = 0, pushes: Int64 = 0) {
         self.containerID = containerID
         self.environment = environment
         self.bucket = bucket
@@ -172,6 +176,7 @@ public struct RequestCounts: Sendable {
         self.refused = refused
         self.notifications = notifications
         self.notificationsDropped = notificationsDropped
+        self.pushes = pushes
     }
 }
 
@@ -205,15 +210,16 @@ extension MeteringStore {
         guard !entries.isEmpty else { return }
         try await database.withConnection { connection in
             try await connection.statement("""
-                INSERT INTO request_counts AS r (container_id, environment, bucket, requests, throttled, refused, notifications, notifications_dropped)
+                INSERT INTO request_counts AS r (container_id, environment, bucket, requests, throttled, refused, notifications, notifications_dropped, pushes)
                 SELECT * FROM unnest(\(entries.map(\.containerID))::int8[], \(entries.map(\.environment.code))::int2[],
                                      \(entries.map(\.bucket))::int8[], \(entries.map(\.requests))::int8[],
                                      \(entries.map(\.throttled))::int8[], \(entries.map(\.refused))::int8[],
-                                     \(entries.map(\.notifications))::int8[], \(entries.map(\.notificationsDropped))::int8[])
+                                     \(entries.map(\.notifications))::int8[], \(entries.map(\.notificationsDropped))::int8[],
+                                     \(entries.map(\.pushes))::int8[])
                 ON CONFLICT (container_id, environment, bucket) DO UPDATE
                 SET requests = r.requests + excluded.requests, throttled = r.throttled + excluded.throttled, refused = r.refused + excluded.refused,
                     notifications = r.notifications + excluded.notifications,
-                    notifications_dropped = r.notifications_dropped + excluded.notifications_dropped
+                    notifications_dropped = r.notifications_dropped + excluded.notifications_dropped, pushes = r.pushes + excluded.pushes
                 """, logger: logger)
         }
     }

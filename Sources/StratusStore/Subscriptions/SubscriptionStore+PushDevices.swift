@@ -46,7 +46,11 @@ extension SubscriptionStore {
         case .apns(_, let apns): apnsEnvironment = apns.code
         case .webPush(_, let p256dh, let auth): keys = (p256dh, auth)
         }
-        _ = try await database.withConnection { connection in
+        // Every server process forgets the user's devices it knew (the courier tokens' event: the
+        // user's delivery addresses changed).
+        let changed = Invalidations.Event.courierTokens(containerID: containerID, environment: environment, owner: device.user)
+        _ = try await database.transaction { connection in
+            try await Invalidations.publish(changed, on: connection, logger: logger)
             try await connection.statement("""
                 INSERT INTO push_devices (container_id, environment, kind, address, user_record_name, apns_environment, p256dh, auth)
                 VALUES (\(containerID), \(environment.code), \(device.kind), \(device.key), \(device.user), \(apnsEnvironment)::int2, \(keys.0)::text, \(keys.1)::text)
@@ -75,12 +79,19 @@ extension SubscriptionStore {
         }
     }
 
-    /// Forgets every device of `user` in the container (inside the caller's transaction): their
-    /// sessions all ended, so nothing of theirs is pushed to any device until they register again.
+    /// Forgets every device of `user` in the container, with the pushes waiting for them (inside
+    /// the caller's transaction): their sessions all ended, so nothing of theirs is pushed to any
+    /// device until they register again.
     @discardableResult
     public static func forgetPushDevices(containerID: ContainerID, user: UserID, on connection: PostgresConnection, logger: Logger) async throws -> Int {
-        try await connection.rows("""
-            DELETE FROM push_devices WHERE container_id = \(containerID) AND user_record_name = \(user) RETURNING 1
-            """, logger: logger).count
+        let addresses = try await connection.rows("""
+            DELETE FROM push_devices WHERE container_id = \(containerID) AND user_record_name = \(user) RETURNING address
+            """, logger: logger).map { try $0.decode(String.self) }
+        if !addresses.isEmpty {
+            try await connection.statement("""
+                DELETE FROM push_outbox WHERE container_id = \(containerID) AND address = ANY(\(addresses)::text[])
+                """, logger: logger)
+        }
+        return addresses.count
     }
 }

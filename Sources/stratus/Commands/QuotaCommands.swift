@@ -64,6 +64,7 @@ struct QuotaCommand: AsyncParsableCommand {
         @Option(name: .customLong("user-requests-per-second"), help: "Requests per second for one user.") var userRequestsPerSecond: String?
         @Option(name: .customLong("user-private-storage-bytes"), help: "Most bytes in one user's private database (shared records count as their owner's).") var userPrivateStorageBytes: String?
         @Option(name: .customLong("notifications-per-second"), help: "Notifications queued per second for the environment's subscribers; past it they are dropped.") var notificationsPerSecond: String?
+        @Option(name: .customLong("pushes-per-second"), help: "Pushes sent per second to the environment's devices (APNs and Web Push); past it they wait in the queue.") var pushesPerSecond: String?
         @Option(name: .customLong("signups-per-address-per-hour"),
                 help: "Sign-up attempts one client address may make in an hour (an answer that the address has an account counts too).")
         var signupsPerAddressPerHour: String?
@@ -76,7 +77,7 @@ struct QuotaCommand: AsyncParsableCommand {
             var body: [String: JSON] = ["environment": .string(target.environment)]
             for (name, given) in [("maxRecords", maxRecords), ("maxStorageBytes", maxStorageBytes), ("requestsPerSecond", requestsPerSecond),
                                   ("userRequestsPerSecond", userRequestsPerSecond), ("userPrivateStorageBytes", userPrivateStorageBytes),
-                                  ("notificationsPerSecond", notificationsPerSecond), ("signupsPerAddressPerHour", signupsPerAddressPerHour),
+                                  ("notificationsPerSecond", notificationsPerSecond), ("pushesPerSecond", pushesPerSecond), ("signupsPerAddressPerHour", signupsPerAddressPerHour),
                                   ("signupsPerHour", signupsPerHour), ("logRequests", logRequests)] {
                 guard let given else { continue }
                 if given == "default" {

@@ -89,6 +89,8 @@ struct Serve: AsyncParsableCommand {
     @Option(name: .customLong("hsts-max-age"), help: "Seconds browsers are told to use only https for this host (Strict-Transport-Security), sent when the public URL is https; 0 sends none (env STRATUS_HSTS_MAX_AGE, default 31536000: a year).") var hstsMaxAge: Int?
     @Option(name: .customLong("trusted-proxies"), help: "Addresses and CIDR blocks of load balancers in front (comma-separated, e.g. 10.0.0.0/8,::1): from these, the client's address is read from X-Forwarded-For, and their connections are not held to --max-connections-per-address (env STRATUS_TRUSTED_PROXIES, default none: the connection's address).") var trustedProxies: String?
     @Option(name: .customLong("metrics-token"), help: "A token that reads GET /metrics (Prometheus text) and nothing else, for a scrape job; the admin token reads it too (env STRATUS_METRICS_TOKEN).") var metricsToken: String?
+    @Option(name: .customLong("apns-host"), help: "HOST:PORT every APNs push goes to, instead of Apple's hosts (api.sandbox.push.apple.com:443 for devices registered in development, api.push.apple.com:443 in production) (env STRATUS_APNS_HOST).") var apnsHost: String?
+    @Option(name: .customLong("push-ca-file"), help: "PEM file of certificate authorities trusted for push hosts beside the system's (env STRATUS_PUSH_CA_FILE).") var pushCAFile: String?
     @OptionGroup var database: DatabaseOptions
 
     func run() async throws {
@@ -172,6 +174,19 @@ struct Serve: AsyncParsableCommand {
             do { _ = try DatabaseConfiguration(url: url) } catch { throw ValidationError("--replica-urls (STRATUS_REPLICA_URLS): \(error.reason)") }
         }
         serverConfiguration.replicaURLs = replicas
+        if let host = setting(apnsHost, "STRATUS_APNS_HOST") {
+            let parts = host.split(separator: ":")
+            guard parts.count == 2, !parts[0].isEmpty, let port = Int(parts[1]), (1...65535).contains(port) else {
+                throw ValidationError("--apns-host (STRATUS_APNS_HOST) must be HOST:PORT, such as api.push.apple.com:443; got '\(host)'")
+            }
+            serverConfiguration.push.apnsHost = host
+        }
+        if let caFile = setting(pushCAFile, "STRATUS_PUSH_CA_FILE") {
+            guard FileManager.default.isReadableFile(atPath: caFile) else {
+                throw ValidationError("--push-ca-file (STRATUS_PUSH_CA_FILE): cannot read '\(caFile)'")
+            }
+            serverConfiguration.push.caFile = caFile
+        }
         serverConfiguration.maximumAssetBytes = assetLimit
         let parts = RunningParts()
         let embedded = cluster

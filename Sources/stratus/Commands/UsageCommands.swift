@@ -68,10 +68,10 @@ struct UsageCommand: AsyncParsableCommand {
                      "records\t\(number(response["records"])) of \(number(limits?["maxRecords"]))",
                      "bytes\t\(number(response["bytes"])) of \(number(limits?["maxStorageBytes"])) (field data and the assets records hold)",
                      "assets stored\t\(number(response["storedAssets"]?["count"])) files, \(number(response["storedAssets"]?["bytes"])) bytes (each content once per container)",
-                     "", "PERIOD\tREQUESTS\tTHROTTLED\tQUOTA REFUSED\tNOTIFICATIONS\tNOTIFICATIONS DROPPED\tSIGN-UPS\tSIGN-UPS THROTTLED"]
+                     "", "PERIOD\tREQUESTS\tTHROTTLED\tQUOTA REFUSED\tNOTIFICATIONS\tNOTIFICATIONS DROPPED\tSIGN-UPS\tSIGN-UPS THROTTLED\tPUSHES SENT"]
         for (label, key) in [("last minute", "lastMinute"), ("last hour", "lastHour"), ("last day", "lastDay")] {
             let period = response["requests"]?[key]
-            lines.append("\(label)\t\(number(period?["requests"]))\t\(number(period?["throttled"]))\t\(number(period?["refused"]))\t\(number(period?["notifications"]))\t\(number(period?["notificationsDropped"]))\t\(number(period?["signups"]))\t\(number(period?["signupsThrottled"]))")
+            lines.append("\(label)\t\(number(period?["requests"]))\t\(number(period?["throttled"]))\t\(number(period?["refused"]))\t\(number(period?["notifications"]))\t\(number(period?["notificationsDropped"]))\t\(number(period?["signups"]))\t\(number(period?["signupsThrottled"]))\t\(number(period?["pushes"]))")
         }
         let users = response["topUsers"]?.arrayValue ?? []
         lines.append("")

@@ -1,0 +1,225 @@
+import AsyncHTTPClient
+import Crypto
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOSSL
+import StratusCore
+import StratusStore
+import Synchronization
+
+/// What a provider answered one push.
+enum PushOutcome: Sendable, Equatable {
+    /// Accepted.
+    case sent
+    /// Refused for now (429, 5xx, a timeout, a connection lost): again after `after`, or the
+    /// backoff when `nil`.
+    case retry(after: Duration?, reason: String)
+    /// The device no longer exists (APNs 410 or BadDeviceToken, Web Push 404 or 410).
+    case deviceGone
+    /// Refused for good (the payload, the credential or the topic is wrong): dropped, and the
+    /// reason kept for `stratus push status`.
+    case refused(String)
+
+    var label: String {
+        switch self {
+        case .sent: "sent"
+        case .retry: "retried"
+        case .deviceGone: "device_gone"
+        case .refused: "refused"
+        }
+    }
+}
+
+/// Where pushes go and what they trust: settings of `stratus serve`.
+public struct PushSettings: Sendable {
+    /// `HOST:PORT` for every APNs request, instead of Apple's hosts (sandbox and production).
+    public var apnsHost: String?
+    /// A PEM file of extra certificate authorities trusted for the push hosts.
+    public var caFile: String?
+    /// How long one request to a provider may take.
+    public var timeout: Duration = .seconds(10)
+
+    public init(apnsHost: String? = nil, caFile: String? = nil) {
+        self.apnsHost = apnsHost
+        self.caFile = caFile
+    }
+
+    static let appleHosts: [ContainerEnvironment: String] = [.development: "api.sandbox.push.apple.com:443", .production: "api.push.apple.com:443"]
+
+    /// The APNs host for a device registered in `environment` (its apnsEnvironment).
+    func apnsHost(for environment: ContainerEnvironment) -> String {
+        apnsHost ?? Self.appleHosts[environment]!
+    }
+}
+
+/// One APNs credential in use: the key, its current provider token, and the HTTP/2 client (one
+/// connection per credential and host, many streams on it).
+final class APNsCredential: Sendable {
+    let setting: APNsSetting
+    nonisolated(unsafe) let key: P256.Signing.PrivateKey
+    let client: HTTPClient
+    private let token = Mutex<(value: String, issued: ContinuousClock.Instant)?>(nil)
+
+    init(setting: APNsSetting, key: P256.Signing.PrivateKey, client: HTTPClient) {
+        self.setting = setting
+        self.key = key
+        self.client = client
+    }
+
+    /// The provider token: an ES256 JWT (`kid` the key id, `iss` the team, `iat` now), made again
+    /// after 50 minutes (APNs refuses one older than an hour, and one remade more often than every
+    /// 20 minutes) or when APNs said it expired.
+    func providerToken(renew: Bool = false) throws -> String {
+        let now = ContinuousClock.now
+        if !renew, let current = token.withLock({ $0 }), now - current.issued < .seconds(50 * 60) { return current.value }
+        let value = try ES256JWT.make(header: ["alg": "ES256", "kid": .string(setting.keyID)],
+                                      claims: ["iss": .string(setting.teamID), "iat": .int(Int64(Date().timeIntervalSince1970))], key: key)
+        token.withLock { $0 = (value, now) }
+        return value
+    }
+}
+
+/// Sends one push to APNs or a Web Push service and says what came of it.
+struct PushProviders: Sendable {
+    let settings: PushSettings
+    let vapid: VAPIDKeys
+    /// The `sub` of VAPID tokens: where a push service can reach the sender. RFC 8292 asks for a
+    /// mailto: or https: URI: the server's public URL when it is https, else a postmaster
+    /// address at its host.
+    let contact: String
+
+    init(settings: PushSettings, vapid: VAPIDKeys, publicURL: String, logger: Logger) {
+        self.settings = settings
+        self.vapid = vapid
+        self.logger = logger
+        if publicURL.hasPrefix("https://") {
+            contact = publicURL
+        } else {
+            contact = "mailto:postmaster@" + (URL(string: publicURL)?.host ?? "localhost")
+        }
+    }
+    let logger: Logger
+
+    static func client(_ settings: PushSettings) throws -> HTTPClient {
+        var tls = TLSConfiguration.makeClientConfiguration()
+        if let caFile = settings.caFile {
+            tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(caFile))]
+        }
+        var configuration = HTTPClient.Configuration(tlsConfiguration: tls, timeout: .init(connect: .seconds(10), read: .seconds(30)),
+                                                     connectionPool: .init(idleTimeout: .seconds(300)))
+        configuration.httpVersion = .automatic
+        return HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
+    }
+
+    /// APNs: POST /3/device/<token>, authenticated by the credential's provider token.
+    func sendAPNs(_ push: OutgoingPush, token deviceToken: String, apnsEnvironment: ContainerEnvironment, credential: APNsCredential) async -> PushOutcome {
+        var renewed = false
+        while true {
+            let host = settings.apnsHost(for: apnsEnvironment)
+            var request = HTTPClientRequest(url: "https://\(host)/3/device/\(deviceToken)")
+            request.method = .POST
+            do {
+                request.headers.add(name: "authorization", value: "bearer \(try credential.providerToken(renew: renewed))")
+            } catch {
+                return .refused("the APNs key could not sign a provider token: \(error)")
+            }
+            request.headers.add(name: "apns-topic", value: credential.setting.topic)
+            request.headers.add(name: "apns-push-type", value: push.alert ? "alert" : "background")
+            request.headers.add(name: "apns-priority", value: push.alert ? "10" : "5")
+            request.headers.add(name: "apns-id", value: push.pushID.uuidString.lowercased())
+            request.headers.add(name: "apns-expiration", value: String(Int(push.createdAt.timeIntervalSince1970) + Int(PushDispatcher.lifetime.components.seconds)))
+            if let collapseID = push.collapseID { request.headers.add(name: "apns-collapse-id", value: collapseID) }
+            request.headers.add(name: "content-type", value: "application/json")
+            request.body = .bytes(ByteBuffer(string: push.payload))
+            let (status, headers, body): (UInt, HTTPHeaders, String)
+            do {
+                let response = try await credential.client.execute(request, timeout: .seconds(settings.timeout.components.seconds))
+                let bytes = try await response.body.collect(upTo: 64 * 1024)
+                (status, headers, body) = (response.status.code, response.headers, String(buffer: bytes))
+            } catch {
+                return .retry(after: nil, reason: "APNs at \(host) did not answer: \(error)")
+            }
+            let reason = (try? JSONParser.parse(Array(body.utf8)))?["reason"]?.stringValue ?? ""
+            switch status {
+            case 200:
+                return .sent
+            case 410:
+                return .deviceGone
+            case 400 where reason == "BadDeviceToken":
+                return .deviceGone
+            case 403 where reason == "ExpiredProviderToken" && !renewed:
+                renewed = true
+                continue
+            case 429, 500...599:
+                return .retry(after: Self.retryAfter(headers), reason: "APNs answered \(status) \(reason)")
+            case 400 where reason == "DeviceTokenNotForTopic":
+                return .refused("APNs: the device token is not for topic '\(credential.setting.topic)': the app that registered it has another bundle id; set the topic to the app's bundle id")
+            case 403:
+                return .refused("APNs refused the credential (\(reason)): check the key id, team id and .p8 key with 'stratus push apns set'")
+            default:
+                return .refused("APNs answered \(status) \(reason)")
+            }
+        }
+    }
+
+    /// Web Push: the message encrypted for the browser (RFC 8291), POSTed to its endpoint with a
+    /// VAPID token (RFC 8292).
+    func sendWebPush(_ push: OutgoingPush, endpoint: String, p256dh: String, auth: String, client: HTTPClient) async -> PushOutcome {
+        guard let url = URL(string: endpoint), let scheme = url.scheme, let host = url.host else { return .deviceGone }
+        guard let body = WebPushEncryption.encrypt(Array(push.payload.utf8), p256dh: p256dh, auth: auth) else { return .deviceGone }
+        let audience = "\(scheme)://\(host)" + (url.port.map { ":\($0)" } ?? "")
+        let key = vapid.privateKey(containerID: push.containerID)
+        let token: String
+        do {
+            token = try ES256JWT.make(header: ["typ": "JWT", "alg": "ES256"],
+                                      claims: ["aud": .string(audience), "exp": .int(Int64(Date().timeIntervalSince1970) + 12 * 3600), "sub": .string(contact)],
+                                      key: key)
+        } catch {
+            return .refused("the container's VAPID key could not sign: \(error)")
+        }
+        var request = HTTPClientRequest(url: endpoint)
+        request.method = .POST
+        // RFC 8292 §3, the parameters joined by a bare comma (as py_vapid and Mozilla's autopush write it).
+        request.headers.add(name: "authorization", value: "vapid t=\(token),k=\(TokenSealer.base64url(Array(key.publicKey.x963Representation)))")
+        request.headers.add(name: "content-encoding", value: "aes128gcm")
+        request.headers.add(name: "content-type", value: "application/octet-stream")
+        request.headers.add(name: "ttl", value: String(PushDispatcher.lifetime.components.seconds))
+        request.headers.add(name: "urgency", value: push.alert ? "high" : "normal")
+        if let collapseID = push.collapseID { request.headers.add(name: "topic", value: Self.webPushTopic(collapseID)) }
+        request.body = .bytes(ByteBuffer(bytes: body))
+        let status: UInt, headers: HTTPHeaders
+        do {
+            let response = try await client.execute(request, timeout: .seconds(settings.timeout.components.seconds))
+            _ = try? await response.body.collect(upTo: 64 * 1024)
+            (status, headers) = (response.status.code, response.headers)
+        } catch {
+            return .retry(after: nil, reason: "the push service at \(audience) did not answer: \(error)")
+        }
+        switch status {
+        case 200...299: return .sent
+        case 404, 410: return .deviceGone
+        case 429, 500...599: return .retry(after: Self.retryAfter(headers), reason: "the push service at \(audience) answered \(status)")
+        default: return .refused("the push service at \(audience) answered \(status)")
+        }
+    }
+
+    /// Web Push's `Topic` (RFC 8030 §5.4): at most 32 characters of the base64url alphabet.
+    static func webPushTopic(_ id: String) -> String {
+        String(TokenSealer.base64url(Array(SHA256.hash(data: Array(id.utf8)))).prefix(32))
+    }
+
+    /// `Retry-After` in seconds (or an HTTP date), capped at an hour.
+    static func retryAfter(_ headers: HTTPHeaders) -> Duration? {
+        guard let value = headers.first(name: "retry-after")?.trimmingCharacters(in: .whitespaces) else { return nil }
+        if let seconds = Int(value) { return .seconds(min(max(seconds, 0), 3600)) }
+        let format = DateFormatter()
+        format.locale = Locale(identifier: "en_US_POSIX")
+        format.timeZone = TimeZone(identifier: "GMT")
+        format.dateFormat = "EEE, dd MMM yyyy HH:mm:ss zzz"
+        guard let date = format.date(from: value) else { return nil }
+        return .seconds(min(max(Int(date.timeIntervalSinceNow.rounded(.up)), 0), 3600))
+    }
+}
