@@ -435,6 +435,27 @@ def main():
         expect(page.locator("table", has_text="Requests, newest first").locator("tbody tr")).to_have_count(3)
         shot(page, "logs")
 
+        step("push: an APNs credential set and removed, the key never shown")
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        p8 = ec.generate_private_key(ec.SECP256R1()).private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                                   serialization.NoEncryption()).decode()
+        page.get_by_role("link", name="Push", exact=True).click()
+        expect(page.locator("table", has_text="Pushes by environment")).to_contain_text("not set")
+        page.get_by_label("Key: the text of AuthKey_XXXXXXXXXX.p8").fill(p8)
+        page.get_by_label("Key id (10 characters)").fill("ABC123DEFG")
+        page.get_by_label("Team id (10 characters)").fill("TEAM123456")
+        page.get_by_label("Topic: the app's bundle id").fill("com.example.e2e")
+        page.get_by_role("button", name="Set", exact=True).click()
+        expect(page.locator("p.notice")).to_contain_text("APNs set for development: topic com.example.e2e")
+        expect(page.locator("table", has_text="Pushes by environment")).to_contain_text("ABC123DEFG")
+        if "PRIVATE KEY" in page.content() or p8.splitlines()[1] in page.content():
+            raise SystemExit("console e2e: the push page shows the APNs key")
+        shot(page, "push")
+        page.locator("tr", has_text="com.example.e2e").get_by_role("button", name="Remove").click()
+        expect(page.locator("p.consequence")).to_contain_text("get no pushes")
+        page.get_by_role("button", name="Remove the credential").click()
+        expect(page.locator("p.notice")).to_contain_text("APNs removed for development")
         step("every other page")
         for section in ["Tokens & keys", "Subscriptions", "Shares", "Usage & quotas", "Team", "Overview"]:
             page.get_by_role("link", name=section, exact=True).click()

@@ -356,7 +356,12 @@ public final class Notifier: RecordChangeObserver {
             scheduleWakeUps(owners, key: key)
         }
         rateLimiter.noteNotifications(Int64(handed + queued.values.reduce(0, +)), containerID: key.containerID, environment: key.environment)
-        try await queuePushes(pending, key: key)
+        do {
+            try await queuePushes(pending, key: key)
+        } catch {
+            logger.error("pushes for a committed write were lost (its web courier notifications were queued)",
+                         metadata: ["stratus.error": "\(String(reflecting: error))"])
+        }
         try await retireFiredOnce(pending, key: key)
     }
 

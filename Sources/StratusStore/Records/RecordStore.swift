@@ -124,6 +124,8 @@ public final class RecordStore: Sendable {
     /// costs a fraction of a statement instead of one or two of its own.
     let notificationQueueing: StatementSharing<NotificationQueueing, [UserID: Int]>
     let notificationTaking: StatementSharing<CourierToken, (seq: Int64, payload: String, made: Date)?>
+    /// Concurrent writes' pushes are queued by shared statements too.
+    let pushQueueing: StatementSharing<[OutgoingPush], Void>
     /// Concurrent single-record creates in zones written before share statements (`SharedCreate`).
     let creates: StatementSharing<SharedCreate, SharedCreate.Outcome>
     /// Custom zones' ids by name, remembered by single-record writes (`modifyOne`).
@@ -148,6 +150,13 @@ public final class RecordStore: Sendable {
             try await database.withConnection { connection in
                 sending()
                 return try await SubscriptionStore.queueNotifications(requests, on: connection, logger: logger)
+            }
+        }
+        self.pushQueueing = StatementSharing(shares: shares, keysPerStatement: 5_000, keys: { $0.count }) { requests, sending in
+            try await database.withConnection { connection in
+                sending()
+                try await SubscriptionStore.queuePushes(requests.flatMap { $0 }, on: connection, logger: logger)
+                return requests.map { _ in () }
             }
         }
         self.notificationTaking = StatementSharing(shares: shares, keysPerStatement: 128) { requests, sending in

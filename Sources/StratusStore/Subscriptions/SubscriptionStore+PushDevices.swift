@@ -52,11 +52,12 @@ extension SubscriptionStore {
         _ = try await database.transaction { connection in
             try await Invalidations.publish(changed, on: connection, logger: logger)
             try await connection.statement("""
-                INSERT INTO push_devices (container_id, environment, kind, address, user_record_name, apns_environment, p256dh, auth)
-                VALUES (\(containerID), \(environment.code), \(device.kind), \(device.key), \(device.user), \(apnsEnvironment)::int2, \(keys.0)::text, \(keys.1)::text)
+                INSERT INTO push_devices (container_id, environment, kind, address, user_record_name, apns_environment, p256dh, auth, registered_at)
+                VALUES (\(containerID), \(environment.code), \(device.kind), \(device.key), \(device.user), \(apnsEnvironment)::int2, \(keys.0)::text, \(keys.1)::text,
+                        \(Date()))
                 ON CONFLICT (container_id, environment, kind, address) DO UPDATE
                 SET user_record_name = EXCLUDED.user_record_name, apns_environment = EXCLUDED.apns_environment,
-                    p256dh = EXCLUDED.p256dh, auth = EXCLUDED.auth, registered_at = now()
+                    p256dh = EXCLUDED.p256dh, auth = EXCLUDED.auth, registered_at = EXCLUDED.registered_at
                 """, logger: logger)
         }
     }

@@ -60,12 +60,12 @@ extension SubscriptionStore {
         try await database.transaction { connection in
             try await audit.write(on: connection, logger: logger)
             try await connection.statement("""
-                INSERT INTO push_settings (container_id, environment, provider, key_id, team_id, topic, sealed_key, set_by)
+                INSERT INTO push_settings (container_id, environment, provider, key_id, team_id, topic, sealed_key, set_by, set_at)
                 VALUES (\(containerID), \(environment.code), \(Self.apnsProvider), \(setting.keyID), \(setting.teamID), \(setting.topic),
-                        \(Data(setting.sealedKey)), \(setting.setBy))
+                        \(Data(setting.sealedKey)), \(setting.setBy), \(Date()))
                 ON CONFLICT (container_id, environment, provider) DO UPDATE
                 SET key_id = EXCLUDED.key_id, team_id = EXCLUDED.team_id, topic = EXCLUDED.topic, sealed_key = EXCLUDED.sealed_key,
-                    set_by = EXCLUDED.set_by, set_at = now()
+                    set_by = EXCLUDED.set_by, set_at = EXCLUDED.set_at
                 """, logger: logger)
         }
     }
@@ -128,9 +128,14 @@ extension SubscriptionStore {
             : .webPush(endpoint: address, p256dh: p256dh ?? "", auth: auth ?? "")
     }
 
-    /// Queues pushes (one statement).
+    /// Queues pushes. Concurrent writes' pushes share statements (`pushQueueing`).
     public func queuePushes(_ pushes: [OutgoingPush]) async throws {
         guard !pushes.isEmpty else { return }
+        try await store.pushQueueing.answer(pushes)
+    }
+
+    /// One statement queueing pushes.
+    static func queuePushes(_ pushes: [OutgoingPush], on connection: PostgresConnection, logger: Logger) async throws {
         // Arrays without nulls (0 and '' stand for none).
         var apns: [Int16] = [], p256dh: [String] = [], auth: [String] = []
         for push in pushes {
@@ -139,17 +144,15 @@ extension SubscriptionStore {
             case .webPush(_, let key, let secret): apns.append(0); p256dh.append(key); auth.append(secret)
             }
         }
-        try await database.withConnection { connection in
-            try await connection.statement("""
-                INSERT INTO push_outbox (container_id, push_id, environment, kind, address, apns_environment, p256dh, auth, payload, alert, collapse_id)
-                SELECT c, id, e, k, a, NULLIF(ae, 0), NULLIF(pk, ''), NULLIF(au, ''), p, al, NULLIF(co, '')
-                FROM unnest(\(pushes.map(\.containerID.rawValue))::int8[], \(pushes.map(\.pushID))::uuid[],
-                            \(pushes.map(\.environment.code))::int2[], \(pushes.map(\.kind))::int2[], \(pushes.map(\.key))::text[],
-                            \(apns)::int2[], \(p256dh)::text[], \(auth)::text[], \(pushes.map(\.payload))::text[],
-                            \(pushes.map(\.alert))::bool[], \(pushes.map { $0.collapseID ?? "" })::text[]) AS u(c, id, e, k, a, ae, pk, au, p, al, co)
-                ON CONFLICT DO NOTHING
-                """, logger: logger)
-        }
+        try await connection.statement("""
+            INSERT INTO push_outbox (container_id, push_id, environment, kind, address, apns_environment, p256dh, auth, payload, alert, collapse_id)
+            SELECT c, id, e, k, a, NULLIF(ae, 0), NULLIF(pk, ''), NULLIF(au, ''), p, al, NULLIF(co, '')
+            FROM unnest(\(pushes.map(\.containerID.rawValue))::int8[], \(pushes.map(\.pushID))::uuid[],
+                        \(pushes.map(\.environment.code))::int2[], \(pushes.map(\.kind))::int2[], \(pushes.map(\.key))::text[],
+                        \(apns)::int2[], \(p256dh)::text[], \(auth)::text[], \(pushes.map(\.payload))::text[],
+                        \(pushes.map(\.alert))::bool[], \(pushes.map { $0.collapseID ?? "" })::text[]) AS u(c, id, e, k, a, ae, pk, au, p, al, co)
+            ON CONFLICT DO NOTHING
+            """, logger: logger)
     }
 
     /// Claims up to `limit` due pushes for `lease`: no other process claims them until it runs out.
