@@ -27,6 +27,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.3.0"),
         // The push providers' client: HTTP/2 to APNs (many streams on one connection), HTTPS to Web Push services.
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        // The load generator's APNs stand-in (HTTP/2 server); async-http-client builds it anyway.
+        .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.36.0"),
     ],
     targets: [
         .target(
@@ -113,6 +115,11 @@ let package = Package(
                 "StratusCommandLine",
                 "StratusCore",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
             ],
             swiftSettings: swiftSettings
         ),

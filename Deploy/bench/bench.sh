@@ -134,19 +134,25 @@ PSQL="psql -h 127.0.0.1 -p $PGPORT -U postgres -d postgres -qAt"
 
 export STRATUS_ADMIN_TOKEN=bench-admin
 export STRATUS_SERVER=http://127.0.0.1:$HTTPPORT
-# STRATUS_BENCH_PUSH=1: the create-subscribed run pushes too. An APNs stand-in (Deploy/push/
-# standin.py: HTTP/2 over TLS, checking each push, answering 200) is started here, the server
-# told of it, and 'stratus-bench subscribe' sets each container's APNs credential and registers a
-# device for every subscriber.
+# STRATUS_BENCH_PUSH=1: the create-subscribed run pushes too. An APNs stand-in is started here
+# ('stratus-bench apns-standin': HTTP/2 over TLS, answering 200; STRATUS_BENCH_PUSH_CHECKED=1
+# instead runs Deploy/push/standin.py, which checks every provider token and header but costs
+# about a core at 1,500 pushes a second), the server told of it, and 'stratus-bench subscribe'
+# sets each container's APNs credential and registers a device for every subscriber.
 PUSH_ARGS=()
 if [ "${STRATUS_BENCH_PUSH:-0}" = 1 ]; then
-  ensure_python_tools
   Deploy/tls/make-certs.sh "$WORK/certs" 2>/dev/null
   openssl ecparam -name prime256v1 -genkey -noout 2>/dev/null | openssl pkcs8 -topk8 -nocrypt -out "$WORK/apns.p8"
   openssl ec -in "$WORK/apns.p8" -pubout -out "$WORK/apns-public.pem" 2>/dev/null
   rm -f "$WORK/apns.port" "$WORK/apns-stats.json"
-  (cd Deploy/push && exec "$PYTHON_TOOLS/python" standin.py "$WORK/certs/server.pem" "$WORK/certs/server.key" "$WORK/apns-public.pem" \
-    BENCHKEY01 BENCHTEAM1 com.example.bench "$WORK/apns.port" "$WORK/apns-stats.json") &
+  if [ "${STRATUS_BENCH_PUSH_CHECKED:-0}" = 1 ]; then
+    ensure_python_tools
+    (cd Deploy/push && exec "$PYTHON_TOOLS/python" standin.py "$WORK/certs/server.pem" "$WORK/certs/server.key" "$WORK/apns-public.pem" \
+      BENCHKEY01 BENCHTEAM1 com.example.bench "$WORK/apns.port" "$WORK/apns-stats.json") &
+  else
+    "$BENCH" apns-standin --cert "$WORK/certs/server.pem" --key "$WORK/certs/server.key" \
+      --port-file "$WORK/apns.port" --stats-file "$WORK/apns-stats.json" &
+  fi
   APNS_PID=$!
   for _ in $(seq 1 50); do [ -s "$WORK/apns.port" ] && break; sleep 0.2; done
   PUSH_ARGS=(--apns-host "localhost:$(cat "$WORK/apns.port")" --push-ca-file "$WORK/certs/ca.pem")

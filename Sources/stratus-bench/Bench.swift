@@ -40,7 +40,7 @@ struct Bench: AsyncParsableCommand {
             create, update, list with filter) for the side-by-side table of
             Deploy/bench/bench.sh.
             """,
-        subcommands: [Run.self, Seed.self, Subscribe.self, NearSample.self],
+        subcommands: [Run.self, Seed.self, Subscribe.self, NearSample.self, APNsStandIn.self],
         defaultSubcommand: Run.self)
 
     /// Options shared by the bench verbs.
