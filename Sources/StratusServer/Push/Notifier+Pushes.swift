@@ -34,8 +34,9 @@ extension Notifier {
             }
         }
         guard !rows.isEmpty else { return }
-        try await records.subscriptions.queuePushes(rows)
-        pushes.queued()
+        // Written claimed by this process for a lease, and handed to its sender.
+        try await records.subscriptions.queuePushes(rows, lease: PushDispatcher.lease)
+        pushes.queued(rows)
     }
 
     /// The push devices of `owners`, from memory or one statement for those not known.

@@ -59,8 +59,20 @@ public final class PushDispatcher: Sendable {
         self.logger = logger
     }
 
-    /// Says that pushes were queued: the loop claims them now rather than at its next look.
-    func queued() { wake.continuation.yield() }
+    /// Pushes this process queued, already claimed for it (their rows were written with a lease):
+    /// sent without a claiming statement. Past `handedLimit` waiting, the rest are left to be
+    /// claimed from the table when their lease ends.
+    private let handed = Mutex<[OutgoingPush]>([])
+    static let handedLimit = 20_000
+
+    /// Takes pushes this process queued (`SubscriptionStore.queuePushes` wrote them claimed) and
+    /// wakes the loop.
+    func queued(_ pushes: [OutgoingPush]) {
+        handed.withLock { waiting in
+            waiting.append(contentsOf: pushes.prefix(max(0, Self.handedLimit - waiting.count)))
+        }
+        wake.continuation.yield()
+    }
 
     /// Forgets a container environment's credential (it was set or removed here).
     func forget(containerID: ContainerID, environment: ContainerEnvironment) {
@@ -116,9 +128,13 @@ public final class PushDispatcher: Sendable {
     public func run() async {
         await withTaskCancellationHandler {
             while !Task.isCancelled {
-                let claimed: [OutgoingPush]
+                var claimed = handed.withLock { waiting -> [OutgoingPush] in
+                    let taken = Array(waiting.prefix(Self.batch))
+                    waiting.removeFirst(taken.count)
+                    return taken
+                }
                 do {
-                    claimed = try await subscriptions.claimPushes(limit: Self.batch, lease: Self.lease)
+                    if claimed.isEmpty { claimed = try await subscriptions.claimPushes(limit: Self.batch, lease: Self.lease) }
                 } catch {
                     if !Task.isCancelled {
                         logger.warning("pushes could not be claimed; trying again in a second", metadata: ["stratus.error": "\(String(reflecting: error))"])

@@ -125,7 +125,7 @@ public final class RecordStore: Sendable {
     let notificationQueueing: StatementSharing<NotificationQueueing, [UserID: Int]>
     let notificationTaking: StatementSharing<CourierToken, (seq: Int64, payload: String, made: Date)?>
     /// Concurrent writes' pushes are queued by shared statements too.
-    let pushQueueing: StatementSharing<[OutgoingPush], Void>
+    let pushQueueing: StatementSharing<PushQueueing, Void>
     /// Concurrent single-record creates in zones written before share statements (`SharedCreate`).
     let creates: StatementSharing<SharedCreate, SharedCreate.Outcome>
     /// Custom zones' ids by name, remembered by single-record writes (`modifyOne`).
@@ -152,10 +152,10 @@ public final class RecordStore: Sendable {
                 return try await SubscriptionStore.queueNotifications(requests, on: connection, logger: logger)
             }
         }
-        self.pushQueueing = StatementSharing(shares: shares, keysPerStatement: 5_000, keys: { $0.count }) { requests, sending in
+        self.pushQueueing = StatementSharing(shares: shares, keysPerStatement: 5_000, keys: { $0.pushes.count }) { requests, sending in
             try await database.withConnection { connection in
                 sending()
-                try await SubscriptionStore.queuePushes(requests.flatMap { $0 }, on: connection, logger: logger)
+                try await SubscriptionStore.queuePushes(requests, on: connection, logger: logger)
                 return requests.map { _ in () }
             }
         }

@@ -128,14 +128,18 @@ extension SubscriptionStore {
             : .webPush(endpoint: address, p256dh: p256dh ?? "", auth: auth ?? "")
     }
 
-    /// Queues pushes. Concurrent writes' pushes share statements (`pushQueueing`).
-    public func queuePushes(_ pushes: [OutgoingPush]) async throws {
+    /// Queues pushes, claimed by the caller for `lease` (it sends them itself; another process
+    /// claims them only if it has not settled them by then). Concurrent writes' pushes share
+    /// statements (`pushQueueing`).
+    public func queuePushes(_ pushes: [OutgoingPush], lease: Duration) async throws {
         guard !pushes.isEmpty else { return }
-        try await store.pushQueueing.answer(pushes)
+        try await store.pushQueueing.answer(PushQueueing(pushes: pushes, lease: lease))
     }
 
-    /// One statement queueing pushes.
-    static func queuePushes(_ pushes: [OutgoingPush], on connection: PostgresConnection, logger: Logger) async throws {
+    /// One statement queueing pushes, each claimed for its lease.
+    static func queuePushes(_ requests: [PushQueueing], on connection: PostgresConnection, logger: Logger) async throws {
+        let pushes = requests.flatMap(\.pushes)
+        let leases = requests.flatMap { request in request.pushes.map { _ in Double(request.lease.components.seconds) } }
         // Arrays without nulls (0 and '' stand for none).
         var apns: [Int16] = [], p256dh: [String] = [], auth: [String] = []
         for push in pushes {
@@ -145,12 +149,14 @@ extension SubscriptionStore {
             }
         }
         try await connection.statement("""
-            INSERT INTO push_outbox (container_id, push_id, environment, kind, address, apns_environment, p256dh, auth, payload, alert, collapse_id)
-            SELECT c, id, e, k, a, NULLIF(ae, 0), NULLIF(pk, ''), NULLIF(au, ''), p, al, NULLIF(co, '')
+            INSERT INTO push_outbox (container_id, push_id, environment, kind, address, apns_environment, p256dh, auth, payload, alert, collapse_id,
+                                     due_at, attempts)
+            SELECT c, id, e, k, a, NULLIF(ae, 0), NULLIF(pk, ''), NULLIF(au, ''), p, al, NULLIF(co, ''), now() + make_interval(secs => l), 1
             FROM unnest(\(pushes.map(\.containerID.rawValue))::int8[], \(pushes.map(\.pushID))::uuid[],
                         \(pushes.map(\.environment.code))::int2[], \(pushes.map(\.kind))::int2[], \(pushes.map(\.key))::text[],
                         \(apns)::int2[], \(p256dh)::text[], \(auth)::text[], \(pushes.map(\.payload))::text[],
-                        \(pushes.map(\.alert))::bool[], \(pushes.map { $0.collapseID ?? "" })::text[]) AS u(c, id, e, k, a, ae, pk, au, p, al, co)
+                        \(pushes.map(\.alert))::bool[], \(pushes.map { $0.collapseID ?? "" })::text[], \(leases)::float8[])
+                        AS u(c, id, e, k, a, ae, pk, au, p, al, co, l)
             ON CONFLICT DO NOTHING
             """, logger: logger)
     }
@@ -247,6 +253,12 @@ extension SubscriptionStore {
         }
         return counts
     }
+}
+
+/// Pushes one write queues, claimed for `lease` by the process that sends them.
+struct PushQueueing: Sendable {
+    var pushes: [OutgoingPush]
+    var lease: Duration
 }
 
 extension OutgoingPush {
