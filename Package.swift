@@ -27,7 +27,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-http-types.git", from: "1.3.0"),
         // The push providers' client: HTTP/2 to APNs (many streams on one connection), HTTPS to Web Push services.
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
-        // The load generator's APNs stand-in (HTTP/2 server); async-http-client builds it anyway.
+        // APNs connections, and the load generator's APNs stand-in; async-http-client builds it anyway.
         .package(url: "https://github.com/apple/swift-nio-http2.git", from: "1.36.0"),
     ],
     targets: [
@@ -83,6 +83,8 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOHTTP2", package: "swift-nio-http2"),
+                .product(name: "NIOHPACK", package: "swift-nio-http2"),
             ],
             // Compiled in by the plugin (EmbeddedResources), not copied as SwiftPM resources.
             exclude: ["Resources"],

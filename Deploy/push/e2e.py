@@ -12,7 +12,8 @@ base64) and a browser, and then, through the data API:
   - 429 with Retry-After and 500 retried (same apns-id); 410, BadDeviceToken and a browser's 410
     drop the device; DeviceTokenNotForTopic shown by 'stratus push status';
   - a server SIGKILLed while a push is in flight: sent again after restart, delivered once;
-  - two servers on one database under writes: each notification delivered once.
+  - two servers on one database under writes: each notification delivered once, answers padded
+    to 4 KB coming back on one connection per server (the client gives flow-control credit back).
 Every request the stand-ins got must pass their checks."""
 import base64
 import os
@@ -275,11 +276,14 @@ def run(servers, postgres, apns, web, key_file, rsa_file):
         check(again is not None and len([r for r in apns.delivered(t_hex) if r["headers"].get("apns-id") == wanted]) == 1,
               "delivered once, with the same apns-id")
 
-    # Two servers on one database: each notification sent once.
+    # Two servers on one database: each notification sent once. Every answer carries 4 KB, far
+    # past the 64 KB a connection may be sent before its client gives flow-control credit back.
     b = Server(1, postgres.port, apns.port)
     servers.append(b)
     b.start()
     apns.received.clear()
+    apns.pad = 4000
+    connections = apns.connections
     count = 40
     for index in range(count):
         server = (a, b)[index % 2]
@@ -289,6 +293,8 @@ def run(servers, postgres, apns, web, key_file, rsa_file):
     time.sleep(2)
     ids = [r["headers"].get("apns-id") for r in apns.delivered(t_hex)]
     check(len(ids) == count and len(set(ids)) == count, f"two servers sent each of {count} notifications once: {len(ids)} deliveries, {len(set(ids))} distinct")
+    check(apns.connections - connections == 1,
+          f"answers of 4 KB each (over 240 KB per server) came back on the servers' connections: {apns.connections - connections} new (the second server's)")
 
 
 if __name__ == "__main__":

@@ -43,12 +43,14 @@ class APNs:
     """APNs on 127.0.0.1 over TLS with ALPN h2. `keys`: key id → (team id, public key); `topic`:
     the bundle id every request must name. `answers[token]`: a list of (status, headers, reason)
     answered to that token's next requests in turn (then 200); `stall`: tokens whose requests are
-    never answered. Every request is kept in `received` (dicts), with the problems found in it
+    never answered; `pad`: bytes of padding in every answer's body. Every request is kept in `received` (dicts), with the problems found in it
 (`light`: only its time, for the benchmark)."""
 
     def __init__(self, cert, key, keys, topic, light=False):
         self.keys, self.topic, self.light = keys, topic, light
         self.answers, self.stall, self.verified = {}, set(), {}
+        # Bytes of padding added to every answer's JSON body (200s too), to test the client's flow control.
+        self.pad = 0
         self.received, self.problems = [], []
         self.lock = threading.Lock()
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -85,7 +87,7 @@ class APNs:
         conn = h2.connection.H2Connection(config=h2.config.H2Configuration(client_side=False))
         conn.initiate_connection()
         sock.sendall(conn.data_to_send())
-        streams = {}
+        streams, unsent = {}, {}
         while True:
             try:
                 data = sock.recv(65535)
@@ -106,10 +108,25 @@ class APNs:
                     if answer is not None:
                         status, headers, reason = answer
                         body = json.dumps({"reason": reason}).encode() if reason else b""
+                        if self.pad:
+                            body = json.dumps({"reason": reason, "padding": "x" * self.pad}).encode()
                         conn.send_headers(event.stream_id, [(":status", str(status)), ("apns-id", stream["headers"].get("apns-id", ""))]
                                           + list(headers.items()), end_stream=not body)
                         if body:
-                            conn.send_data(event.stream_id, body, end_stream=True)
+                            unsent[event.stream_id] = body
+            # Bodies go as the client's flow-control windows allow (it must give credit back).
+            for stream_id in list(unsent):
+                body = unsent[stream_id]
+                while body:
+                    room = min(conn.local_flow_control_window(stream_id), conn.max_outbound_frame_size)
+                    if room <= 0:
+                        break
+                    conn.send_data(stream_id, body[:room], end_stream=len(body) <= room)
+                    body = body[room:]
+                if body:
+                    unsent[stream_id] = body
+                else:
+                    del unsent[stream_id]
             try:
                 sock.sendall(conn.data_to_send())
             except OSError:

@@ -39,10 +39,11 @@ extension Bench {
                     connections.add(1, ordering: .relaxed)
                     return channel.eventLoop.makeCompletedFuture {
                         try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: context))
-                    }.flatMap {
-                        channel.configureHTTP2Pipeline(mode: .server) { stream in
-                            stream.eventLoop.makeCompletedFuture { try stream.pipeline.syncOperations.addHandler(PushStream(counter: counter)) }
-                        }.map { _ in }
+                        try channel.pipeline.syncOperations.addHandlers([
+                            NIOHTTP2Handler(mode: .server, initialSettings: [HTTP2Setting(parameter: .maxConcurrentStreams, value: 1000),
+                                                                             HTTP2Setting(parameter: .initialWindowSize, value: 65_535)]),
+                            PushStreams(counter: counter),
+                        ])
                     }
                 }
                 .bind(host: "127.0.0.1", port: 0).wait()
@@ -86,33 +87,51 @@ final class PushCounter: Sendable {
     }
 }
 
-/// One HTTP/2 stream: a push, answered 200 with its apns-id once its request has ended.
-final class PushStream: ChannelInboundHandler {
-    typealias InboundIn = HTTP2Frame.FramePayload
-    typealias OutboundOut = HTTP2Frame.FramePayload
+/// Every stream of one connection, read as frames (no channel per stream, as the server's own
+/// APNs connections): a push is answered 200 with its apns-id once its request has ended, the
+/// answers of one read flushed together, and the connection's flow-control credit given back.
+final class PushStreams: ChannelInboundHandler {
+    typealias InboundIn = HTTP2Frame
+    typealias OutboundOut = HTTP2Frame
 
     let counter: PushCounter
-    var apnsID = ""
+    var apnsIDs: [HTTP2StreamID: String] = [:]
+    var unacknowledged = 0
+    var answered = false
 
     init(counter: PushCounter) {
         self.counter = counter
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
-        switch unwrapInboundIn(data) {
+        let frame = unwrapInboundIn(data)
+        switch frame.payload {
         case .headers(let headers):
-            apnsID = headers.headers.first(name: "apns-id") ?? ""
-            if headers.endStream { answer(context) }
+            apnsIDs[frame.streamID] = headers.headers.first(name: "apns-id") ?? ""
+            if headers.endStream { answer(frame.streamID, context) }
         case .data(let data):
-            if data.endStream { answer(context) }
+            unacknowledged += data.data.readableBytes + (data.paddingBytes ?? 0)
+            if unacknowledged >= 32_768 {
+                context.write(wrapOutboundOut(HTTP2Frame(streamID: .rootStream, payload: .windowUpdate(windowSizeIncrement: unacknowledged))), promise: nil)
+                unacknowledged = 0
+                answered = true
+            }
+            if data.endStream { answer(frame.streamID, context) }
         default:
             break
         }
     }
 
-    func answer(_ context: ChannelHandlerContext) {
+    func channelReadComplete(context: ChannelHandlerContext) {
+        if answered { context.flush() }
+        answered = false
+        context.fireChannelReadComplete()
+    }
+
+    func answer(_ stream: HTTP2StreamID, _ context: ChannelHandlerContext) {
         counter.add()
-        let headers = HPACKHeaders([(":status", "200"), ("apns-id", apnsID)])
-        context.writeAndFlush(wrapOutboundOut(.headers(.init(headers: headers, endStream: true))), promise: nil)
+        let headers = HPACKHeaders([(":status", "200"), ("apns-id", apnsIDs.removeValue(forKey: stream) ?? "")])
+        context.write(wrapOutboundOut(HTTP2Frame(streamID: stream, payload: .headers(.init(headers: headers, endStream: true)))), promise: nil)
+        answered = true
     }
 }

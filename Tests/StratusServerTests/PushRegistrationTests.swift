@@ -1,6 +1,7 @@
 import Foundation
 import StratusCore
 @testable import StratusServer
+@testable import StratusStore
 @testable import StratusTestSupport
 import Testing
 
@@ -90,6 +91,28 @@ import Testing
             #expect(anonymous.status == 401 || anonymous.status == 403, "\(anonymous.status) \(anonymous.json)")
             let unsigned = try await harness.send(.get, "/device/1/\(a.container)/development/webpush/key?ckAPIToken=\(a.apiToken)")
             #expect(unsigned.status == 421 && unsigned.json.errorCode == "AUTHENTICATION_REQUIRED", "\(unsigned.status) \(unsigned.json)")
+        }
+    }
+
+    /// An idle server's push sender waits: it looks at the queue table about once a second for
+    /// retries and pushes a dead process left, not in a loop (as it once did, hundreds of times a
+    /// second, after its first wait ended its wake-up stream).
+    @Test func anIdleServerLooksAtThePushQueueAboutOnceASecond() async throws {
+        try await Harness.run { harness in
+            func scans() async throws -> Int64 {
+                try await harness.database.withConnection { connection in
+                    let rows = try await connection.rows("""
+                        SELECT coalesce(seq_scan, 0) + coalesce(idx_scan, 0) FROM pg_stat_user_tables WHERE relname = 'push_outbox'
+                        """, logger: TestCluster.logger)
+                    return try rows.first?.decode(Int64.self) ?? 0
+                }
+            }
+            // Past the sender's first wait, then four seconds (statistics reach the view within a second).
+            try await Task.sleep(for: .seconds(2))
+            let before = try await scans()
+            try await Task.sleep(for: .seconds(4))
+            let after = try await scans()
+            #expect(after - before >= 1 && after - before <= 12, "the push queue was read \(after - before) times in 4 idle seconds")
         }
     }
 }

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Crypto
 import Foundation
 import Logging
+import NIOSSL
 import StratusCore
 import StratusStore
 import Synchronization
@@ -9,13 +10,14 @@ import Synchronization
 /// Sends the pushes queued in `push_outbox` to APNs and Web Push services, after the writes that
 /// made them committed, never in a write's way.
 ///
-/// Each server process runs one loop (`run`): it claims due pushes (up to `batch`, for a lease,
-/// so no other process sends them meanwhile), sends them all at once (APNs: one HTTP/2 connection
-/// per credential, a stream per push), and settles them in one statement: sent or refused for
-/// good → gone; a device the provider no longer knows → forgotten; 429, 5xx, a timeout → due again
+/// Each server process runs one loop (`run`): it takes the pushes this process queued (written
+/// already claimed for a lease, so no other process sends them meanwhile) and, once a second,
+/// claims due ones from the table (retries, and pushes a process that died left); sends them all
+/// at once (APNs: one HTTP/2 connection per credential and host, a stream per push, written
+/// together); and settles them: sent or refused for good → gone (a tenth of a second's in one
+/// statement); a device the provider no longer knows → forgotten; 429, 5xx, a timeout → due again
 /// after `Retry-After` or the backoff. A process that dies mid-send leaves its claimed pushes to
-/// whoever claims them when the lease ends: at least once, with the same `apns-id`. The loop is
-/// woken at once by this process's writes and looks every second for the others'.
+/// whoever claims them when the lease ends: at least once, with the same `apns-id`.
 public final class PushDispatcher: Sendable {
     /// How long a push may wait: APNs' `apns-expiration` and Web Push's `TTL`; older ones are dropped.
     static let lifetime: Duration = .seconds(24 * 3600)
@@ -40,13 +42,15 @@ public final class PushDispatcher: Sendable {
     private let settingsRead = Mutex<[CredentialKey: (setting: APNsSetting?, read: ContinuousClock.Instant)]>([:])
     /// The credentials in use, each with its client: made by the loop as it sends, shut down when it ends.
     private let credentials = Mutex<[CredentialKey: APNsCredential]>([:])
-    /// Clients of credentials replaced or removed, shut down by the loop.
-    private let retired = Mutex<[HTTPClient]>([])
+    /// Credentials replaced or removed, their connections closed by the loop.
+    private let retired = Mutex<[APNsCredential]>([])
+    /// TLS for APNs connections, made by the loop when first needed.
+    private let apnsTLS = Mutex<NIOSSLContext?>(nil)
     /// The client for Web Push services (one pool, by host).
     private let webPushClient = Mutex<HTTPClient?>(nil)
     /// The last refusal for good per container environment, for `stratus push status`.
     private let lastRefusals = Mutex<[CredentialKey: (reason: String, at: Date)]>([:])
-    private let wake = AsyncStream<Void>.makeStream(bufferingPolicy: .bufferingNewest(1))
+    private let wake = WakeSignal()
 
     init(subscriptions: SubscriptionStore, rateLimiter: RateLimiter, secret: [UInt8], vapid: VAPIDKeys, publicURL: String,
          settings: PushSettings, metrics: Metrics, logger: Logger) {
@@ -71,7 +75,7 @@ public final class PushDispatcher: Sendable {
         handed.withLock { waiting in
             waiting.append(contentsOf: pushes.prefix(max(0, Self.handedLimit - waiting.count)))
         }
-        wake.continuation.yield()
+        wake.signal()
     }
 
     /// Forgets a container environment's credential (it was set or removed here).
@@ -103,7 +107,7 @@ public final class PushDispatcher: Sendable {
         let made: APNsCredential
         do {
             let privateKey = try P256.Signing.PrivateKey(pemRepresentation: try sealer.open(setting.sealedKey))
-            made = APNsCredential(setting: setting, key: privateKey, client: try PushProviders.client(settings))
+            made = APNsCredential(setting: setting, key: privateKey)
         } catch {
             logger.error("the APNs key of a container could not be opened (was the server secret changed?); set it again with 'stratus push apns set'",
                          metadata: ["stratus.container": "\(containerID)", "stratus.error": "\(error)"])
@@ -115,7 +119,7 @@ public final class PushDispatcher: Sendable {
             cached[key] = made
             return (made, old)
         }
-        if let old { retired.withLock { $0.append(old.client) } }
+        if let old { retired.withLock { $0.append(old) } }
         return chosen
     }
 
@@ -124,17 +128,36 @@ public final class PushDispatcher: Sendable {
         lastRefusals.withLock { $0[CredentialKey(containerID: containerID, environment: environment)] }
     }
 
-    /// Claims, sends and settles pushes until cancelled.
+    /// Claims, sends and settles pushes until cancelled. Pushes sent leave the table together, a
+    /// tenth of a second's (or a thousand) in one statement.
     public func run() async {
+        var unsettled: [OutgoingPush] = []
+        var since = ContinuousClock.now
+        var nextClaim = ContinuousClock.now
+        var lastSend = ContinuousClock.now
+        func settleIfDue(_ force: Bool = false) async {
+            guard !unsettled.isEmpty, force || unsettled.count >= 1000 || ContinuousClock.now - since >= Self.settleEvery else { return }
+            await settle(done: unsettled, retry: [], gone: [])
+            unsettled.removeAll()
+        }
         await withTaskCancellationHandler {
             while !Task.isCancelled {
+                // At most one send per `gather` unless a full batch waits: pushes that come one by one
+                // go out a few together, each send's fixed cost shared.
+                let pause = lastSend + Self.gather - ContinuousClock.now
+                if pause > .zero, handed.withLock({ $0.count }) < Self.batch { try? await Task.sleep(for: pause) }
                 var claimed = handed.withLock { waiting -> [OutgoingPush] in
                     let taken = Array(waiting.prefix(Self.batch))
                     waiting.removeFirst(taken.count)
                     return taken
                 }
                 do {
-                    if claimed.isEmpty { claimed = try await subscriptions.claimPushes(limit: Self.batch, lease: Self.lease) }
+                    // The table holds retries (due a second or more later) and what dead processes
+                    // left: looked at once a second, or at once while claims come back full.
+                    if claimed.isEmpty, ContinuousClock.now >= nextClaim {
+                        claimed = try await subscriptions.claimPushes(limit: Self.batch, lease: Self.lease)
+                        nextClaim = ContinuousClock.now + (claimed.count == Self.batch ? .zero : .seconds(1))
+                    }
                 } catch {
                     if !Task.isCancelled {
                         logger.warning("pushes could not be claimed; trying again in a second", metadata: ["stratus.error": "\(String(reflecting: error))"])
@@ -143,37 +166,40 @@ public final class PushDispatcher: Sendable {
                     continue
                 }
                 if claimed.isEmpty {
-                    await waitForWork(.seconds(1))
+                    await settleIfDue()
+                    let until = unsettled.isEmpty ? nextClaim : min(nextClaim, since + Self.settleEvery)
+                    await wake.wait(max(.milliseconds(1), until - ContinuousClock.now))
                     continue
                 }
-                await send(claimed)
+                if unsettled.isEmpty { since = ContinuousClock.now }
+                lastSend = ContinuousClock.now
+                unsettled += await send(claimed)
+                await settleIfDue()
                 await shutDownRetired()
             }
         } onCancel: {
-            wake.continuation.yield()
+            wake.signal()
         }
+        await settleIfDue(true)
         await shutDownRetired()
-        for client in credentials.withLock({ cached in defer { cached.removeAll() }; return cached.values.map(\.client) }) {
-            try? await client.shutdown()
+        for credential in credentials.withLock({ cached in defer { cached.removeAll() }; return Array(cached.values) }) {
+            await credential.shutdown()
         }
         if let client = webPushClient.withLock({ client in defer { client = nil }; return client }) { try? await client.shutdown() }
     }
 
-    private func waitForWork(_ timeout: Duration) async {
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask { [wake] in for await _ in wake.stream { return } }
-            group.addTask { try? await Task.sleep(for: timeout) }
-            await group.next()
-            group.cancelAll()
-        }
-    }
+    /// The least time between two sends (unless a full batch waits).
+    static let gather: Duration = .milliseconds(5)
+    /// How long pushes sent wait to leave the table together.
+    static let settleEvery: Duration = .milliseconds(100)
 
     private func shutDownRetired() async {
-        for client in retired.withLock({ list in defer { list.removeAll() }; return list }) { try? await client.shutdown() }
+        for credential in retired.withLock({ list in defer { list.removeAll() }; return list }) { await credential.shutdown() }
     }
 
-    /// Sends claimed pushes, all at once, and settles them.
-    func send(_ claimed: [OutgoingPush]) async {
+    /// Sends claimed pushes, all at once, and settles those to be retried or whose device is
+    /// gone; returns those done with (sent, refused for good or expired), for the caller to settle.
+    func send(_ claimed: [OutgoingPush]) async -> [OutgoingPush] {
         var pushes: [OutgoingPush] = []
         var done: [OutgoingPush] = [], retry: [(OutgoingPush, Duration)] = [], gone: [OutgoingPush] = []
         // Past their lifetime: dropped. Past the container's pushesPerSecond: later.
@@ -191,14 +217,7 @@ public final class PushDispatcher: Sendable {
             pushes += list.prefix(allowed)
             for push in list.dropFirst(allowed) { retry.append((push, .seconds(1))) }
         }
-        let results = await withTaskGroup(of: (OutgoingPush, PushOutcome).self) { group -> [(OutgoingPush, PushOutcome)] in
-            for push in pushes {
-                group.addTask { (push, await self.sendOne(push)) }
-            }
-            var results: [(OutgoingPush, PushOutcome)] = []
-            for await result in group { results.append(result) }
-            return results
-        }
+        let results = await sendAll(pushes)
         for (push, outcome) in results {
             switch outcome {
             case .sent:
@@ -221,6 +240,11 @@ public final class PushDispatcher: Sendable {
             }
             metrics.pushFinished(provider: push.provider, outcome: outcome.label, made: outcome == .sent ? push.createdAt : nil)
         }
+        await settle(done: [], retry: retry, gone: gone)
+        return done
+    }
+
+    func settle(done: [OutgoingPush], retry: [(OutgoingPush, Duration)], gone: [OutgoingPush]) async {
         do {
             try await subscriptions.settlePushes(done: done, retry: retry, gone: gone)
         } catch {
@@ -236,27 +260,74 @@ public final class PushDispatcher: Sendable {
         return .milliseconds(Int(base * 1000 * Double.random(in: 0.75...1.0)))
     }
 
-    func sendOne(_ push: OutgoingPush) async -> PushOutcome {
-        switch push.address {
-        case .apns(let token, let apnsEnvironment):
-            guard let credential = try? await credential(containerID: push.containerID, environment: push.environment) else {
-                return .refused("no APNs credential is set for this environment; set one with 'stratus push apns set'")
-            }
-            return await providers.sendAPNs(push, token: token, apnsEnvironment: apnsEnvironment, credential: credential)
-        case .webPush(let endpoint, let p256dh, let auth):
-            let client: HTTPClient
-            do {
-                client = try webPushClient.withLock { existing in
-                    if let existing { return existing }
-                    let made = try PushProviders.client(settings)
-                    existing = made
-                    return made
-                }
-            } catch {
-                return .retry(after: nil, reason: "no client for Web Push: \(error)")
-            }
-            return await providers.sendWebPush(push, endpoint: endpoint, p256dh: p256dh, auth: auth, client: client)
+    /// Sends pushes at once: APNs ones as one batch of streams per credential and host, Web Push
+    /// ones each a request of its own.
+    func sendAll(_ pushes: [OutgoingPush]) async -> [(OutgoingPush, PushOutcome)] {
+        struct Route: Hashable {
+            var credential: CredentialKey
+            var host: String
         }
+        var results: [(OutgoingPush, PushOutcome)] = []
+        var batches: [Route: [(push: OutgoingPush, token: String)]] = [:]
+        var webPushes: [OutgoingPush] = []
+        for push in pushes {
+            switch push.address {
+            case .apns(let token, let apnsEnvironment):
+                batches[Route(credential: CredentialKey(containerID: push.containerID, environment: push.environment),
+                              host: settings.apnsHost(for: apnsEnvironment)), default: []].append((push, token))
+            case .webPush:
+                webPushes.append(push)
+            }
+        }
+        let tls: NIOSSLContext?
+        do {
+            tls = try apnsTLS.withLock { made in
+                if made == nil, !batches.isEmpty { made = try PushProviders.apnsTLS(settings) }
+                return made
+            }
+        } catch {
+            tls = nil
+            for batch in batches.values { results += batch.map { ($0.push, .retry(after: nil, reason: "no TLS for APNs: \(error)")) } }
+            batches.removeAll()
+        }
+        var credentials: [CredentialKey: APNsCredential] = [:]
+        for route in batches.keys where credentials[route.credential] == nil {
+            if let credential = try? await credential(containerID: route.credential.containerID, environment: route.credential.environment) {
+                credentials[route.credential] = credential
+            }
+        }
+        return await withTaskGroup(of: [(OutgoingPush, PushOutcome)].self) { group in
+            for (route, batch) in batches {
+                guard let credential = credentials[route.credential], let tls else {
+                    results += batch.map { ($0.push, .refused("no APNs credential is set for this environment; set one with 'stratus push apns set'")) }
+                    continue
+                }
+                group.addTask {
+                    Array(zip(batch.map(\.push), await self.providers.sendAPNs(batch, host: route.host, credential: credential, tls: tls)))
+                }
+            }
+            for push in webPushes {
+                group.addTask { [(push, await self.sendWebPush(push))] }
+            }
+            for await sent in group { results += sent }
+            return results
+        }
+    }
+
+    func sendWebPush(_ push: OutgoingPush) async -> PushOutcome {
+        guard case .webPush(let endpoint, let p256dh, let auth) = push.address else { return .refused("not a Web Push address") }
+        let client: HTTPClient
+        do {
+            client = try webPushClient.withLock { existing in
+                if let existing { return existing }
+                let made = try PushProviders.client(settings)
+                existing = made
+                return made
+            }
+        } catch {
+            return .retry(after: nil, reason: "no client for Web Push: \(error)")
+        }
+        return await providers.sendWebPush(push, endpoint: endpoint, p256dh: p256dh, auth: auth, client: client)
     }
 }
 
@@ -264,5 +335,67 @@ extension OutgoingPush {
     var provider: String {
         if case .apns = address { return "apns" }
         return "webpush"
+    }
+}
+
+/// Wakes a loop waiting with a timeout. A signal while nothing waits is kept (one) for the next
+/// wait. (An AsyncStream served this once: a wait whose timeout won cancelled its iteration,
+/// which ended the stream, and every later wait returned at once: the loop spun.)
+final class WakeSignal: Sendable {
+    private struct State {
+        var pending = false
+        var waiter: (id: Int, continuation: CheckedContinuation<Void, Never>)?
+        var expired = 0
+        var last = 0
+    }
+
+    private let state = Mutex(State())
+
+    func signal() {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard let waiter = state.waiter else {
+                state.pending = true
+                return nil
+            }
+            state.waiter = nil
+            return waiter.continuation
+        }
+        waiter?.resume()
+    }
+
+    /// Returns at the next signal (or at once for one kept), or after `timeout`.
+    func wait(_ timeout: Duration) async {
+        let id = state.withLock { state -> Int in
+            state.last += 1
+            return state.last
+        }
+        let timer = Task { [self] in
+            try? await Task.sleep(for: timeout)
+            expire(id)
+        }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { state -> Bool in
+                if state.pending || state.expired == id {
+                    state.pending = false
+                    return true
+                }
+                state.waiter = (id, continuation)
+                return false
+            }
+            if now { continuation.resume() }
+        }
+        timer.cancel()
+    }
+
+    private func expire(_ id: Int) {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard let waiter = state.waiter, waiter.id == id else {
+                state.expired = id
+                return nil
+            }
+            state.waiter = nil
+            return waiter.continuation
+        }
+        waiter?.resume()
     }
 }

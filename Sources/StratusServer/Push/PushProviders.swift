@@ -47,6 +47,12 @@ public struct PushSettings: Sendable {
         self.caFile = caFile
     }
 
+    /// `HOST:PORT` as its two parts (port 443 when none is given).
+    static func split(_ host: String) -> (String, Int) {
+        guard let colon = host.lastIndex(of: ":"), let port = Int(host[host.index(after: colon)...]) else { return (host, 443) }
+        return (String(host[..<colon]), port)
+    }
+
     static let appleHosts: [ContainerEnvironment: String] = [.development: "api.sandbox.push.apple.com:443", .production: "api.push.apple.com:443"]
 
     /// The APNs host for a device registered in `environment` (its apnsEnvironment).
@@ -55,18 +61,17 @@ public struct PushSettings: Sendable {
     }
 }
 
-/// One APNs credential in use: the key, its current provider token, and the HTTP/2 client (one
-/// connection per credential and host, many streams on it).
+/// One APNs credential in use: the key, its current provider token, and its connections (one
+/// HTTP/2 connection per APNs host, many streams on it).
 final class APNsCredential: Sendable {
     let setting: APNsSetting
     nonisolated(unsafe) let key: P256.Signing.PrivateKey
-    let client: HTTPClient
     private let token = Mutex<(value: String, issued: ContinuousClock.Instant)?>(nil)
+    private let connections = Mutex<[String: APNsConnection]>([:])
 
-    init(setting: APNsSetting, key: P256.Signing.PrivateKey, client: HTTPClient) {
+    init(setting: APNsSetting, key: P256.Signing.PrivateKey) {
         self.setting = setting
         self.key = key
-        self.client = client
     }
 
     /// The provider token: an ES256 JWT (`kid` the key id, `iss` the team, `iat` now), made again
@@ -79,6 +84,21 @@ final class APNsCredential: Sendable {
                                       claims: ["iss": .string(setting.teamID), "iat": .int(Int64(Date().timeIntervalSince1970))], key: key)
         token.withLock { $0 = (value, now) }
         return value
+    }
+
+    /// The connection to `host` (`HOST:PORT`), made when there is none or the last one closed.
+    /// Called by the dispatcher's loop only, so two are never made at once.
+    func connection(to host: String, tls: NIOSSLContext, timeout: Duration) async throws -> APNsConnection {
+        if let current = connections.withLock({ $0[host] }), current.isUsable { return current }
+        let (name, port) = PushSettings.split(host)
+        let made = try await APNsConnection.connect(host: name, port: port, tls: tls, timeout: timeout)
+        let old = connections.withLock { $0.updateValue(made, forKey: host) }
+        if let old { await old.close() }
+        return made
+    }
+
+    func shutdown() async {
+        for connection in connections.withLock({ all in defer { all.removeAll() }; return Array(all.values) }) { await connection.close() }
     }
 }
 
@@ -103,65 +123,102 @@ struct PushProviders: Sendable {
     }
     let logger: Logger
 
-    static func client(_ settings: PushSettings) throws -> HTTPClient {
+    /// TLS for the push hosts: the system's trust roots and the `--push-ca-file` ones.
+    static func tlsConfiguration(_ settings: PushSettings) throws -> TLSConfiguration {
         var tls = TLSConfiguration.makeClientConfiguration()
         if let caFile = settings.caFile {
             tls.additionalTrustRoots = [.certificates(try NIOSSLCertificate.fromPEMFile(caFile))]
         }
+        return tls
+    }
+
+    /// TLS for APNs connections (HTTP/2 only).
+    static func apnsTLS(_ settings: PushSettings) throws -> NIOSSLContext {
+        var tls = try tlsConfiguration(settings)
+        tls.applicationProtocols = ["h2"]
+        return try NIOSSLContext(configuration: tls)
+    }
+
+    /// The client for Web Push services.
+    static func client(_ settings: PushSettings) throws -> HTTPClient {
+        let tls = try tlsConfiguration(settings)
         var configuration = HTTPClient.Configuration(tlsConfiguration: tls, timeout: .init(connect: .seconds(10), read: .seconds(30)),
                                                      connectionPool: .init(idleTimeout: .seconds(300)))
         configuration.httpVersion = .automatic
         return HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
     }
 
-    /// APNs: POST /3/device/<token>, authenticated by the credential's provider token.
-    func sendAPNs(_ push: OutgoingPush, token deviceToken: String, apnsEnvironment: ContainerEnvironment, credential: APNsCredential) async -> PushOutcome {
+    /// APNs: each push a POST /3/device/<token> authenticated by the credential's provider token,
+    /// all on the credential's connection to `host`, written together. Pushes APNs answers
+    /// `ExpiredProviderToken` go once more with a token made anew.
+    func sendAPNs(_ pushes: [(push: OutgoingPush, token: String)], host: String, credential: APNsCredential, tls: NIOSSLContext) async -> [PushOutcome] {
+        var outcomes = [PushOutcome?](repeating: nil, count: pushes.count)
+        var pending = Array(pushes.indices)
         var renewed = false
-        while true {
-            let host = settings.apnsHost(for: apnsEnvironment)
-            var request = HTTPClientRequest(url: "https://\(host)/3/device/\(deviceToken)")
-            request.method = .POST
+        while !pending.isEmpty {
+            let bearer: String
             do {
-                request.headers.add(name: "authorization", value: "bearer \(try credential.providerToken(renew: renewed))")
+                bearer = "bearer " + (try credential.providerToken(renew: renewed))
             } catch {
-                return .refused("the APNs key could not sign a provider token: \(error)")
+                for index in pending { outcomes[index] = .refused("the APNs key could not sign a provider token: \(error)") }
+                break
             }
-            request.headers.add(name: "apns-topic", value: credential.setting.topic)
-            request.headers.add(name: "apns-push-type", value: push.alert ? "alert" : "background")
-            request.headers.add(name: "apns-priority", value: push.alert ? "10" : "5")
-            request.headers.add(name: "apns-id", value: push.pushID.uuidString.lowercased())
-            request.headers.add(name: "apns-expiration", value: String(Int(push.createdAt.timeIntervalSince1970) + Int(PushDispatcher.lifetime.components.seconds)))
-            if let collapseID = push.collapseID { request.headers.add(name: "apns-collapse-id", value: collapseID) }
-            request.headers.add(name: "content-type", value: "application/json")
-            request.body = .bytes(ByteBuffer(string: push.payload))
-            let (status, headers, body): (UInt, HTTPHeaders, String)
+            let results: [Result<APNsResponse, any Error>]
             do {
-                let response = try await credential.client.execute(request, timeout: .seconds(settings.timeout.components.seconds))
-                let bytes = try await response.body.collect(upTo: 64 * 1024)
-                (status, headers, body) = (response.status.code, response.headers, String(buffer: bytes))
+                let connection = try await credential.connection(to: host, tls: tls, timeout: settings.timeout)
+                results = await connection.send(pending.map { request(pushes[$0].push, token: pushes[$0].token, bearer: bearer, topic: credential.setting.topic) })
             } catch {
-                return .retry(after: nil, reason: "APNs at \(host) did not answer: \(error)")
+                for index in pending { outcomes[index] = .retry(after: nil, reason: "APNs at \(host) could not be reached: \(error)") }
+                break
             }
-            let reason = (try? JSONParser.parse(Array(body.utf8)))?["reason"]?.stringValue ?? ""
-            switch status {
-            case 200:
-                return .sent
-            case 410:
-                return .deviceGone
-            case 400 where reason == "BadDeviceToken":
-                return .deviceGone
-            case 403 where reason == "ExpiredProviderToken" && !renewed:
-                renewed = true
-                continue
-            case 429, 500...599:
-                return .retry(after: Self.retryAfter(headers), reason: "APNs answered \(status) \(reason)")
-            case 400 where reason == "DeviceTokenNotForTopic":
-                return .refused("APNs: the device token is not for topic '\(credential.setting.topic)': the app that registered it has another bundle id; set the topic to the app's bundle id")
-            case 403:
-                return .refused("APNs refused the credential (\(reason)): check the key id, team id and .p8 key with 'stratus push apns set'")
-            default:
-                return .refused("APNs answered \(status) \(reason)")
+            var again: [Int] = []
+            for (index, result) in zip(pending, results) {
+                switch result {
+                case .failure(let error):
+                    outcomes[index] = .retry(after: nil, reason: "APNs at \(host) did not answer: \(error)")
+                case .success(let response):
+                    let reason = (try? JSONParser.parse(Array(buffer: response.body)))?["reason"]?.stringValue ?? ""
+                    if response.status == 403, reason == "ExpiredProviderToken", !renewed {
+                        again.append(index)
+                    } else {
+                        outcomes[index] = Self.apnsOutcome(status: response.status, reason: reason, retryAfter: response.headers.first(name: "retry-after"),
+                                                           topic: credential.setting.topic)
+                    }
+                }
             }
+            pending = again
+            renewed = true
+        }
+        return outcomes.map { $0 ?? .retry(after: nil, reason: "not sent") }
+    }
+
+    /// One push as an APNs request.
+    func request(_ push: OutgoingPush, token: String, bearer: String, topic: String) -> APNsRequest {
+        var headers = [("authorization", bearer), ("apns-topic", topic), ("apns-push-type", push.alert ? "alert" : "background"),
+                       ("apns-priority", push.alert ? "10" : "5"), ("apns-id", push.pushID.uuidString.lowercased()),
+                       ("apns-expiration", String(Int(push.createdAt.timeIntervalSince1970) + Int(PushDispatcher.lifetime.components.seconds)))]
+        if let collapseID = push.collapseID { headers.append(("apns-collapse-id", collapseID)) }
+        headers.append(("content-type", "application/json"))
+        return APNsRequest(path: "/3/device/" + token, headers: headers, body: ByteBuffer(string: push.payload))
+    }
+
+    /// What an APNs answer means for the push.
+    static func apnsOutcome(status: Int, reason: String, retryAfter: String?, topic: String) -> PushOutcome {
+        switch status {
+        case 200:
+            return .sent
+        case 410:
+            return .deviceGone
+        case 400 where reason == "BadDeviceToken":
+            return .deviceGone
+        case 429, 500...599:
+            return .retry(after: retryAfter.flatMap(Self.retryAfter), reason: "APNs answered \(status) \(reason)")
+        case 400 where reason == "DeviceTokenNotForTopic":
+            return .refused("APNs: the device token is not for topic '\(topic)': the app that registered it has another bundle id; set the topic to the app's bundle id")
+        case 403:
+            return .refused("APNs refused the credential (\(reason)): check the key id, team id and .p8 key with 'stratus push apns set'")
+        default:
+            return .refused("APNs answered \(status) \(reason)")
         }
     }
 
@@ -198,10 +255,11 @@ struct PushProviders: Sendable {
         } catch {
             return .retry(after: nil, reason: "the push service at \(audience) did not answer: \(error)")
         }
+        let retryAfter = headers.first(name: "retry-after")
         switch status {
         case 200...299: return .sent
         case 404, 410: return .deviceGone
-        case 429, 500...599: return .retry(after: Self.retryAfter(headers), reason: "the push service at \(audience) answered \(status)")
+        case 429, 500...599: return .retry(after: retryAfter.flatMap(Self.retryAfter), reason: "the push service at \(audience) answered \(status)")
         default: return .refused("the push service at \(audience) answered \(status)")
         }
     }
@@ -212,8 +270,8 @@ struct PushProviders: Sendable {
     }
 
     /// `Retry-After` in seconds (or an HTTP date), capped at an hour.
-    static func retryAfter(_ headers: HTTPHeaders) -> Duration? {
-        guard let value = headers.first(name: "retry-after")?.trimmingCharacters(in: .whitespaces) else { return nil }
+    static func retryAfter(_ header: String) -> Duration? {
+        let value = header.trimmingCharacters(in: .whitespaces)
         if let seconds = Int(value) { return .seconds(min(max(seconds, 0), 3600)) }
         let format = DateFormatter()
         format.locale = Locale(identifier: "en_US_POSIX")

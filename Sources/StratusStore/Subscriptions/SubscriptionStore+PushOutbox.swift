@@ -148,17 +148,10 @@ extension SubscriptionStore {
             case .webPush(_, let key, let secret): apns.append(0); p256dh.append(key); auth.append(secret)
             }
         }
-        try await connection.statement("""
-            INSERT INTO push_outbox (container_id, push_id, environment, kind, address, apns_environment, p256dh, auth, payload, alert, collapse_id,
-                                     due_at, attempts)
-            SELECT c, id, e, k, a, NULLIF(ae, 0), NULLIF(pk, ''), NULLIF(au, ''), p, al, NULLIF(co, ''), now() + make_interval(secs => l), 1
-            FROM unnest(\(pushes.map(\.containerID.rawValue))::int8[], \(pushes.map(\.pushID))::uuid[],
-                        \(pushes.map(\.environment.code))::int2[], \(pushes.map(\.kind))::int2[], \(pushes.map(\.key))::text[],
-                        \(apns)::int2[], \(p256dh)::text[], \(auth)::text[], \(pushes.map(\.payload))::text[],
-                        \(pushes.map(\.alert))::bool[], \(pushes.map { $0.collapseID ?? "" })::text[], \(leases)::float8[])
-                        AS u(c, id, e, k, a, ae, pk, au, p, al, co, l)
-            ON CONFLICT DO NOTHING
-            """, logger: logger)
+        _ = try await connection.rows(QueuePushes(containers: pushes.map(\.containerID.rawValue), ids: pushes.map(\.pushID),
+                                                  environments: pushes.map(\.environment.code), kinds: pushes.map(\.kind), addresses: pushes.map(\.key),
+                                                  apns: apns, p256dh: p256dh, auth: auth, payloads: pushes.map(\.payload), alerts: pushes.map(\.alert),
+                                                  collapseIDs: pushes.map { $0.collapseID ?? "" }, leases: leases), logger: logger)
     }
 
     /// Claims up to `limit` due pushes for `lease`: no other process claims them until it runs out.
@@ -189,11 +182,8 @@ extension SubscriptionStore {
         guard !(done.isEmpty && retry.isEmpty && gone.isEmpty) else { return }
         try await database.withConnection { connection in
             if !done.isEmpty {
-                try await connection.statement("""
-                    DELETE FROM push_outbox o
-                    USING unnest(\(done.map(\.containerID.rawValue))::int8[], \(done.map(\.pushID))::uuid[], \(done.map(\.key))::text[]) AS d(c, id, a)
-                    WHERE o.container_id = d.c AND o.push_id = d.id AND o.address = d.a
-                    """, logger: logger)
+                _ = try await connection.rows(DeletePushes(containers: done.map(\.containerID.rawValue), ids: done.map(\.pushID),
+                                                           addresses: done.map(\.key)), logger: logger)
             }
             if !retry.isEmpty {
                 try await connection.statement("""
@@ -264,4 +254,76 @@ struct PushQueueing: Sendable {
 extension OutgoingPush {
     var kind: Int16 { PushDevice(address: address, user: UserID("")).kind }
     var key: String { PushDevice(address: address, user: UserID("")).key }
+}
+
+/// Queues pushes, each claimed for its lease. Prepared: a write's answer waits for it, and
+/// PostgreSQL planned it anew each time, a third of its cost.
+struct QueuePushes: PostgresPreparedStatement {
+    static let name = "stratus.QueuePushes"
+    static let sql = """
+        INSERT INTO push_outbox (container_id, push_id, environment, kind, address, apns_environment, p256dh, auth, payload, alert, collapse_id,
+                                 due_at, attempts)
+        SELECT c, id, e, k, a, NULLIF(ae, 0), NULLIF(pk, ''), NULLIF(au, ''), p, al, NULLIF(co, ''), now() + make_interval(secs => l), 1
+        FROM unnest($1::int8[], $2::uuid[], $3::int2[], $4::int2[], $5::text[], $6::int2[], $7::text[], $8::text[], $9::text[], $10::bool[],
+                    $11::text[], $12::float8[]) AS u(c, id, e, k, a, ae, pk, au, p, al, co, l)
+        ON CONFLICT DO NOTHING
+        """
+    typealias Row = Int64
+
+    var containers: [Int64]
+    var ids: [UUID]
+    var environments: [Int16]
+    var kinds: [Int16]
+    var addresses: [String]
+    /// 0 and '' stand for none (arrays without nulls).
+    var apns: [Int16]
+    var p256dh: [String]
+    var auth: [String]
+    var payloads: [String]
+    var alerts: [Bool]
+    var collapseIDs: [String]
+    var leases: [Double]
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 12)
+        bindings.append(containers)
+        bindings.append(ids)
+        bindings.append(environments)
+        bindings.append(kinds)
+        bindings.append(addresses)
+        bindings.append(apns)
+        bindings.append(p256dh)
+        bindings.append(auth)
+        bindings.append(payloads)
+        bindings.append(alerts)
+        bindings.append(collapseIDs)
+        bindings.append(leases)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
+}
+
+/// Removes pushes done with (sent, or refused for good).
+struct DeletePushes: PostgresPreparedStatement {
+    static let name = "stratus.DeletePushes"
+    static let sql = """
+        DELETE FROM push_outbox o USING unnest($1::int8[], $2::uuid[], $3::text[]) AS d(c, id, a)
+        WHERE o.container_id = d.c AND o.push_id = d.id AND o.address = d.a
+        """
+    typealias Row = Int64
+
+    var containers: [Int64]
+    var ids: [UUID]
+    var addresses: [String]
+
+    func makeBindings() throws -> PostgresBindings {
+        var bindings = PostgresBindings(capacity: 3)
+        bindings.append(containers)
+        bindings.append(ids)
+        bindings.append(addresses)
+        return bindings
+    }
+
+    func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
 }
