@@ -55,17 +55,14 @@ public final class Notifier: RecordChangeObserver {
     private let entries = Mutex<[Key: Entry]>([:])
     /// Polls waiting in this process, and what is known of their queues.
     let couriers = CourierWaiters()
-    /// Each subscriber's web courier tokens (hashes), as read, kept a minute and dropped when any
-    /// process makes them a new one (`Invalidations.Event.courierTokens`).
-    private let tokens = Mutex<[CourierKey: (hashes: [String], read: ContinuousClock.Instant)]>([:])
-    /// Rise with every invalidation of `entries` / `tokens`: a read that began before one is not
-    /// kept (it may predate the change the invalidation announced), only used.
+    /// Each subscriber's web courier tokens (hashes), dropped when any process makes them a new one
+    /// (`Invalidations.Event.courierTokens`).
+    private let tokens = OwnerCache<String>()
+    /// Rises with every invalidation of `entries`: a read that began before one is not kept (it
+    /// may predate the change the invalidation announced), only used.
     private let entriesGeneration = Atomic<Int>(0)
-    private let tokensGeneration = Atomic<Int>(0)
-    /// Each subscriber's push devices, as read, kept a minute and dropped when any process registers
-    /// one or ends the user's sessions.
-    let devicesCache = Mutex<[CourierKey: (devices: [PushDevice], read: ContinuousClock.Instant)]>([:])
-    let devicesGeneration = Atomic<Int>(0)
+    /// Each subscriber's push devices, dropped when any process registers one or ends the user's sessions.
+    let devices = OwnerCache<PushDevice>()
     /// Sends the pushes queued here (and by every other process).
     let pushes: PushDispatcher?
     /// Notifications handed straight to a parked poll since start (the rest were queued).
@@ -155,25 +152,18 @@ public final class Notifier: RecordChangeObserver {
             for owner in owners { couriers.wake(CourierKey(containerID: containerID, environment: environment, owner: owner)) }
         case .courierTokens(let containerID, let environment, let owner):
             // A courier token made, or a push device registered.
-            tokensGeneration.add(1, ordering: .sequentiallyConsistent)
-            devicesGeneration.add(1, ordering: .sequentiallyConsistent)
-            _ = tokens.withLock { $0.removeValue(forKey: CourierKey(containerID: containerID, environment: environment, owner: owner)) }
-            _ = devicesCache.withLock { $0.removeValue(forKey: CourierKey(containerID: containerID, environment: environment, owner: owner)) }
+            tokens.forget(CourierKey(containerID: containerID, environment: environment, owner: owner))
+            devices.forget(CourierKey(containerID: containerID, environment: environment, owner: owner))
         case .userSessions(let containerID, let user):
             // Signed out everywhere: their devices were forgotten.
-            devicesGeneration.add(1, ordering: .sequentiallyConsistent)
-            devicesCache.withLock { cached in
-                for environment in [ContainerEnvironment.development, .production] {
-                    cached.removeValue(forKey: CourierKey(containerID: containerID, environment: environment, owner: user))
-                }
+            for environment in ContainerEnvironment.allCases {
+                devices.forget(CourierKey(containerID: containerID, environment: environment, owner: user))
             }
         case .all:
             entriesGeneration.add(1, ordering: .sequentiallyConsistent)
-            tokensGeneration.add(1, ordering: .sequentiallyConsistent)
-            devicesGeneration.add(1, ordering: .sequentiallyConsistent)
             entries.withLock { $0.removeAll() }
-            tokens.withLock { $0.removeAll() }
-            devicesCache.withLock { $0.removeAll() }
+            tokens.forgetAll()
+            devices.forgetAll()
             couriers.wakeAll()
         default:
             break
@@ -192,32 +182,11 @@ public final class Notifier: RecordChangeObserver {
         }
     }
 
-    /// The web courier tokens of `owners`, from memory or one statement for those not known.
+    /// The web courier tokens of `owners` that have any, from memory or one statement for those not known.
     func tokenHashes(of owners: Set<UserID>, key: Key) async throws -> [UserID: [String]] {
-        let now = ContinuousClock.now
-        var known: [UserID: [String]] = [:]
-        var missing: [UserID] = []
-        tokens.withLock { cached in
-            for owner in owners {
-                if let entry = cached[CourierKey(containerID: key.containerID, environment: key.environment, owner: owner)],
-                   now - entry.read < .seconds(60) {
-                    known[owner] = entry.hashes
-                } else {
-                    missing.append(owner)
-                }
-            }
+        try await tokens.values(of: owners, containerID: key.containerID, environment: key.environment) { missing in
+            try await records.subscriptions.courierTokenHashes(containerID: key.containerID, environment: key.environment, owners: missing)
         }
-        guard !missing.isEmpty else { return known }
-        let generation = tokensGeneration.load(ordering: .sequentiallyConsistent)
-        let read = try await records.subscriptions.courierTokenHashes(containerID: key.containerID, environment: key.environment, owners: missing)
-        tokens.withLock { cached in
-            guard tokensGeneration.load(ordering: .sequentiallyConsistent) == generation else { return }
-            if cached.count >= 100_000 { cached.removeAll() }
-            for owner in missing {
-                cached[CourierKey(containerID: key.containerID, environment: key.environment, owner: owner)] = (read[owner] ?? [], now)
-            }
-        }
-        return known.merging(read) { a, _ in a }
     }
 
     /// Puts back a notification whose answer could not be written, and wakes the token's polls.

@@ -181,53 +181,28 @@ public final class RateLimiter: Sendable {
     /// `notificationsPerSecond` (the same windows and cross-process shares as requests); the rest
     /// are counted as dropped.
     func admitNotifications(_ count: Int, containerID: ContainerID, environment: ContainerEnvironment) async -> Int {
-        guard count > 0 else { return 0 }
-        let limit: Int64
-        do {
-            limit = try await limits(containerID: containerID, environment: environment).notificationsPerSecond
-        } catch {
-            return count  // the limits are out of reach: the write was made, let its notifications go
+        let admitted = await admit(count, kind: .notifications, limit: \.notificationsPerSecond, containerID: containerID, environment: environment)
+        if admitted < count {
+            let key = MeterKey(containerID: containerID, environment: environment, bucket: nowSecond() / 10 * 10)
+            state.withLock { $0.meters[key, default: Meter()].notificationsDropped += Int64(count - admitted) }
         }
-        let key = Key(kind: .notifications, containerID: containerID, environment: environment, name: "")
-        let second = nowSecond()
-        let admitted = state.withLock { state -> Int64 in
-            var window = state.windows[key] ?? Window()
-            if window.second != second {
-                window = Window(second: second, admitted: 0, allowance: max(1, limit / window.processes), limit: limit, debt: 0,
-                                processes: window.processes)
-            }
-            window.limit = limit
-            let admitted = max(0, min(Int64(count), window.allowance - window.admitted))
-            window.admitted += admitted
-            state.windows[key] = window
-            let dropped = Int64(count) - admitted
-            if dropped > 0 {
-                state.meters[MeterKey(containerID: containerID, environment: environment, bucket: second / 10 * 10), default: Meter()]
-                    .notificationsDropped += dropped
-            }
-            return admitted
-        }
-        return Int(admitted)
-    }
-
-    /// Counts notifications queued for subscribers.
-    func noteNotifications(_ count: Int64, containerID: ContainerID, environment: ContainerEnvironment) {
-        guard count > 0 else { return }
-        let key = MeterKey(containerID: containerID, environment: environment, bucket: nowSecond() / 10 * 10)
-        state.withLock { $0.meters[key, default: Meter()].notifications += count }
+        return admitted
     }
 
     /// How many of `count` pushes a container-environment may send now under its `pushesPerSecond`
     /// (the same windows and cross-process shares as requests); the rest wait in the queue.
     func admitPushes(_ count: Int, containerID: ContainerID, environment: ContainerEnvironment) async -> Int {
+        await admit(count, kind: .pushes, limit: \.pushesPerSecond, containerID: containerID, environment: environment)
+    }
+
+    /// How many of `count` things that are not requests (notifications, pushes) the
+    /// container-environment's per-second `limit` lets through in this second's window. When the
+    /// limits are out of reach, all of them: the write that made them was made.
+    private func admit(_ count: Int, kind: Key.Kind, limit path: KeyPath<QuotaLimits, Int64>, containerID: ContainerID,
+                       environment: ContainerEnvironment) async -> Int {
         guard count > 0 else { return 0 }
-        let limit: Int64
-        do {
-            limit = try await limits(containerID: containerID, environment: environment).pushesPerSecond
-        } catch {
-            return count
-        }
-        let key = Key(kind: .pushes, containerID: containerID, environment: environment, name: "")
+        guard let limit = try? await limits(containerID: containerID, environment: environment)[keyPath: path] else { return count }
+        let key = Key(kind: kind, containerID: containerID, environment: environment, name: "")
         let second = nowSecond()
         return Int(state.withLock { state -> Int64 in
             var window = state.windows[key] ?? Window()
@@ -241,6 +216,13 @@ public final class RateLimiter: Sendable {
             state.windows[key] = window
             return admitted
         })
+    }
+
+    /// Counts notifications queued for subscribers.
+    func noteNotifications(_ count: Int64, containerID: ContainerID, environment: ContainerEnvironment) {
+        guard count > 0 else { return }
+        let key = MeterKey(containerID: containerID, environment: environment, bucket: nowSecond() / 10 * 10)
+        state.withLock { $0.meters[key, default: Meter()].notifications += count }
     }
 
     /// Counts pushes the providers accepted.

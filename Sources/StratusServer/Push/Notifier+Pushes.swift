@@ -39,30 +39,10 @@ extension Notifier {
         pushes.queued(rows)
     }
 
-    /// The push devices of `owners`, from memory or one statement for those not known.
+    /// The push devices of `owners` that have any, from memory or one statement for those not known.
     func pushDevices(of owners: Set<UserID>, key: Key) async throws -> [UserID: [PushDevice]] {
-        let now = ContinuousClock.now
-        var known: [UserID: [PushDevice]] = [:]
-        var missing: [UserID] = []
-        devicesCache.withLock { cached in
-            for owner in owners {
-                if let entry = cached[CourierKey(containerID: key.containerID, environment: key.environment, owner: owner)], now - entry.read < .seconds(60) {
-                    if !entry.devices.isEmpty { known[owner] = entry.devices }
-                } else {
-                    missing.append(owner)
-                }
-            }
+        try await devices.values(of: owners, containerID: key.containerID, environment: key.environment) { missing in
+            try await records.subscriptions.pushDevices(containerID: key.containerID, environment: key.environment, users: missing)
         }
-        guard !missing.isEmpty else { return known }
-        let generation = devicesGeneration.load(ordering: .sequentiallyConsistent)
-        let read = try await records.subscriptions.pushDevices(containerID: key.containerID, environment: key.environment, users: missing)
-        devicesCache.withLock { cached in
-            guard devicesGeneration.load(ordering: .sequentiallyConsistent) == generation else { return }
-            if cached.count >= 100_000 { cached.removeAll() }
-            for owner in missing {
-                cached[CourierKey(containerID: key.containerID, environment: key.environment, owner: owner)] = (read[owner] ?? [], now)
-            }
-        }
-        return known.merging(read) { a, _ in a }
     }
 }
