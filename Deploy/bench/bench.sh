@@ -19,6 +19,8 @@
 #             notifications name their record, so their latency is timed; the others' is not);
 #             STRATUS_BENCH_POLL="--websockets": the 100 clients hold WebSockets, not long polls;
 #             STRATUS_BENCH_STATEMENTS=1: pg_stat_statements lists the subscribed run's statements.
+#   STRATUS_BENCH_BREAKDOWN=1: after the first durable create and modify runs, where their PostgreSQL
+#             time went, per request (Deploy/bench/breakdown.py).
 #
 #   --rounds  runs each workload's pgbench + service pair (and PocketBase) N times in a row
 #             (default 1) and reports the round with the median ratio, and PocketBase's median
@@ -80,7 +82,7 @@ while [ $# -gt 0 ]; do
     --scale) SCALE=1; shift;;
     --cold) COLD=1; shift;;
     --citus) CITUS=1; shift;;
-    -h|--help) sed -n 2,44p "$0"; exit 0;;
+    -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0"; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 64;;
   esac
 done
@@ -126,8 +128,24 @@ fi
 # STRATUS_BENCH_STATEMENTS=1: PostgreSQL keeps statement statistics (pg_stat_statements), and the
 # create-subscribed run ends with the statements that took its database time (a diagnosis aid;
 # the statistics cost a little CPU of their own).
-if [ "${STRATUS_BENCH_STATEMENTS:-0}" = 1 ]; then
+if [ "${STRATUS_BENCH_STATEMENTS:-0}" = 1 ] && [ "${STRATUS_BENCH_BREAKDOWN:-0}" != 1 ]; then
   printf "shared_preload_libraries = 'pg_stat_statements'\npg_stat_statements.track_planning = on\n" >> "$WORK/pg/postgresql.conf"
+fi
+# STRATUS_BENCH_BREAKDOWN=1: the first durable create and modify runs are followed by where their
+# PostgreSQL time went, per request (Deploy/bench/breakdown.py: tables, indexes, WAL, statements,
+# and the write statement's plan nodes from auto_explain samples), also kept in
+# $WORK/breakdown-<workload>.txt. The statistics and the samples cost a little of their own.
+if [ "${STRATUS_BENCH_BREAKDOWN:-0}" = 1 ]; then
+  cat >> "$WORK/pg/postgresql.conf" <<'CONF'
+shared_preload_libraries = 'pg_stat_statements,auto_explain'
+pg_stat_statements.track_planning = on
+auto_explain.log_min_duration = 0
+auto_explain.sample_rate = 0.005
+auto_explain.log_analyze = on
+auto_explain.log_buffers = on
+auto_explain.log_wal = on
+auto_explain.log_format = json
+CONF
 fi
 pg_start "$WORK/pg" "$WORK/pg.log"
 PSQL="psql -h 127.0.0.1 -p $PGPORT -U postgres -d postgres -qAt"
@@ -670,7 +688,19 @@ for workload in $WORKLOADS; do
                                           -f Deploy/bench/pgbench/changes.sql@20 -f Deploy/bench/pgbench/modify.sql@15);;
       *) read -r tps lat psteal pcpu < <(pgbench_run "$CONCURRENCY" -f "Deploy/bench/pgbench/$workload.sql");;
     esac
+    breakdown=0
+    if [ "${STRATUS_BENCH_BREAKDOWN:-0}" = 1 ] && [ "$round" = 1 ] && [[ " create modify " == *" $workload "* ]]; then
+      breakdown=1
+      $PSQL -c "CREATE EXTENSION IF NOT EXISTS pg_stat_statements" >/dev/null
+      python3 Deploy/bench/breakdown.py snapshot -h 127.0.0.1 -p $PGPORT -U postgres -d postgres > "$WORK/before.json"
+      log_offset=$(stat -c %s "$WORK/pg.log")
+    fi
     read -r rps recs p50 p99 errors rss ssteal scpu < <(service_run "$workload" "$CONCURRENCY" "$WORK/state.json")
+    if [ "$breakdown" = 1 ]; then
+      python3 Deploy/bench/breakdown.py snapshot -h 127.0.0.1 -p $PGPORT -U postgres -d postgres > "$WORK/after.json"
+      { echo "== where $workload's PostgreSQL time went ($rps req/s)"
+        python3 Deploy/bench/breakdown.py report "$WORK/before.json" "$WORK/after.json" "$WORK/pg.log" "$log_offset"; } | tee "$WORK/breakdown-$workload.txt" >&2
+    fi
     steal="$psteal/$ssteal"
     ratio=$(awk -v r="$rps" -v b="$tps" 'BEGIN { printf "%.6f", (b > 0 ? r / b : 0) }')
     echo "$ratio $tps $lat $rps $recs $p50 $p99 $errors $rss $steal $scpu/$pcpu" >> "$WORK/rounds.txt"

@@ -180,7 +180,7 @@ extension RecordStore {
         if let known, creates.shares {
             guard let (plan, record, schema) = try await plainSave(current: [:]) else { return nil }
             let fields = record.encodedFields ?? Record.encodeFields(record.fields)
-            let create = SharedCreate(db: db, zone: zone, zoneID: known, record: record, fields: String(decoding: fields, as: UTF8.self),
+            let create = SharedWrite(db: db, zone: zone, zoneID: known, record: record, fields: String(decoding: fields, as: UTF8.self),
                                       entries: IndexWrites.indexEntryRows([record], schema: schema))
             switch try await creates.answer(create) {
             case .written(let seq, let xid):
@@ -202,7 +202,17 @@ extension RecordStore {
                 return nil
             }
         }
-        let outcome = try await database.withConnection { connection -> (results: [ModifyResult], changes: RecordChanges?)? in
+        /// An update of a record read here, to share a statement with others (`updates`).
+        struct SharedUpdate {
+            var write: SharedWrite
+            var plan: ModifyPlanner.BatchPlan
+            var current: [String: Record]
+        }
+        enum Step {
+            case written(results: [ModifyResult], changes: RecordChanges?)
+            case shared(SharedUpdate)
+        }
+        let step = try await database.withConnection { connection -> Step? in
             do {
                 let zoneID: ZoneID
                 let current: [String: Record]
@@ -213,7 +223,18 @@ extension RecordStore {
                     (zoneID, current) = (read.zoneID, read.current)
                     if zone != Names.defaultZone { knownZones.remember(db, zone, zoneID: zoneID) }
                 }
-                guard let (plan, _, schema) = try await plainSave(current: current) else { return nil }
+                guard let (plan, record, schema) = try await plainSave(current: current) else { return nil }
+                if updates.shares, zone != Names.defaultZone, let old = current[record.recordName] {
+                    // Written by a statement shared with the updates arriving meanwhile, after this
+                    // connection is back in the pool.
+                    let fields = record.encodedFields ?? Record.encodeFields(record.fields)
+                    var saved = record
+                    saved.encodedFields = fields
+                    let write = SharedWrite(db: db, zone: zone, zoneID: zoneID, record: saved, fields: String(decoding: fields, as: UTF8.self),
+                                            entries: IndexWrites.indexEntryRows([record], schema: schema),
+                                            expected: (old.changeSeq, UsageMeter.liveSizes([old])[old.recordName] ?? -1))
+                    return .shared(SharedUpdate(write: write, plan: plan, current: current))
+                }
                 var start: ChangePosition?
                 var written: [WriteSettlement.WrittenRecord] = []
                 var results = try await apply(db, zone: zone, zoneID: zoneID, outcomes: plan.outcomes, cascade: [], schema: schema,
@@ -229,7 +250,7 @@ extension RecordStore {
                 let changes = observed ? RecordChanges(db: db, zone: zone, zoneID: zoneID, start: start,
                                                        changes: SubscriptionStore.changes(of: results, current: current, cascade: [])) : nil
                 Self.keepDesiredKeys(&results, plan: plan)
-                return (results, changes)
+                return .written(results: results, changes: changes)
             } catch let error as PSQLError where Database.isRetryable(error) {
                 return nil  // a deadlock: the statement was rolled back
             } catch is Database.ConnectionLost {
@@ -238,9 +259,27 @@ extension RecordStore {
                 return nil  // past this connection's share of a quota: the transaction rebalances or refuses
             }
         }
-        guard let outcome else { return nil }
-        await subscriptions.report(outcome.changes)
-        return outcome.results
+        switch step {
+        case .written(let results, let changes):
+            await subscriptions.report(changes)
+            return results
+        case .shared(let update):
+            guard case .written(let seq, let xid) = try await updates.answer(update.write) else {
+                // Changed since it was read, or the zone went: the transaction reads and decides.
+                return nil
+            }
+            var saved = update.write.record
+            saved.changeSeq = seq
+            var results: [ModifyResult] = [.saved(saved)]
+            if observed {
+                await subscriptions.report(RecordChanges(db: db, zone: zone, zoneID: update.write.zoneID, start: ChangePosition(xid: xid, seq: seq - 1),
+                                                         changes: SubscriptionStore.changes(of: results, current: update.current, cascade: [])))
+            }
+            Self.keepDesiredKeys(&results, plan: update.plan)
+            return results
+        case nil:
+            return nil
+        }
     }
 
     /// Brings the saved records named in `names` up to date after sharing changed them (their

@@ -126,8 +126,10 @@ public final class RecordStore: Sendable {
     let notificationTaking: StatementSharing<CourierToken, (seq: Int64, payload: String, made: Date)?>
     /// Concurrent writes' pushes are queued by shared statements too.
     let pushQueueing: StatementSharing<PushQueueing, Void>
-    /// Concurrent single-record creates in zones written before share statements (`SharedCreate`).
-    let creates: StatementSharing<SharedCreate, SharedCreate.Outcome>
+    /// Concurrent single-record creates in zones written before share statements (`SharedWrite`).
+    let creates: StatementSharing<SharedWrite, SharedWrite.Outcome>
+    /// Concurrent single-record updates of records just read share statements too.
+    let updates: StatementSharing<SharedWrite, SharedWrite.Outcome>
     /// Custom zones' ids by name, remembered by single-record writes (`modifyOne`).
     let knownZones = KnownZones()
     /// The query sharing of the caller's event loop.
@@ -171,7 +173,13 @@ public final class RecordStore: Sendable {
         self.creates = StatementSharing(shares: shares, keysPerStatement: 64) { requests, sending in
             try await database.withConnection { connection in
                 sending()
-                return try await SharedCreate.run(requests, database: database, on: connection, logger: logger)
+                return try await SharedWrite.run(requests, database: database, on: connection, logger: logger)
+            }
+        }
+        self.updates = StatementSharing(shares: shares, keysPerStatement: 64) { requests, sending in
+            try await database.withConnection { connection in
+                sending()
+                return try await SharedWrite.run(requests, database: database, on: connection, logger: logger)
             }
         }
         self.dynamicReads = StatementSharing(shares: shares, keysPerStatement: 16, canShare: DynamicRead.canShare) { requests, sending in

@@ -7,12 +7,12 @@ import StratusCore
 import Testing
 
 /// Concurrent single-record creates in zones written before share one statement
-/// (`SharedCreate`, `Prepared.CreateRecords`): records of several users, zones and containers in
+/// (`SharedWrite`, `Prepared.CreateRecords`): records of several users, zones and containers in
 /// one transaction. Each request must still be answered as if alone: its record in its own zone,
 /// with its own index entries, its zone's change position moved, its container's and owner's
 /// usage counted; a name that exists, a second create of one name, a deleted zone, a quota
 /// reached and a value too large to index each answered as without sharing, and the others written.
-@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct SharedCreateTests {
+@Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct SharedWriteTests {
     struct Case: Sendable {
         var tag: String
         var session: Session
@@ -149,6 +149,131 @@ import Testing
                                                logger: TestCluster.logger)[0].decode(Int64.self)
             }
             #expect(strays == 0)
+        }
+    }
+
+    /// Concurrent single-record updates of records just read share statements
+    /// (`Prepared.UpdateRecords`): each is answered as if alone, with its own record, index
+    /// entries, feed position and usage; a stale change tag, and a second update of one record
+    /// racing the first, are each a CONFLICT, and the others are written.
+    @Test func concurrentUpdatesShareAStatementAndEachIsAnsweredAsAlone() async throws {
+        try await Harness.run { harness in
+            let first = try await harness.container()
+            let alice = try await first.signedUp(), bob = try await first.signedUp()
+            let carol = try await harness.container().signedUp()
+            let users = [("alice", alice), ("bob", bob), ("carol", carol)]
+            var tags: [String: String] = [:]
+            for (tag, session) in users {
+                #expect(try await session.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Z"]]]]]).status == 200)
+                for index in 0..<3 {
+                    let name = "\(tag)-\(index)"
+                    let made = try await session.modify("private", zone: "Z", [op("create", name, fields: [
+                        "title": ["value": "old"], "rank": ["value": 0], "notes": ["value": .string(String(repeating: "n", count: 100 * index))],
+                    ])])
+                    tags[name] = try #require(made.json.record(0)?["recordChangeTag"]?.stringValue, "\(made.json)")
+                }
+            }
+            // Bob's bob-0 changes once more: the tag read above is stale.
+            let stale = try #require(tags["bob-0"])
+            let moved = try await bob.modify("private", zone: "Z", [op("update", "bob-0", tag: stale, fields: ["title": ["value": "old"], "rank": ["value": 0]])])
+            tags["bob-0"] = try #require(moved.json.record(0)?["recordChangeTag"]?.stringValue, "\(moved.json)")
+            var tokens: [String: String] = [:]
+            for (tag, session) in users {
+                tokens[tag] = try await session.post("private", "changes/zone", ["zones": [["zoneID": ["zoneName": "Z"]]]]).json["zones"]?.arrayValue?.first?["syncToken"]?.stringValue
+            }
+
+            struct Case: Sendable {
+                var session: Session
+                var name: String
+                var tag: String
+                var title: String
+            }
+            var cases: [Case] = []
+            for (tag, session) in users {
+                for index in 0..<3 {
+                    let name = "\(tag)-\(index)"
+                    // Sizes change both ways: the usage counters take the difference.
+                    cases.append(Case(session: session, name: name, tag: tags[name]!, title: "\(tag)-new-" + String(repeating: "x", count: 150 * (2 - index))))
+                }
+            }
+            cases.append(Case(session: alice, name: "alice-0", tag: tags["alice-0"]!, title: "alice-racing"))
+            cases.append(Case(session: bob, name: "bob-0", tag: stale, title: "bob-stale"))
+
+            // Every zone row is held locked while the updates come: the first statement waits on
+            // its zone and the other updates queue behind it, to go in the next one together.
+            let updates = harness.app.records.updates
+            let before = updates.statistics
+            let (held, holding) = AsyncStream.makeStream(of: Void.self)
+            let (release, releasing) = AsyncStream.makeStream(of: Void.self)
+            let holder = Task {
+                try await harness.database.transaction { connection in
+                    try await connection.statement("SELECT 1 FROM zones FOR UPDATE", logger: TestCluster.logger)
+                    holding.yield()
+                    for await _ in release { break }
+                }
+            }
+            for await _ in held { break }
+            let answers = try await withThrowingTaskGroup(of: (Int, Int, JSON).self) { group in
+                for (index, item) in cases.enumerated() {
+                    group.addTask {
+                        let answer = try await item.session.modify("private", zone: "Z", [op("update", item.name, tag: item.tag, fields: [
+                            "title": ["value": .string(item.title)], "rank": ["value": .int(Int64(item.title.utf8.count))],
+                        ])])
+                        return (index, answer.status, answer.json)
+                    }
+                }
+                // The stale one is refused before any write: its read shows the change.
+                let deadline = ContinuousClock.now + .seconds(20)
+                while ContinuousClock.now < deadline, updates.statistics.serving + updates.statistics.queued < cases.count - 1 {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                releasing.yield()
+                var answers = [(Int, JSON)](repeating: (0, .null), count: cases.count)
+                for try await (index, status, json) in group { answers[index] = (status, json) }
+                return answers
+            }
+            try await holder.value
+            let after = updates.statistics
+            #expect(after.requests - before.requests == cases.count - 1, "\(before) → \(after)")
+
+            var racing: [String] = []
+            for (item, (status, json)) in zip(cases, answers) {
+                #expect(status == 200, "\(item.name): \(json)")
+                let record = json.record(0)
+                if item.name == "alice-0" {
+                    racing.append(record?.errorCode ?? (record?["fields"]?["title"]?["value"]?.stringValue ?? "?"))
+                } else if item.title == "bob-stale" {
+                    #expect(record?.errorCode == "CONFLICT", "\(json)")
+                } else {
+                    #expect(record?["fields"]?["title"]?["value"]?.stringValue == item.title && record?["recordChangeTag"] != nil, "\(item.name): \(json)")
+                }
+            }
+            #expect(racing.sorted() == ["CONFLICT", racing.first { $0 != "CONFLICT" } ?? "none"].sorted() && racing.contains("CONFLICT"), "\(racing)")
+            // Shared: the written updates came from at most one transaction per waiting statement, plus one.
+            let names = cases.filter { $0.title != "bob-stale" && $0.title != "alice-racing" }.map(\.name)
+            let transactions = try await harness.database.withConnection { connection in
+                try await connection.statement("SELECT count(DISTINCT change_xid) FROM records WHERE record_name = ANY(\(names))",
+                                               logger: TestCluster.logger)[0].decode(Int64.self)
+            }
+            #expect(transactions <= updates.maximumStatements + 2, "\(transactions) transactions for \(names.count) updates")
+
+            for (tag, session) in users {
+                let expected = Set((0..<3).map { "\(tag)-\($0)" })
+                // Found by their new index entries, not by the old ones.
+                let old = try await session.post("private", "records/query", ["zoneID": ["zoneName": "Z"], "query": ["recordType": "Note", "filterBy": [
+                    ["fieldName": "title", "comparator": "EQUALS", "fieldValue": ["value": "old"]]]]])
+                #expect(old.json["records"]?.arrayValue?.isEmpty == true, "\(tag): \(old.json)")
+                let ranked = try await session.post("private", "records/query", ["zoneID": ["zoneName": "Z"], "query": ["recordType": "Note", "filterBy": [
+                    ["fieldName": "rank", "comparator": "GREATER_THAN", "fieldValue": ["value": 0]]]]])
+                let found = ranked.json["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []
+                #expect(Set(found) == expected && found.count == 3, "\(tag): \(ranked.json)")
+                // The zone feed since the token before lists each updated record once.
+                let token = try #require(tokens[tag])
+                let feed = try await session.post("private", "changes/zone", ["zones": [["zoneID": ["zoneName": "Z"], "syncToken": .string(token)]]])
+                let changed = feed.json["zones"]?.arrayValue?.first?["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []
+                #expect(Set(changed) == expected && changed.count == 3, "\(tag): \(feed.json)")
+            }
+            // (The harness checks the usage counters against the records stored when the test ends.)
         }
     }
 }

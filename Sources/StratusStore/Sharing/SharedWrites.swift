@@ -2,16 +2,17 @@ import Logging
 import PostgresNIO
 import StratusCore
 
-/// A single-record create in a custom zone written before (`RecordStore.modifyOne`), waiting to
-/// share a statement with the creates arriving at the same time (`RecordStore.creates`).
+/// A single-record save in a custom zone (`RecordStore.modifyOne`), waiting to share a statement
+/// with the saves arriving at the same time: creates in a zone written before
+/// (`RecordStore.creates`), and updates of a record just read (`RecordStore.updates`).
 ///
-/// Most of what a create's own statement costs PostgreSQL is receiving, binding, starting the
-/// executor and committing, not the record: one statement for many creates pays that once
-/// (the measurement is in `Deploy/PERFORMANCE.md`, "What made it fast").
+/// Most of what a write's own statement costs PostgreSQL is receiving, binding, starting the
+/// executor and committing, not the record: one statement for many writes pays that once
+/// (the measurement is in `Deploy/PERFORMANCE.md`, "What made it fast" and "Writes").
 ///
 /// A class: the sharing queue moves requests between arrays, and a reference is one retain where
 /// the record and its index entries were a dozen.
-final class SharedCreate: Sendable {
+final class SharedWrite: Sendable {
     let db: DatabaseRef
     let zone: String
     /// The zone's remembered id (`RecordStore.knownZones`), checked against `db` and `zone`.
@@ -20,20 +21,27 @@ final class SharedCreate: Sendable {
     /// The record's field JSON, as stored.
     let fields: String
     let entries: IndexWrites.IndexEntryRows
+    /// An update's record as it was read: written only if its change sequence is still `seq`;
+    /// `liveSize` its stored size if it was live, else -1 (the usage counters change by the
+    /// difference). `nil` for a create.
+    let expected: (seq: Int64, liveSize: Int64)?
 
-    init(db: DatabaseRef, zone: String, zoneID: ZoneID, record: Record, fields: String, entries: IndexWrites.IndexEntryRows) {
+    init(db: DatabaseRef, zone: String, zoneID: ZoneID, record: Record, fields: String, entries: IndexWrites.IndexEntryRows,
+         expected: (seq: Int64, liveSize: Int64)? = nil) {
         self.db = db
         self.zone = zone
         self.zoneID = zoneID
         self.record = record
         self.fields = fields
         self.entries = entries
+        self.expected = expected
     }
 
     enum Outcome: Sendable {
         /// Written and committed with this change sequence by this transaction.
         case written(seq: Int64, xid: Int64)
-        /// Not written: the record exists, or the id no longer names a live zone `zone` of `db`.
+        /// Not written: the record exists (a create) or changed since it was read (an update), or
+        /// the id no longer names a live zone `zone` of `db`.
         case unwritten
         /// Not tried, or rolled back with the others of its statement (a deadlock, a counter
         /// stripe's share of a quota, a value too large to index, a name another create of the
@@ -41,15 +49,15 @@ final class SharedCreate: Sendable {
         case retry
     }
 
-    /// One statement for `creates`, committed on its own; an outcome for each.
+    /// One statement for `creates` (all creates, or all updates), committed on its own; an outcome for each.
     ///
     /// When the connection fails before the statement's commit is confirmed, it is settled
     /// (`RecordStore.committed`): its creates are written if it committed, and TRY_AGAIN_LATER
     /// saying nothing was saved answers each if not.
-    static func run(_ creates: [SharedCreate], database: Database, on connection: PostgresConnection, logger: Logger) async throws -> [Outcome] {
+    static func run(_ creates: [SharedWrite], database: Database, on connection: PostgresConnection, logger: Logger) async throws -> [Outcome] {
         // A second create of one name would be answered as written with the first: it decides alone.
         var seen: Set<RecordKey> = []
-        var statement: [SharedCreate] = []
+        var statement: [SharedWrite] = []
         var positions: [Int?] = []
         for create in creates {
             if seen.insert(RecordKey(containerID: create.db.containerID, zoneID: create.zoneID, name: create.record.recordName)).inserted {
@@ -61,7 +69,13 @@ final class SharedCreate: Sendable {
         }
         var written: [Int: Outcome] = [:]
         do {
-            if statement.count == 1 {
+            if statement[0].expected != nil {
+                for (index, seq, xid) in try await connection.rows(Prepared.UpdateRecords(updates: statement), logger: logger, settle: { rows in
+                    try await settled(rows, statement, database: database, logger: logger)
+                }) {
+                    written[Int(index) - 1] = .written(seq: seq, xid: xid)
+                }
+            } else if statement.count == 1 {
                 // Alone, the single-record statement: a lone create costs PostgreSQL more in
                 // `CreateRecords`'s set-based form.
                 let create = statement[0]
@@ -72,13 +86,7 @@ final class SharedCreate: Sendable {
                 }
             } else {
                 for (index, seq, xid) in try await connection.rows(Prepared.CreateRecords(creates: statement), logger: logger, settle: { rows in
-                    let records = rows.map { row in
-                        let create = statement[Int(row.0) - 1]
-                        return WriteSettlement.WrittenRecord(containerID: create.db.containerID, zoneID: create.zoneID, name: create.record.recordName,
-                                                         seq: row.1, xid: row.2)
-                    }
-                    guard try await WriteSettlement.committed(records, database: database, logger: logger) else { throw WriteSettlement.notCommitted }
-                    return rows
+                    try await settled(rows, statement, database: database, logger: logger)
                 }) {
                     written[Int(index) - 1] = .written(seq: seq, xid: xid)
                 }
@@ -91,6 +99,17 @@ final class SharedCreate: Sendable {
             return creates.map { _ in .retry }  // refused before it was sent
         }
         return positions.map { position in position.map { written[$0] ?? .unwritten } ?? .retry }
+    }
+
+    /// The rows of a shared statement whose commit was not confirmed, if it committed.
+    private static func settled(_ rows: [(Int64, Int64, Int64)], _ statement: [SharedWrite], database: Database,
+                                logger: Logger) async throws -> [(Int64, Int64, Int64)] {
+        let records = rows.map { row in
+            let write = statement[Int(row.0) - 1]
+            return WriteSettlement.WrittenRecord(containerID: write.db.containerID, zoneID: write.zoneID, name: write.record.recordName, seq: row.1, xid: row.2)
+        }
+        guard try await WriteSettlement.committed(records, database: database, logger: logger) else { throw WriteSettlement.notCommitted }
+        return rows
     }
 
     /// This create as `InsertRecords` writes it on its own: in its zone if that is still the
@@ -180,13 +199,16 @@ extension Prepared {
         /// A written create's ordinal (from 1), change sequence, and the transaction's id.
         typealias Row = (Int64, Int64, Int64)
 
-        let creates: [SharedCreate]
+        let creates: [SharedWrite]
 
-        func makeBindings() throws -> PostgresBindings {
-            var bindings = PostgresBindings(capacity: 35)
+        func makeBindings() throws -> PostgresBindings { Self.bindings(creates, capacity: 35) }
+
+        /// $1–$35: the writes' targets, records and index entries (`UpdateRecords` adds its own after).
+        static func bindings(_ writes: [SharedWrite], capacity: Int) -> PostgresBindings {
+            var bindings = PostgresBindings(capacity: capacity)
             // Closures, not key paths: a lazy map through `\.record` copies each whole record
             // (its fields dictionary and every string retained) for every value read.
-            let creates = creates.lazy
+            let creates = writes.lazy
             bindings.append(BinaryArray.int64s(creates.map { $0.db.containerID.rawValue }))
             bindings.append(BinaryArray.int64s(creates.map { $0.zoneID.rawValue }))
             bindings.append(BinaryArray.int16s(creates.map { $0.db.environment.code }))
@@ -249,5 +271,96 @@ extension Prepared {
                 bindings.append(values)
             }
         }
+    }
+}
+
+extension Prepared {
+    /// `WriteRecords`' update for several single-record saves of records just read, each in its
+    /// own zone, database and container: a record is written only if its zone id still names a
+    /// live zone of that name in that database and its change sequence is still the one read.
+    /// Zone rows are locked in (container, zone) order, as `CreateRecords` locks them. Each written
+    /// record's old index entries, references and asset references go and its new entries come,
+    /// its zone moves its change position (private and shared databases), and the usage counters
+    /// of its container and owner change by the difference in size (in the connection's stripe;
+    /// past a stripe's share of a quota the whole statement fails and each save decides alone).
+    /// Returns the ordinal (from 1) of each written save, its change sequence and the transaction's id.
+    struct UpdateRecords: PostgresPreparedStatement {
+        static let name = "stratus.UpdateRecords"
+        static let sql = """
+            WITH req AS (
+                SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int2[], $4::int2[], $5::text[], $6::text[], $7::text[], $8::text[],
+                                     $9::text[], $10::bigint[], $11::text[], $12::bigint[], $13::text[], $14::text[], $15::bigint[],
+                                     $16::bool[], $17::text[], $36::bigint[], $37::bigint[])
+                     WITH ORDINALITY AS u(c, z, env, sc, o, zn, n, t, f, ca, cb, ma, mb, p, ab, tz, mo, s, old, i)
+            ), live AS (
+                SELECT zones.container_id, zones.zone_id FROM zones JOIN (SELECT DISTINCT c, z, env, sc, o, zn FROM req) q
+                  ON zones.container_id = q.c AND zones.zone_id = q.z AND zones.environment = q.env AND zones.database_scope = q.sc
+                 AND zones.owner = q.o AND zones.zone_name = q.zn
+                WHERE NOT zones.deleted
+                ORDER BY zones.container_id, zones.zone_id FOR NO KEY UPDATE OF zones
+            ), upd AS (
+                UPDATE records r SET record_type = q.t, fields = q.f, created_at = q.ca, created_by = q.cb, modified_at = q.ma,
+                       modified_by = q.mb, deleted = false, size = octet_length(q.f) + q.ab,
+                       change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq() + q.i, parent = NULLIF(q.p, ''),
+                       share_name = CASE WHEN r.deleted THEN NULL ELSE r.share_name END,
+                       short_guid = CASE WHEN r.deleted THEN NULL ELSE r.short_guid END,
+                       share_root = CASE WHEN r.deleted THEN NULL ELSE r.share_root END
+                FROM req q
+                WHERE r.container_id = q.c AND r.zone_id = q.z AND r.record_name = q.n AND r.change_seq = q.s
+                  AND (q.c, q.z) IN (SELECT container_id, zone_id FROM live)
+                RETURNING r.container_id, r.zone_id, r.record_name, r.change_seq, r.size
+            ), done AS (
+                SELECT q.*, upd.change_seq, upd.size FROM upd JOIN req q ON q.c = upd.container_id AND q.z = upd.zone_id AND q.n = upd.record_name
+            ), old_entries AS (
+                DELETE FROM index_entries x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.record_name = d.n
+            ), old_references AS (
+                DELETE FROM record_references x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.source_name = d.n
+            ), old_assets AS (
+                DELETE FROM asset_references x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.record_name = d.n
+            ), new_entries AS (
+                INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, v_cell, v_lat, v_lon, record_name)
+                SELECT d.c, d.z, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo, d.n FROM (
+                    SELECT k, t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, NULL::bigint AS vc, NULL::float8 AS la, NULL::float8 AS lo
+                      FROM unnest($18::bigint[], $19::text[], $20::text[], $21::bigint[]) AS u(k, t, f, v)
+                    UNION ALL
+                    SELECT k, t, f, NULL::bigint, v, NULL::text, NULL, NULL, NULL
+                      FROM unnest($22::bigint[], $23::text[], $24::text[], $25::float8[]) AS u(k, t, f, v)
+                    UNION ALL
+                    SELECT k, t, f, NULL::bigint, NULL::float8, v, NULL, NULL, NULL
+                      FROM unnest($26::bigint[], $27::text[], $28::text[], $29::text[]) AS u(k, t, f, v)
+                    UNION ALL
+                    SELECT k, t, f, NULL::bigint, NULL::float8, NULL::text, c, la, lo
+                      FROM unnest($30::bigint[], $31::text[], $32::text[], $33::bigint[], $34::float8[], $35::float8[]) AS u(k, t, f, c, la, lo)
+                ) e JOIN done d ON d.i = e.k
+            ), zone AS (
+                UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
+                WHERE (container_id, zone_id) IN (SELECT c, z FROM done WHERE tz)
+            ), delta AS (
+                SELECT * FROM (
+                    SELECT d.c, d.env, x.o, sum(1 - (d.old >= 0)::int)::bigint AS r, sum(d.size - greatest(d.old, 0))::bigint AS b
+                    FROM done d CROSS JOIN LATERAL (SELECT ''::text UNION ALL SELECT d.mo WHERE d.mo <> '') x(o)
+                    GROUP BY d.c, d.env, x.o
+                ) g WHERE r <> 0 OR b <> 0
+            ), usage AS (
+                UPDATE usage_counters c SET records = c.records + d.r, bytes = c.bytes + d.b
+                FROM (SELECT * FROM delta ORDER BY c, env, o) d
+                WHERE c.container_id = d.c AND c.environment = d.env AND c.owner = d.o AND c.stripe = pg_backend_pid() % 16
+                RETURNING (d.r <= 0 OR c.records <= c.records_cap) AND (d.b <= 0 OR c.bytes <= c.bytes_cap) AS within
+            )
+            SELECT i, change_seq, pg_current_xact_id()::text::bigint FROM done
+            WHERE stratus_usage_check((SELECT count(*) = (SELECT count(*) FROM delta) AND coalesce(bool_and(u.within), true) FROM usage u))
+            """
+        typealias Row = CreateRecords.Row
+
+        let updates: [SharedWrite]
+
+        func makeBindings() throws -> PostgresBindings {
+            var bindings = CreateRecords.bindings(updates, capacity: 37)
+            bindings.append(BinaryArray.int64s(updates.map { $0.expected?.seq ?? 0 }))
+            bindings.append(BinaryArray.int64s(updates.map { $0.expected?.liveSize ?? -1 }))
+            return bindings
+        }
+
+        func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
     }
 }
