@@ -4,6 +4,7 @@ import StratusCore
 @testable import StratusServer
 @testable import StratusStore
 @testable import StratusTestSupport
+import Synchronization
 import Testing
 
 /// Concurrent single-record creates in zones written before share one statement
@@ -13,6 +14,23 @@ import Testing
 /// usage counted; a name that exists, a second create of one name, a deleted zone, a quota
 /// reached and a value too large to index each answered as without sharing, and the others written.
 @Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct SharedWriteTests {
+    /// Holds whoever passes until it is opened.
+    actor Barrier {
+        private var isOpen = false
+        private var waiting: [CheckedContinuation<Void, Never>] = []
+
+        func pass() async {
+            guard !isOpen else { return }
+            await withCheckedContinuation { waiting.append($0) }
+        }
+
+        func open() {
+            isOpen = true
+            for continuation in waiting { continuation.resume() }
+            waiting.removeAll()
+        }
+    }
+
     struct Case: Sendable {
         var tag: String
         var session: Session
@@ -157,7 +175,7 @@ import Testing
     /// entries, feed position and usage; a stale change tag, and a second update of one record
     /// racing the first, are each a CONFLICT, and the others are written.
     @Test func concurrentUpdatesShareAStatementAndEachIsAnsweredAsAlone() async throws {
-        try await Harness.run { harness in
+        try await Harness.run(poolSize: 1) { harness in
             let first = try await harness.container()
             let alice = try await first.signedUp(), bob = try await first.signedUp()
             let carol = try await harness.container().signedUp()
@@ -199,20 +217,22 @@ import Testing
             cases.append(Case(session: alice, name: "alice-0", tag: tags["alice-0"]!, title: "alice-racing"))
             cases.append(Case(session: bob, name: "bob-0", tag: stale, title: "bob-stale"))
 
-            // Every zone row is held locked while the updates come: the first statement waits on
-            // its zone and the other updates queue behind it, to go in the next one together.
+            // Each update, read and planned, waits at the hook until all have come; then the test
+            // holds the pool's only connection and lets them go: the first update's statement waits
+            // for it and the others queue behind, to go in the next statement together.
             let updates = harness.app.records.updates
             let before = updates.statistics
+            let sharing = cases.count - 1  // the stale one is refused by its read
+            let arrived = Mutex(0)
+            let (allArrived, arriving) = AsyncStream.makeStream(of: Void.self)
+            let gate = Barrier()
+            harness.app.records.testHooks.beforeOptimisticWrite = { _ in
+                if arrived.withLock({ count in count += 1; return count }) == sharing { arriving.yield() }
+                await gate.pass()
+            }
+            defer { harness.app.records.testHooks.beforeOptimisticWrite = nil }
             let (held, holding) = AsyncStream.makeStream(of: Void.self)
             let (release, releasing) = AsyncStream.makeStream(of: Void.self)
-            let holder = Task {
-                try await harness.database.transaction { connection in
-                    try await connection.statement("SELECT 1 FROM zones FOR UPDATE", logger: TestCluster.logger)
-                    holding.yield()
-                    for await _ in release { break }
-                }
-            }
-            for await _ in held { break }
             let answers = try await withThrowingTaskGroup(of: (Int, Int, JSON).self) { group in
                 for (index, item) in cases.enumerated() {
                     group.addTask {
@@ -222,19 +242,29 @@ import Testing
                         return (index, answer.status, answer.json)
                     }
                 }
-                // The stale one is refused before any write: its read shows the change.
+                for await _ in allArrived { break }
+                group.addTask {
+                    try await harness.database.withConnection { _ in
+                        holding.yield()
+                        for await _ in release { break }
+                    }
+                    return (-1, 0, .null)
+                }
+                for await _ in held { break }
+                await gate.open()
                 let deadline = ContinuousClock.now + .seconds(20)
-                while ContinuousClock.now < deadline, updates.statistics.serving + updates.statistics.queued < cases.count - 1 {
+                while ContinuousClock.now < deadline, updates.statistics.serving + updates.statistics.queued < sharing {
                     try await Task.sleep(for: .milliseconds(5))
                 }
+                let waiting = updates.statistics
+                #expect(waiting.serving + waiting.queued == sharing, "\(waiting)")
                 releasing.yield()
                 var answers = [(Int, JSON)](repeating: (0, .null), count: cases.count)
-                for try await (index, status, json) in group { answers[index] = (status, json) }
+                for try await (index, status, json) in group where index >= 0 { answers[index] = (status, json) }
                 return answers
             }
-            try await holder.value
             let after = updates.statistics
-            #expect(after.requests - before.requests == cases.count - 1, "\(before) → \(after)")
+            #expect(after.requests - before.requests == sharing, "\(before) → \(after)")
 
             var racing: [String] = []
             for (item, (status, json)) in zip(cases, answers) {
@@ -255,7 +285,7 @@ import Testing
                 try await connection.statement("SELECT count(DISTINCT change_xid) FROM records WHERE record_name = ANY(\(names))",
                                                logger: TestCluster.logger)[0].decode(Int64.self)
             }
-            #expect(transactions <= updates.maximumStatements + 2, "\(transactions) transactions for \(names.count) updates")
+            #expect(transactions <= updates.maximumStatements + 1, "\(transactions) transactions for \(names.count) updates")
 
             for (tag, session) in users {
                 let expected = Set((0..<3).map { "\(tag)-\($0)" })

@@ -202,39 +202,43 @@ extension RecordStore {
                 return nil
             }
         }
-        /// An update of a record read here, to share a statement with others (`updates`).
-        struct SharedUpdate {
-            var write: SharedWrite
-            var plan: ModifyPlanner.BatchPlan
-            var current: [String: Record]
+        /// The zone and the current record, read by a statement shared with the modifies arriving
+        /// meanwhile, before any connection is taken: the write's own statement (shared too, for an
+        /// update) takes one only when it runs.
+        var read: (zoneID: ZoneID, current: [String: Record])?
+        if known == nil, names.count == 1, !database.configuration.citusCoordinator {
+            do {
+                guard let zoneAndRecord = try await readZoneAndRecord(db, zone: zone, name: names[0]) else { return nil }
+                read = (zoneAndRecord.zoneID, zoneAndRecord.current)
+            } catch is Database.ConnectionLost {
+                return nil  // refused before it was sent
+            }
+            if zone != Names.defaultZone { knownZones.remember(db, zone, zoneID: read!.zoneID) }
         }
-        enum Step {
-            case written(results: [ModifyResult], changes: RecordChanges?)
-            case shared(SharedUpdate)
+        var planned: (plan: ModifyPlanner.BatchPlan, record: Record, schema: Schema)?
+        if let read {
+            guard let save = try await plainSave(current: read.current) else { return nil }
+            planned = save
+            if updates.shares, zone != Names.defaultZone, let old = read.current[save.record.recordName] {
+                return try await sharedUpdate(db, zone: zone, zoneID: read.zoneID, save: save, old: old, current: read.current)
+            }
         }
-        let step = try await database.withConnection { connection -> Step? in
+        let outcome = try await database.withConnection { connection -> (results: [ModifyResult], changes: RecordChanges?)? in
             do {
                 let zoneID: ZoneID
                 let current: [String: Record]
                 if let known {
                     (zoneID, current) = (known, [:])
+                } else if let read {
+                    (zoneID, current) = read
                 } else {
                     guard let read = try await readZoneAndRecords(db, zone: zone, names: names, on: connection) else { return nil }
                     (zoneID, current) = (read.zoneID, read.current)
                     if zone != Names.defaultZone { knownZones.remember(db, zone, zoneID: zoneID) }
                 }
-                guard let (plan, record, schema) = try await plainSave(current: current) else { return nil }
-                if updates.shares, zone != Names.defaultZone, let old = current[record.recordName] {
-                    // Written by a statement shared with the updates arriving meanwhile, after this
-                    // connection is back in the pool.
-                    let fields = record.encodedFields ?? Record.encodeFields(record.fields)
-                    var saved = record
-                    saved.encodedFields = fields
-                    let write = SharedWrite(db: db, zone: zone, zoneID: zoneID, record: saved, fields: String(decoding: fields, as: UTF8.self),
-                                            entries: IndexWrites.indexEntryRows([record], schema: schema),
-                                            expected: (old.changeSeq, UsageMeter.liveSizes([old])[old.recordName] ?? -1))
-                    return .shared(SharedUpdate(write: write, plan: plan, current: current))
-                }
+                var save = planned
+                if save == nil { save = try await plainSave(current: current) }
+                guard let (plan, _, schema) = save else { return nil }
                 var start: ChangePosition?
                 var written: [WriteSettlement.WrittenRecord] = []
                 var results = try await apply(db, zone: zone, zoneID: zoneID, outcomes: plan.outcomes, cascade: [], schema: schema,
@@ -250,7 +254,7 @@ extension RecordStore {
                 let changes = observed ? RecordChanges(db: db, zone: zone, zoneID: zoneID, start: start,
                                                        changes: SubscriptionStore.changes(of: results, current: current, cascade: [])) : nil
                 Self.keepDesiredKeys(&results, plan: plan)
-                return .written(results: results, changes: changes)
+                return (results, changes)
             } catch let error as PSQLError where Database.isRetryable(error) {
                 return nil  // a deadlock: the statement was rolled back
             } catch is Database.ConnectionLost {
@@ -259,27 +263,32 @@ extension RecordStore {
                 return nil  // past this connection's share of a quota: the transaction rebalances or refuses
             }
         }
-        switch step {
-        case .written(let results, let changes):
-            await subscriptions.report(changes)
-            return results
-        case .shared(let update):
-            guard case .written(let seq, let xid) = try await updates.answer(update.write) else {
-                // Changed since it was read, or the zone went: the transaction reads and decides.
-                return nil
-            }
-            var saved = update.write.record
-            saved.changeSeq = seq
-            var results: [ModifyResult] = [.saved(saved)]
-            if observed {
-                await subscriptions.report(RecordChanges(db: db, zone: zone, zoneID: update.write.zoneID, start: ChangePosition(xid: xid, seq: seq - 1),
-                                                         changes: SubscriptionStore.changes(of: results, current: update.current, cascade: [])))
-            }
-            Self.keepDesiredKeys(&results, plan: update.plan)
-            return results
-        case nil:
-            return nil
+        guard let outcome else { return nil }
+        await subscriptions.report(outcome.changes)
+        return outcome.results
+    }
+
+    /// A plain save of a record just read, written by a statement shared with the updates arriving
+    /// meanwhile (`updates`, `Prepared.UpdateRecords`); `nil` when it was not written (the record
+    /// changed since the read, or the zone went, or the statement failed for all): the
+    /// transaction reads and decides.
+    private func sharedUpdate(_ db: DatabaseRef, zone: String, zoneID: ZoneID, save: (plan: ModifyPlanner.BatchPlan, record: Record, schema: Schema),
+                              old: Record, current: [String: Record]) async throws -> [ModifyResult]? {
+        let fields = save.record.encodedFields ?? Record.encodeFields(save.record.fields)
+        var saved = save.record
+        saved.encodedFields = fields
+        let write = SharedWrite(db: db, zone: zone, zoneID: zoneID, record: saved, fields: String(decoding: fields, as: UTF8.self),
+                                entries: IndexWrites.indexEntryRows([save.record], schema: save.schema),
+                                expected: (old.changeSeq, UsageMeter.liveSizes([old])[old.recordName] ?? -1))
+        guard case .written(let seq, let xid) = try await updates.answer(write) else { return nil }
+        saved.changeSeq = seq
+        var results: [ModifyResult] = [.saved(saved)]
+        if observed {
+            await subscriptions.report(RecordChanges(db: db, zone: zone, zoneID: zoneID, start: ChangePosition(xid: xid, seq: seq - 1),
+                                                     changes: SubscriptionStore.changes(of: results, current: current, cascade: [])))
         }
+        Self.keepDesiredKeys(&results, plan: save.plan)
+        return results
     }
 
     /// Brings the saved records named in `names` up to date after sharing changed them (their

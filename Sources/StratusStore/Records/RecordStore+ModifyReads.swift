@@ -44,14 +44,40 @@ extension RecordStore {
         return (zoneID, shared, try await lockRecords(db, zoneID: zoneID, names: names, locking: locking, on: connection))
     }
 
+    /// What a single-record modify reads (`modifyOne`): the zone and the current row of `name`, by
+    /// a statement shared with the modifies arriving at the same time (`dynamicReads`; on Citus,
+    /// where statements are not shared, `readZoneAndRecords`).
+    func readZoneAndRecord(_ db: DatabaseRef, zone: String, name: String) async throws -> (zoneID: ZoneID, shared: Bool, current: [String: Record])? {
+        guard !database.configuration.citusCoordinator else {
+            return try await database.withConnection { connection in try await readZoneAndRecords(db, zone: zone, names: [name], on: connection) }
+        }
+        var binds = Prepared.Binds()
+        let container = binds.bind(db.containerID.rawValue)
+        let sql = """
+            SELECT z.zone_id, EXISTS (SELECT 1 FROM shares s WHERE s.container_id = \(container) AND s.zone_id = z.zone_id AND NOT s.deleted), r.*
+            FROM zones z LEFT JOIN LATERAL (
+                SELECT \(Self.currentColumns) FROM records WHERE container_id = \(container) AND zone_id = z.zone_id AND record_name = \(binds.bind(name))
+            ) r ON true
+            WHERE z.container_id = \(container) AND z.environment = \(binds.bind(db.environment.code)) AND z.database_scope = \(binds.bind(db.scope.code))
+              AND z.owner = \(binds.bind(db.owner.rawValue)) AND z.zone_name = \(binds.bind(zone)) AND NOT z.deleted
+            """
+        let answer = try await dynamicReads.answer(DynamicRead(sql: sql, binds: binds))
+        return try Self.zoneAndRecords(answer.rows, skipping: answer.skipping)
+    }
+
     /// The zone id, whether the zone has live shares, and the current rows (live or tombstones,
     /// with their share roots) of a zone-and-records statement. `nil` when the zone does not exist.
     func zoneAndRecords(_ statement: some ZoneAndNames, on connection: PostgresConnection) async throws -> (zoneID: ZoneID, shared: Bool, current: [String: Record])? {
-        let rows = try await connection.rows(statement, logger: logger)
+        try Self.zoneAndRecords(try await connection.rows(statement, logger: logger), skipping: 0)
+    }
+
+    /// `zoneAndRecords`' rows, after `skipping` cells of each.
+    static func zoneAndRecords(_ rows: [PostgresRow], skipping: Int) throws -> (zoneID: ZoneID, shared: Bool, current: [String: Record])? {
         var zone: (ZoneID, Bool)?
         var current: [String: Record] = [:]
         for row in rows {
             var reader = RowReader(row)
+            for _ in 0..<skipping { try reader.skip() }
             zone = (try reader.next(ZoneID.self), try reader.next(Bool.self))
             guard try reader.peekIsNull() == false else { continue }
             let record = try Self.currentRecord(&reader)
