@@ -99,7 +99,7 @@ WORK=${STRATUS_BENCH_DIR:-/tmp/stratus-bench}
 PGPORT=55433
 HTTPPORT=18080
 PBPORT=18090
-rm -rf "$WORK/pg" "$WORK/pb" "$WORK/pb_migrations" "$WORK"/*.json "$WORK"/*.tsv "$WORK"/*.sql "$WORK/switches.txt"; mkdir -p "$WORK"
+rm -rf "$WORK/pg" "$WORK/pb" "$WORK/pb_migrations" "$WORK"/*.json "$WORK"/*.tsv "$WORK"/*.sql "$WORK/switches.txt" "$WORK/peer-ratios.txt"; mkdir -p "$WORK"
 
 cleanup() {
   [ -n "${SERVER_PID:-}" ] && kill "$SERVER_PID" 2>/dev/null && wait "$SERVER_PID" 2>/dev/null || true
@@ -726,6 +726,17 @@ for workload in $WORKLOADS; do
     fi
     if [ "$ROUNDS" -gt 1 ]; then echo "   $workload round $round: pgbench $tps tps, service $rps req/s$( [ -s "$WORK/peer-rounds.txt" ] && echo ", PocketBase $(tail -1 "$WORK/peer-rounds.txt") req/s"); steal $steal %" >&2; fi
   done
+  # Every round's ratio to PocketBase (its own round's run), not only the median's: one round can
+  # fall in a fast or slow phase of the machine. Printed under the table.
+  if [ -s "$WORK/peer-rounds.txt" ]; then
+    { printf "%s against PocketBase, each round:" "$workload"
+      paste -d' ' "$WORK/rounds.txt" "$WORK/peer-rounds.txt" | awk '{ printf " %.2fx", ($NF > 0 ? $4 / $NF : 0) }'
+      if [ -s "$WORK/nf-rounds.txt" ]; then
+        printf "; commits not flushed:"
+        awk '{ printf " %.2fx", $1 }' "$WORK/nf-rounds.txt"
+      fi
+      echo; } >> "$WORK/peer-ratios.txt"
+  fi
   # The round with the median ratio (the lower middle one for an even count); errors of all rounds.
   read -r _ tps lat rps recs p50 p99 _ rss steal cpu < <(sort -g "$WORK/rounds.txt" | sed -n "$(( (ROUNDS + 1) / 2 ))p")
   errors=$(awk '{ e += $8 } END { print e + 0 }' "$WORK/rounds.txt")
@@ -758,6 +769,13 @@ for workload in $WORKLOADS; do
     row lookup-x8 "$many" "$rps" "$rps" "$p50" "$p99" "$errors" "$rss" "-" "-" "$steal8/-" "${cpu%/*}/$(awk -v c="$mcpu" 'BEGIN { split(c, p, "+"); printf "%.0f+%.0f", p[1] / 8, p[2] / 8 }')"
     echo "   lookup, 8 keys per statement: pgbench $many lookups/s" >&2
   fi
+  if [ "$workload" = modify ]; then
+    # For reference: PostgreSQL running the statements concurrent modifies share, 8 at a time.
+    read -r many _ steal8 mcpu < <(pgbench_run "$CONCURRENCY" -f Deploy/bench/pgbench/modify-many.sql)
+    many=$(awk -v t="$many" 'BEGIN { printf "%.0f", 8 * t }')
+    row modify-x8 "$many" "$rps" "$rps" "$p50" "$p99" "$errors" "$rss" "-" "-" "$steal8/-" "${cpu%/*}/$(awk -v c="$mcpu" 'BEGIN { split(c, p, "+"); printf "%.0f+%.0f", p[1] / 8, p[2] / 8 }')"
+    echo "   modify, 8 per statement: pgbench $many modifies/s" >&2
+  fi
 done
 
 echo
@@ -779,6 +797,7 @@ while IFS=$'\t' read -r w b r recs p50 p99 e rss peer lat steal cpu; do
       verdict = sprintf(">= 1.5x rec/s: %s", (x >= 1.5 ? "met" : "missed")); base = base " rec/s" }
     if (w == "lookup-c1") { base = b " ms"; shown = sprintf("+%.2f ms", p50 - b); verdict = sprintf("p50 <= +0.35 ms: %s", (p50 - b <= 0.35 ? "met" : "missed")) }
     if (w == "lookup-x8") { base = b " lk/s"; verdict = "(reference: 8 lookups per statement)" }
+    if (w == "modify-x8") { base = b " md/s"; verdict = "(reference: 8 modifies per statement)" }
     if (w ~ /-nf$/) { base = "-"; shown = "-"; verdict = "(commits not flushed, as in PocketBase)" }
     if (w == "mixed") verdict = verdict sprintf("; RSS %s", (rss <= 150 ? "met" : "missed"))
     vs = (peer != "-" && peer > 0 ? sprintf("%s (%.2fx)", peer, r / peer) : "-")
@@ -790,6 +809,7 @@ while IFS=$'\t' read -r w b r recs p50 p99 e rss peer lat steal cpu; do
     printf "%-11s %14s %11s %8s %-34s %9s %8s %8s %6s %6s %13s %8s  %s\n", w, base, r, shown, verdict, recs, p50, p99, e, rss, vs, steal, cost
   }'
 done < "$RESULTS"
+if [ -s "$WORK/peer-ratios.txt" ]; then cat "$WORK/peer-ratios.txt"; fi
 if [[ " $WORKLOADS " == *" create-subscribed "* ]]; then
   # creates while 10,000 subscriptions across 1,000 users exist (10 users with 10 each
   # per container) and 100 web courier polls wait, against creates just before the subscriptions

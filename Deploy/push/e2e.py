@@ -33,6 +33,8 @@ BINARY, CERTS, OUT = sys.argv[1:4]
 ADMIN = "push-e2e-admin-token"
 CONTAINER = "iCloud.com.example.PushNotes"
 TOPIC = "com.example.PushNotes"
+# Another app of the same team, with the same signing key.
+CONTAINER_TWO, TOPIC_TWO = "iCloud.com.example.PushTasks", "com.example.PushTasks"
 KEY_ID, TEAM_ID = "ABC123DEFG", "TEAM123456"
 failures = []
 
@@ -102,7 +104,7 @@ def main():
     with open(rsa_file, "wb") as f:
         f.write(rsa.generate_private_key(65537, 2048).private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                                                                       serialization.NoEncryption()))
-    apns = APNs(os.path.join(CERTS, "server.pem"), os.path.join(CERTS, "server.key"), {KEY_ID: (TEAM_ID, apns_key.public_key())}, TOPIC)
+    apns = APNs(os.path.join(CERTS, "server.pem"), os.path.join(CERTS, "server.key"), {KEY_ID: (TEAM_ID, apns_key.public_key())}, (TOPIC, TOPIC_TWO))
     web = WebPush(os.path.join(CERTS, "server.pem"), os.path.join(CERTS, "server.key"))
     postgres = Postgres(tempfile.mkdtemp(prefix="stratus-push-pg."))
     servers = [Server(0, postgres.port, apns.port)]
@@ -198,6 +200,32 @@ def run(servers, postgres, apns, web, key_file, rsa_file):
         message = pushed[0]["message"] or {}
         check(message.get("ck", {}).get("fet", {}).get("sid") == "zone-notes", f"the browser's message decrypts to the notification: {str(message)[:120]}")
         check(pushed[0]["vapid_key"] == vapid_public, "the VAPID key is the container's (GET webpush/key)")
+
+    # Another app of the team, with the same signing key: its pushes carry its own topic and go on
+    # the key's connection, which the first container's pushes opened (no new connection).
+    connections = apns.connections
+    request(a.port, "POST", "/management/1/containers", {"name": CONTAINER_TWO}, admin)
+    status, answer = request(a.port, "POST", f"/management/1/containers/{CONTAINER_TWO}/tokens", {"environment": "development", "name": "push"}, admin)
+    token_two = answer["apiToken"]
+    code, text = cli(a, "push", "apns", "set", "--container", CONTAINER_TWO, "--environment", "development",
+                     "--key-file", key_file, "--key-id", KEY_ID, "--team-id", TEAM_ID, "--topic", TOPIC_TWO)
+    check(code == 0, f"stratus push apns set for a second app with the same key: {text.strip()[:160]}")
+    status, answer = request(a.port, "POST", f"/auth/1/{CONTAINER_TWO}/development/signup?ckAPIToken={token_two}",
+                             {"emailAddress": "grace@example.com", "password": "correct horse battery"})
+    query_two = f"ckAPIToken={token_two}&ckWebAuthToken={urllib.parse.quote(answer['ckWebAuthToken'], safe='')}"
+    t_two = "b2" * 32
+    status, _ = request(a.port, "POST", f"/device/1/{CONTAINER_TWO}/development/tokens/register?{query_two}",
+                        {"apnsEnvironment": "development", "apnsToken": t_two})
+    status, _ = request(a.port, "POST", f"/database/1/{CONTAINER_TWO}/development/private/subscriptions/modify?{query_two}", {"operations": [
+        {"operationType": "create", "subscription": {"subscriptionID": "all", "subscriptionType": "database",
+                                                     "notificationInfo": {"shouldSendContentAvailable": True}}}]})
+    check(status == 200, f"the second app's subscription: {status}")
+    request(a.port, "POST", f"/database/1/{CONTAINER_TWO}/development/private/records/modify?{query_two}", {"operations": [
+        {"operationType": "create", "record": {"recordType": "Task", "recordName": "t1", "fields": {"title": {"value": "two"}}}}]})
+    two = wait(lambda: apns.delivered(t_two), what="the second app's push arrives")
+    if two:
+        check(two[0]["headers"].get("apns-topic") == TOPIC_TWO, f"with the second app's topic: {two[0]['headers'].get('apns-topic')}")
+        check(apns.connections == connections, f"on the connection the signing key already had: {apns.connections - connections} new")
 
     # An alert subscription, every notificationInfo key, a 5 KB desired key cut.
     apns.received.clear()

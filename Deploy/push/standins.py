@@ -41,7 +41,7 @@ def verify_es256(token, public_key):
 
 class APNs:
     """APNs on 127.0.0.1 over TLS with ALPN h2. `keys`: key id → (team id, public key); `topic`:
-    the bundle id every request must name. `answers[token]`: a list of (status, headers, reason)
+    the bundle id every request must name (or a tuple of those one may name). `answers[token]`: a list of (status, headers, reason)
     answered to that token's next requests in turn (then 200); `stall`: tokens whose requests are
     never answered; `pad`: bytes of padding in every answer's body. Every request is kept in `received` (dicts), with the problems found in it
 (`light`: only its time, for the benchmark)."""
@@ -160,8 +160,9 @@ class APNs:
                     problems.append(f"iat {claims.get('iat')} is not within the last hour")
             except (KeyError, ValueError, InvalidSignature) as error:
                 problems.append(f"provider token not valid: {error!r}")
-        if headers.get("apns-topic") != self.topic:
-            problems.append(f"apns-topic {headers.get('apns-topic')!r} is not {self.topic!r}")
+        topics = (self.topic,) if isinstance(self.topic, str) else self.topic
+        if headers.get("apns-topic") not in topics:
+            problems.append(f"apns-topic {headers.get('apns-topic')!r} is not {' or '.join(map(repr, topics))}")
         kind, priority = headers.get("apns-push-type"), headers.get("apns-priority")
         if (kind, priority) not in (("background", "5"), ("alert", "10")):
             problems.append(f"apns-push-type {kind} with apns-priority {priority}")

@@ -40,10 +40,11 @@ public final class PushDispatcher: Sendable {
     /// Each container environment's APNs setting as last read (`nil`: none set), kept 30 seconds
     /// or until this process changes it.
     private let settingsRead = Mutex<[CredentialKey: (setting: APNsSetting?, read: ContinuousClock.Instant)]>([:])
-    /// The credentials in use, each with its client: made by the loop as it sends, shut down when it ends.
+    /// The credentials in use, made by the loop as it sends.
     private let credentials = Mutex<[CredentialKey: APNsCredential]>([:])
-    /// Credentials replaced or removed, their connections closed by the loop.
-    private let retired = Mutex<[APNsCredential]>([])
+    /// The signing keys in use, each shared by the credentials naming it, with its connections:
+    /// closed when the loop ends (a key no credential names any more keeps its idle ones until then).
+    private let providersInUse = Mutex<[APNsProvider.Identity: APNsProvider]>([:])
     /// TLS for APNs connections, made by the loop when first needed.
     private let apnsTLS = Mutex<NIOSSLContext?>(nil)
     /// The client for Web Push services (one pool, by host).
@@ -98,29 +99,29 @@ public final class PushDispatcher: Sendable {
         (try? await apnsSetting(containerID: containerID, environment: environment)) != nil
     }
 
-    /// The credential to send with (made here, by the loop, with its client): `nil` when none is
-    /// set or its key cannot be opened.
+    /// The credential to send with (made here, by the loop; its provider shared with the credentials
+    /// naming the same key): `nil` when none is set or its key cannot be opened.
     func credential(containerID: ContainerID, environment: ContainerEnvironment) async throws -> APNsCredential? {
         let key = CredentialKey(containerID: containerID, environment: environment)
         guard let setting = try await apnsSetting(containerID: containerID, environment: environment) else { return nil }
         if let current = credentials.withLock({ $0[key] }), current.setting == setting { return current }
-        let made: APNsCredential
+        let privateKey: P256.Signing.PrivateKey
         do {
-            let privateKey = try P256.Signing.PrivateKey(pemRepresentation: try sealer.open(setting.sealedKey))
-            made = APNsCredential(setting: setting, key: privateKey)
+            privateKey = try P256.Signing.PrivateKey(pemRepresentation: try sealer.open(setting.sealedKey))
         } catch {
             logger.error("the APNs key of a container could not be opened (was the server secret changed?); set it again with 'stratus push apns set'",
                          metadata: ["stratus.container": "\(containerID)", "stratus.error": "\(error)"])
             return nil
         }
-        let (chosen, old) = credentials.withLock { cached -> (APNsCredential, APNsCredential?) in
-            if let current = cached[key], current.setting == setting { return (current, made) }
-            let old = cached[key]
-            cached[key] = made
-            return (made, old)
+        let made = APNsProvider(keyID: setting.keyID, teamID: setting.teamID, key: privateKey)
+        let provider = providersInUse.withLock { providers in
+            if let existing = providers[made.identity] { return existing }
+            providers[made.identity] = made
+            return made
         }
-        if let old { retired.withLock { $0.append(old) } }
-        return chosen
+        let credential = APNsCredential(setting: setting, provider: provider)
+        credentials.withLock { $0[key] = credential }
+        return credential
     }
 
     /// The last refusal for good in a container environment.
@@ -175,15 +176,14 @@ public final class PushDispatcher: Sendable {
                 lastSend = ContinuousClock.now
                 unsettled += await send(claimed)
                 await settleIfDue()
-                await shutDownRetired()
             }
         } onCancel: {
             wake.signal()
         }
         await settleIfDue(true)
-        await shutDownRetired()
-        for credential in credentials.withLock({ cached in defer { cached.removeAll() }; return Array(cached.values) }) {
-            await credential.shutdown()
+        credentials.withLock { $0.removeAll() }
+        for provider in providersInUse.withLock({ all in defer { all.removeAll() }; return Array(all.values) }) {
+            await provider.shutdown()
         }
         if let client = webPushClient.withLock({ client in defer { client = nil }; return client }) { try? await client.shutdown() }
     }
@@ -192,10 +192,6 @@ public final class PushDispatcher: Sendable {
     static let gather: Duration = .milliseconds(5)
     /// How long pushes sent wait to leave the table together.
     static let settleEvery: Duration = .milliseconds(100)
-
-    private func shutDownRetired() async {
-        for credential in retired.withLock({ list in defer { list.removeAll() }; return list }) { await credential.shutdown() }
-    }
 
     /// Sends claimed pushes, all at once, and settles those to be retried or whose device is
     /// gone; returns those done with (sent, refused for good or expired), for the caller to settle.
@@ -260,50 +256,51 @@ public final class PushDispatcher: Sendable {
         return .milliseconds(Int(base * 1000 * Double.random(in: 0.75...1.0)))
     }
 
-    /// Sends pushes at once: APNs ones as one batch of streams per credential and host, Web Push
-    /// ones each a request of its own.
+    /// Sends pushes at once: APNs ones as one batch of streams per signing key and host (the
+    /// containers sharing a key share its connection), Web Push ones each a request of its own.
     func sendAll(_ pushes: [OutgoingPush]) async -> [(OutgoingPush, PushOutcome)] {
         struct Route: Hashable {
-            var credential: CredentialKey
+            var provider: APNsProvider.Identity
             var host: String
         }
         var results: [(OutgoingPush, PushOutcome)] = []
-        var batches: [Route: [(push: OutgoingPush, token: String)]] = [:]
+        var apns: [(push: OutgoingPush, token: String, host: String)] = []
         var webPushes: [OutgoingPush] = []
         for push in pushes {
             switch push.address {
             case .apns(let token, let apnsEnvironment):
-                batches[Route(credential: CredentialKey(containerID: push.containerID, environment: push.environment),
-                              host: settings.apnsHost(for: apnsEnvironment)), default: []].append((push, token))
+                apns.append((push, token, settings.apnsHost(for: apnsEnvironment)))
             case .webPush:
                 webPushes.append(push)
             }
         }
-        let tls: NIOSSLContext?
+        var tls: NIOSSLContext?
         do {
             tls = try apnsTLS.withLock { made in
-                if made == nil, !batches.isEmpty { made = try PushProviders.apnsTLS(settings) }
+                if made == nil, !apns.isEmpty { made = try PushProviders.apnsTLS(settings) }
                 return made
             }
         } catch {
-            tls = nil
-            for batch in batches.values { results += batch.map { ($0.push, .retry(after: nil, reason: "no TLS for APNs: \(error)")) } }
-            batches.removeAll()
+            results += apns.map { ($0.push, .retry(after: nil, reason: "no TLS for APNs: \(error)")) }
+            apns.removeAll()
         }
-        var credentials: [CredentialKey: APNsCredential] = [:]
-        for route in batches.keys where credentials[route.credential] == nil {
-            if let credential = try? await credential(containerID: route.credential.containerID, environment: route.credential.environment) {
-                credentials[route.credential] = credential
+        var credentials: [CredentialKey: APNsCredential?] = [:]
+        var batches: [Route: (provider: APNsProvider, pushes: [(push: OutgoingPush, token: String, topic: String)])] = [:]
+        for (push, token, host) in apns {
+            let key = CredentialKey(containerID: push.containerID, environment: push.environment)
+            if credentials[key] == nil { credentials[key] = .some(try? await credential(containerID: key.containerID, environment: key.environment)) }
+            guard let credential = credentials[key] ?? nil else {
+                results.append((push, .refused("no APNs credential is set for this environment; set one with 'stratus push apns set'")))
+                continue
             }
+            let route = Route(provider: credential.provider.identity, host: host)
+            batches[route, default: (credential.provider, [])].pushes.append((push, token, credential.setting.topic))
         }
         return await withTaskGroup(of: [(OutgoingPush, PushOutcome)].self) { group in
             for (route, batch) in batches {
-                guard let credential = credentials[route.credential], let tls else {
-                    results += batch.map { ($0.push, .refused("no APNs credential is set for this environment; set one with 'stratus push apns set'")) }
-                    continue
-                }
+                guard let tls else { continue }
                 group.addTask {
-                    Array(zip(batch.map(\.push), await self.providers.sendAPNs(batch, host: route.host, credential: credential, tls: tls)))
+                    Array(zip(batch.pushes.map(\.push), await self.providers.sendAPNs(batch.pushes, host: route.host, provider: batch.provider, tls: tls)))
                 }
             }
             for push in webPushes {

@@ -61,16 +61,32 @@ public struct PushSettings: Sendable {
     }
 }
 
-/// One APNs credential in use: the key, its current provider token, and its connections (one
-/// HTTP/2 connection per APNs host, many streams on it).
-final class APNsCredential: Sendable {
+/// A container environment's APNs credential in use: its setting (the topic its pushes carry)
+/// and the provider that signs and sends them.
+struct APNsCredential: Sendable {
     let setting: APNsSetting
+    let provider: APNsProvider
+}
+
+/// One APNs signing key in use (a key id of a team): its current provider token and its
+/// connections (one HTTP/2 connection per APNs host, many streams on it). Containers whose
+/// credentials name the same key share it, as Apple allows: one token sends to every topic of its
+/// team, while a connection carries one team's tokens only (`PushDispatcher.provider`).
+final class APNsProvider: Sendable {
+    struct Identity: Hashable, Sendable {
+        var keyID: String
+        var teamID: String
+        /// The key's public half: two credentials naming one key id with different keys stay apart.
+        var publicKey: Data
+    }
+
+    let identity: Identity
     nonisolated(unsafe) let key: P256.Signing.PrivateKey
     private let token = Mutex<(value: String, issued: ContinuousClock.Instant)?>(nil)
     private let connections = Mutex<[String: APNsConnection]>([:])
 
-    init(setting: APNsSetting, key: P256.Signing.PrivateKey) {
-        self.setting = setting
+    init(keyID: String, teamID: String, key: P256.Signing.PrivateKey) {
+        self.identity = Identity(keyID: keyID, teamID: teamID, publicKey: key.publicKey.rawRepresentation)
         self.key = key
     }
 
@@ -80,14 +96,15 @@ final class APNsCredential: Sendable {
     func providerToken(renew: Bool = false) throws -> String {
         let now = ContinuousClock.now
         if !renew, let current = token.withLock({ $0 }), now - current.issued < .seconds(50 * 60) { return current.value }
-        let value = try ES256JWT.make(header: ["alg": "ES256", "kid": .string(setting.keyID)],
-                                      claims: ["iss": .string(setting.teamID), "iat": .int(Int64(Date().timeIntervalSince1970))], key: key)
+        let value = try ES256JWT.make(header: ["alg": "ES256", "kid": .string(identity.keyID)],
+                                      claims: ["iss": .string(identity.teamID), "iat": .int(Int64(Date().timeIntervalSince1970))], key: key)
         token.withLock { $0 = (value, now) }
         return value
     }
 
     /// The connection to `host` (`HOST:PORT`), made when there is none or the last one closed.
-    /// Called by the dispatcher's loop only, so two are never made at once.
+    /// Called by the dispatcher's loop (one task per provider and host at a time), so two are
+    /// never made at once.
     func connection(to host: String, tls: NIOSSLContext, timeout: Duration) async throws -> APNsConnection {
         if let current = connections.withLock({ $0[host] }), current.isUsable { return current }
         let (name, port) = PushSettings.split(host)
@@ -148,25 +165,25 @@ struct PushProviders: Sendable {
         return HTTPClient(eventLoopGroup: MultiThreadedEventLoopGroup.singleton, configuration: configuration)
     }
 
-    /// APNs: each push a POST /3/device/<token> authenticated by the credential's provider token,
-    /// all on the credential's connection to `host`, written together. Pushes APNs answers
+    /// APNs: each push a POST /3/device/<token> with its topic, authenticated by the provider's
+    /// token, all on the provider's connection to `host`, written together. Pushes APNs answers
     /// `ExpiredProviderToken` go once more with a token made anew.
-    func sendAPNs(_ pushes: [(push: OutgoingPush, token: String)], host: String, credential: APNsCredential, tls: NIOSSLContext) async -> [PushOutcome] {
+    func sendAPNs(_ pushes: [(push: OutgoingPush, token: String, topic: String)], host: String, provider: APNsProvider, tls: NIOSSLContext) async -> [PushOutcome] {
         var outcomes = [PushOutcome?](repeating: nil, count: pushes.count)
         var pending = Array(pushes.indices)
         var renewed = false
         while !pending.isEmpty {
             let bearer: String
             do {
-                bearer = "bearer " + (try credential.providerToken(renew: renewed))
+                bearer = "bearer " + (try provider.providerToken(renew: renewed))
             } catch {
                 for index in pending { outcomes[index] = .refused("the APNs key could not sign a provider token: \(error)") }
                 break
             }
             let results: [Result<APNsResponse, any Error>]
             do {
-                let connection = try await credential.connection(to: host, tls: tls, timeout: settings.timeout)
-                results = await connection.send(pending.map { request(pushes[$0].push, token: pushes[$0].token, bearer: bearer, topic: credential.setting.topic) })
+                let connection = try await provider.connection(to: host, tls: tls, timeout: settings.timeout)
+                results = await connection.send(pending.map { request(pushes[$0].push, token: pushes[$0].token, bearer: bearer, topic: pushes[$0].topic) })
             } catch {
                 for index in pending { outcomes[index] = .retry(after: nil, reason: "APNs at \(host) could not be reached: \(error)") }
                 break
@@ -182,7 +199,7 @@ struct PushProviders: Sendable {
                         again.append(index)
                     } else {
                         outcomes[index] = Self.apnsOutcome(status: response.status, reason: reason, retryAfter: response.headers.first(name: "retry-after"),
-                                                           topic: credential.setting.topic)
+                                                           topic: pushes[index].topic)
                     }
                 }
             }

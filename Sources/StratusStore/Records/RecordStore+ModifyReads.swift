@@ -51,6 +51,13 @@ extension RecordStore {
         guard !database.configuration.citusCoordinator else {
             return try await database.withConnection { connection in try await readZoneAndRecords(db, zone: zone, names: [name], on: connection) }
         }
+        let (sql, binds) = Self.zoneAndRecordStatement(db, zone: zone, name: name)
+        let answer = try await dynamicReads.answer(DynamicRead(sql: sql, binds: binds))
+        return try Self.zoneAndRecords(answer.rows, skipping: answer.skipping)
+    }
+
+    /// `readZoneAndRecord`'s statement for one request (the shared form wraps it: `Prepared.Shared`).
+    static func zoneAndRecordStatement(_ db: DatabaseRef, zone: String, name: String) -> (String, Prepared.Binds) {
         var binds = Prepared.Binds()
         let container = binds.bind(db.containerID.rawValue)
         let sql = """
@@ -61,8 +68,7 @@ extension RecordStore {
             WHERE z.container_id = \(container) AND z.environment = \(binds.bind(db.environment.code)) AND z.database_scope = \(binds.bind(db.scope.code))
               AND z.owner = \(binds.bind(db.owner.rawValue)) AND z.zone_name = \(binds.bind(zone)) AND NOT z.deleted
             """
-        let answer = try await dynamicReads.answer(DynamicRead(sql: sql, binds: binds))
-        return try Self.zoneAndRecords(answer.rows, skipping: answer.skipping)
+        return (sql, binds)
     }
 
     /// The zone id, whether the zone has live shares, and the current rows (live or tombstones,
