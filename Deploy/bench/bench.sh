@@ -27,7 +27,8 @@
 #             round: one pair can fall in a slow phase of the machine (see the steal column),
 #             three rarely all do. Takes about N times as long. create-nf and modify-nf run in
 #             every round too, each next to its round's PocketBase run; their row is the round
-#             with the median ratio to it, and their PocketBase column that round's.
+#             with the median ratio to it, and their PocketBase column that round's. Under the
+#             table, every round's ratio to its own PocketBase run, per workload PocketBase has.
 #   --places  Place records in the zone the query-near and query-text workloads read (default 100000).
 #   --scale   instead: lookup, query-eq and changes latency at 1e5 records in 100 containers, then
 #             after growing to 1e6 more records in 10,000 containers (performance.md S1/S3), with
