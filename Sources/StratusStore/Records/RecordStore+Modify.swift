@@ -219,7 +219,9 @@ extension RecordStore {
         if let read {
             guard let save = try await plainSave(current: read.current) else { return nil }
             planned = save
-            if updates.shares, zone != Names.defaultZone, let old = read.current[save.record.recordName] {
+            // An update of the row read (live, or a tombstone saved over); a create goes below.
+            if updates.shares, zone != Names.defaultZone, case .success(.save(_, isNew: false)) = save.plan.outcomes[0],
+               let old = read.current[save.record.recordName] {
                 return try await sharedUpdate(db, zone: zone, zoneID: read.zoneID, save: save, old: old, current: read.current)
             }
         }
