@@ -85,7 +85,6 @@ def node_label(node):
     relation = node.get("Relation Name") or node.get("Index Name")
     if node.get("Index Name") and node.get("Relation Name"):
         relation = f'{node["Relation Name"]} via {node["Index Name"]}'
-    cte = node.get("Subplan Name") or node.get("Parent Relationship")
     return f"{label} {relation or ''}".strip() + (f" [{node['Subplan Name']}]" if node.get("Subplan Name") else "")
 
 

@@ -13,8 +13,8 @@ import Synchronization
 /// Each server process runs one loop (`run`): it takes the pushes this process queued (written
 /// already claimed for a lease, so no other process sends them meanwhile) and, once a second,
 /// claims due ones from the table (retries, and pushes a process that died left); sends them all
-/// at once (APNs: one HTTP/2 connection per credential and host, a stream per push, written
-/// together); and settles them: sent or refused for good → gone (a tenth of a second's in one
+/// at once (APNs: one HTTP/2 connection per signing key and host, shared by the containers
+/// whose credentials name that key, a stream per push, written together); and settles them: sent or refused for good → gone (a tenth of a second's in one
 /// statement); a device the provider no longer knows → forgotten; 429, 5xx, a timeout → due again
 /// after `Retry-After` or the backoff. A process that dies mid-send leaves its claimed pushes to
 /// whoever claims them when the lease ends: at least once, with the same `apns-id`.

@@ -385,9 +385,10 @@ extension Prepared {
     final class Shapes: Sendable {
         /// The service's registry for record queries, whose shapes clients choose: 256 of them.
         static let process = Shapes(prefix: "stratus_dynamic_", maximum: 256)
-        /// The change feeds' registry: their shapes are the service's own (five today), so a feed,
-        /// the hottest statement of a syncing client, stays prepared however many query shapes
-        /// clients have filled the other registry with.
+        /// The registry of the service's own shapes (change feeds, and the shared reads of
+        /// `DynamicRead`: shared-database lookups, single-record modifies' reads), so a feed, the
+        /// hottest statement of a syncing client, stays prepared however many query shapes clients
+        /// have filled the other registry with.
         static let feeds = Shapes(prefix: "stratus_feed_", maximum: 32)
 
         let prefix: String

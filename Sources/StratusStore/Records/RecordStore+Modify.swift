@@ -210,10 +210,10 @@ extension RecordStore {
             do {
                 guard let zoneAndRecord = try await readZoneAndRecord(db, zone: zone, name: names[0]) else { return nil }
                 read = (zoneAndRecord.zoneID, zoneAndRecord.current)
+                if zone != Names.defaultZone { knownZones.remember(db, zone, zoneID: zoneAndRecord.zoneID) }
             } catch is Database.ConnectionLost {
                 return nil  // refused before it was sent
             }
-            if zone != Names.defaultZone { knownZones.remember(db, zone, zoneID: read!.zoneID) }
         }
         var planned: (plan: ModifyPlanner.BatchPlan, record: Record, schema: Schema)?
         if let read {
@@ -281,7 +281,7 @@ extension RecordStore {
         saved.encodedFields = fields
         let write = SharedWrite(db: db, zone: zone, zoneID: zoneID, record: saved, fields: String(decoding: fields, as: UTF8.self),
                                 entries: IndexWrites.indexEntryRows([save.record], schema: save.schema),
-                                expected: (old.changeSeq, UsageMeter.liveSizes([old])[old.recordName] ?? -1))
+                                expected: (old.changeSeq, old.deleted ? -1 : old.storedSize ?? 0))
         guard case .written(let seq, let xid) = try await updates.answer(write) else { return nil }
         saved.changeSeq = seq
         var results: [ModifyResult] = [.saved(saved)]

@@ -141,17 +141,10 @@ extension Prepared {
     struct CreateRecords: PostgresPreparedStatement {
         static let name = "stratus.CreateRecords"
         static let sql = """
-            WITH req AS (
-                SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int2[], $4::int2[], $5::text[], $6::text[], $7::text[], $8::text[],
-                                     $9::text[], $10::bigint[], $11::text[], $12::bigint[], $13::text[], $14::text[], $15::bigint[],
+            \(SharedWriteSQL.requests)
                                      $16::bool[], $17::text[])
                      WITH ORDINALITY AS u(c, z, env, sc, o, zn, n, t, f, ca, cb, ma, mb, p, ab, tz, mo, i)
-            ), live AS (
-                SELECT zones.container_id, zones.zone_id FROM zones JOIN (SELECT DISTINCT c, z, env, sc, o, zn FROM req) q
-                  ON zones.container_id = q.c AND zones.zone_id = q.z AND zones.environment = q.env AND zones.database_scope = q.sc
-                 AND zones.owner = q.o AND zones.zone_name = q.zn
-                WHERE NOT zones.deleted
-                ORDER BY zones.container_id, zones.zone_id FOR NO KEY UPDATE OF zones
+            \(SharedWriteSQL.liveZones)
             ), ins AS (
                 INSERT INTO records (container_id, zone_id, record_name, record_type, change_xid, change_seq, fields,
                                      created_at, created_by, modified_at, modified_by, deleted, size, parent)
@@ -163,27 +156,10 @@ extension Prepared {
                 RETURNING container_id, zone_id, record_name, change_seq, size
             ), done AS (
                 SELECT r.*, ins.change_seq, ins.size FROM ins JOIN req r ON r.c = ins.container_id AND r.z = ins.zone_id AND r.n = ins.record_name
-            ), new_entries AS (
-                INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, v_cell, v_lat, v_lon, record_name)
-                SELECT d.c, d.z, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo, d.n FROM (
-                    SELECT k, t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, NULL::bigint AS vc, NULL::float8 AS la, NULL::float8 AS lo
-                      FROM unnest($18::bigint[], $19::text[], $20::text[], $21::bigint[]) AS u(k, t, f, v)
-                    UNION ALL
-                    SELECT k, t, f, NULL::bigint, v, NULL::text, NULL, NULL, NULL
-                      FROM unnest($22::bigint[], $23::text[], $24::text[], $25::float8[]) AS u(k, t, f, v)
-                    UNION ALL
-                    SELECT k, t, f, NULL::bigint, NULL::float8, v, NULL, NULL, NULL
-                      FROM unnest($26::bigint[], $27::text[], $28::text[], $29::text[]) AS u(k, t, f, v)
-                    UNION ALL
-                    SELECT k, t, f, NULL::bigint, NULL::float8, NULL::text, c, la, lo
-                      FROM unnest($30::bigint[], $31::text[], $32::text[], $33::bigint[], $34::float8[], $35::float8[]) AS u(k, t, f, c, la, lo)
-                ) e JOIN done d ON d.i = e.k
-            ), zone AS (
-                UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
-                WHERE (container_id, zone_id) IN (SELECT c, z FROM done WHERE tz)
+            \(SharedWriteSQL.entriesAndZones)
             ), delta AS (
                 SELECT d.c, d.env, x.o, count(*)::bigint AS r, sum(d.size)::bigint AS b
-                FROM done d CROSS JOIN LATERAL (SELECT ''::text UNION ALL SELECT d.mo WHERE d.mo <> '') x(o)
+                FROM done d \(SharedWriteSQL.owners)
                 GROUP BY d.c, d.env, x.o
             ), usage AS (
                 UPDATE usage_counters c SET records = c.records + d.r, bytes = c.bytes + d.b
@@ -287,17 +263,10 @@ extension Prepared {
     struct UpdateRecords: PostgresPreparedStatement {
         static let name = "stratus.UpdateRecords"
         static let sql = """
-            WITH req AS (
-                SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int2[], $4::int2[], $5::text[], $6::text[], $7::text[], $8::text[],
-                                     $9::text[], $10::bigint[], $11::text[], $12::bigint[], $13::text[], $14::text[], $15::bigint[],
+            \(SharedWriteSQL.requests)
                                      $16::bool[], $17::text[], $36::bigint[], $37::bigint[])
                      WITH ORDINALITY AS u(c, z, env, sc, o, zn, n, t, f, ca, cb, ma, mb, p, ab, tz, mo, s, old, i)
-            ), live AS (
-                SELECT zones.container_id, zones.zone_id FROM zones JOIN (SELECT DISTINCT c, z, env, sc, o, zn FROM req) q
-                  ON zones.container_id = q.c AND zones.zone_id = q.z AND zones.environment = q.env AND zones.database_scope = q.sc
-                 AND zones.owner = q.o AND zones.zone_name = q.zn
-                WHERE NOT zones.deleted
-                ORDER BY zones.container_id, zones.zone_id FOR NO KEY UPDATE OF zones
+            \(SharedWriteSQL.liveZones)
             ), upd AS (
                 UPDATE records r SET record_type = q.t, fields = q.f, created_at = q.ca, created_by = q.cb, modified_at = q.ma,
                        modified_by = q.mb, deleted = false, size = octet_length(q.f) + q.ab,
@@ -317,28 +286,11 @@ extension Prepared {
                 DELETE FROM record_references x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.source_name = d.n
             ), old_assets AS (
                 DELETE FROM asset_references x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.record_name = d.n
-            ), new_entries AS (
-                INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, v_cell, v_lat, v_lon, record_name)
-                SELECT d.c, d.z, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo, d.n FROM (
-                    SELECT k, t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, NULL::bigint AS vc, NULL::float8 AS la, NULL::float8 AS lo
-                      FROM unnest($18::bigint[], $19::text[], $20::text[], $21::bigint[]) AS u(k, t, f, v)
-                    UNION ALL
-                    SELECT k, t, f, NULL::bigint, v, NULL::text, NULL, NULL, NULL
-                      FROM unnest($22::bigint[], $23::text[], $24::text[], $25::float8[]) AS u(k, t, f, v)
-                    UNION ALL
-                    SELECT k, t, f, NULL::bigint, NULL::float8, v, NULL, NULL, NULL
-                      FROM unnest($26::bigint[], $27::text[], $28::text[], $29::text[]) AS u(k, t, f, v)
-                    UNION ALL
-                    SELECT k, t, f, NULL::bigint, NULL::float8, NULL::text, c, la, lo
-                      FROM unnest($30::bigint[], $31::text[], $32::text[], $33::bigint[], $34::float8[], $35::float8[]) AS u(k, t, f, c, la, lo)
-                ) e JOIN done d ON d.i = e.k
-            ), zone AS (
-                UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
-                WHERE (container_id, zone_id) IN (SELECT c, z FROM done WHERE tz)
+            \(SharedWriteSQL.entriesAndZones)
             ), delta AS (
                 SELECT * FROM (
                     SELECT d.c, d.env, x.o, sum(1 - (d.old >= 0)::int)::bigint AS r, sum(d.size - greatest(d.old, 0))::bigint AS b
-                    FROM done d CROSS JOIN LATERAL (SELECT ''::text UNION ALL SELECT d.mo WHERE d.mo <> '') x(o)
+                    FROM done d \(SharedWriteSQL.owners)
                     GROUP BY d.c, d.env, x.o
                 ) g WHERE r <> 0 OR b <> 0
             ), usage AS (
@@ -363,4 +315,48 @@ extension Prepared {
 
         func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
     }
+}
+
+/// What `CreateRecords` and `UpdateRecords` share, word for word: the requests' columns, the lock
+/// of their live zones, their new index entries and zones' change positions, and the owners each
+/// record's usage counts for.
+enum SharedWriteSQL {
+    /// `WITH req AS (SELECT * FROM unnest($1 … $15,`: each statement adds $16, $17 and its own columns.
+    static let requests = """
+        WITH req AS (
+            SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::int2[], $4::int2[], $5::text[], $6::text[], $7::text[], $8::text[],
+                                 $9::text[], $10::bigint[], $11::text[], $12::bigint[], $13::text[], $14::text[], $15::bigint[],
+        """
+    /// The requests' zones still live and still so named, locked in (container, zone) order.
+    static let liveZones = """
+        ), live AS (
+            SELECT zones.container_id, zones.zone_id FROM zones JOIN (SELECT DISTINCT c, z, env, sc, o, zn FROM req) q
+              ON zones.container_id = q.c AND zones.zone_id = q.z AND zones.environment = q.env AND zones.database_scope = q.sc
+             AND zones.owner = q.o AND zones.zone_name = q.zn
+            WHERE NOT zones.deleted
+            ORDER BY zones.container_id, zones.zone_id FOR NO KEY UPDATE OF zones
+        """
+    /// The written records' new index entries ($18–$35, by request ordinal), and their zones' change positions.
+    static let entriesAndZones = """
+        ), new_entries AS (
+            INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, v_cell, v_lat, v_lon, record_name)
+            SELECT d.c, d.z, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo, d.n FROM (
+                SELECT k, t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, NULL::bigint AS vc, NULL::float8 AS la, NULL::float8 AS lo
+                  FROM unnest($18::bigint[], $19::text[], $20::text[], $21::bigint[]) AS u(k, t, f, v)
+                UNION ALL
+                SELECT k, t, f, NULL::bigint, v, NULL::text, NULL, NULL, NULL
+                  FROM unnest($22::bigint[], $23::text[], $24::text[], $25::float8[]) AS u(k, t, f, v)
+                UNION ALL
+                SELECT k, t, f, NULL::bigint, NULL::float8, v, NULL, NULL, NULL
+                  FROM unnest($26::bigint[], $27::text[], $28::text[], $29::text[]) AS u(k, t, f, v)
+                UNION ALL
+                SELECT k, t, f, NULL::bigint, NULL::float8, NULL::text, c, la, lo
+                  FROM unnest($30::bigint[], $31::text[], $32::text[], $33::bigint[], $34::float8[], $35::float8[]) AS u(k, t, f, c, la, lo)
+            ) e JOIN done d ON d.i = e.k
+        ), zone AS (
+            UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
+            WHERE (container_id, zone_id) IN (SELECT c, z FROM done WHERE tz)
+        """
+    /// Each written record's owners for usage: the container ('') and its metered owner, if any.
+    static let owners = "CROSS JOIN LATERAL (SELECT ''::text UNION ALL SELECT d.mo WHERE d.mo <> '') x(o)"
 }
