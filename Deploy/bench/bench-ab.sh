@@ -4,7 +4,7 @@
 #
 #   Deploy/bench/bench-ab.sh OLD_BINARY NEW_BINARY [--workloads "lookup query-eq"] [--pairs N]
 #                      [--duration S] [--concurrency N] [--containers N] [--records N]
-#                      [--no-flush] [--counts]
+#                      [--no-flush] [--counts] [--profile]
 #
 # Why: on a shared virtual machine the speed of the cores swings by half within minutes (one
 # release build measured between 85 and 132 µs of server CPU per lookup in one afternoon), so a
@@ -32,6 +32,10 @@
 # with how many requests share a statement), so a change of one allocation per request shows.
 # The probes cost CPU themselves (each hit traps into the kernel): the CPU figures of a --counts
 # run are not comparable with those of a run without it.
+#
+# --profile (root, perf): samples the new binary's server with call graphs during each of its runs
+# (perf record -g, 499 Hz) into $WORK/profile-<workload>-<pair>.data and prints where the time
+# went, by inclusive share of the samples, for the last pair (perf report --children).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . Deploy/lib.sh
@@ -49,6 +53,7 @@ CONTAINERS=100
 RECORDS=1000
 NO_FLUSH=""
 COUNTS=""
+PROFILE=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --workloads) WORKLOADS=$2; shift 2;;
@@ -59,6 +64,7 @@ while [ $# -gt 0 ]; do
     --records) RECORDS=$2; shift 2;;
     --no-flush) NO_FLUSH=1; shift;;
     --counts) COUNTS=1; shift;;
+    --profile) PROFILE=1; shift;;
     -h|--help) usage; exit 0;;
     *) echo "unknown option $1 (see --help)" >&2; exit 64;;
   esac
@@ -71,6 +77,9 @@ if [ ! -x "$BENCH" ]; then echo "== building stratus-bench (release)" >&2; build
 [[ "$DURATION" =~ ^[1-9][0-9]*$ ]] || { echo "--duration must be a whole number of seconds" >&2; exit 64; }
 
 ensure_postgres
+if [ -n "$PROFILE" ]; then
+  command -v perf >/dev/null && [ "$(id -u)" = "0" ] || { echo "--profile needs root and perf (Debian: linux-perf)" >&2; exit 64; }
+fi
 PROBES=""
 if [ -n "$COUNTS" ]; then
   command -v perf >/dev/null && [ "$(id -u)" = "0" ] || { echo "--counts needs root and perf (Debian: linux-perf)" >&2; exit 64; }
@@ -124,7 +133,10 @@ echo "== seeding $CONTAINERS containers x $RECORDS records through the API" >&2
 # this shell, to be stopped by it.)
 run() {
   serve "$1"
-  local json pg0 pg1 perf_pid="" served0=0
+  local json pg0 pg1 perf_pid="" served0=0 profile_pid=""
+  if [ -n "$PROFILE" ] && [ "$1" = "$NEW" ]; then
+    perf record -q -g -F 499 -p "$SERVER_PID" -o "$WORK/profile-$2-$pair.data" 2>/dev/null & profile_pid=$!
+  fi
   if [ -n "$COUNTS" ]; then
     served0=$(served_requests)
     perf stat -x, -e "$PROBES" -p "$SERVER_PID" -o "$WORK/counts.csv" & perf_pid=$!
@@ -132,6 +144,7 @@ run() {
   pg0=$(postgres_cpu_ticks "$WORK/pg")
   json=$("$BENCH" --workload "$2" --concurrency "$CONCURRENCY" --duration "$DURATION" --state-file "$WORK/state.json" --json 2>/dev/null)
   pg1=$(postgres_cpu_ticks "$WORK/pg")
+  if [ -n "$profile_pid" ]; then kill -INT "$profile_pid"; wait "$profile_pid" 2>/dev/null || true; fi
   RESULT=$(python3 -c 'import json, sys; j = json.loads(sys.argv[1]); n = j["requests"]
 print(j["requestsPerSecond"], j.get("serverCPUMicrosecondsPerRequest") or "nan", round(int(sys.argv[2]) * 1e6 / int(sys.argv[3]) / n, 1) if n else "nan")' \
     "$json" $(( pg1 - pg0 )) "$(getconf CLK_TCK)")
@@ -194,4 +207,9 @@ for what, column in (("Swift object allocations", 3), ("executor switches", 4), 
         print(f"{workload}: {what} per request, median of the runs: old {statistics.median(p[column] for p in pairs):.1f}, "
               f"new {statistics.median(p[column + width] for p in pairs):.1f}")
 PY
+  if [ -n "$PROFILE" ]; then
+    echo "$workload: where the new server's time went (last pair, inclusive share of samples; all: $WORK/profile-$workload-*.data)"
+    perf report -i "$WORK/profile-$workload-$PAIRS.data" --children --no-demangle --stdio -g none --percent-limit 2 2>/dev/null |
+      grep -v '^#' | grep -v '^$' | head -60 | swift demangle --simplified | cut -c1-200
+  fi
 done

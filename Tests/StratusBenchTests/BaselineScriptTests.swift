@@ -34,6 +34,7 @@ import Testing
             "lock": Prepared.LockZoneAndRecords.sql,
             "read-one": RecordStore.zoneAndRecordStatement(db, zone: "z0", name: "rec-1").0,
             "update": Prepared.UpdateRecords.sql,
+            "replace": Prepared.ReplaceRecords.sql,
             "insert": Prepared.InsertRecords.sql,
             "query-eq": try query(#"{"recordType":"Item","filterBy":[{"fieldName":"title","comparator":"EQUALS","fieldValue":{"value":"title-1"}}]}"#,
                                   limit: 200),

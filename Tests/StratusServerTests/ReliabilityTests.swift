@@ -580,7 +580,11 @@ import Testing
     static func hold(_ harness: Harness, _ body: (Gate) async throws -> Void) async throws {
         let gate = Gate()
         harness.app.records.testHooks.beforeOptimisticWrite = { _ in await gate.pass() }
-        defer { harness.app.records.testHooks.beforeOptimisticWrite = nil }
+        harness.app.records.testHooks.beforeUnreadWrite = { _ in await gate.pass() }
+        defer {
+            harness.app.records.testHooks.beforeOptimisticWrite = nil
+            harness.app.records.testHooks.beforeUnreadWrite = nil
+        }
         try await body(gate)
     }
 

@@ -306,4 +306,123 @@ import Testing
             // (The harness checks the usage counters against the records stored when the test ends.)
         }
     }
+
+    /// Saves that name every field their record keeps go to `ReplaceRecords` unread, sharing one
+    /// statement; each is answered as if alone. Those the stored record turns out not to fit (a
+    /// field left unnamed, a stale tag, another type) are written nothing there and decided after
+    /// reading the record, as before: merged, CONFLICT, BAD_REQUEST.
+    @Test func savesNamingEveryFieldAreWrittenUnreadInOneStatement() async throws {
+        try await Harness.run(poolSize: 1) { harness in
+            let session = try await harness.container().signedUp()
+            #expect(try await session.post("private", "zones/modify", ["operations": [["operationType": "create", "zone": ["zoneID": ["zoneName": "Z"]]]]]).status == 200)
+            func fields(_ title: String, rank: Int64, notes: String?) -> [String: JSON] {
+                var fields: [String: JSON] = ["title": ["value": .string(title)], "rank": ["value": .int(rank)]]
+                if let notes { fields["notes"] = ["value": .string(notes)] }
+                return fields
+            }
+            var made: [String: JSON] = [:]
+            for name in ["force", "tagged", "replaced", "removed", "partial", "stale", "retyped"] {
+                let answer = try await session.modify("private", zone: "Z", [op("create", name, fields: fields("old", rank: 0, notes: String(repeating: "n", count: 300)))])
+                made[name] = try #require(answer.json.record(0), "\(answer.json)")
+            }
+            // The type "retyped" is saved as, known to the schema: a save adding to it is not written unread.
+            #expect(try await session.modify("private", zone: "Z", [op("create", "other", type: "Other", fields: fields("other", rank: 0, notes: "x"))]).status == 200)
+            func tag(_ name: String) -> String? { made[name]?["recordChangeTag"]?.stringValue }
+            // A save read first makes the zone's id known; and "stale" changes once more.
+            let moved = try await session.modify("private", zone: "Z", [op("update", "stale", tag: tag("stale"), fields: ["rank": ["value": 1]])])
+            #expect(moved.json.record(0)?["fields"]?["notes"] != nil, "\(moved.json)")
+            let token = try #require(try await session.post("private", "changes/zone", ["zones": [["zoneID": ["zoneName": "Z"]]]])
+                .json["zones"]?.arrayValue?.first?["syncToken"]?.stringValue)
+
+            let operations: [(String, JSON)] = [
+                ("force", op("forceUpdate", "force", fields: fields("force-new", rank: 11, notes: "shorter"))),
+                ("tagged", op("update", "tagged", tag: tag("tagged"), fields: fields("tagged-new", rank: 12, notes: String(repeating: "m", count: 900)))),
+                ("replaced", op("replace", "replaced", tag: tag("replaced"), fields: fields("replaced-new", rank: 13, notes: nil))),
+                ("removed", op("forceUpdate", "removed", fields: fields("removed-new", rank: 14, notes: nil).merging(["notes": ["value": .null]]) { a, _ in a })),
+                ("partial", op("forceUpdate", "partial", fields: ["title": ["value": "partial-new"], "rank": ["value": 15]])),
+                ("stale", op("update", "stale", tag: tag("stale"), fields: fields("stale-new", rank: 16, notes: "x"))),
+                ("retyped", op("forceUpdate", "retyped", type: "Other", fields: fields("retyped-new", rank: 17, notes: "x"))),
+            ]
+            // Each save, planned, waits at the hook until all have come; then the test holds the
+            // pool's only connection and lets them go, to queue for one statement together.
+            let replaces = harness.app.records.replaces
+            let before = replaces.statistics
+            let arrived = Mutex(0)
+            let gate = Barrier()
+            harness.app.records.testHooks.beforeUnreadWrite = { _ in
+                arrived.withLock { $0 += 1 }
+                await gate.pass()
+            }
+            defer { harness.app.records.testHooks.beforeUnreadWrite = nil }
+            let (held, holding) = AsyncStream.makeStream(of: Void.self)
+            let (release, releasing) = AsyncStream.makeStream(of: Void.self)
+            let answers = try await withThrowingTaskGroup(of: (String, JSON).self) { group -> [String: JSON] in
+                for (name, operation) in operations {
+                    group.addTask { (name, try await session.modify("private", zone: "Z", [operation]).json.record(0) ?? .null) }
+                }
+                // (Bounded: a save that does not come this way fails the test rather than hanging it.)
+                let arriving = ContinuousClock.now + .seconds(20)
+                while ContinuousClock.now < arriving, arrived.withLock({ $0 }) < operations.count { try await Task.sleep(for: .milliseconds(5)) }
+                guard arrived.withLock({ $0 }) == operations.count else {
+                    await gate.open()
+                    Issue.record("\(arrived.withLock { $0 }) of \(operations.count) saves came to the unread write")
+                    return [:]
+                }
+                group.addTask {
+                    try await harness.database.withConnection { _ in
+                        holding.yield()
+                        for await _ in release { break }
+                    }
+                    return ("", .null)
+                }
+                for await _ in held { break }
+                await gate.open()
+                let deadline = ContinuousClock.now + .seconds(20)
+                while ContinuousClock.now < deadline, replaces.statistics.serving + replaces.statistics.queued < operations.count {
+                    try await Task.sleep(for: .milliseconds(5))
+                }
+                #expect(replaces.statistics.serving + replaces.statistics.queued == operations.count, "\(replaces.statistics)")
+                releasing.yield()
+                var answers: [String: JSON] = [:]
+                for try await (name, record) in group where !name.isEmpty { answers[name] = record }
+                return answers
+            }
+            let after = replaces.statistics
+            #expect(after.requests - before.requests == operations.count, "\(before) → \(after)")
+            #expect(after.statements - before.statements <= replaces.maximumStatements + 1, "\(before) → \(after)")
+
+            func field(_ record: JSON?, _ name: String) -> JSON? { record?["fields"]?[name]?["value"] }
+            for name in ["force", "tagged", "replaced", "removed"] {
+                let record = answers[name]
+                #expect(field(record, "title")?.stringValue == "\(name)-new" && record?["recordChangeTag"]?.stringValue != tag(name), "\(name): \(record ?? .null)")
+                // What the stored record kept: when and by whom it was created.
+                #expect(record?["created"] == made[name]?["created"] && record?["created"] != nil, "\(name): \(record ?? .null)")
+            }
+            #expect(field(answers["force"], "notes")?.stringValue == "shorter")
+            #expect(field(answers["replaced"], "notes") == nil && field(answers["removed"], "notes") == nil)
+            // Not naming notes: merged with the stored record after reading it.
+            #expect(field(answers["partial"], "notes")?.stringValue == String(repeating: "n", count: 300), "\(answers["partial"] ?? .null)")
+            #expect(answers["stale"]?.errorCode == "CONFLICT", "\(answers["stale"] ?? .null)")
+            #expect(answers["retyped"]?.errorCode == "BAD_REQUEST", "\(answers["retyped"] ?? .null)")
+
+            // As stored: looked up, found by the new index entries and not by the old, each listed once by the feed.
+            let written = ["force", "tagged", "replaced", "removed", "partial"]
+            let lookup = try await session.post("private", "records/lookup", ["zoneID": ["zoneName": "Z"], "records": .array(written.map { ["recordName": .string($0)] })])
+            for (index, name) in written.enumerated() {
+                let record = lookup.json["records"]?.arrayValue?[index]
+                #expect(field(record, "title")?.stringValue == "\(name)-new" && field(record, "notes") == field(answers[name], "notes"), "\(name): \(lookup.json)")
+            }
+            let old = try await session.post("private", "records/query", ["zoneID": ["zoneName": "Z"], "query": ["recordType": "Note", "filterBy": [
+                ["fieldName": "title", "comparator": "EQUALS", "fieldValue": ["value": "old"]]]]])
+            #expect(Set(old.json["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []) == ["stale", "retyped"], "\(old.json)")
+            let ranked = try await session.post("private", "records/query", ["zoneID": ["zoneName": "Z"], "query": ["recordType": "Note", "filterBy": [
+                ["fieldName": "rank", "comparator": "GREATER_THAN", "fieldValue": ["value": 10]]]]])
+            let found = ranked.json["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []
+            #expect(Set(found) == Set(written) && found.count == written.count, "\(ranked.json)")
+            let feed = try await session.post("private", "changes/zone", ["zones": [["zoneID": ["zoneName": "Z"], "syncToken": .string(token)]]])
+            let changed = feed.json["zones"]?.arrayValue?.first?["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []
+            #expect(Set(changed) == Set(written) && changed.count == written.count, "\(feed.json)")
+            // (The harness checks the usage counters against the records stored when the test ends.)
+        }
+    }
 }

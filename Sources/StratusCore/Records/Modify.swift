@@ -2,9 +2,9 @@
 public enum OperationType: String, Sendable, CaseIterable {
     case create, update, forceUpdate, replace, forceReplace, delete, forceDelete
 
-    var needsChangeTag: Bool { self == .update || self == .replace || self == .delete }
+    public var needsChangeTag: Bool { self == .update || self == .replace || self == .delete }
     public var isDelete: Bool { self == .delete || self == .forceDelete }
-    var replacesFields: Bool { self == .replace || self == .forceReplace }
+    public var replacesFields: Bool { self == .replace || self == .forceReplace }
 }
 
 /// One decoded `records/modify` operation.

@@ -166,15 +166,16 @@ extension RecordStore {
         if zone != Names.defaultZone, case .success(let operation) = request.operations[0], operation.type == .create {
             known = knownZones.zoneID(db, zone)
         }
-        /// The plan of a plain save, the one kind of request written here.
-        func plainSave(current: [String: Record]) async throws -> (plan: ModifyPlanner.BatchPlan, record: Record, schema: Schema)? {
+        /// The plan of a plain save, the one kind of request written here; `hook` runs just before its write.
+        func plainSave(current: [String: Record], hook: (@Sendable ([String]) async -> Void)? = testHooks.beforeOptimisticWrite)
+            async throws -> (plan: ModifyPlanner.BatchPlan, record: Record, schema: Schema)? {
             let schema = try await schemas.schema(containerID: db.containerID, environment: db.environment)
             let plan = ModifyPlanner.plan(request, current: current, schema: schema, allowSchemaChanges: allowSchemaChanges,
                                           caller: caller, now: now, access: access)
             guard plan.schemaAdditions.isEmpty, plan.outcomes.count == 1, case .success(.save(let record, _)) = plan.outcomes[0],
                   !record.fields.values.contains(where: { !Self.references(in: $0).isEmpty || !$0.assets.isEmpty }),
                   record.recordType != Record.shareType, let op = plan.operations[0], op.parent == .keep, !op.createShortGUID else { return nil }
-            if let hook = testHooks.beforeOptimisticWrite { await hook(names) }
+            if let hook { await hook(names) }
             return (plan, record, schema)
         }
         if let known, creates.shares {
@@ -198,8 +199,20 @@ extension RecordStore {
                 // The record exists (or came meanwhile), or the zone is gone: the transaction reads and decides.
                 knownZones.forget(db, zone)
                 return nil
-            case .retry:
+            case .retry, .replaced:  // (`replaced` answers `replaces` alone)
                 return nil
+            }
+        }
+        // A save that names every field its record keeps needs nothing read (`unreadSave`); when
+        // the record turns out otherwise, it is left unwritten for the read below.
+        if known == nil, access == nil, names.count == 1, zone != Names.defaultZone, replaces.shares,
+           let zoneID = knownZones.zoneID(db, zone), case .success(let operation) = request.operations[0],
+           let standIn = Self.standIn(for: operation) {
+            guard let save = try await plainSave(current: [standIn.recordName: standIn], hook: testHooks.beforeUnreadWrite) else { return nil }
+            if case .success(.save(_, isNew: false)) = save.plan.outcomes[0], let planned = save.plan.operations[0] {
+                if let results = try await unreadSave(db, zone: zone, zoneID: zoneID, save: save, operation: planned, standIn: standIn) {
+                    return results
+                }
             }
         }
         /// The zone and the current record, read by a statement shared with the modifies arriving
@@ -288,6 +301,50 @@ extension RecordStore {
         if observed {
             await subscriptions.report(RecordChanges(db: db, zone: zone, zoneID: zoneID, start: ChangePosition(xid: xid, seq: seq - 1),
                                                      changes: SubscriptionStore.changes(of: results, current: current, cascade: [])))
+        }
+        Self.keepDesiredKeys(&results, plan: save.plan)
+        return results
+    }
+
+    /// What the planner is given for the record of a save that names every field the record
+    /// keeps (`replace` and `forceReplace`, or an `update` or `forceUpdate` naming all of them):
+    /// a live record of the operation's type with no fields, at the change its tag names. `nil`
+    /// for other operations, or when the operation has no type or an unknown tag.
+    static func standIn(for operation: ModifyOperation) -> Record? {
+        guard [.update, .forceUpdate, .replace, .forceReplace].contains(operation.type), let recordType = operation.recordType else { return nil }
+        var seq: Int64 = 0
+        if operation.type.needsChangeTag {
+            guard let tag = operation.changeTag, let tagged = Record.changeSeq(fromTag: tag) else { return nil }
+            seq = tagged
+        }
+        return Record(recordName: operation.recordName, recordType: recordType, changeSeq: seq)
+    }
+
+    /// A planned save of `standIn`, written by a statement shared with the saves arriving meanwhile
+    /// (`replaces`, `Prepared.ReplaceRecords`) only if the stored record is live, of the same
+    /// type, at the tag's change (when the operation has one) and holds no field the operation
+    /// does not name: then the operation's fields are the whole record, as planned. `nil` when
+    /// it was not written: the caller reads the record and plans again.
+    private func unreadSave(_ db: DatabaseRef, zone: String, zoneID: ZoneID, save: (plan: ModifyPlanner.BatchPlan, record: Record, schema: Schema),
+                            operation: ModifyOperation, standIn: Record) async throws -> [ModifyResult]? {
+        let fields = save.record.encodedFields ?? Record.encodeFields(save.record.fields)
+        var saved = save.record
+        saved.encodedFields = fields
+        let write = SharedWrite(db: db, zone: zone, zoneID: zoneID, record: saved, fields: String(decoding: fields, as: UTF8.self),
+                                entries: IndexWrites.indexEntryRows([save.record], schema: save.schema),
+                                unread: (seq: operation.type.needsChangeTag ? standIn.changeSeq : -1, replacesFields: operation.type.replacesFields,
+                                         named: Array(operation.fields.keys)))
+        guard case .replaced(let seq, let xid, let kept) = try await replaces.answer(write) else { return nil }
+        saved.changeSeq = seq
+        saved.createdAt = kept.createdAt
+        saved.createdBy = kept.createdBy
+        saved.parent = kept.parent
+        saved.shareName = kept.shareName
+        saved.shortGUID = kept.shortGUID
+        var results: [ModifyResult] = [.saved(saved)]
+        if observed {
+            await subscriptions.report(RecordChanges(db: db, zone: zone, zoneID: zoneID, start: ChangePosition(xid: xid, seq: seq - 1),
+                                                     changes: SubscriptionStore.changes(of: results, current: [standIn.recordName: standIn], cascade: [])))
         }
         Self.keepDesiredKeys(&results, plan: save.plan)
         return results

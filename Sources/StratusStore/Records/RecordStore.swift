@@ -63,6 +63,8 @@ public final class TestHooks: Sendable {
 
     private let beforeOptimisticWriteHook = Mutex<Hook?>(nil)
 
+    private let beforeUnreadWriteHook = Mutex<Hook?>(nil)
+
     /// Called inside a `records/modify` transaction after its writes, just before COMMIT, with the
     /// record names. While it is set, no request takes the shortcut of `modifyOne`: all run in the transaction.
     public var beforeCommit: (@Sendable ([String]) async -> Void)? {
@@ -74,6 +76,13 @@ public final class TestHooks: Sendable {
     public var beforeOptimisticWrite: (@Sendable ([String]) async -> Void)? {
         get { beforeOptimisticWriteHook.withLock { $0 }?.run }
         set { let hook = newValue.map(Hook.init); beforeOptimisticWriteHook.withLock { $0 = hook } }
+    }
+
+    /// Called in `modifyOne` just before a save that names every field is written without reading
+    /// its record (`Prepared.ReplaceRecords`), with the record names.
+    public var beforeUnreadWrite: (@Sendable ([String]) async -> Void)? {
+        get { beforeUnreadWriteHook.withLock { $0 }?.run }
+        set { let hook = newValue.map(Hook.init); beforeUnreadWriteHook.withLock { $0 = hook } }
     }
 }
 
@@ -130,6 +139,8 @@ public final class RecordStore: Sendable {
     let creates: StatementSharing<SharedWrite, SharedWrite.Outcome>
     /// Concurrent single-record updates of records just read share statements too.
     let updates: StatementSharing<SharedWrite, SharedWrite.Outcome>
+    /// And so do concurrent saves written without reading their records (`Prepared.ReplaceRecords`).
+    let replaces: StatementSharing<SharedWrite, SharedWrite.Outcome>
     /// Custom zones' ids by name, remembered by single-record writes (`modifyOne`).
     let knownZones = KnownZones()
     /// The query sharing of the caller's event loop.
@@ -177,6 +188,12 @@ public final class RecordStore: Sendable {
             }
         }
         self.updates = StatementSharing(shares: shares, keysPerStatement: 64) { requests, sending in
+            try await database.withConnection { connection in
+                sending()
+                return try await SharedWrite.run(requests, database: database, on: connection, logger: logger)
+            }
+        }
+        self.replaces = StatementSharing(shares: shares, keysPerStatement: 64) { requests, sending in
             try await database.withConnection { connection in
                 sending()
                 return try await SharedWrite.run(requests, database: database, on: connection, logger: logger)

@@ -4,7 +4,8 @@ import StratusCore
 
 /// A single-record save in a custom zone (`RecordStore.modifyOne`), waiting to share a statement
 /// with the saves arriving at the same time: creates in a zone written before
-/// (`RecordStore.creates`), and updates of a record just read (`RecordStore.updates`).
+/// (`RecordStore.creates`), updates of a record just read (`RecordStore.updates`), and saves
+/// that name every field the record keeps, written without reading it first (`RecordStore.replaces`).
 ///
 /// Most of what a write's own statement costs PostgreSQL is receiving, binding, starting the
 /// executor and committing, not the record: one statement for many writes pays that once
@@ -25,9 +26,14 @@ final class SharedWrite: Sendable {
     /// `liveSize` its stored size if it was live, else -1 (the usage counters change by the
     /// difference). `nil` for a create.
     let expected: (seq: Int64, liveSize: Int64)?
+    /// A save written without reading the record (`Prepared.ReplaceRecords`): it is written only
+    /// if the record is live, of the same type, still at change sequence `seq` (any when -1), and,
+    /// unless `replacesFields`, holds no field but `named` (the operation's fields, set or
+    /// removed), so that the operation's fields are the whole record. `nil` for the others.
+    let unread: (seq: Int64, replacesFields: Bool, named: [String])?
 
     init(db: DatabaseRef, zone: String, zoneID: ZoneID, record: Record, fields: String, entries: IndexWrites.IndexEntryRows,
-         expected: (seq: Int64, liveSize: Int64)? = nil) {
+         expected: (seq: Int64, liveSize: Int64)? = nil, unread: (seq: Int64, replacesFields: Bool, named: [String])? = nil) {
         self.db = db
         self.zone = zone
         self.zoneID = zoneID
@@ -35,11 +41,23 @@ final class SharedWrite: Sendable {
         self.fields = fields
         self.entries = entries
         self.expected = expected
+        self.unread = unread
+    }
+
+    /// What a save written without reading its record keeps of the stored one.
+    struct Kept: Sendable {
+        var createdAt: Int64
+        var createdBy: UserID
+        var parent: String?
+        var shareName: String?
+        var shortGUID: String?
     }
 
     enum Outcome: Sendable {
         /// Written and committed with this change sequence by this transaction.
         case written(seq: Int64, xid: Int64)
+        /// Written without reading it (`unread`): as `written`, with what the stored record kept.
+        case replaced(seq: Int64, xid: Int64, kept: Kept)
         /// Not written: the record exists (a create) or changed since it was read (an update), or
         /// the id no longer names a live zone `zone` of `db`.
         case unwritten
@@ -69,7 +87,16 @@ final class SharedWrite: Sendable {
         }
         var written: [Int: Outcome] = [:]
         do {
-            if statement[0].expected != nil {
+            if statement[0].unread != nil {
+                let rows = try await connection.rows(Prepared.ReplaceRecords(saves: statement), logger: logger, settle: { rows in
+                    _ = try await settled(rows.map { ($0.0, $0.1, $0.2) }, statement, database: database, logger: logger)
+                    return rows
+                })
+                for (index, seq, xid, createdAt, createdBy, parent, share, guid) in rows {
+                    written[Int(index) - 1] = .replaced(seq: seq, xid: xid, kept: Kept(createdAt: createdAt, createdBy: UserID(rawValue: createdBy),
+                                                                                      parent: parent, shareName: share, shortGUID: guid))
+                }
+            } else if statement[0].expected != nil {
                 for (index, seq, xid) in try await connection.rows(Prepared.UpdateRecords(updates: statement), logger: logger, settle: { rows in
                     try await settled(rows, statement, database: database, logger: logger)
                 }) {
@@ -280,12 +307,7 @@ extension Prepared {
                 RETURNING r.container_id, r.zone_id, r.record_name, r.change_seq, r.size
             ), done AS (
                 SELECT q.*, upd.change_seq, upd.size FROM upd JOIN req q ON q.c = upd.container_id AND q.z = upd.zone_id AND q.n = upd.record_name
-            ), old_entries AS (
-                DELETE FROM index_entries x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.record_name = d.n
-            ), old_references AS (
-                DELETE FROM record_references x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.source_name = d.n
-            ), old_assets AS (
-                DELETE FROM asset_references x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.record_name = d.n
+            \(SharedWriteSQL.oldRows)
             \(SharedWriteSQL.entriesAndZones)
             ), delta AS (
                 SELECT * FROM (
@@ -293,14 +315,9 @@ extension Prepared {
                     FROM done d \(SharedWriteSQL.owners)
                     GROUP BY d.c, d.env, x.o
                 ) g WHERE r <> 0 OR b <> 0
-            ), usage AS (
-                UPDATE usage_counters c SET records = c.records + d.r, bytes = c.bytes + d.b
-                FROM (SELECT * FROM delta ORDER BY c, env, o) d
-                WHERE c.container_id = d.c AND c.environment = d.env AND c.owner = d.o AND c.stripe = pg_backend_pid() % 16
-                RETURNING (d.r <= 0 OR c.records <= c.records_cap) AND (d.b <= 0 OR c.bytes <= c.bytes_cap) AS within
-            )
+            \(SharedWriteSQL.usageByDelta)
             SELECT i, change_seq, pg_current_xact_id()::text::bigint FROM done
-            WHERE stratus_usage_check((SELECT count(*) = (SELECT count(*) FROM delta) AND coalesce(bool_and(u.within), true) FROM usage u))
+            WHERE \(SharedWriteSQL.usageChecked)
             """
         typealias Row = CreateRecords.Row
 
@@ -317,9 +334,83 @@ extension Prepared {
     }
 }
 
-/// What `CreateRecords` and `UpdateRecords` share, word for word: the requests' columns, the lock
-/// of their live zones, their new index entries and zones' change positions, and the owners each
-/// record's usage counts for.
+extension Prepared {
+    /// `UpdateRecords` for saves written without reading their records first: a save that names
+    /// every field its record keeps (`replace`, `forceReplace`, or an `update`/`forceUpdate` whose
+    /// fields include all the stored record's) needs nothing of the stored record but what stays
+    /// (creation, parent, share), so the statement checks the row itself, after locking the zones:
+    /// live, of the same type, at the change sequence the operation's tag names (if it has one),
+    /// and holding no field the operation does not name. The row is written only if its change
+    /// sequence is still the one the statement read (no row lock: a write that came meanwhile
+    /// leaves it unwritten, and the usage difference is the one read). Anything else is left
+    /// unwritten for the read and the planner to decide. Old index entries, references and asset
+    /// references go, new entries come, zones move, usage counters change by the difference in
+    /// size, as in `UpdateRecords`. Returns each written save's ordinal, change sequence, the
+    /// transaction's id, and what it kept of the stored record.
+    struct ReplaceRecords: PostgresPreparedStatement {
+        static let name = "stratus.ReplaceRecords"
+        static let sql = """
+            \(SharedWriteSQL.requests)
+                                     $16::bool[], $17::text[], $36::bigint[], $37::bool[])
+                     WITH ORDINALITY AS u(c, z, env, sc, o, zn, n, t, f, ca, cb, ma, mb, p, ab, tz, mo, s, rf, i)
+            \(SharedWriteSQL.liveZones)
+            ), named AS (
+                SELECT k, array_agg(f) AS names FROM unnest($38::bigint[], $39::text[]) AS u(k, f) GROUP BY k
+            ), cur AS (
+                SELECT q.i, o.size AS old, o.change_seq AS seq FROM req q JOIN records o ON o.container_id = q.c AND o.zone_id = q.z AND o.record_name = q.n
+                WHERE (q.c, q.z) IN (SELECT container_id, zone_id FROM live)
+                  AND NOT o.deleted AND o.record_type = q.t AND (q.s < 0 OR o.change_seq = q.s)
+                  AND (q.rf OR NOT EXISTS (
+                      SELECT 1 FROM jsonb_object_keys(o.fields::jsonb) AS j(key)
+                      WHERE j.key <> ALL (coalesce((SELECT names FROM named WHERE named.k = q.i), '{}'::text[]))))
+            ), upd AS (
+                UPDATE records r SET fields = q.f, modified_at = q.ma, modified_by = q.mb, size = octet_length(q.f) + q.ab,
+                       change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq() + q.i
+                FROM cur JOIN req q ON q.i = cur.i
+                WHERE r.container_id = q.c AND r.zone_id = q.z AND r.record_name = q.n AND r.change_seq = cur.seq
+                RETURNING q.i, r.change_seq, r.size, r.created_at, r.created_by, r.parent, r.share_name, r.short_guid
+            ), done AS (
+                SELECT q.*, cur.old, upd.change_seq, upd.size, upd.created_at, upd.created_by, upd.parent, upd.share_name, upd.short_guid
+                FROM upd JOIN req q ON q.i = upd.i JOIN cur ON cur.i = upd.i
+            \(SharedWriteSQL.oldRows)
+            \(SharedWriteSQL.entriesAndZones)
+            ), delta AS (
+                SELECT * FROM (
+                    SELECT d.c, d.env, x.o, 0::bigint AS r, sum(d.size - d.old)::bigint AS b
+                    FROM done d \(SharedWriteSQL.owners)
+                    GROUP BY d.c, d.env, x.o
+                ) g WHERE b <> 0
+            \(SharedWriteSQL.usageByDelta)
+            SELECT i, change_seq, pg_current_xact_id()::text::bigint, created_at, created_by, parent, share_name, short_guid FROM done
+            WHERE \(SharedWriteSQL.usageChecked)
+            """
+        typealias Row = (Int64, Int64, Int64, Int64, String, String?, String?, String?)
+
+        let saves: [SharedWrite]
+
+        func makeBindings() throws -> PostgresBindings {
+            var bindings = CreateRecords.bindings(saves, capacity: 39)
+            bindings.append(BinaryArray.int64s(saves.map { $0.unread?.seq ?? -1 }))
+            bindings.append(BinaryArray.bools(saves.map { $0.unread?.replacesFields ?? false }))
+            var ordinals: [Int64] = [], names: [String] = []
+            for (index, save) in saves.enumerated() {
+                let named = save.unread?.named ?? []
+                ordinals += repeatElement(Int64(index + 1), count: named.count)
+                names += named
+            }
+            bindings.append(BinaryArray.int64s(ordinals))
+            bindings.append(BinaryArray.texts(names))
+            return bindings
+        }
+
+        func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
+    }
+}
+
+/// What `CreateRecords`, `UpdateRecords` and `ReplaceRecords` share, word for word: the requests'
+/// columns, the lock of their live zones, the rows beside a replaced record that go, the new index
+/// entries and zones' change positions, the owners each record's usage counts for, and how usage
+/// changes by a signed difference.
 enum SharedWriteSQL {
     /// `WITH req AS (SELECT * FROM unnest($1 … $15,`: each statement adds $16, $17 and its own columns.
     static let requests = """
@@ -357,6 +448,27 @@ enum SharedWriteSQL {
             UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
             WHERE (container_id, zone_id) IN (SELECT c, z FROM done WHERE tz)
         """
+    /// The written records' old index entries, references and asset references (`done` replaced them).
+    static let oldRows = """
+        ), old_entries AS (
+            DELETE FROM index_entries x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.record_name = d.n
+        ), old_references AS (
+            DELETE FROM record_references x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.source_name = d.n
+        ), old_assets AS (
+            DELETE FROM asset_references x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.record_name = d.n
+        """
+    /// The usage counters changed by `delta`'s rows (records `r`, bytes `b`, either sign), in the
+    /// connection's stripe; each says whether what grew is still within its cap.
+    static let usageByDelta = """
+        ), usage AS (
+            UPDATE usage_counters c SET records = c.records + d.r, bytes = c.bytes + d.b
+            FROM (SELECT * FROM delta ORDER BY c, env, o) d
+            WHERE c.container_id = d.c AND c.environment = d.env AND c.owner = d.o AND c.stripe = pg_backend_pid() % 16
+            RETURNING (d.r <= 0 OR c.records <= c.records_cap) AND (d.b <= 0 OR c.bytes <= c.bytes_cap) AS within
+        )
+        """
+    /// Every `delta` row found its counters, and all are within their caps (else the statement fails).
+    static let usageChecked = "stratus_usage_check((SELECT count(*) = (SELECT count(*) FROM delta) AND coalesce(bool_and(u.within), true) FROM usage u))"
     /// Each written record's owners for usage: the container ('') and its metered owner, if any.
     static let owners = "CROSS JOIN LATERAL (SELECT ''::text UNION ALL SELECT d.mo WHERE d.mo <> '') x(o)"
 }
