@@ -87,9 +87,17 @@ import Testing
         }
     }
 
+    /// `stratus usage --verify`. Asked again (up to five times, a second apart) while the server
+    /// answers TRY_AGAIN_LATER: on a Citus cluster under the suites' concurrency a worker can
+    /// refuse a connection for a moment, which says nothing about the counters.
     static func verify(_ harness: Harness) async throws -> (status: Int32, text: String) {
-        let output = try await Programs.cli(["usage", "--verify"], server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
-        return (output.status, output.text)
+        var attempt = 0
+        while true {
+            let output = try await Programs.cli(["usage", "--verify"], server: "http://127.0.0.1:\(harness.client.port ?? 0)", token: Harness.adminToken)
+            attempt += 1
+            guard output.status != 0, output.text.contains("TRY_AGAIN_LATER"), attempt < 5 else { return (output.status, output.text) }
+            try await Task.sleep(for: .seconds(1))
+        }
     }
 
     @Test func racingClientsGetExactlyTheRecordQuotaAndDeletesFreeIt() async throws {

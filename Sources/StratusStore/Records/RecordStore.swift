@@ -181,24 +181,18 @@ public final class RecordStore: Sendable {
         // Creates run one statement at a time (per two cores, the default), like lookups: with two
         // at once batches were smaller, so each create cost PostgreSQL more and fewer were done;
         // starting a second statement only once several requests queue was no better.
-        self.creates = StatementSharing(shares: shares, keysPerStatement: 64) { requests, sending in
-            try await database.withConnection { connection in
-                sending()
-                return try await SharedWrite.run(requests, database: database, on: connection, logger: logger)
+        // (Creates, updates and unread saves each queue on their own: one statement serves one kind.)
+        func sharedWrites() -> StatementSharing<SharedWrite, SharedWrite.Outcome> {
+            StatementSharing(shares: shares, keysPerStatement: 64) { requests, sending in
+                try await database.withConnection { connection in
+                    sending()
+                    return try await SharedWrite.run(requests, database: database, on: connection, logger: logger)
+                }
             }
         }
-        self.updates = StatementSharing(shares: shares, keysPerStatement: 64) { requests, sending in
-            try await database.withConnection { connection in
-                sending()
-                return try await SharedWrite.run(requests, database: database, on: connection, logger: logger)
-            }
-        }
-        self.replaces = StatementSharing(shares: shares, keysPerStatement: 64) { requests, sending in
-            try await database.withConnection { connection in
-                sending()
-                return try await SharedWrite.run(requests, database: database, on: connection, logger: logger)
-            }
-        }
+        self.creates = sharedWrites()
+        self.updates = sharedWrites()
+        self.replaces = sharedWrites()
         self.dynamicReads = StatementSharing(shares: shares, keysPerStatement: 16, canShare: DynamicRead.canShare) { requests, sending in
             try await database.withConnection { connection in
                 sending()
