@@ -321,7 +321,9 @@ import Testing
                 return fields
             }
             var made: [String: JSON] = [:]
-            for name in ["force", "tagged", "replaced", "removed", "partial", "stale", "retyped"] {
+            // "same" keeps its title: that index entry stays the row it was, only rank's is replaced.
+            let same = "same-\(UInt32.random(in: 0...UInt32.max))"
+            for name in ["force", "tagged", "replaced", "removed", "partial", "stale", "retyped", same] {
                 let answer = try await session.modify("private", zone: "Z", [op("create", name, fields: fields("old", rank: 0, notes: String(repeating: "n", count: 300)))])
                 made[name] = try #require(answer.json.record(0), "\(answer.json)")
             }
@@ -342,7 +344,21 @@ import Testing
                 ("partial", op("forceUpdate", "partial", fields: ["title": ["value": "partial-new"], "rank": ["value": 15]])),
                 ("stale", op("update", "stale", tag: tag("stale"), fields: fields("stale-new", rank: 16, notes: "x"))),
                 ("retyped", op("forceUpdate", "retyped", type: "Other", fields: fields("retyped-new", rank: 17, notes: "x"))),
+                (same, op("forceUpdate", same, fields: fields("old", rank: 18, notes: String(repeating: "n", count: 300)))),
             ]
+            func entries() async throws -> [String: (row: String, value: String)] {
+                try await harness.database.withConnection { connection in
+                    var found: [String: (String, String)] = [:]
+                    for try await row in try await connection.query("""
+                        SELECT field, xmin::text || '/' || ctid::text, coalesce(v_text, v_int::text) FROM index_entries WHERE record_name = \(same)
+                        """, logger: TestCluster.logger) {
+                        let (field, version, value) = try row.decode((String, String, String).self)
+                        found[field] = (version, value)
+                    }
+                    return found
+                }
+            }
+            let entriesBefore = try await entries()
             // Each save, planned, waits at the hook until all have come; then the test holds the
             // pool's only connection and lets them go, to queue for one statement together.
             let replaces = harness.app.records.replaces
@@ -414,14 +430,21 @@ import Testing
             }
             let old = try await session.post("private", "records/query", ["zoneID": ["zoneName": "Z"], "query": ["recordType": "Note", "filterBy": [
                 ["fieldName": "title", "comparator": "EQUALS", "fieldValue": ["value": "old"]]]]])
-            #expect(Set(old.json["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []) == ["stale", "retyped"], "\(old.json)")
+            #expect(Set(old.json["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []) == ["stale", "retyped", same], "\(old.json)")
+            let entriesAfter = try await entries()
+            // (The schema made just in time indexes every field, and the words of text fields.)
+            #expect(Set(entriesAfter.keys) == Set(entriesBefore.keys) && entriesAfter["title"]?.value == "old" && entriesAfter["rank"]?.value == "18",
+                    "\(entriesAfter)")
+            for (field, entry) in entriesAfter {
+                #expect((entry.row == entriesBefore[field]?.row) == (field != "rank"), "\(field): before \(entriesBefore), after \(entriesAfter)")
+            }
             let ranked = try await session.post("private", "records/query", ["zoneID": ["zoneName": "Z"], "query": ["recordType": "Note", "filterBy": [
                 ["fieldName": "rank", "comparator": "GREATER_THAN", "fieldValue": ["value": 10]]]]])
             let found = ranked.json["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []
-            #expect(Set(found) == Set(written) && found.count == written.count, "\(ranked.json)")
+            #expect(Set(found) == Set(written + [same]) && found.count == written.count + 1, "\(ranked.json)")
             let feed = try await session.post("private", "changes/zone", ["zones": [["zoneID": ["zoneName": "Z"], "syncToken": .string(token)]]])
             let changed = feed.json["zones"]?.arrayValue?.first?["records"]?.arrayValue?.compactMap { $0["recordName"]?.stringValue } ?? []
-            #expect(Set(changed) == Set(written) && changed.count == written.count, "\(feed.json)")
+            #expect(Set(changed) == Set(written + [same]) && changed.count == written.count + 1, "\(feed.json)")
             // (The harness checks the usage counters against the records stored when the test ends.)
         }
     }

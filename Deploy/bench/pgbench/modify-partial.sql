@@ -1,5 +1,5 @@
 -- service-sql: read-one ef0f78b4daa80df2
--- service-sql: update 7bb70b436c6377bb
+-- service-sql: update 5d076f2a1660d88e
 -- The SQL `stratus serve` runs for a records/modify of one record that arrives alone and leaves some of the record's
 -- fields out (an update of a few fields; RecordStore+Modify.swift, `modifyOne`), after `ReplaceRecords` left it unwritten:
 -- no transaction; the zone and the record read unlocked (`readZoneAndRecord`), then one statement (`UpdateRecords`) that
@@ -18,10 +18,9 @@ FROM zones z LEFT JOIN LATERAL (
 WHERE z.container_id = :c AND z.environment = :e AND z.database_scope = :d
   AND z.owner = :o AND z.zone_name = :zn AND NOT z.deleted \gset r_
 WITH req AS (
-    SELECT * FROM unnest(ARRAY[:c]::bigint[], ARRAY[:z]::bigint[], ARRAY[:e]::int2[], ARRAY[:d]::int2[], ARRAY[:o]::text[], ARRAY[:zn]::text[],
-                         ARRAY['rec-' || :n]::text[], ARRAY['Item']::text[], ARRAY['{"createdBy":{"type":"STRING","value":"user-1"},"done":{"type":"INT64","value":1},"notes":{"type":"STRING","value":"' || repeat('0123456789abcdef', 52) || '"},"rank":{"type":"INT64","value":' || :rk || '},"tags":{"type":"STRING_LIST","value":["a1","b1","c1"]},"title":{"type":"STRING","value":"title-' || (:n::int % :titles::int) || '"}}']::text[],
-                         ARRAY[1735689600000]::bigint[], ARRAY['_bench']::text[], ARRAY[1735689600000]::bigint[], ARRAY['_bench']::text[],
-                         ARRAY['']::text[], ARRAY[0]::bigint[], ARRAY[true]::bool[], ARRAY[:o]::text[], ARRAY[:r_change_seq]::bigint[], ARRAY[:r_size]::bigint[])
+    SELECT * FROM unnest(ARRAY[:c]::bigint[], ARRAY[:z]::bigint[], ARRAY[:e]::int2[], ARRAY[:d]::int2[], ARRAY[:o]::text[], ARRAY[:zn]::text[], ARRAY['rec-' || :n]::text[], ARRAY['Item']::text[],
+                         ARRAY['{"createdBy":{"type":"STRING","value":"user-1"},"done":{"type":"INT64","value":1},"notes":{"type":"STRING","value":"' || repeat('0123456789abcdef', 52) || '"},"rank":{"type":"INT64","value":' || :rk || '},"tags":{"type":"STRING_LIST","value":["a1","b1","c1"]},"title":{"type":"STRING","value":"title-' || (:n::int % :titles::int) || '"}}']::text[], ARRAY[1735689600000]::bigint[], ARRAY['_bench']::text[], ARRAY[1735689600000]::bigint[], ARRAY['_bench']::text[], ARRAY['']::text[], ARRAY[0]::bigint[],
+                         ARRAY[true]::bool[], ARRAY[:o]::text[], ARRAY[:r_change_seq]::bigint[], ARRAY[:r_size]::bigint[])
          WITH ORDINALITY AS u(c, z, env, sc, o, zn, n, t, f, ca, cb, ma, mb, p, ab, tz, mo, s, old, i)
 ), live AS (
     SELECT zones.container_id, zones.zone_id FROM zones JOIN (SELECT DISTINCT c, z, env, sc, o, zn FROM req) q
@@ -42,27 +41,31 @@ WITH req AS (
     RETURNING r.container_id, r.zone_id, r.record_name, r.change_seq, r.size
 ), done AS (
     SELECT q.*, upd.change_seq, upd.size FROM upd JOIN req q ON q.c = upd.container_id AND q.z = upd.zone_id AND q.n = upd.record_name
+), fresh AS (
+    SELECT d.c, d.z, d.n, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo FROM (
+SELECT k, t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, NULL::bigint AS vc, NULL::float8 AS la, NULL::float8 AS lo
+  FROM unnest(ARRAY[1]::bigint[], ARRAY['Item']::text[], ARRAY['rank']::text[], ARRAY[:rk]::bigint[]) AS u(k, t, f, v)
+UNION ALL
+SELECT k, t, f, NULL::bigint, v, NULL::text, NULL, NULL, NULL
+  FROM unnest('{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::float8[]) AS u(k, t, f, v)
+UNION ALL
+SELECT k, t, f, NULL::bigint, NULL::float8, v, NULL, NULL, NULL
+  FROM unnest(ARRAY[1]::bigint[], ARRAY['Item']::text[], ARRAY['title']::text[], ARRAY['title-' || (:n::int % :titles::int)]::text[]) AS u(k, t, f, v)
+UNION ALL
+SELECT k, t, f, NULL::bigint, NULL::float8, NULL::text, c, la, lo
+  FROM unnest('{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::float8[], '{}'::float8[]) AS u(k, t, f, c, la, lo)
+    ) e JOIN done d ON d.i = e.k
 ), old_entries AS (
     DELETE FROM index_entries x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.record_name = d.n
+      AND NOT EXISTS (SELECT 1 FROM fresh w WHERE w.c = d.c AND w.z = d.z AND w.n = d.n AND x.field = w.f AND x.record_type = w.t AND x.v_int IS NOT DISTINCT FROM w.vi AND x.v_double IS NOT DISTINCT FROM w.vd AND x.v_text IS NOT DISTINCT FROM w.vt AND x.v_cell IS NOT DISTINCT FROM w.vc AND x.v_lat IS NOT DISTINCT FROM w.la AND x.v_lon IS NOT DISTINCT FROM w.lo)
 ), old_references AS (
     DELETE FROM record_references x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.source_name = d.n
 ), old_assets AS (
     DELETE FROM asset_references x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.record_name = d.n
 ), new_entries AS (
     INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, v_cell, v_lat, v_lon, record_name)
-    SELECT d.c, d.z, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo, d.n FROM (
-        SELECT k, t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, NULL::bigint AS vc, NULL::float8 AS la, NULL::float8 AS lo
-          FROM unnest(ARRAY[1]::bigint[], ARRAY['Item']::text[], ARRAY['rank']::text[], ARRAY[:rk]::bigint[]) AS u(k, t, f, v)
-        UNION ALL
-        SELECT k, t, f, NULL::bigint, v, NULL::text, NULL, NULL, NULL
-          FROM unnest('{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::float8[]) AS u(k, t, f, v)
-        UNION ALL
-        SELECT k, t, f, NULL::bigint, NULL::float8, v, NULL, NULL, NULL
-          FROM unnest(ARRAY[1]::bigint[], ARRAY['Item']::text[], ARRAY['title']::text[], ARRAY['title-' || (:n::int % :titles::int)]::text[]) AS u(k, t, f, v)
-        UNION ALL
-        SELECT k, t, f, NULL::bigint, NULL::float8, NULL::text, c, la, lo
-          FROM unnest('{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::float8[], '{}'::float8[]) AS u(k, t, f, c, la, lo)
-    ) e JOIN done d ON d.i = e.k
+    SELECT w.c, w.z, w.t, w.f, w.vi, w.vd, w.vt, w.vc, w.la, w.lo, w.n FROM fresh w
+    WHERE NOT EXISTS (SELECT 1 FROM index_entries x WHERE x.container_id = w.c AND x.zone_id = w.z AND x.record_name = w.n AND x.field = w.f AND x.record_type = w.t AND x.v_int IS NOT DISTINCT FROM w.vi AND x.v_double IS NOT DISTINCT FROM w.vd AND x.v_text IS NOT DISTINCT FROM w.vt AND x.v_cell IS NOT DISTINCT FROM w.vc AND x.v_lat IS NOT DISTINCT FROM w.la AND x.v_lon IS NOT DISTINCT FROM w.lo)
 ), zone AS (
     UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
     WHERE (container_id, zone_id) IN (SELECT c, z FROM done WHERE tz)

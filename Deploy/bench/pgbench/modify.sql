@@ -1,4 +1,4 @@
--- service-sql: replace e9c7fbdc44e5895c
+-- service-sql: replace 1e97f471fe616b67
 -- The SQL `stratus serve` runs for a records/modify of one record that arrives alone and names every field the record
 -- keeps, as the bench's forceUpdate does (RecordStore+Modify.swift, `modifyOne` → `unreadSave`): no transaction, no read
 -- first; one statement (`ReplaceRecords`) that checks the stored record (live, same type, no field the save leaves out),
@@ -39,27 +39,31 @@ WITH req AS (
 ), done AS (
     SELECT q.*, cur.old, upd.change_seq, upd.size, upd.created_at, upd.created_by, upd.parent, upd.share_name, upd.short_guid
     FROM upd JOIN req q ON q.i = upd.i JOIN cur ON cur.i = upd.i
+), fresh AS (
+    SELECT d.c, d.z, d.n, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo FROM (
+SELECT k, t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, NULL::bigint AS vc, NULL::float8 AS la, NULL::float8 AS lo
+  FROM unnest(ARRAY[1]::bigint[], ARRAY['Item']::text[], ARRAY['rank']::text[], ARRAY[:rk]::bigint[]) AS u(k, t, f, v)
+UNION ALL
+SELECT k, t, f, NULL::bigint, v, NULL::text, NULL, NULL, NULL
+  FROM unnest('{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::float8[]) AS u(k, t, f, v)
+UNION ALL
+SELECT k, t, f, NULL::bigint, NULL::float8, v, NULL, NULL, NULL
+  FROM unnest(ARRAY[1]::bigint[], ARRAY['Item']::text[], ARRAY['title']::text[], ARRAY['title-' || (:n::int % :titles::int)]::text[]) AS u(k, t, f, v)
+UNION ALL
+SELECT k, t, f, NULL::bigint, NULL::float8, NULL::text, c, la, lo
+  FROM unnest('{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::float8[], '{}'::float8[]) AS u(k, t, f, c, la, lo)
+    ) e JOIN done d ON d.i = e.k
 ), old_entries AS (
     DELETE FROM index_entries x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.record_name = d.n
+      AND NOT EXISTS (SELECT 1 FROM fresh w WHERE w.c = d.c AND w.z = d.z AND w.n = d.n AND x.field = w.f AND x.record_type = w.t AND x.v_int IS NOT DISTINCT FROM w.vi AND x.v_double IS NOT DISTINCT FROM w.vd AND x.v_text IS NOT DISTINCT FROM w.vt AND x.v_cell IS NOT DISTINCT FROM w.vc AND x.v_lat IS NOT DISTINCT FROM w.la AND x.v_lon IS NOT DISTINCT FROM w.lo)
 ), old_references AS (
     DELETE FROM record_references x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.source_name = d.n
 ), old_assets AS (
     DELETE FROM asset_references x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.record_name = d.n
 ), new_entries AS (
     INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, v_cell, v_lat, v_lon, record_name)
-    SELECT d.c, d.z, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo, d.n FROM (
-        SELECT k, t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, NULL::bigint AS vc, NULL::float8 AS la, NULL::float8 AS lo
-          FROM unnest(ARRAY[1]::bigint[], ARRAY['Item']::text[], ARRAY['rank']::text[], ARRAY[:rk]::bigint[]) AS u(k, t, f, v)
-        UNION ALL
-        SELECT k, t, f, NULL::bigint, v, NULL::text, NULL, NULL, NULL
-          FROM unnest('{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::float8[]) AS u(k, t, f, v)
-        UNION ALL
-        SELECT k, t, f, NULL::bigint, NULL::float8, v, NULL, NULL, NULL
-          FROM unnest(ARRAY[1]::bigint[], ARRAY['Item']::text[], ARRAY['title']::text[], ARRAY['title-' || (:n::int % :titles::int)]::text[]) AS u(k, t, f, v)
-        UNION ALL
-        SELECT k, t, f, NULL::bigint, NULL::float8, NULL::text, c, la, lo
-          FROM unnest('{}'::bigint[], '{}'::text[], '{}'::text[], '{}'::bigint[], '{}'::float8[], '{}'::float8[]) AS u(k, t, f, c, la, lo)
-    ) e JOIN done d ON d.i = e.k
+    SELECT w.c, w.z, w.t, w.f, w.vi, w.vd, w.vt, w.vc, w.la, w.lo, w.n FROM fresh w
+    WHERE NOT EXISTS (SELECT 1 FROM index_entries x WHERE x.container_id = w.c AND x.zone_id = w.z AND x.record_name = w.n AND x.field = w.f AND x.record_type = w.t AND x.v_int IS NOT DISTINCT FROM w.vi AND x.v_double IS NOT DISTINCT FROM w.vd AND x.v_text IS NOT DISTINCT FROM w.vt AND x.v_cell IS NOT DISTINCT FROM w.vc AND x.v_lat IS NOT DISTINCT FROM w.la AND x.v_lon IS NOT DISTINCT FROM w.lo)
 ), zone AS (
     UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
     WHERE (container_id, zone_id) IN (SELECT c, z FROM done WHERE tz)

@@ -150,7 +150,9 @@ extension RecordStore {
     /// is remembered (`knownZones`), and the write (`CreateRecords`, shared with the creates
     /// arriving at the same time; `InsertRecords` for a create alone, or where statements are not
     /// shared) writes only if that id is still a live zone of that name in `db` and the record
-    /// does not exist.
+    /// does not exist. So does a save there that names every field the record keeps
+    /// (`unreadSave`, `ReplaceRecords`): its statement checks the stored record itself; when the
+    /// record is not as the save assumed, the save is read and planned after all.
     ///
     /// `nil` when nothing was written and the transaction must decide: another writer changed the
     /// record (or the zone) after the read, the zone was not found (or the default zone not yet

@@ -282,8 +282,8 @@ extension Prepared {
     /// own zone, database and container: a record is written only if its zone id still names a
     /// live zone of that name in that database and its change sequence is still the one read.
     /// Zone rows are locked in (container, zone) order, as `CreateRecords` locks them. Each written
-    /// record's old index entries, references and asset references go and its new entries come,
-    /// its zone moves its change position (private and shared databases), and the usage counters
+    /// record's index entries change where its values did, its references and asset references
+    /// go (`SharedWriteSQL.changedEntriesAndZones`), its zone moves its change position (private and shared databases), and the usage counters
     /// of its container and owner change by the difference in size (in the connection's stripe;
     /// past a stripe's share of a quota the whole statement fails and each save decides alone).
     /// Returns the ordinal (from 1) of each written save, its change sequence and the transaction's id.
@@ -307,8 +307,7 @@ extension Prepared {
                 RETURNING r.container_id, r.zone_id, r.record_name, r.change_seq, r.size
             ), done AS (
                 SELECT q.*, upd.change_seq, upd.size FROM upd JOIN req q ON q.c = upd.container_id AND q.z = upd.zone_id AND q.n = upd.record_name
-            \(SharedWriteSQL.oldRows)
-            \(SharedWriteSQL.entriesAndZones)
+            \(SharedWriteSQL.changedEntriesAndZones)
             ), delta AS (
                 SELECT * FROM (
                     SELECT d.c, d.env, x.o, sum(1 - (d.old >= 0)::int)::bigint AS r, sum(d.size - greatest(d.old, 0))::bigint AS b
@@ -343,8 +342,8 @@ extension Prepared {
     /// and holding no field the operation does not name. The row is written only if its change
     /// sequence is still the one the statement read (no row lock: a write that came meanwhile
     /// leaves it unwritten, and the usage difference is the one read). Anything else is left
-    /// unwritten for the read and the planner to decide. Old index entries, references and asset
-    /// references go, new entries come, zones move, usage counters change by the difference in
+    /// unwritten for the read and the planner to decide. Index entries change where values did,
+    /// references and asset references go, zones move, usage counters change by the difference in
     /// size, as in `UpdateRecords`. Returns each written save's ordinal, change sequence, the
     /// transaction's id, and what it kept of the stored record.
     struct ReplaceRecords: PostgresPreparedStatement {
@@ -372,8 +371,7 @@ extension Prepared {
             ), done AS (
                 SELECT q.*, cur.old, upd.change_seq, upd.size, upd.created_at, upd.created_by, upd.parent, upd.share_name, upd.short_guid
                 FROM upd JOIN req q ON q.i = upd.i JOIN cur ON cur.i = upd.i
-            \(SharedWriteSQL.oldRows)
-            \(SharedWriteSQL.entriesAndZones)
+            \(SharedWriteSQL.changedEntriesAndZones)
             ), delta AS (
                 SELECT * FROM (
                     SELECT d.c, d.env, x.o, 0::bigint AS r, sum(d.size - d.old)::bigint AS b
@@ -408,9 +406,9 @@ extension Prepared {
 }
 
 /// What `CreateRecords`, `UpdateRecords` and `ReplaceRecords` share, word for word: the requests'
-/// columns, the lock of their live zones, the rows beside a replaced record that go, the new index
-/// entries and zones' change positions, the owners each record's usage counts for, and how usage
-/// changes by a signed difference.
+/// columns, the lock of their live zones, the index entries (new, or changed) and the rows beside
+/// a rewritten record that go, zones' change positions, the owners each record's usage counts
+/// for, and how usage changes by a signed difference.
 enum SharedWriteSQL {
     /// `WITH req AS (SELECT * FROM unnest($1 … $15,`: each statement adds $16, $17 and its own columns.
     static let requests = """
@@ -427,36 +425,63 @@ enum SharedWriteSQL {
             WHERE NOT zones.deleted
             ORDER BY zones.container_id, zones.zone_id FOR NO KEY UPDATE OF zones
         """
-    /// The written records' new index entries ($18–$35, by request ordinal), and their zones' change positions.
-    static let entriesAndZones = """
-        ), new_entries AS (
-            INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, v_cell, v_lat, v_lon, record_name)
-            SELECT d.c, d.z, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo, d.n FROM (
-                SELECT k, t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, NULL::bigint AS vc, NULL::float8 AS la, NULL::float8 AS lo
-                  FROM unnest($18::bigint[], $19::text[], $20::text[], $21::bigint[]) AS u(k, t, f, v)
-                UNION ALL
-                SELECT k, t, f, NULL::bigint, v, NULL::text, NULL, NULL, NULL
-                  FROM unnest($22::bigint[], $23::text[], $24::text[], $25::float8[]) AS u(k, t, f, v)
-                UNION ALL
-                SELECT k, t, f, NULL::bigint, NULL::float8, v, NULL, NULL, NULL
-                  FROM unnest($26::bigint[], $27::text[], $28::text[], $29::text[]) AS u(k, t, f, v)
-                UNION ALL
-                SELECT k, t, f, NULL::bigint, NULL::float8, NULL::text, c, la, lo
-                  FROM unnest($30::bigint[], $31::text[], $32::text[], $33::bigint[], $34::float8[], $35::float8[]) AS u(k, t, f, c, la, lo)
-            ) e JOIN done d ON d.i = e.k
+    /// The written records' index entries as rows: the request's ordinal `k`, the type `t`, the
+    /// field `f` and one value kind (`vi`, `vd`, `vt`, or the location `vc`, `la`, `lo`), from $18–$35.
+    static let entryRows = """
+        SELECT k, t, f, v AS vi, NULL::float8 AS vd, NULL::text AS vt, NULL::bigint AS vc, NULL::float8 AS la, NULL::float8 AS lo
+          FROM unnest($18::bigint[], $19::text[], $20::text[], $21::bigint[]) AS u(k, t, f, v)
+        UNION ALL
+        SELECT k, t, f, NULL::bigint, v, NULL::text, NULL, NULL, NULL
+          FROM unnest($22::bigint[], $23::text[], $24::text[], $25::float8[]) AS u(k, t, f, v)
+        UNION ALL
+        SELECT k, t, f, NULL::bigint, NULL::float8, v, NULL, NULL, NULL
+          FROM unnest($26::bigint[], $27::text[], $28::text[], $29::text[]) AS u(k, t, f, v)
+        UNION ALL
+        SELECT k, t, f, NULL::bigint, NULL::float8, NULL::text, c, la, lo
+          FROM unnest($30::bigint[], $31::text[], $32::text[], $33::bigint[], $34::float8[], $35::float8[]) AS u(k, t, f, c, la, lo)
+        """
+    /// The written records' zones move their change positions (those that track zone changes).
+    static let zoneMoves = """
         ), zone AS (
             UPDATE zones SET change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq()
             WHERE (container_id, zone_id) IN (SELECT c, z FROM done WHERE tz)
         """
-    /// The written records' old index entries, references and asset references (`done` replaced them).
-    static let oldRows = """
+    /// The new records' index entries, and their zones' change positions.
+    static let entriesAndZones = """
+        ), new_entries AS (
+            INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, v_cell, v_lat, v_lon, record_name)
+            SELECT d.c, d.z, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo, d.n FROM (
+        \(entryRows)
+            ) e JOIN done d ON d.i = e.k
+        \(zoneMoves)
+        """
+    /// A rewritten record's index entries where they changed: an old entry goes only if no new one
+    /// is the same, a new one comes only if no old one is (entries are one per record, field and
+    /// distinct value); its references and asset references go (a save that keeps or adds any is
+    /// not written by these statements); its zone's change position moves. Every part reads the
+    /// index entries as they were before the statement.
+    static let changedEntriesAndZones = """
+        ), fresh AS (
+            SELECT d.c, d.z, d.n, e.t, e.f, e.vi, e.vd, e.vt, e.vc, e.la, e.lo FROM (
+        \(entryRows)
+            ) e JOIN done d ON d.i = e.k
         ), old_entries AS (
             DELETE FROM index_entries x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.record_name = d.n
+              AND NOT EXISTS (SELECT 1 FROM fresh w WHERE w.c = d.c AND w.z = d.z AND w.n = d.n AND \(sameEntry))
         ), old_references AS (
             DELETE FROM record_references x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.source_name = d.n
         ), old_assets AS (
             DELETE FROM asset_references x USING done d WHERE x.container_id = d.c AND x.zone_id = d.z AND x.record_name = d.n
+        ), new_entries AS (
+            INSERT INTO index_entries (container_id, zone_id, record_type, field, v_int, v_double, v_text, v_cell, v_lat, v_lon, record_name)
+            SELECT w.c, w.z, w.t, w.f, w.vi, w.vd, w.vt, w.vc, w.la, w.lo, w.n FROM fresh w
+            WHERE NOT EXISTS (SELECT 1 FROM index_entries x WHERE x.container_id = w.c AND x.zone_id = w.z AND x.record_name = w.n AND \(sameEntry))
+        \(zoneMoves)
         """
+    /// An index entry `x` (stored) that is the entry `w` (`fresh`) of the same record.
+    private static let sameEntry = "x.field = w.f AND x.record_type = w.t AND x.v_int IS NOT DISTINCT FROM w.vi AND x.v_double IS NOT DISTINCT FROM w.vd"
+        + " AND x.v_text IS NOT DISTINCT FROM w.vt AND x.v_cell IS NOT DISTINCT FROM w.vc AND x.v_lat IS NOT DISTINCT FROM w.la"
+        + " AND x.v_lon IS NOT DISTINCT FROM w.lo"
     /// The usage counters changed by `delta`'s rows (records `r`, bytes `b`, either sign), in the
     /// connection's stripe; each says whether what grew is still within its cap.
     static let usageByDelta = """
