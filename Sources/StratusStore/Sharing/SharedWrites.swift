@@ -283,7 +283,8 @@ extension Prepared {
     /// live zone of that name in that database and its change sequence is still the one read.
     /// Zone rows are locked in (container, zone) order, as `CreateRecords` locks them. Each written
     /// record's index entries change where its values did, its references and asset references
-    /// go (`SharedWriteSQL.changedEntriesAndZones`), its zone moves its change position (private and shared databases), and the usage counters
+    /// go (`SharedWriteSQL.changedEntriesAndZones`), its zone moves its change position (private
+    /// and shared databases), and the usage counters
     /// of its container and owner change by the difference in size (in the connection's stripe;
     /// past a stripe's share of a quota the whole statement fails and each save decides alone).
     /// Returns the ordinal (from 1) of each written save, its change sequence and the transaction's id.
