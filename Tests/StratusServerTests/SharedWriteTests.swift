@@ -14,23 +14,6 @@ import Testing
 /// usage counted; a name that exists, a second create of one name, a deleted zone, a quota
 /// reached and a value too large to index each answered as without sharing, and the others written.
 @Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct SharedWriteTests {
-    /// Holds whoever passes until it is opened.
-    actor Barrier {
-        private var isOpen = false
-        private var waiting: [CheckedContinuation<Void, Never>] = []
-
-        func pass() async {
-            guard !isOpen else { return }
-            await withCheckedContinuation { waiting.append($0) }
-        }
-
-        func open() {
-            isOpen = true
-            for continuation in waiting { continuation.resume() }
-            waiting.removeAll()
-        }
-    }
-
     struct Case: Sendable {
         var tag: String
         var session: Session
@@ -223,13 +206,8 @@ import Testing
             let updates = harness.app.records.updates
             let before = updates.statistics
             let sharing = cases.count - 1  // the stale one is refused by its read
-            let arrived = Mutex(0)
-            let (allArrived, arriving) = AsyncStream.makeStream(of: Void.self)
-            let gate = Barrier()
-            harness.app.records.testHooks.beforeOptimisticWrite = { _ in
-                if arrived.withLock({ count in count += 1; return count }) == sharing { arriving.yield() }
-                await gate.pass()
-            }
+            let gate = HookGate()
+            harness.app.records.testHooks.beforeOptimisticWrite = { _ in await gate.pass() }
             defer { harness.app.records.testHooks.beforeOptimisticWrite = nil }
             let (held, holding) = AsyncStream.makeStream(of: Void.self)
             let (release, releasing) = AsyncStream.makeStream(of: Void.self)
@@ -242,7 +220,7 @@ import Testing
                         return (index, answer.status, answer.json)
                     }
                 }
-                for await _ in allArrived { break }
+                try await gate.waitUntilArrived(sharing, within: .seconds(60))
                 group.addTask {
                     try await harness.database.withConnection { _ in
                         holding.yield()
@@ -363,12 +341,8 @@ import Testing
             // pool's only connection and lets them go, to queue for one statement together.
             let replaces = harness.app.records.replaces
             let before = replaces.statistics
-            let arrived = Mutex(0)
-            let gate = Barrier()
-            harness.app.records.testHooks.beforeUnreadWrite = { _ in
-                arrived.withLock { $0 += 1 }
-                await gate.pass()
-            }
+            let gate = HookGate()
+            harness.app.records.testHooks.beforeUnreadWrite = { _ in await gate.pass() }
             defer { harness.app.records.testHooks.beforeUnreadWrite = nil }
             let (held, holding) = AsyncStream.makeStream(of: Void.self)
             let (release, releasing) = AsyncStream.makeStream(of: Void.self)
@@ -377,13 +351,7 @@ import Testing
                     group.addTask { (name, try await session.modify("private", zone: "Z", [operation]).json.record(0) ?? .null) }
                 }
                 // (Bounded: a save that does not come this way fails the test rather than hanging it.)
-                let arriving = ContinuousClock.now + .seconds(20)
-                while ContinuousClock.now < arriving, arrived.withLock({ $0 }) < operations.count { try await Task.sleep(for: .milliseconds(5)) }
-                guard arrived.withLock({ $0 }) == operations.count else {
-                    await gate.open()
-                    Issue.record("\(arrived.withLock { $0 }) of \(operations.count) saves came to the unread write")
-                    return [:]
-                }
+                try await gate.waitUntilArrived(operations.count, within: .seconds(60))
                 group.addTask {
                     try await harness.database.withConnection { _ in
                         holding.yield()
@@ -420,6 +388,9 @@ import Testing
             #expect(field(answers["partial"], "notes")?.stringValue == String(repeating: "n", count: 300), "\(answers["partial"] ?? .null)")
             #expect(answers["stale"]?.errorCode == "CONFLICT", "\(answers["stale"] ?? .null)")
             #expect(answers["retyped"]?.errorCode == "BAD_REQUEST", "\(answers["retyped"] ?? .null)")
+            // A tag no change can have ("-1": the statement's "no tag to check") is a CONFLICT that writes nothing.
+            let forged = try await session.modify("private", zone: "Z", [op("update", "stale", tag: "-1", fields: fields("forged", rank: 19, notes: "x"))])
+            #expect(forged.json.record(0)?.errorCode == "CONFLICT", "\(forged.json)")
 
             // As stored: looked up, found by the new index entries and not by the old, each listed once by the feed.
             let written = ["force", "tagged", "replaced", "removed", "partial"]

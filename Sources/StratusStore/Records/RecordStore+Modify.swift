@@ -316,7 +316,9 @@ extension RecordStore {
         guard [.update, .forceUpdate, .replace, .forceReplace].contains(operation.type), let recordType = operation.recordType else { return nil }
         var seq: Int64 = 0
         if operation.type.needsChangeTag {
-            guard let tag = operation.changeTag, let tagged = Record.changeSeq(fromTag: tag) else { return nil }
+            // (A tag naming no change a record can have — "-1", "0" — is left to the read, which
+            // answers it CONFLICT: the statement takes a negative seq for "no tag to check".)
+            guard let tag = operation.changeTag, let tagged = Record.changeSeq(fromTag: tag), tagged > 0 else { return nil }
             seq = tagged
         }
         return Record(recordName: operation.recordName, recordType: recordType, changeSeq: seq)
