@@ -308,6 +308,33 @@ postgres_cpu_ticks() {
 # the database being away (a crash, a restart, refused or timed-out logins), so that a run on CI
 # that failed because PostgreSQL was unreachable says why. The cluster's log is kept by the test
 # process at exit, or left in its folder when the process crashed.
+# unfinished_tests LOG: the tests of a `swift test` log that failed, and those that started and
+# never ended (what a run stopped by its time limit was waiting for).
+unfinished_tests() {
+  python3 - "$1" <<'PY'
+import re, sys
+started, ended, failed = {}, set(), []
+for line in open(sys.argv[1], errors="replace"):
+    line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+    if m := re.search(r"◇ Test (.+?) started\.", line):
+        started.setdefault(m.group(1), len(started))
+    elif m := re.search(r"[✔✘➜] Test (.+?)(?: with \d+ test cases?)? (passed after|failed after|skipped)", line):
+        ended.add(m.group(1))
+        if m.group(2) == "failed after": failed.append(m.group(1))
+    elif m := re.search(r"Test Case '(.+?)' started", line):
+        started.setdefault(m.group(1), len(started))
+    elif m := re.search(r"Test Case '(.+?)' (passed|failed)", line):
+        ended.add(m.group(1))
+        if m.group(2) == "failed": failed.append(m.group(1))
+# (A parameterized test's cases and the run itself start without a line of their own at the end.)
+whole = lambda name: name != "run" and not name.startswith(("case ", "run "))
+failed = [name for name in failed if whole(name)]
+running = [name for name in started if name not in ended and whole(name)]
+print(f"test.sh: the suite's tests that failed ({len(failed)}): " + ", ".join(failed[:30]))
+print(f"test.sh: the suite's tests that started and never ended ({len(running)}): " + ", ".join(running[:30]))
+PY
+}
+
 show_test_database_trouble() {
   local out=.build/test-output log
   for log in "$out"/postgres-*.log "${TMPDIR:-/tmp}"/stratus-tests-*/pg/server.log; do

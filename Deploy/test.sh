@@ -32,12 +32,20 @@ swift build --build-tests
 # the run queue at 20-30 and requests waiting past their clients' 15 s limit.
 rm -rf .build/test-output/server-logs .build/test-output/secrets-*.txt .build/test-output/postgres-*.log
 status=0
-timeout --signal=INT --kill-after=60 1800 swift test --skip-build "$@" || status=$?
+# (The suite's output is also kept, so a failed run can say at its end which tests failed or
+# never finished: CI shows only the end of a run.)
+set +e
+timeout --signal=INT --kill-after=60 1800 swift test --skip-build "$@" 2>&1 | tee .build/test-output/swift-test.log
+status=${PIPESTATUS[0]}
+set -e
 if [ "$status" -eq 124 ]; then
     echo "test.sh: the tests ran past 30 minutes and were stopped (a test hangs; see the time-limit issues above)" >&2
 fi
+suite_trouble=""
 if [ "$status" -ne 0 ]; then
     show_test_database_trouble
+    suite_trouble=$(unfinished_tests .build/test-output/swift-test.log)
+    echo "$suite_trouble" >&2
 fi
 # Only for a whole run: a filtered one sees too little to be worth checking, and the contract
 # checks (the OpenAPI document, a client generated from it, schemathesis against a live server),
@@ -82,5 +90,6 @@ if [ "$#" -eq 0 ]; then
         echo "test.sh: no Citus source in ../shared/vendor and no Citus installed; the Citus suite did not run" >&2
     fi
     echo "test.sh: $timings; $SECONDS s in all"
+    if [ -n "$suite_trouble" ]; then echo "$suite_trouble" >&2; fi
 fi
 exit "$status"

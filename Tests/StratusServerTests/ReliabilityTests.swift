@@ -502,50 +502,43 @@ import Testing
 /// takes its change sequence, then stalls before COMMIT while a later writer commits and a reader
 /// reads past it. The stalled change must still reach the reader on its next read.
 @Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct ChangeFeedVisibilityTests {
-    actor Gate {
-        var entered = false
-        var released = false
-        func enter() { entered = true }
-        func release() { released = true }
-    }
-
     @Test func lateCommitIsNotSkipped() async throws {
         try await Harness.run(poolSize: 8) { harness in
             let session = try await harness.container().signedUp()
-            let gate = Gate()
-            harness.app.records.testHooks.beforeCommit = { names in
-                guard names.contains("slow") else { return }
-                await gate.enter()
-                while !(await gate.released) { try? await Task.sleep(for: .milliseconds(10)) }
-            }
-            defer { harness.app.records.testHooks.beforeCommit = nil }
-            try await withThrowingTaskGroup(of: Void.self) { group in
-                group.addTask {
-                    let slow = try await session.modify("public", [op("create", "slow")])
-                    #expect(slow.json.record(0)?["recordChangeTag"] != nil)
+            try await HookGate.closed { gate in
+                harness.app.records.testHooks.beforeCommit = { names in
+                    guard names.contains("slow") else { return }
+                    await gate.pass()
                 }
-                while !(await gate.entered) { try await Task.sleep(for: .milliseconds(10)) }
-                let fast = try await session.modify("public", [op("create", "fast")])
-                #expect(fast.json.record(0)?["recordChangeTag"] != nil)
-
-                var seen: Set<String> = []
-                var token: JSON?
-                func read() async throws {
-                    var zoneRequest: [String: JSON] = ["zoneID": ["zoneName": "_defaultZone"]]
-                    if let token { zoneRequest["syncToken"] = token }
-                    let page = try await session.post("public", "changes/zone", ["zones": [.object(zoneRequest)]])
-                    let result = page.json["zones"]?.arrayValue?.first ?? [:]
-                    for record in result["records"]?.arrayValue ?? [] where record["recordType"] != "Users" {
-                        if let name = record["recordName"]?.stringValue { seen.insert(name) }
+                defer { harness.app.records.testHooks.beforeCommit = nil }
+                try await withThrowingTaskGroup(of: Void.self) { group in
+                    group.addTask {
+                        let slow = try await session.modify("public", [op("create", "slow")])
+                        #expect(slow.json.record(0)?["recordChangeTag"] != nil)
                     }
-                    token = result["syncToken"]
+                    try await gate.waitUntilArrived()
+                    let fast = try await session.modify("public", [op("create", "fast")])
+                    #expect(fast.json.record(0)?["recordChangeTag"] != nil)
+
+                    var seen: Set<String> = []
+                    var token: JSON?
+                    func read() async throws {
+                        var zoneRequest: [String: JSON] = ["zoneID": ["zoneName": "_defaultZone"]]
+                        if let token { zoneRequest["syncToken"] = token }
+                        let page = try await session.post("public", "changes/zone", ["zones": [.object(zoneRequest)]])
+                        let result = page.json["zones"]?.arrayValue?.first ?? [:]
+                        for record in result["records"]?.arrayValue ?? [] where record["recordType"] != "Users" {
+                            if let name = record["recordName"]?.stringValue { seen.insert(name) }
+                        }
+                        token = result["syncToken"]
+                    }
+                    try await read()
+                    #expect(!seen.contains("slow"), "the stalled change is not committed yet")
+                    await gate.open()
+                    try await group.waitForAll()
+                    try await read()
+                    #expect(seen == ["slow", "fast"], "saw \(seen)")
                 }
-                try await read()
-                #expect(!seen.contains("slow"), "the stalled change is not committed yet")
-                await gate.release()
-                try await group.waitForAll()
-                try await read()
-                #expect(seen == ["slow", "fast"], "saw \(seen)")
             }
         }
     }
@@ -557,35 +550,18 @@ import Testing
 /// the first save is held between its read and its write while another request changes the record
 /// or deletes the zone.
 @Suite(.timeLimit(.minutes(TestTime.minutes(10)))) struct OptimisticSaveTests {
-    /// Holds the first caller of `pass` until `release`; every later caller passes at once.
-    actor Gate {
-        var claimed = false
-        var entered = false
-        var released = false
-        func pass() async {
-            guard !claimed else { return }
-            claimed = true
-            entered = true
-            while !released { try? await Task.sleep(for: .milliseconds(10)) }
+    /// Runs `body` with the first save to come between its read and its write held there (at
+    /// either hook) until `body` opens the gate or ends; every later save passes at once.
+    static func hold(_ harness: Harness, _ body: (HookGate) async throws -> Void) async throws {
+        try await HookGate.closed(holding: .first) { gate in
+            harness.app.records.testHooks.beforeOptimisticWrite = { _ in await gate.pass() }
+            harness.app.records.testHooks.beforeUnreadWrite = { _ in await gate.pass() }
+            defer {
+                harness.app.records.testHooks.beforeOptimisticWrite = nil
+                harness.app.records.testHooks.beforeUnreadWrite = nil
+            }
+            try await body(gate)
         }
-        func release() { released = true }
-
-        /// Waits (at most 10 s) until a save is held.
-        func waitUntilEntered() async throws {
-            for _ in 0..<1000 where !entered { try await Task.sleep(for: .milliseconds(10)) }
-            try #require(entered, "no save reached the point between its read and its write")
-        }
-    }
-
-    static func hold(_ harness: Harness, _ body: (Gate) async throws -> Void) async throws {
-        let gate = Gate()
-        harness.app.records.testHooks.beforeOptimisticWrite = { _ in await gate.pass() }
-        harness.app.records.testHooks.beforeUnreadWrite = { _ in await gate.pass() }
-        defer {
-            harness.app.records.testHooks.beforeOptimisticWrite = nil
-            harness.app.records.testHooks.beforeUnreadWrite = nil
-        }
-        try await body(gate)
     }
 
     static func title(_ value: String) -> [String: JSON] { ["title": ["value": .string(value), "type": "STRING"]] }
@@ -610,10 +586,10 @@ import Testing
             let firstTag = try #require(created.json.record(0)?["recordChangeTag"]?.stringValue, "\(created.json)")
             try await Self.hold(harness) { gate in
                 let held = Task { try await session.modify("private", zone: "Z", [op(type, "r", tag: firstTag, fields: Self.title("held"))]) }
-                try await gate.waitUntilEntered()
+                try await gate.waitUntilArrived()
                 let other = try await session.modify("private", zone: "Z", [op("forceUpdate", "r", fields: Self.title("other"))])
                 let otherTag = try #require(other.json.record(0)?["recordChangeTag"]?.stringValue, "\(other.json)")
-                await gate.release()
+                await gate.open()
                 let answer = try await held.value.json.record(0)
                 if type == "update" {
                     #expect(answer?.errorCode == "CONFLICT", "\(answer ?? nil)")
@@ -643,10 +619,10 @@ import Testing
             let name = "orphan-\(UInt32.random(in: 0...UInt32.max))"
             try await Self.hold(harness) { gate in
                 let held = Task { try await session.modify("private", zone: "Z", [op("create", name, fields: Self.title("held"))]) }
-                try await gate.waitUntilEntered()
+                try await gate.waitUntilArrived()
                 let deleted = try await session.post("private", "zones/modify", ["operations": [["operationType": "delete", "zone": ["zoneID": ["zoneName": "Z"]]]]])
                 #expect(deleted.json["zones"]?.arrayValue?.first?.errorCode == nil, "\(deleted.json)")
-                await gate.release()
+                await gate.open()
                 let answer = try await held.value
                 #expect(answer.json.errorCode == "ZONE_NOT_FOUND" || answer.json.record(0)?.errorCode == "ZONE_NOT_FOUND", "\(answer.json)")
             }
