@@ -34,6 +34,12 @@ if [ -x "$pg_config" ]; then
   fi
 fi
 archive=$vendor/citus-$version.tar.gz
+if [ ! -f "$archive" ] && [ -x "$pg_config" ] && [ -f "$($pg_config --pkglibdir)/citus.so" ] \
+   && [ "$(cut -d' ' -f1 "$($pg_config --pkglibdir)/citus.version" 2>/dev/null)" = "$version" ]; then
+  # (Nothing here to build it again from: the install is used as it is.)
+  echo "citus build: $archive not found; using the installed Citus ($(cat "$($pg_config --pkglibdir)/citus.version"))" >&2
+  exit 0
+fi
 if [ ! -f "$archive" ]; then
   echo "citus build: $archive not found (give --vendor DIR: the folder with citus-$version.tar.gz)" >&2
   exit 1
