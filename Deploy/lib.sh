@@ -304,10 +304,6 @@ postgres_cpu_ticks() {
   echo "$ticks"
 }
 
-# After a failed suite: what the tests' PostgreSQL and the services' connection pools said about
-# the database being away (a crash, a restart, refused or timed-out logins), so that a run on CI
-# that failed because PostgreSQL was unreachable says why. The cluster's log is kept by the test
-# process at exit, or left in its folder when the process crashed.
 # unfinished_tests LOG: the tests of a `swift test` log that failed, and those that started and
 # never ended (what a run stopped by its time limit was waiting for).
 unfinished_tests() {
@@ -335,6 +331,10 @@ print(f"test.sh: the suite's tests that started and never ended ({len(running)})
 PY
 }
 
+# After a failed suite: what the tests' PostgreSQL and the services' connection pools said about
+# the database being away (a crash, a restart, refused or timed-out logins), so that a run on CI
+# that failed because PostgreSQL was unreachable says why. The cluster's log is kept by the test
+# process at exit, or left in its folder when the process crashed.
 show_test_database_trouble() {
   local out=.build/test-output log
   for log in "$out"/postgres-*.log "${TMPDIR:-/tmp}"/stratus-tests-*/pg/server.log; do
