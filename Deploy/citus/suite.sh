@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . Deploy/lib.sh
-filter='Stratus(Server|CLI)Tests\.((RecordFlowTests|QueryMatchTests|LocationQueryTests|TokenSearchTests|SharingTests|QuotaEnforcementTests|NotificationTests|AssetTests|ContainerTransferTests|UserDataTests|ZoneTests|AuthTests|FeedExactnessTests|ChangeFeedVisibilityTests|PlannerStatisticsTests|PreparedCommitFeedTests|RequestLogTests|KnownZoneTests|IndexBuildTests|PushRegistrationTests)/|ReliabilityTests/(atomicBatch|racingWriters))'
+filter='Stratus(Server|CLI)Tests\.((RecordFlowTests|QueryMatchTests|LocationQueryTests|TokenSearchTests|SharingTests|QuotaEnforcementTests|NotificationTests|AssetTests|ContainerTransferTests|UserDataTests|ZoneTests|AuthTests|FeedExactnessTests|ChangeFeedVisibilityTests|PlannerStatisticsTests|PreparedCommitFeedTests|RequestLogTests|KnownZoneTests|IndexBuildTests|PushRegistrationTests|CitusRoutingTests)/|ReliabilityTests/(atomicBatch|racingWriters))'
 while [ "$#" -gt 0 ]; do
   case $1 in
     --filter) filter=$2; shift 2 ;;

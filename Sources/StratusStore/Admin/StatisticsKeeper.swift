@@ -112,6 +112,7 @@ public struct StatisticsKeeper: Sendable {
     /// worker's advisory lock for that shard, so that several server processes analyze it once.
     /// Returns the shards found stale, as `worker:port/shard`.
     func analyzeStaleShards() async throws -> [String] {
+        if let routes = database.citusRoutes { return try await analyzeStaleShards(routes) }
         let find = """
             SELECT coalesce(string_agg(s.relname, ' '), '') FROM pg_stat_user_tables s
             JOIN pg_class c ON c.oid = s.relid WHERE \(staleShardsCondition)
@@ -148,6 +149,49 @@ public struct StatisticsKeeper: Sendable {
             if !success { logger.debug("analyze failed on a worker", metadata: ["stratus.error": "\(result)"]) }
         }
         logger.debug("analyzed shards that had grown", metadata: ["stratus.shards": "\(stale.joined(separator: ", "))"])
+        return stale
+    }
+
+    /// `analyzeStaleShards` on each worker's own pool (`CitusRoutes`): one catalog query per
+    /// worker, answered there, instead of a `run_command_on_workers` through the coordinator. It
+    /// also counts the analyzes of the worker's shards, whoever made them, so that sessions there
+    /// drop plans made on older statistics (`CitusWorker.sawAnalyses`).
+    func analyzeStaleShards(_ routes: CitusRoutes) async throws -> [String] {
+        var stale: [String] = []
+        for worker in try await routes.workers(coordinatorDatabase: database) {
+            let where_ = "\(worker.node.host):\(worker.node.port)"
+            do {
+                let (found, analyses) = try await worker.pool.transaction { connection in
+                    // Citus hides the shards from the catalog of a worker's ordinary sessions.
+                    try await connection.statement("SET LOCAL citus.override_table_visibility = off", logger: logger)
+                    let rows = try await connection.rows(PostgresQuery(unsafeSQL: """
+                        SELECT coalesce(string_agg(s.relname, ' ') FILTER (WHERE \(staleShardsCondition)), ''),
+                               coalesce(sum(s.analyze_count + s.autoanalyze_count), 0)::int8
+                        FROM pg_stat_user_tables s JOIN pg_class c ON c.oid = s.relid
+                        WHERE s.schemaname = current_schema() AND s.relname ~ '^(\(Self.tables.joined(separator: "|")))_[0-9]+$'
+                        """), logger: logger)
+                    let (names, count) = try rows[0].decode((String, Int64).self)
+                    return (names.split(separator: " ").map(String.init), count)
+                }
+                worker.sawAnalyses(analyses)
+                guard !found.isEmpty else { continue }
+                try await worker.pool.transaction { connection in
+                    try await Database.allowLongStatements(on: connection, logger: logger)
+                    for shard in found {
+                        let lock = try await connection.rows("SELECT pg_try_advisory_xact_lock(\(Self.lockKey), hashtext(\(shard)))", logger: logger)
+                        guard try lock.first?.decode(Bool.self) == true else { continue }
+                        // The name is a shard of one of `tables`, as the catalog spells it.
+                        try await connection.statement(PostgresQuery(unsafeSQL: "ANALYZE \"\(shard)\""), logger: logger)
+                    }
+                }
+                stale += found.map { "\(where_)/\($0)" }
+            } catch is CancellationError {
+                throw CancellationError()
+            } catch {
+                logger.debug("statistics check failed on a worker", metadata: ["stratus.worker": "\(where_)", "stratus.error": "\(String(reflecting: error))"])
+            }
+        }
+        if !stale.isEmpty { logger.debug("analyzed shards that had grown", metadata: ["stratus.shards": "\(stale.joined(separator: ", "))"]) }
         return stale
     }
 

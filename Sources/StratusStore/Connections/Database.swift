@@ -25,6 +25,8 @@ public final class Database: Sendable {
     public init(configuration: DatabaseConfiguration, logger: Logger) {
         self.configuration = configuration
         self.logger = logger
+        citusRoutes = configuration.citusCoordinator && configuration.routesToCitusWorkers
+            ? CitusRoutes(coordinator: configuration, logger: logger) : nil
         let loops = PerEventLoop<PostgresClient>.groupLoops.count
         guard loops > 1, configuration.maximumConnections >= 2 * loops else {
             pools = PerEventLoop(single: RecoveringPool(configuration: configuration, logger: logger) { logger in
@@ -40,6 +42,9 @@ public final class Database: Sendable {
             }
         }
     }
+
+    /// On a Citus coordinator, the workers' pools and which holds each container (nil elsewhere).
+    let citusRoutes: CitusRoutes?
 
     /// The pool on the caller's event loop (TRY_AGAIN_LATER while PostgreSQL is unreachable).
     private var pool: RecoveringPool { pools.current }
@@ -115,6 +120,10 @@ public final class Database: Sendable {
     public func run() async {
         await withDiscardingTaskGroup { group in
             for pool in pools.values { group.addTask { await pool.run() } }
+            // The Citus workers' pools, as routes first name them; the stream ends when the task is cancelled.
+            if let citusRoutes {
+                for await worker in citusRoutes.madePools { group.addTask { await worker.run() } }
+            }
         }
     }
 
@@ -272,6 +281,24 @@ public final class Database: Sendable {
                 if let leased { return leased }
             }
         } catch {
+            throw Database.map(error)
+        }
+    }
+
+    /// Runs `body` with a pooled connection of the Citus worker holding `container`'s shards
+    /// (`CitusRoutes`), outside a transaction: for single-table statements that name the
+    /// container. Elsewhere (one server, routing off, a container whose shards are on the
+    /// coordinator) and inside a transaction or connection the task holds, it is
+    /// `withConnection`. A failure forgets the route, so the next request reads it again.
+    public func withConnection<T: Sendable>(routedTo container: ContainerID, _ body: (PostgresConnection) async throws -> T) async throws -> T {
+        guard held == nil, let citusRoutes else { return try await withConnection(body) }
+        do {
+            guard let worker = try await citusRoutes.worker(for: container, coordinatorDatabase: self) else {
+                return try await withConnection(body)
+            }
+            return try await worker.withConnection(body)
+        } catch {
+            citusRoutes.forget(container)
             throw Database.map(error)
         }
     }

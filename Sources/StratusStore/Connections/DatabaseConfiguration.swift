@@ -64,6 +64,16 @@ public struct DatabaseConfiguration: Sendable {
     /// before the rows are read on the worker (`RecordStore.readFeed`).
     public var citusCoordinator = false
 
+    /// On a Citus coordinator, whether requests' single-table reads go straight to the worker
+    /// holding their container (`CitusRoutes`) rather than through the coordinator. On by default;
+    /// off (`STRATUS_CITUS_ROUTING=coordinator`) where the workers cannot be reached from the
+    /// servers, or do not accept the coordinator's login.
+    public var routesToCitusWorkers = true
+
+    /// The `application_name` of the pool's sessions (`pg_stat_activity`), if set: a Citus
+    /// worker's pools are `stratus routed`.
+    public var applicationName: String?
+
     /// Settings for a Citus coordinator: a custom plan for every execution, and feeds that read
     /// the coordinator's snapshot (see `planCacheMode`, `citusCoordinator`).
     public mutating func useCitus() {
@@ -177,6 +187,7 @@ public struct DatabaseConfiguration: Sendable {
         // cost more than reading. The risk it takes: a value-skewed
         // predicate (a rare against a common indexed value) no longer gets a plan of its own.
         configuration.options.additionalStartupParameters = [("plan_cache_mode", planCacheMode)]
+        if let applicationName { configuration.options.additionalStartupParameters.append(("application_name", applicationName)) }
         for (name, limit) in [("lock_timeout", lockTimeout), ("statement_timeout", statementTimeout)] {
             guard let limit else { continue }
             let milliseconds = limit.components.seconds * 1000 + limit.components.attoseconds / 1_000_000_000_000_000

@@ -145,6 +145,35 @@ enum Prepared {
         func decodeRow(_ row: PostgresRow) throws -> StratusCore.ZoneID { try row.decode(StratusCore.ZoneID.self) }
     }
 
+    /// The named records of one zone, tombstones included, read from `records` alone: with the
+    /// zone's id from `FindZone`, a lookup on Citus (`Lookups.runRouted`) is two single-table
+    /// statements, each of which Citus routes by its container parameter with a plan kept per
+    /// connection (a join of distributed tables is planned on every execution). The names are
+    /// compared with `ANY($3)` directly: a sub-select would keep Citus from routing it as one
+    /// table's statement.
+    struct RecordsNamed: PostgresPreparedStatement {
+        static let name = "stratus.RecordsNamed"
+        static let sql = """
+            SELECT \(RecordStore.recordColumns) FROM records
+            WHERE container_id = $1 AND zone_id = $2 AND record_name = ANY($3::text[])
+            """
+        typealias Row = PostgresRow
+
+        var container: ContainerID
+        var zone: StratusCore.ZoneID
+        var names: [String]
+
+        func makeBindings() throws -> PostgresBindings {
+            var bindings = PostgresBindings(capacity: 3)
+            bindings.append(container)
+            bindings.append(zone)
+            bindings.append(BinaryArray.texts(names))
+            return bindings
+        }
+
+        func decodeRow(_ row: PostgresRow) throws -> PostgresRow { row }
+    }
+
     /// `records/modify` in a transaction (`RecordStore.modify`): locks the zone row, then the rows
     /// of the named records (in name order), in one round trip. No row at all: the zone does not
     /// exist. The zone row is locked `FOR NO KEY UPDATE` because the writer updates it before

@@ -24,6 +24,24 @@ enum Lookups {
         return try Prepared.Shared.grouped(rows, count: requests.count).map { try records($0, skipping: 1) }
     }
 
+    /// One request as two single-table statements (`FindZone`, then `RecordsNamed`), for a
+    /// connection to the Citus worker holding its container (`Database.withConnection(routedTo:)`):
+    /// its live records, or `nil` when its zone does not exist.
+    static func runRouted(_ request: LookupRequest, on connection: PostgresConnection, logger: Logger) async throws -> [Record]? {
+        guard let zone = try await connection.rows(Prepared.FindZone(db: request.db, zone: request.zone), logger: logger).first else {
+            return nil
+        }
+        guard !request.names.isEmpty else { return [] }
+        let rows = try await connection.rows(Prepared.RecordsNamed(container: request.db.containerID, zone: zone, names: request.names),
+                                             logger: logger)
+        var records: [Record] = []
+        for row in rows {
+            let record = try RecordStore.storedRecord(row)
+            if !record.deleted { records.append(record) }
+        }
+        return records
+    }
+
     /// The live records in one request's rows (after `skipping` leading cells of each); `nil`
     /// when there is no row: the zone does not exist.
     private static func records(_ rows: [PostgresRow], skipping: Int) throws -> [Record]? {

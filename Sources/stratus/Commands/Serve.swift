@@ -136,7 +136,12 @@ struct Serve: AsyncParsableCommand {
             guard missing.isEmpty else {
                 throw CLIError("the Citus coordinator lacks \(missing.joined(separator: ", ")), which change feeds call on the workers: run its CREATE FUNCTION and create_distributed_function statements from Deploy/citus/distribute.sql on the coordinator, then start again")
             }
-            logger.notice("the database is a Citus coordinator: statements get a plan of their own each time (Citus cannot run generic plans of joins), and change feeds read the coordinator's snapshot")
+            switch setting(nil, "STRATUS_CITUS_ROUTING", default: "workers")! {
+            case "workers": configuration.routesToCitusWorkers = true
+            case "coordinator": configuration.routesToCitusWorkers = false
+            case let other: throw ValidationError("STRATUS_CITUS_ROUTING must be 'workers' (reads go straight to the worker holding their container) or 'coordinator' (everything through the coordinator); got '\(other)'")
+            }
+            logger.notice("the database is a Citus coordinator: statements get a plan of their own each time (Citus cannot run generic plans of joins), change feeds read the coordinator's snapshot, and lookups go \(configuration.routesToCitusWorkers ? "straight to the worker holding their container" : "through the coordinator (STRATUS_CITUS_ROUTING=coordinator)")")
         }
         let db = Database(configuration: configuration, logger: logger)
         let tls = try tlsCertificate(logger: logger)
