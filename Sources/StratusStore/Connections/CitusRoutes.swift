@@ -13,8 +13,11 @@ import Synchronization
 /// Routes are read from the coordinator's placement metadata on first use, kept for
 /// `lifetime`, and forgotten when a routed statement fails. A worker's pool is made the first time
 /// a route names it (a worker added later is used without a restart), with the coordinator's
-/// login, database, TLS and limits, and generic plans: only single-table statements, which Citus
-/// routes by their container parameter and keeps a plan of per connection, are sent to workers.
+/// login, database, TLS and limits, and PostgreSQL's own choice of plan (`plan_cache_mode =
+/// auto`): a single-table statement, which Citus routes by its container parameter, gets a
+/// generic plan after five executions (Citus costs its plans at zero) and Citus then keeps its
+/// plan of the shard's query too; a join, which Citus cannot plan without the container's value,
+/// is priced out of a generic plan by Citus and planned on every execution, as on the coordinator.
 final class CitusRoutes: Sendable {
     /// A worker, as the placement metadata names it.
     struct Node: Hashable, Sendable {
@@ -113,7 +116,7 @@ final class CitusRoutes: Sendable {
         var configuration = coordinator
         configuration.host = node.host
         configuration.port = node.port
-        configuration.planCacheMode = "force_generic_plan"
+        configuration.planCacheMode = "auto"
         configuration.citusCoordinator = false
         configuration.applicationName = Self.applicationName
         let worker = CitusWorker(node: node, pool: Database(configuration: configuration, logger: logger), logger: logger)

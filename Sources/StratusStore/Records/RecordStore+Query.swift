@@ -23,6 +23,8 @@ public struct QueryPage: Sendable {
 
 /// One `records/query` page to read: the statement `QuerySQL` built for it, and what its rows mean.
 struct QueryRequest: Sendable {
+    /// The container queried (on Citus, the statement goes to the worker holding it).
+    var containerID: ContainerID
     var sorts: [QuerySort]
     var limit: Int
     var sql: String
@@ -47,7 +49,7 @@ extension RecordStore {
     public func query(_ db: DatabaseRef, zone: String, query: Query, limit: Int, after cursor: QueryCursor?,
                       visibleRoots: [String]? = nil) async throws -> QueryPage {
         let built = QuerySQL.build(db: db, zone: zone, query: query, limit: limit, after: cursor, visibleRoots: visibleRoots)
-        let request = QueryRequest(sorts: query.sorts, limit: limit, sql: built.sql, binds: built.binds,
+        let request = QueryRequest(containerID: db.containerID, sorts: query.sorts, limit: limit, sql: built.sql, binds: built.binds,
                                    shareable: Prepared.Shared.canShare(built.binds))
         let page: QueryPage?
         if database.held == nil {

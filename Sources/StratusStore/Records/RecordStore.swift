@@ -216,7 +216,14 @@ public final class RecordStore: Sendable {
         let slots = max(1, ProcessInfo.processInfo.activeProcessorCount / database.pools.values.count)
         self.queriesByLoop = database.pools.map {
             StatementSharing(shares: shares, maximumStatements: slots, keysPerStatement: 16, canShare: QueryRequest.canShare) { requests, sending in
-                try await database.withConnection { connection in
+                if !shares, let request = requests.first, requests.count == 1 {
+                    // On Citus: straight to the worker holding the container.
+                    return try await database.withConnection(routedTo: request.containerID) { connection in
+                        sending()
+                        return try await RecordStore.runQueries(requests, on: connection, logger: logger)
+                    }
+                }
+                return try await database.withConnection { connection in
                     sending()
                     return try await RecordStore.runQueries(requests, on: connection, logger: logger)
                 }
