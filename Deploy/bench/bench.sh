@@ -527,8 +527,6 @@ if [ "$CITUS" = 1 ]; then
       p99=$(echo "$json" | sed -nE 's/.*"p99":([0-9.]+).*/\1/p')
       errors=$(echo "$json" | sed -nE 's/.*"errors":([0-9]+).*/\1/p')
       requests=$(echo "$json" | sed -nE 's/.*"requests":([0-9]+).*/\1/p')
-  awk -v w="$workload$( [ "$clients" != "$CONCURRENCY" ] && echo "-c$clients")" -v s=$(( switches1 - switches0 )) -v p=$(( pgswitches1 - pgswitches0 )) \
-      -v n="${requests:-0}" 'BEGIN { if (n > 0) printf "%s %.2f %.2f\n", w, s / n, p / n }' >> "$WORK/switches.txt"
       printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$label" "$workload" "${rps:-0}" "${p50:-0}" "${p99:-0}" "${errors:-0}" \
         "$(cpu_per $(( server1 - server0 )) "${requests:-0}")" "$(cpu_per $(( pg1 - pg0 )) "${requests:-0}")" \
         "$(cpu_per $(( machine1 - machine0 )) "${requests:-0}")" "$steal" >> "$CITUS_RESULTS"
