@@ -305,9 +305,10 @@ public final class RateLimiter: Sendable {
                               notifications: $0.value.notifications, notificationsDropped: $0.value.notificationsDropped, pushes: $0.value.pushes)
             })
         } catch {
-            // Not lost: added back for the next flush.
+            // Not lost: added back for the next flush (on Citus, those whose worker failed).
+            let unsaved = (error as? RequestCountsUnsaved).map { failure in failure.indices.map { entries[$0] } } ?? entries
             state.withLock { state in
-                for (key, meter) in entries {
+                for (key, meter) in unsaved {
                     state.meters[key, default: Meter()].requests += meter.requests
                     state.meters[key, default: Meter()].throttled += meter.throttled
                     state.meters[key, default: Meter()].refused += meter.refused

@@ -100,4 +100,61 @@ struct CitusRoutingTests {
             #expect(try await Self.routedSessions(harness, port: other) > 0, "the server did not follow the container to its new worker")
         }
     }
+
+    /// Request counts of containers on both workers are written by one statement per worker, on
+    /// that worker; when one worker's statement fails (its shard locked past the lock timeout),
+    /// the other's rows stay saved and the failure names exactly the entries not saved, which the
+    /// rate limiter adds back for the next flush: nothing counted twice, nothing lost.
+    @Test func requestCountsAreWrittenPerWorkerAndAFailureNamesWhatWasNotSaved() async throws {
+        try await Harness.run(poolSize: 2, database: { $0.lockTimeout = .milliseconds(500) }) { harness in
+            // Containers until each worker holds one.
+            var byWorker: [Int: Int64] = [:]
+            for _ in 0..<20 where byWorker.count < 2 {
+                let session = try await harness.container()
+                let placed = try await Self.placement(harness, container: session.container)
+                if byWorker[placed.holder] == nil { byWorker[placed.holder] = placed.containerID }
+            }
+            let workers = byWorker.keys.sorted()
+            try #require(workers.count == 2, "20 containers all landed on one worker")
+            let (locked, open) = (byWorker[workers[0]]!, byWorker[workers[1]]!)
+            // A bucket far ahead, which neither the harness's own flushes nor the sweep touch.
+            let bucket: Int64 = 4_000_000_000
+            let entries = [
+                RequestCounts(containerID: ContainerID(locked), environment: .development, bucket: bucket, requests: 5, throttled: 1, refused: 0),
+                RequestCounts(containerID: ContainerID(open), environment: .development, bucket: bucket, requests: 7, throttled: 0, refused: 2),
+            ]
+            let metering = AdminStore(database: harness.database, logger: TestCluster.logger).metering
+            func saved(_ container: Int64) async throws -> [Int64] {
+                try await harness.database.withConnection { connection in
+                    try await connection.rows("""
+                        SELECT requests, throttled, refused FROM request_counts WHERE container_id = \(container) AND bucket = \(bucket)
+                        """, logger: TestCluster.logger)
+                }.flatMap { row in let (a, b, c) = try row.decode((Int64, Int64, Int64).self); return [a, b, c] }
+            }
+            let shard = try await harness.database.withConnection { connection in
+                try await connection.rows("SELECT get_shard_id_for_distribution_column('request_counts', \(locked))", logger: TestCluster.logger)
+            }.first!.decode(Int64.self)
+            // The first container's shard locked on its worker while the counts are written.
+            try await withDatabase(TestCluster.citusNode(workers[0], harness.database.configuration.database), maximumConnections: 1) { node in
+                try await node.transaction { connection in
+                    try await connection.statement("SET LOCAL citus.enable_manual_changes_to_shards = on", logger: TestCluster.logger)
+                    try await connection.statement(PostgresQuery(unsafeSQL: "LOCK TABLE request_counts_\(shard) IN ACCESS EXCLUSIVE MODE"),
+                                                   logger: TestCluster.logger)
+                    do {
+                        try await metering.addRequestCounts(entries)
+                        Issue.record("the counts were written past a locked shard")
+                    } catch let unsaved as RequestCountsUnsaved {
+                        #expect(unsaved.indices == [0], "\(unsaved.indices)")
+                    }
+                    // Rolled back at the end of the closure: the lock goes.
+                    try await connection.statement("SELECT 1", logger: TestCluster.logger)
+                }
+            }
+            #expect(try await saved(open) == [7, 0, 2])
+            #expect(try await saved(locked) == [])
+            try await metering.addRequestCounts([entries[0]])
+            #expect(try await saved(locked) == [5, 1, 0])
+            #expect(try await saved(open) == [7, 0, 2], "the second worker's counts were written twice")
+        }
+    }
 }

@@ -154,6 +154,13 @@ extension MeteringStore {
     }
 }
 
+/// Request counts that `addRequestCounts` could not save (their worker's statement failed) while
+/// others were saved: the positions of the unsaved ones in the entries given.
+public struct RequestCountsUnsaved: Error {
+    public var indices: [Int]
+    public var underlying: any Error
+}
+
 /// A container-environment's request counts in one 10-second bucket, to add to `request_counts`.
 public struct RequestCounts: Sendable {
     public var containerID: ContainerID
@@ -205,9 +212,32 @@ extension MeteringStore {
         return others
     }
 
-    /// Adds request counts to `request_counts`.
+    /// Adds request counts to `request_counts`. On Citus, one statement per worker, on that
+    /// worker, with the rows of the containers it holds (`Database.groupedByCitusWorker`): an
+    /// `INSERT … SELECT` of rows for many containers is repartitioned by the coordinator across
+    /// every worker's shards, which cost more than the requests it counted. A statement that fails
+    /// there leaves the others' rows saved: ``RequestCountsUnsaved`` names the entries it held.
     public func addRequestCounts(_ entries: [RequestCounts]) async throws {
         guard !entries.isEmpty else { return }
+        if let groups = try await database.groupedByCitusWorker(entries.map(\.containerID)) {
+            var unsaved: [Int] = []
+            var failure: (any Error)?
+            for (worker, indices) in groups {
+                let query = Self.requestCountsRows(indices.map { entries[$0] })
+                do {
+                    if let worker {
+                        try await worker.withConnection { try await $0.statement(query, logger: logger) }
+                    } else {
+                        try await database.withConnection { try await $0.statement(query, logger: logger) }
+                    }
+                } catch {
+                    unsaved += indices
+                    failure = failure ?? error
+                }
+            }
+            if let failure { throw RequestCountsUnsaved(indices: unsaved, underlying: Database.map(failure)) }
+            return
+        }
         try await database.withConnection { connection in
             try await connection.statement("""
                 INSERT INTO request_counts AS r (container_id, environment, bucket, requests, throttled, refused, notifications, notifications_dropped, pushes)
@@ -222,6 +252,31 @@ extension MeteringStore {
                     notifications_dropped = r.notifications_dropped + excluded.notifications_dropped, pushes = r.pushes + excluded.pushes
                 """, logger: logger)
         }
+    }
+
+    /// `entries` added to `request_counts` as rows of values (each row's cells bound), for a
+    /// statement Citus runs on the one worker holding their containers.
+    static func requestCountsRows(_ entries: [RequestCounts]) -> PostgresQuery {
+        var bindings = PostgresBindings(capacity: entries.count * 9)
+        var rows: [String] = []
+        rows.reserveCapacity(entries.count)
+        for entry in entries {
+            let first = bindings.count + 1
+            rows.append("(" + (first..<first + 9).map { "$\($0)" }.joined(separator: ", ") + ")")
+            bindings.append(entry.containerID.rawValue)
+            bindings.append(entry.environment.code)
+            for value in [entry.bucket, entry.requests, entry.throttled, entry.refused, entry.notifications, entry.notificationsDropped, entry.pushes] {
+                bindings.append(value)
+            }
+        }
+        return PostgresQuery(unsafeSQL: """
+            INSERT INTO request_counts AS r (container_id, environment, bucket, requests, throttled, refused, notifications, notifications_dropped, pushes)
+            VALUES \(rows.joined(separator: ", "))
+            ON CONFLICT (container_id, environment, bucket) DO UPDATE
+            SET requests = r.requests + excluded.requests, throttled = r.throttled + excluded.throttled, refused = r.refused + excluded.refused,
+                notifications = r.notifications + excluded.notifications,
+                notifications_dropped = r.notifications_dropped + excluded.notifications_dropped, pushes = r.pushes + excluded.pushes
+            """, binds: bindings)
     }
 
     /// Drops rate windows older than ten seconds and request counts older than two days.

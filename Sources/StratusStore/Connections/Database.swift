@@ -303,6 +303,24 @@ public final class Database: Sendable {
         }
     }
 
+    /// On a Citus coordinator routing to workers (`CitusRoutes`): the positions of `containers`
+    /// grouped by the worker holding each (nil: a container whose shards are on the coordinator),
+    /// for background writes that touch many containers and should run on each worker on its own.
+    /// `nil` elsewhere, and inside a transaction or connection the task holds.
+    func groupedByCitusWorker(_ containers: [ContainerID]) async throws -> [(worker: CitusWorker?, indices: [Int])]? {
+        guard held == nil, let citusRoutes else { return nil }
+        var groups: [(worker: CitusWorker?, indices: [Int])] = []
+        for (index, container) in containers.enumerated() {
+            let worker = try await citusRoutes.worker(for: container, coordinatorDatabase: self)
+            if let group = groups.firstIndex(where: { $0.worker === worker }) {
+                groups[group].indices.append(index)
+            } else {
+                groups.append((worker, [index]))
+            }
+        }
+        return groups
+    }
+
     /// Lifts the statement limit for the rest of the caller's transaction: for work whose size
     /// follows the data (an index build batch, deleting a zone's records), not a request's.
     public static func allowLongStatements(on connection: PostgresConnection, logger: Logger) async throws {
