@@ -59,7 +59,7 @@ final class CitusRoutes: Sendable {
         (madePools, made) = AsyncStream.makeStream(of: Database.self)
     }
 
-    /// The pool of the worker holding `container`'s shards, or nil to stay on the coordinator.
+    /// The worker holding `container`'s shards, or nil to stay on the coordinator.
     /// Reads the route through `coordinatorDatabase` when it has none, or an expired one.
     func worker(for container: ContainerID, coordinatorDatabase: Database) async throws -> CitusWorker? {
         let now = ContinuousClock.now
@@ -122,7 +122,7 @@ final class CitusRoutes: Sendable {
         let worker = CitusWorker(node: node, pool: Database(configuration: configuration, logger: logger), logger: logger)
         state.pools[node] = worker
         made.yield(worker.pool)
-        logger.notice("the Citus worker \(node.host):\(node.port) is used directly: lookups of the containers it holds, its statistics")
+        logger.notice("the Citus worker \(node.host):\(node.port) is used directly: lookups, queries and request counts of the containers it holds, its statistics")
         return worker
     }
 
