@@ -27,7 +27,7 @@ final class CitusRoutes: Sendable {
 
     private struct Route {
         /// nil: the container's shards are on the coordinator (or nowhere yet): no worker to use.
-        var node: Node?
+        var worker: CitusWorker?
         var until: ContinuousClock.Instant
     }
 
@@ -63,9 +63,7 @@ final class CitusRoutes: Sendable {
     /// Reads the route through `coordinatorDatabase` when it has none, or an expired one.
     func worker(for container: ContainerID, coordinatorDatabase: Database) async throws -> CitusWorker? {
         let now = ContinuousClock.now
-        if let route = state.withLock({ $0.routes[container] }), route.until > now {
-            return route.node.flatMap { node in state.withLock { $0.pools[node] } }
-        }
+        if let route = state.withLock({ $0.routes[container] }), route.until > now { return route.worker }
         let rows = try await coordinatorDatabase.withConnection { connection in
             try await connection.rows("""
                 SELECT n.nodename, n.nodeport, n.groupid = 0
@@ -82,8 +80,9 @@ final class CitusRoutes: Sendable {
         }
         return state.withLock { state in
             if state.routes.count >= Self.capacity { state.routes.removeAll(keepingCapacity: true) }
-            state.routes[container] = Route(node: node, until: now + Self.lifetime)
-            return node.map { worker(at: $0, in: &state) }
+            let holder = node.map { self.worker(at: $0, in: &state) }
+            state.routes[container] = Route(worker: holder, until: now + Self.lifetime)
+            return holder
         }
     }
 

@@ -154,8 +154,9 @@ public final class RecordStore: Sendable {
         // statement is shared: each must name its one container for Citus to route it.
         let shares = !database.configuration.citusCoordinator
         self.lookups = StatementSharing(shares: shares, keysPerStatement: 256, keys: { max($0.names.count, 1) }) { requests, sending in
-            if !shares, let request = requests.first, requests.count == 1 {
-                // On Citus: straight to the worker holding the container, as single-table statements.
+            if database.citusRoutes != nil, let request = requests.first, requests.count == 1 {
+                // On Citus routing to workers: straight to the worker holding the container, as
+                // single-table statements (through the coordinator, the one joined statement).
                 return try await database.withConnection(routedTo: request.db.containerID) { connection in
                     sending()
                     return [try await Lookups.runRouted(request, on: connection, logger: logger)]

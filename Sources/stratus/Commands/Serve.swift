@@ -141,7 +141,7 @@ struct Serve: AsyncParsableCommand {
             case "coordinator": configuration.routesToCitusWorkers = false
             case let other: throw ValidationError("STRATUS_CITUS_ROUTING must be 'workers' (reads go straight to the worker holding their container) or 'coordinator' (everything through the coordinator); got '\(other)'")
             }
-            logger.notice("the database is a Citus coordinator: statements get a plan of their own each time (Citus cannot run generic plans of joins), change feeds read the coordinator's snapshot, and lookups go \(configuration.routesToCitusWorkers ? "straight to the worker holding their container" : "through the coordinator (STRATUS_CITUS_ROUTING=coordinator)")")
+            logger.notice("the database is a Citus coordinator: statements get a plan of their own each time (Citus cannot run generic plans of joins), change feeds read the coordinator's snapshot, and lookups and queries go \(configuration.routesToCitusWorkers ? "straight to the worker holding their container" : "through the coordinator (STRATUS_CITUS_ROUTING=coordinator)")")
         }
         let db = Database(configuration: configuration, logger: logger)
         let tls = try tlsCertificate(logger: logger)
