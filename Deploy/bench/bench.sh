@@ -498,28 +498,32 @@ if [ "$CITUS" = 1 ]; then
   CITUS_RESULTS="$WORK/citus.tsv"
   : > "$CITUS_RESULTS"
   # citus_mark <server pid> <postgres folder>: CPU ticks of the server, of every PostgreSQL process
-  # under the folder's postmasters, and of the machine.
+  # under the folder's postmasters, of the machine, and of the Citus coordinator's processes alone
+  # (0 for one server).
   citus_mark() {
-    local server=0 pg=0 postmaster child
-    for postmaster in $(for f in "$2"/*/postmaster.pid "$2"/postmaster.pid; do [ -f "$f" ] && head -1 "$f"; done); do
-      pg=$(( pg + $(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$postmaster/stat") ))
-      for child in $(pgrep -P "$postmaster"); do
-        pg=$(( pg + $(awk '{ print $14 + $15 }' "/proc/$child/stat" 2>/dev/null || echo 0) ))
+    local server=0 pg=0 coordinator=0 file ticks child
+    for file in "$2"/*/postmaster.pid "$2"/postmaster.pid; do
+      [ -f "$file" ] || continue
+      ticks=$(awk '{ print $14 + $15 + $16 + $17 }' "/proc/$(head -1 "$file")/stat")
+      for child in $(pgrep -P "$(head -1 "$file")"); do
+        ticks=$(( ticks + $(awk '{ print $14 + $15 }' "/proc/$child/stat" 2>/dev/null || echo 0) ))
       done
+      pg=$(( pg + ticks ))
+      [ "$file" = "$2/coordinator/postmaster.pid" ] && coordinator=$ticks
     done
     server=$(awk '{ print $14 + $15 }' "/proc/$1/stat" 2>/dev/null || echo 0)
-    echo "$server $pg $(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat)"
+    echo "$server $pg $(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 }' /proc/stat) $coordinator"
   }
   # measure <label> <server pid> <postgres folder> <state file>: each workload once, after an unmeasured 5 s lookup pass.
   measure() {
     local label=$1 pid=$2 folder=$3 state=$4 workload json
     "$BENCH" --workload lookup --concurrency "$CONCURRENCY" --duration 5 --state-file "$state" >/dev/null 2>&1 || true
     for workload in $WORKLOADS; do
-      local s0 t0 server0 pg0 machine0 server1 pg1 machine1
+      local s0 t0 server0 pg0 machine0 coordinator0 server1 pg1 machine1 coordinator1
       read -r s0 t0 < <(cpu_mark)
-      read -r server0 pg0 machine0 < <(citus_mark "$pid" "$folder")
+      read -r server0 pg0 machine0 coordinator0 < <(citus_mark "$pid" "$folder")
       json=$("$BENCH" --workload "$workload" --concurrency "$CONCURRENCY" --duration "$DURATION" --state-file "$state" --json 2>/dev/null)
-      read -r server1 pg1 machine1 < <(citus_mark "$pid" "$folder")
+      read -r server1 pg1 machine1 coordinator1 < <(citus_mark "$pid" "$folder")
       local steal rps p50 p99 errors requests
       steal=$(steal_since "$s0" "$t0")
       rps=$(echo "$json" | sed -nE 's/.*"requestsPerSecond":([0-9.]+).*/\1/p')
@@ -527,9 +531,9 @@ if [ "$CITUS" = 1 ]; then
       p99=$(echo "$json" | sed -nE 's/.*"p99":([0-9.]+).*/\1/p')
       errors=$(echo "$json" | sed -nE 's/.*"errors":([0-9]+).*/\1/p')
       requests=$(echo "$json" | sed -nE 's/.*"requests":([0-9]+).*/\1/p')
-      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$label" "$workload" "${rps:-0}" "${p50:-0}" "${p99:-0}" "${errors:-0}" \
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$label" "$workload" "${rps:-0}" "${p50:-0}" "${p99:-0}" "${errors:-0}" \
         "$(cpu_per $(( server1 - server0 )) "${requests:-0}")" "$(cpu_per $(( pg1 - pg0 )) "${requests:-0}")" \
-        "$(cpu_per $(( machine1 - machine0 )) "${requests:-0}")" "$steal" >> "$CITUS_RESULTS"
+        "$(cpu_per $(( machine1 - machine0 )) "${requests:-0}")" "$steal" "$(cpu_per $(( coordinator1 - coordinator0 )) "${requests:-0}")" >> "$CITUS_RESULTS"
       echo "   $label $workload: ${rps:-0} req/s, p50 ${p50:-0} ms, errors ${errors:-0}; steal $steal %" >&2
     done
   }
@@ -567,10 +571,10 @@ if [ "$CITUS" = 1 ]; then
   awk -F '\t' '
     { key = $2; if ($1 == "one server") { order[++n] = key; one[key] = $0 } else { citus[key] = $0 } }
     END {
-      printf "%-10s %12s %12s %7s %14s %14s %7s %22s %22s\n", "workload", "one r/s", "Citus r/s", "ratio", "p50 one/Citus", "p99 one/Citus", "errors", "CPU µs one (srv+PG/all)", "Citus (srv+PG/all)"
+      printf "%-10s %12s %12s %7s %14s %14s %7s %22s %22s %12s\n", "workload", "one r/s", "Citus r/s", "ratio", "p50 one/Citus", "p99 one/Citus", "errors", "CPU µs one (srv+PG/all)", "Citus (srv+PG/all)", "coordinator"
       for (i = 1; i <= n; i++) {
         split(one[order[i]], a, "\t"); split(citus[order[i]], b, "\t")
-        printf "%-10s %12s %12s %6.0f%% %14s %14s %7s %22s %22s\n", order[i], a[3], b[3], (a[3] > 0 ? 100 * b[3] / a[3] : 0), a[4] "/" b[4], a[5] "/" b[5], a[6] + b[6], a[7] "+" a[8] "/" a[9], b[7] "+" b[8] "/" b[9]
+        printf "%-10s %12s %12s %6.0f%% %14s %14s %7s %22s %22s %12s\n", order[i], a[3], b[3], (a[3] > 0 ? 100 * b[3] / a[3] : 0), a[4] "/" b[4], a[5] "/" b[5], a[6] + b[6], a[7] "+" a[8] "/" a[9], b[7] "+" b[8] "/" b[9], b[11]
       } }' "$CITUS_RESULTS"
   echo "statements Citus ran on more than one worker during the measured runs: $(cat "$WORK/citus-multi-task")"
   exit 0

@@ -306,7 +306,7 @@ public final class RateLimiter: Sendable {
             })
         } catch {
             // Not lost: added back for the next flush (on Citus, those whose worker failed).
-            let unsaved = (error as? RequestCountsUnsaved).map { failure in failure.indices.map { entries[$0] } } ?? entries
+            let unsaved = (error as? RowsUnsaved).map { failure in failure.positions.map { entries[$0] } } ?? entries
             state.withLock { state in
                 for (key, meter) in unsaved {
                     state.meters[key, default: Meter()].requests += meter.requests

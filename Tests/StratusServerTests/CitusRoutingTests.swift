@@ -101,27 +101,89 @@ struct CitusRoutingTests {
         }
     }
 
+    /// A routed lookup in a zone whose id the server remembers reads the records under that id
+    /// alone; the answers stay those of the zone as it is now: deleted (ZONE_NOT_FOUND), made
+    /// again (the record gone: NOT_FOUND; a new one found), and after a reset of the environment,
+    /// which deletes the zone's row, made again under a new id.
+    @Test func lookupsWithARememberedZoneAnswerAsTheZoneIsNow() async throws {
+        try await Harness.run(poolSize: 4) { harness in
+            let session = try await harness.container().signedUp()
+            func zone(_ operation: String) async throws {
+                let answer = try await session.post("private", "zones/modify", ["operations": [["operationType": .string(operation), "zone": ["zoneID": ["zoneName": "Notes"]]]]])
+                #expect(answer.status == 200 && answer.json["zones"]?.arrayValue?.first?.errorCode == nil, "\(operation): \(answer.json)")
+            }
+            func save(_ name: String, _ value: Int) async throws {
+                let saved = try await session.modify("private", zone: "Notes", [op("create", name, fields: ["n": ["value": .int(Int64(value))]])])
+                #expect(saved.json.record(0)?.errorCode == nil, "\(saved.json)")
+            }
+            try await zone("create")
+            try await save("x", 1)
+            for _ in 0..<2 {
+                let answer = try await Self.lookup(session, ["x", "never"], zone: "Notes")
+                #expect(answer.found == ["x": 1] && answer.errors == ["NOT_FOUND"], "\(answer)")
+            }
+            try await zone("delete")
+            #expect(try await Self.lookup(session, ["x"], zone: "Notes").errors == ["ZONE_NOT_FOUND"])
+            try await zone("create")
+            var answer = try await Self.lookup(session, ["x"], zone: "Notes")
+            #expect(answer.found == [:] && answer.errors == ["NOT_FOUND"], "\(answer)")
+            try await save("y", 2)
+            answer = try await Self.lookup(session, ["x", "y"], zone: "Notes")
+            #expect(answer.found == ["y": 2] && answer.errors == ["NOT_FOUND"], "\(answer)")
+
+            let reset = try await harness.admin(.post, "containers/\(session.container)/schema/reset", json: [:])
+            #expect(reset.status == 200, "\(reset.json)")
+            #expect(try await Self.lookup(session, ["y"], zone: "Notes").errors == ["ZONE_NOT_FOUND"])
+            try await zone("create")
+            try await save("z", 3)
+            answer = try await Self.lookup(session, ["y", "z"], zone: "Notes")
+            #expect(answer.found == ["z": 3] && answer.errors == ["NOT_FOUND"], "\(answer)")
+        }
+    }
+
+    /// Two containers of `harness`, each held by another worker: (the first worker's port, its
+    /// container id), (the second's).
+    static func containersOnTwoWorkers(_ harness: Harness) async throws -> (first: (port: Int, container: Int64), second: (port: Int, container: Int64)) {
+        var byWorker: [Int: Int64] = [:]
+        for _ in 0..<20 where byWorker.count < 2 {
+            let session = try await harness.container()
+            let placed = try await Self.placement(harness, container: session.container)
+            if byWorker[placed.holder] == nil { byWorker[placed.holder] = placed.containerID }
+        }
+        let workers = byWorker.keys.sorted()
+        try #require(workers.count == 2, "20 containers all landed on one worker")
+        return ((workers[0], byWorker[workers[0]]!), (workers[1], byWorker[workers[1]]!))
+    }
+
+    /// Runs `body` while `container`'s shard of `table` is locked on its worker (at `port`), so
+    /// that any write to it waits past the lock timeout and fails.
+    static func withShardLocked(_ harness: Harness, table: String, container: Int64, port: Int, _ body: @Sendable () async throws -> Void) async throws {
+        let shard = try await harness.database.withConnection { connection in
+            try await connection.rows("SELECT get_shard_id_for_distribution_column(\(table)::regclass, \(container))", logger: TestCluster.logger)
+        }.first!.decode(Int64.self)
+        try await withDatabase(TestCluster.citusNode(port, harness.database.configuration.database), maximumConnections: 1) { node in
+            try await node.transaction { connection in
+                try await connection.statement("SET LOCAL citus.enable_manual_changes_to_shards = on", logger: TestCluster.logger)
+                try await connection.statement(PostgresQuery(unsafeSQL: "LOCK TABLE \(table)_\(shard) IN ACCESS EXCLUSIVE MODE"), logger: TestCluster.logger)
+                try await body()
+                // Rolled back at the end of the closure: the lock goes.
+                try await connection.statement("SELECT 1", logger: TestCluster.logger)
+            }
+        }
+    }
+
     /// Request counts of containers on both workers are written by one statement per worker, on
     /// that worker; when one worker's statement fails (its shard locked past the lock timeout),
     /// the other's rows stay saved and the failure names exactly the entries not saved, which the
     /// rate limiter adds back for the next flush: nothing counted twice, nothing lost.
     @Test func requestCountsAreWrittenPerWorkerAndAFailureNamesWhatWasNotSaved() async throws {
         try await Harness.run(poolSize: 2, database: { $0.lockTimeout = .milliseconds(500) }) { harness in
-            // Containers until each worker holds one.
-            var byWorker: [Int: Int64] = [:]
-            for _ in 0..<20 where byWorker.count < 2 {
-                let session = try await harness.container()
-                let placed = try await Self.placement(harness, container: session.container)
-                if byWorker[placed.holder] == nil { byWorker[placed.holder] = placed.containerID }
-            }
-            let workers = byWorker.keys.sorted()
-            try #require(workers.count == 2, "20 containers all landed on one worker")
-            let (locked, open) = (byWorker[workers[0]]!, byWorker[workers[1]]!)
+            let (first, second) = try await Self.containersOnTwoWorkers(harness)
             // A bucket far ahead, which neither the harness's own flushes nor the sweep touch.
             let bucket: Int64 = 4_000_000_000
             let entries = [
-                RequestCounts(containerID: ContainerID(locked), environment: .development, bucket: bucket, requests: 5, throttled: 1, refused: 0),
-                RequestCounts(containerID: ContainerID(open), environment: .development, bucket: bucket, requests: 7, throttled: 0, refused: 2),
+                RequestCounts(containerID: ContainerID(first.container), environment: .development, bucket: bucket, requests: 5, throttled: 1, refused: 0),
+                RequestCounts(containerID: ContainerID(second.container), environment: .development, bucket: bucket, requests: 7, throttled: 0, refused: 2),
             ]
             let metering = AdminStore(database: harness.database, logger: TestCluster.logger).metering
             func saved(_ container: Int64) async throws -> [Int64] {
@@ -131,30 +193,60 @@ struct CitusRoutingTests {
                         """, logger: TestCluster.logger)
                 }.flatMap { row in let (a, b, c) = try row.decode((Int64, Int64, Int64).self); return [a, b, c] }
             }
-            let shard = try await harness.database.withConnection { connection in
-                try await connection.rows("SELECT get_shard_id_for_distribution_column('request_counts', \(locked))", logger: TestCluster.logger)
-            }.first!.decode(Int64.self)
-            // The first container's shard locked on its worker while the counts are written.
-            try await withDatabase(TestCluster.citusNode(workers[0], harness.database.configuration.database), maximumConnections: 1) { node in
-                try await node.transaction { connection in
-                    try await connection.statement("SET LOCAL citus.enable_manual_changes_to_shards = on", logger: TestCluster.logger)
-                    try await connection.statement(PostgresQuery(unsafeSQL: "LOCK TABLE request_counts_\(shard) IN ACCESS EXCLUSIVE MODE"),
-                                                   logger: TestCluster.logger)
-                    do {
-                        try await metering.addRequestCounts(entries)
-                        Issue.record("the counts were written past a locked shard")
-                    } catch let unsaved as RequestCountsUnsaved {
-                        #expect(unsaved.indices == [0], "\(unsaved.indices)")
-                    }
-                    // Rolled back at the end of the closure: the lock goes.
-                    try await connection.statement("SELECT 1", logger: TestCluster.logger)
+            try await Self.withShardLocked(harness, table: "request_counts", container: first.container, port: first.port) {
+                do {
+                    try await metering.addRequestCounts(entries)
+                    Issue.record("the counts were written past a locked shard")
+                } catch let unsaved as RowsUnsaved {
+                    #expect(unsaved.positions == [0], "\(unsaved.positions)")
                 }
             }
-            #expect(try await saved(open) == [7, 0, 2])
-            #expect(try await saved(locked) == [])
+            #expect(try await saved(second.container) == [7, 0, 2])
+            #expect(try await saved(first.container) == [])
             try await metering.addRequestCounts([entries[0]])
-            #expect(try await saved(locked) == [5, 1, 0])
-            #expect(try await saved(open) == [7, 0, 2], "the second worker's counts were written twice")
+            #expect(try await saved(first.container) == [5, 1, 0])
+            #expect(try await saved(second.container) == [7, 0, 2], "the second worker's counts were written twice")
+        }
+    }
+
+    /// The request log of containers on both workers is written per worker, as statements Citus
+    /// routes to the one worker (no step of it through the coordinator): the rows are numbered
+    /// and trimmed to `keep` as on one server, and when one worker's shard is locked past the lock
+    /// timeout the other's rows are saved and the failure names exactly the entries not saved,
+    /// which are written by the next flush once, in order.
+    @Test func theRequestLogIsWrittenPerWorkerAndAFailureNamesWhatWasNotSaved() async throws {
+        try await Harness.run(poolSize: 2, database: { $0.lockTimeout = .milliseconds(500) }) { harness in
+            let (first, second) = try await Self.containersOnTwoWorkers(harness)
+            let metering = AdminStore(database: harness.database, logger: TestCluster.logger).metering
+            // Only this test's rows: the harness's own requests are logged in the development environment's log.
+            func entry(_ container: Int64, _ id: String) -> RequestLogEntry {
+                RequestLogEntry(containerID: ContainerID(container), environment: .production, at: Date(), database: .public,
+                                operation: "records/lookup", status: 200, errorCode: nil, durationMicroseconds: 100, userRecordName: nil,
+                                requestID: id, clientAddress: nil)
+            }
+            func logged(_ container: Int64) async throws -> [String] {
+                try await metering.requestLog(containerID: ContainerID(container), environment: .production, keep: 3,
+                                              filter: { var filter = RequestLogFilter(); filter.after = 0; return filter }()).map { "\($0.seq):\($0.requestID)" }
+            }
+            let entries = [entry(first.container, "a1"), entry(second.container, "b1"), entry(first.container, "a2"),
+                           entry(second.container, "b2"), entry(second.container, "b3")]
+            let groups: [(indices: [Int], keep: Int64)] = [([0, 2], 3), ([1, 3, 4], 3)]
+            try await Self.withShardLocked(harness, table: "request_log_heads", container: first.container, port: first.port) {
+                do {
+                    try await metering.writeRequestLog(entries, groups: groups)
+                    Issue.record("the log was written past a locked shard")
+                } catch let unsaved as RowsUnsaved {
+                    #expect(unsaved.positions == [0, 2], "\(unsaved.positions)")
+                }
+            }
+            #expect(try await logged(second.container) == ["1:b1", "2:b2", "3:b3"])
+            #expect(try await logged(first.container) == [])
+            try await metering.writeRequestLog(entries, groups: [([0, 2], 3)])
+            #expect(try await logged(first.container) == ["1:a1", "2:a2"])
+            // Past `keep`: the oldest batch goes once all its requests are more than 3 old.
+            try await metering.writeRequestLog([entry(second.container, "b4"), entry(second.container, "b5"), entry(second.container, "b6")],
+                                               groups: [([0, 1, 2], 3)])
+            #expect(try await logged(second.container) == ["4:b4", "5:b5", "6:b6"])
         }
     }
 }

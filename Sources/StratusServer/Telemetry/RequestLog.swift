@@ -108,8 +108,8 @@ public final class RequestLog: Sendable {
         runner.cancel()
     }
 
-    /// Writes every waiting row in one transaction; rows that could not be written wait for the
-    /// next time (within `maximumPending`).
+    /// Writes every waiting row in one transaction (on Citus, one per worker); rows that could not
+    /// be written wait for the next time (within `maximumPending`).
     func write(_ store: AdminStore) async {
         let (entries, waiters) = pending.withLock { pending in
             defer { pending.entries = []; pending.waiters = [] }
@@ -130,7 +130,9 @@ public final class RequestLog: Sendable {
             try await store.metering.writeRequestLog(entries, groups: batch)
             written.add(entries.count, ordering: .relaxed)
         } catch {
-            failed = entries
+            // On Citus, those of the workers that failed; elsewhere all.
+            failed = (error as? RowsUnsaved).map { unsaved in unsaved.positions.map { entries[$0] } } ?? entries
+            written.add(entries.count - failed.count, ordering: .relaxed)
             logger.debug("the request log could not be written", metadata: ["stratus.error": "\(String(reflecting: error))"])
         }
         guard !failed.isEmpty else { return }

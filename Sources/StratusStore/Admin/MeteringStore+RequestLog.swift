@@ -80,39 +80,50 @@ public struct RequestLogSummary: Sendable, Equatable {
 extension MeteringStore {
     /// Writes log rows, grouped by container-environment (each group: its entries' positions in
     /// `entries`, oldest first, and its `keep`), in one transaction (one commit a batch, whatever
-    /// the containers): each group's requests take its next numbers and are stored as one row of
-    /// arrays, and rows whose requests are all more than `keep` numbers old are deleted. The
-    /// commit is synchronous: an asynchronous one would leave the primary's WAL position ahead of
-    /// what replicas can replay for a moment each second, sending reads to the primary meanwhile.
+    /// the containers; on Citus, one per worker: `Database.transactionPerCitusWorker`, and
+    /// ``RowsUnsaved`` names the entries of a worker that failed): each group's requests take its
+    /// next numbers and are stored as one row of arrays, and rows whose requests are all more
+    /// than `keep` numbers old are deleted. The commit is synchronous: an asynchronous one would
+    /// leave the primary's WAL position ahead of what replicas can replay for a moment each
+    /// second, sending reads to the primary meanwhile.
     public func writeRequestLog(_ entries: [RequestLogEntry], groups: [(indices: [Int], keep: Int64)]) async throws {
         let groups = groups.filter { !$0.indices.isEmpty }
-        guard !groups.isEmpty else { return }
-        try await database.transaction { connection in
-            for (indices, keep) in groups {
-                let first = entries[indices[0]]
-                guard keep > 0 else {
-                    // Logging off: what was kept goes too.
-                    try await connection.statement("""
-                        DELETE FROM request_log WHERE container_id = \(first.containerID) AND environment = \(first.environment.code)
-                        """, logger: self.logger)
-                    continue
+        do {
+            try await database.transactionPerCitusWorker(groups.map { entries[$0.indices[0]].containerID }) { positions, routed, connection in
+                for (indices, keep) in positions.lazy.map({ groups[$0] }) {
+                    let first = entries[indices[0]]
+                    guard keep > 0 else {
+                        // Logging off: what was kept goes too.
+                        try await connection.statement("""
+                            DELETE FROM request_log WHERE container_id = \(first.containerID) AND environment = \(first.environment.code)
+                            """, logger: self.logger)
+                        continue
+                    }
+                    // Every request is numbered; only the newest `keep` of the batch are written (the others would be past the limit at once).
+                    let written = indices.suffix(Int(min(keep, Int64(indices.count)))).lazy
+                    let at = written.map { entries[$0].at }
+                    let batch = WriteRequestLog(containerID: first.containerID, environment: first.environment.code,
+                                                count: Int64(indices.count), written: Int64(at.count), keep: keep,
+                                                firstAt: at.min() ?? Date(), lastAt: at.max() ?? Date(),
+                                                at: .timestamps(at), databases: .int16s(written.map { entries[$0].database?.code ?? 0 }),
+                                                operations: .texts(written.map { entries[$0].operation }),
+                                                statuses: .int16s(written.map { Int16(clamping: entries[$0].status) }),
+                                                codes: .texts(written.map { entries[$0].errorCode ?? "" }),
+                                                durations: .int32s(written.map { Int32(clamping: entries[$0].durationMicroseconds) }),
+                                                users: .texts(written.map { entries[$0].userRecordName?.rawValue ?? "" }),
+                                                ids: .texts(written.map { entries[$0].requestID }),
+                                                addresses: .texts(written.map { entries[$0].clientAddress ?? "" }),
+                                                reasons: .texts(written.map { entries[$0].reason ?? "" }))
+                    if routed {
+                        try await batch.runRouted(on: connection, logger: self.logger)
+                    } else {
+                        _ = try await connection.rows(batch, logger: self.logger)
+                    }
                 }
-                // Every request is numbered; only the newest `keep` of the batch are written (the others would be past the limit at once).
-                let written = indices.suffix(Int(min(keep, Int64(indices.count)))).lazy
-                let at = written.map { entries[$0].at }
-                _ = try await connection.rows(WriteRequestLog(containerID: first.containerID, environment: first.environment.code,
-                                                              count: Int64(indices.count), written: Int64(at.count), keep: keep,
-                                                              firstAt: at.min() ?? Date(), lastAt: at.max() ?? Date(),
-                                                              at: .timestamps(at), databases: .int16s(written.map { entries[$0].database?.code ?? 0 }),
-                                                              operations: .texts(written.map { entries[$0].operation }),
-                                                              statuses: .int16s(written.map { Int16(clamping: entries[$0].status) }),
-                                                              codes: .texts(written.map { entries[$0].errorCode ?? "" }),
-                                                              durations: .int32s(written.map { Int32(clamping: entries[$0].durationMicroseconds) }),
-                                                              users: .texts(written.map { entries[$0].userRecordName?.rawValue ?? "" }),
-                                                              ids: .texts(written.map { entries[$0].requestID }),
-                                                              addresses: .texts(written.map { entries[$0].clientAddress ?? "" }),
-                                                              reasons: .texts(written.map { entries[$0].reason ?? "" })), logger: self.logger)
             }
+        } catch let unsaved as RowsUnsaved {
+            // Positions of groups, as the caller knows entries.
+            throw RowsUnsaved(positions: unsaved.positions.flatMap { groups[$0].indices }.sorted(), underlying: unsaved.underlying)
         }
     }
 
@@ -286,4 +297,27 @@ struct WriteRequestLog: PostgresPreparedStatement {
     }
 
     func decodeRow(_ row: PostgresRow) throws -> Row { try row.decode(Row.self) }
+
+    /// The same as three statements, each touching one table of the one container, for Citus to
+    /// route to the shards of the node holding it: a statement with a data-modifying CTE is
+    /// planned by the coordinator step by step, its intermediate results sent to every worker.
+    /// The DELETE runs after the INSERT here, but cannot take the new batch: its `last_seq` is the
+    /// head, never `keep` (at least 1) below it.
+    func runRouted(on connection: PostgresConnection, logger: Logger) async throws {
+        let head = try await connection.rows("""
+            INSERT INTO request_log_heads AS h (container_id, environment, next_seq) VALUES (\(containerID), \(environment), \(count))
+            ON CONFLICT (container_id, environment) DO UPDATE SET next_seq = h.next_seq + EXCLUDED.next_seq
+            RETURNING next_seq
+            """, logger: logger).first!.decode(Int64.self)
+        try await connection.statement("""
+            INSERT INTO request_log (container_id, environment, first_seq, last_seq, first_at, last_at, at, database, operation, status,
+                                     error_code, duration_us, user_record_name, request_id, client_address, reason)
+            VALUES (\(containerID), \(environment), \(head - written + 1), \(head), \(firstAt), \(lastAt), \(at), \(databases), \(operations),
+                    \(statuses), \(codes), \(durations), \(users), \(ids), \(addresses), \(reasons))
+            """, logger: logger)
+        try await connection.statement("""
+            DELETE FROM request_log WHERE container_id = \(containerID) AND environment = \(environment)
+              AND first_seq <= \(head - keep) AND last_seq <= \(head - keep)
+            """, logger: logger)
+    }
 }

@@ -154,10 +154,11 @@ extension MeteringStore {
     }
 }
 
-/// Request counts that `addRequestCounts` could not save (their worker's statement failed) while
-/// others were saved: the positions of the unsaved ones in the entries given.
-public struct RequestCountsUnsaved: Error {
-    public var indices: [Int]
+/// Rows of a background write (`addRequestCounts`, `writeRequestLog`) that could not be saved
+/// (on Citus, their worker's transaction failed) while others were: the positions of the unsaved
+/// ones in the entries given.
+public struct RowsUnsaved: Error {
+    public var positions: [Int]
     public var underlying: any Error
 }
 
@@ -213,32 +214,16 @@ extension MeteringStore {
     }
 
     /// Adds request counts to `request_counts`. On Citus, one statement per worker, on that
-    /// worker, with the rows of the containers it holds (`Database.groupedByCitusWorker`): an
-    /// `INSERT … SELECT` of rows for many containers is repartitioned by the coordinator across
-    /// every worker's shards, which cost more than the requests it counted. A statement that fails
-    /// there leaves the others' rows saved: ``RequestCountsUnsaved`` names the entries it held.
+    /// worker, with the rows of the containers it holds (`Database.transactionPerCitusWorker`):
+    /// an `INSERT … SELECT` of rows for many containers is repartitioned by the coordinator
+    /// across every worker's shards, which cost more than the requests it counted. A worker that
+    /// fails leaves the others' rows saved: ``RowsUnsaved`` names the entries it held.
     public func addRequestCounts(_ entries: [RequestCounts]) async throws {
-        guard !entries.isEmpty else { return }
-        if let groups = try await database.groupedByCitusWorker(entries.map(\.containerID)) {
-            var unsaved: [Int] = []
-            var failure: (any Error)?
-            for (worker, indices) in groups {
-                let query = Self.requestCountsRows(indices.map { entries[$0] })
-                do {
-                    if let worker {
-                        try await worker.withConnection { try await $0.statement(query, logger: logger) }
-                    } else {
-                        try await database.withConnection { try await $0.statement(query, logger: logger) }
-                    }
-                } catch {
-                    unsaved += indices
-                    failure = failure ?? error
-                }
+        try await database.transactionPerCitusWorker(entries.map(\.containerID)) { positions, routed, connection in
+            guard !routed else {
+                try await connection.statement(Self.requestCountsRows(positions.map { entries[$0] }), logger: logger)
+                return
             }
-            if let failure { throw RequestCountsUnsaved(indices: unsaved, underlying: Database.map(failure)) }
-            return
-        }
-        try await database.withConnection { connection in
             try await connection.statement("""
                 INSERT INTO request_counts AS r (container_id, environment, bucket, requests, throttled, refused, notifications, notifications_dropped, pushes)
                 SELECT * FROM unnest(\(entries.map(\.containerID))::int8[], \(entries.map(\.environment.code))::int2[],

@@ -303,22 +303,48 @@ public final class Database: Sendable {
         }
     }
 
-    /// On a Citus coordinator routing to workers (`CitusRoutes`): the positions of `containers`
-    /// grouped by the worker holding each (nil: a container whose shards are on the coordinator),
-    /// for background writes that touch many containers and should run on each worker on its own.
-    /// `nil` elsewhere, and inside a transaction or connection the task holds.
-    func groupedByCitusWorker(_ containers: [ContainerID]) async throws -> [(worker: CitusWorker?, indices: [Int])]? {
-        guard held == nil, let citusRoutes else { return nil }
-        var groups: [(worker: CitusWorker?, indices: [Int])] = []
-        for (index, container) in containers.enumerated() {
+    /// Background writes of rows of many containers (request counts, the request log), one
+    /// transaction per place their containers are held. On a Citus coordinator routing to
+    /// workers (`CitusRoutes`), `body` runs once per worker, on that worker, with the positions in
+    /// `containers` of the rows it holds (`routed` true: Citus plans each statement for that
+    /// worker's shards alone, so it commits there in one phase; a statement touching many
+    /// containers sent through the coordinator is repartitioned across every worker). A worker
+    /// that fails leaves the others' rows saved: ``RowsUnsaved`` names the positions not saved.
+    /// Elsewhere (one server, routing off, inside a transaction or connection the task holds),
+    /// `body` runs once with every position and `routed` false.
+    func transactionPerCitusWorker(_ containers: [ContainerID],
+                                   _ body: (_ positions: [Int], _ routed: Bool, PostgresConnection) async throws -> Void) async throws {
+        guard !containers.isEmpty else { return }
+        guard held == nil, let citusRoutes else {
+            try await transaction { try await body(Array(containers.indices), false, $0) }
+            return
+        }
+        var groups: [(worker: CitusWorker?, positions: [Int])] = []
+        for (position, container) in containers.enumerated() {
             let worker = try await citusRoutes.worker(for: container, coordinatorDatabase: self)
             if let group = groups.firstIndex(where: { $0.worker === worker }) {
-                groups[group].indices.append(index)
+                groups[group].positions.append(position)
             } else {
-                groups.append((worker, [index]))
+                groups.append((worker, [position]))
             }
         }
-        return groups
+        var unsaved: [Int] = []
+        var failure: (any Error)?
+        for (worker, positions) in groups {
+            do {
+                if let worker {
+                    try await worker.withConnection { _ in try await worker.pool.transaction { try await body(positions, true, $0) } }
+                } else {
+                    // Containers whose shards are on the coordinator: there.
+                    try await transaction { try await body(positions, true, $0) }
+                }
+            } catch {
+                for position in positions { citusRoutes.forget(containers[position]) }
+                unsaved += positions
+                failure = failure ?? error
+            }
+        }
+        if let failure { throw RowsUnsaved(positions: unsaved.sorted(), underlying: Database.map(failure)) }
     }
 
     /// Lifts the statement limit for the rest of the caller's transaction: for work whose size

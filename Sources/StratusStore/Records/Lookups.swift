@@ -24,16 +24,32 @@ enum Lookups {
         return try Prepared.Shared.grouped(rows, count: requests.count).map { try records($0, skipping: 1) }
     }
 
-    /// One request as two single-table statements (`FindZone`, then `RecordsNamed`), for a
-    /// connection to the Citus worker holding its container (`Database.withConnection(routedTo:)`):
-    /// its live records, or `nil` when its zone does not exist.
-    static func runRouted(_ request: LookupRequest, on connection: PostgresConnection, logger: Logger) async throws -> [Record]? {
+    /// One request as single-table statements for a connection to the Citus worker holding its
+    /// container (`Database.withConnection(routedTo:)`): its live records, or `nil` when its zone
+    /// does not exist. With the zone's id remembered (`known`), one statement (`RecordsNamed`):
+    /// a zone's id never changes while its row lives, and deleting a zone deletes its records in
+    /// the same transaction, so any row read under that id shows the zone live. No row: the zone
+    /// is read (`FindZone`) and the records again under the id found, which `remember` keeps.
+    static func runRouted(_ request: LookupRequest, known: ZoneID?, remember: (ZoneID) -> Void, on connection: PostgresConnection,
+                          logger: Logger) async throws -> [Record]? {
+        if let known, !request.names.isEmpty {
+            let rows = try await connection.rows(Prepared.RecordsNamed(container: request.db.containerID, zone: known, names: request.names),
+                                                 logger: logger)
+            if !rows.isEmpty { return try liveRecords(rows) }
+        }
         guard let zone = try await connection.rows(Prepared.FindZone(db: request.db, zone: request.zone), logger: logger).first else {
             return nil
         }
+        remember(zone)
         guard !request.names.isEmpty else { return [] }
+        if zone == known { return [] }
         let rows = try await connection.rows(Prepared.RecordsNamed(container: request.db.containerID, zone: zone, names: request.names),
                                              logger: logger)
+        return try liveRecords(rows)
+    }
+
+    /// The live records among `RecordsNamed`'s rows.
+    private static func liveRecords(_ rows: [PostgresRow]) throws -> [Record] {
         var records: [Record] = []
         for row in rows {
             let record = try RecordStore.storedRecord(row)

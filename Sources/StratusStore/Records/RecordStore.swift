@@ -141,8 +141,9 @@ public final class RecordStore: Sendable {
     let updates: StatementSharing<SharedWrite, SharedWrite.Outcome>
     /// And so do concurrent saves written without reading their records (`Prepared.ReplaceRecords`).
     let replaces: StatementSharing<SharedWrite, SharedWrite.Outcome>
-    /// Custom zones' ids by name, remembered by single-record writes (`modifyOne`).
-    let knownZones = KnownZones()
+    /// Zones' ids by name, remembered by single-record writes (`modifyOne`, custom zones) and by
+    /// lookups routed to a Citus worker (`Lookups.runRouted`).
+    let knownZones: KnownZones
     /// The query sharing of the caller's event loop.
     var queries: StatementSharing<QueryRequest, QueryPage?> { queriesByLoop.current }
 
@@ -153,13 +154,18 @@ public final class RecordStore: Sendable {
         // A request may name up to 200 records; a statement serves up to 256 names. On Citus no
         // statement is shared: each must name its one container for Citus to route it.
         let shares = !database.configuration.citusCoordinator
+        let knownZones = KnownZones()
+        self.knownZones = knownZones
         self.lookups = StatementSharing(shares: shares, keysPerStatement: 256, keys: { max($0.names.count, 1) }) { requests, sending in
             if database.citusRoutes != nil, let request = requests.first, requests.count == 1 {
                 // On Citus routing to workers: straight to the worker holding the container, as
                 // single-table statements (through the coordinator, the one joined statement).
+                let known = knownZones.zoneID(request.db, request.zone)
                 return try await database.withConnection(routedTo: request.db.containerID) { connection in
                     sending()
-                    return [try await Lookups.runRouted(request, on: connection, logger: logger)]
+                    return [try await Lookups.runRouted(request, known: known, remember: { zoneID in
+                        if zoneID != known { knownZones.remember(request.db, request.zone, zoneID: zoneID) }
+                    }, on: connection, logger: logger)]
                 }
             }
             return try await database.withConnection { connection in
@@ -418,8 +424,9 @@ public final class RecordStore: Sendable {
 /// Zone ids by database and name, remembered from writes so that a create in a zone written before
 /// skips reading the zone (`RecordStore.modifyOne`): `Prepared.InsertRecords` checks that the id
 /// is still a live zone of that name, in that database, so a stale or reused id writes nothing and
-/// the request goes the long way. At most `capacity`, forgotten all at once when full (a zone not
-/// remembered is read, as before).
+/// the request goes the long way. Lookups routed to a Citus worker remember and use them too
+/// (`Lookups.runRouted`: a stale id finds no row, and the zone is read). At most `capacity`,
+/// forgotten all at once when full (a zone not remembered is read, as before).
 final class KnownZones: Sendable {
     static let capacity = 50_000
 
