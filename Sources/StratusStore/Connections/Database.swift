@@ -206,7 +206,7 @@ public final class Database: Sendable {
         let closed: EventLoopFuture<Void>
     }
 
-    private func inTransaction<T: Sendable>(on connection: PostgresConnection, settle: (@Sendable (T) async throws -> Bool)?,
+    func inTransaction<T: Sendable>(on connection: PostgresConnection, settle: (@Sendable (T) async throws -> Bool)?,
                                             _ body: (PostgresConnection) async throws -> T) async throws -> T {
         do {
             try await connection.statement("BEGIN", logger: logger)

@@ -456,8 +456,14 @@ extension RecordStore {
         let settle: @Sendable ([Prepared.WriteRecords.Row]) async throws -> [Prepared.WriteRecords.Row] = { [database, logger] rows in
             try await WriteSettlement.settled(rows, containerID: db.containerID, zoneID: zoneID, database: database, logger: logger)
         }
-        let rows = updates.isEmpty ? try await connection.rows(Prepared.InsertRecords(write: write, db: db, zone: zone), logger: logger, settle: settle)
-                                   : try await connection.rows(write, logger: logger, settle: settle)
+        let rows: [Prepared.WriteRecords.Row]
+        if !updates.isEmpty {
+            rows = try await connection.rows(write, logger: logger, settle: settle)
+        } else if RoutedWrites.applies(to: database) {
+            rows = try await RoutedWrites.insert(Prepared.InsertRecords(write: write, db: db, zone: zone), database: database, on: connection, logger: logger)
+        } else {
+            rows = try await connection.rows(Prepared.InsertRecords(write: write, db: db, zone: zone), logger: logger, settle: settle)
+        }
         var written: [String: Int64] = [:]
         for (name, seq, xid) in rows {
             log.append(WriteSettlement.WrittenRecord(containerID: db.containerID, zoneID: zoneID, name: name, seq: seq, xid: xid))
