@@ -47,9 +47,11 @@
 #             server as usual, then through a Citus cluster on the same machine
 #             (Deploy/citus/cluster.sh: a coordinator and two workers, the same release binary,
 #             measured on one of its two `stratus serve`), each seeded alike through the API; prints
-#             both rates, latencies and the machine's CPU per request side by side, and how many
-#             statements Citus ran on more than one worker meanwhile (none is the goal). One
-#             machine cannot show Citus's added capacity, only the cost of the extra hop.
+#             both rates, latencies and the machine's CPU per request side by side (the
+#             coordinator's own share beside), how many statements Citus ran on more than one
+#             worker meanwhile, and how many two-phase commits a 3 s create pass made (none is the
+#             goal of both). One machine cannot show Citus's added capacity, only the cost of the
+#             extra hop.
 #
 # Everything runs on 127.0.0.1: a throwaway PostgreSQL cluster (tuned as in
 # shared/reference/performance.md §2.1), a release build of `stratus serve` and PocketBase
@@ -562,6 +564,15 @@ if [ "$CITUS" = 1 ]; then
     measure "Citus" "$STRATUS_CLUSTER_PID_1" "$CITUS_DIR/postgres" "$WORK/citus.json"
     after=$(grep -c "multi-task query about to be executed" "$CITUS_DIR/postgres/coordinator.log" || true)
     echo "$(( after - before ))" > "$WORK/citus-multi-task"
+    # Two-phase commits of writes: a 3 s create pass with the commands the coordinator sends to
+    # the workers logged (citus.log_remote_commands), counting PREPARE TRANSACTION against COMMIT.
+    coordinator_psql -c "ALTER SYSTEM SET citus.log_remote_commands = on" -c "ALTER SYSTEM SET log_min_messages = notice" -c "SELECT pg_reload_conf()" >/dev/null
+    sleep 1
+    lines=$(wc -l < "$CITUS_DIR/postgres/coordinator.log")
+    created=$("$BENCH" --workload create --concurrency "$CONCURRENCY" --duration 3 --state-file "$WORK/citus.json" --json 2>/dev/null | sed -nE 's/.*"requests":([0-9]+).*/\1/p')
+    coordinator_psql -c "ALTER SYSTEM RESET citus.log_remote_commands" -c "ALTER SYSTEM RESET log_min_messages" -c "SELECT pg_reload_conf()" >/dev/null
+    tail -n +"$((lines + 1))" "$CITUS_DIR/postgres/coordinator.log" > "$WORK/citus-remote.log"
+    echo "${created:-0} creates: $(grep -c 'issuing PREPARE TRANSACTION' "$WORK/citus-remote.log" || true) PREPARE TRANSACTION, $(grep -c 'issuing COMMIT' "$WORK/citus-remote.log" || true) one-phase COMMIT sent to workers" > "$WORK/citus-2pc"
     coordinator_psql -c "SELECT nodeport, count(DISTINCT c.container_id) FROM containers c, citus_shards s WHERE s.table_name = 'records'::regclass AND s.shardid = get_shard_id_for_distribution_column('records', c.container_id) GROUP BY nodeport ORDER BY nodeport" > "$WORK/citus-placement"
   )
   echo
@@ -577,6 +588,7 @@ if [ "$CITUS" = 1 ]; then
         printf "%-10s %12s %12s %6.0f%% %14s %14s %7s %22s %22s %12s\n", order[i], a[3], b[3], (a[3] > 0 ? 100 * b[3] / a[3] : 0), a[4] "/" b[4], a[5] "/" b[5], a[6] + b[6], a[7] "+" a[8] "/" a[9], b[7] "+" b[8] "/" b[9], b[11]
       } }' "$CITUS_RESULTS"
   echo "statements Citus ran on more than one worker during the measured runs: $(cat "$WORK/citus-multi-task")"
+  echo "two-phase commits in a 3 s create pass after them: $(cat "$WORK/citus-2pc")"
   exit 0
 fi
 
