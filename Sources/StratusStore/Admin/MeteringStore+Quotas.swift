@@ -71,9 +71,12 @@ extension MeteringStore {
                 WHERE container_id = $1 AND environment = $2
                 """, binds: bindings), logger: logger)
             // Every counter stripe's share of the old limits is void: the next growth in each
-            // takes the locked path and divides what the new limits leave free.
+            // takes the locked path and divides what the new limits leave free. No stripe keeps
+            // room: a cap of 0 would leave one whose count went below zero (deletes counted in
+            // another stripe than their records' creates) room for that many records.
             try await connection.statement("""
-                UPDATE usage_counters SET records_cap = 0, bytes_cap = 0 WHERE container_id = \(containerID) AND environment = \(environment.code)
+                UPDATE usage_counters SET records_cap = least(records, 0), bytes_cap = least(bytes, 0)
+                WHERE container_id = \(containerID) AND environment = \(environment.code)
                 """, logger: logger)
             try await Invalidations.publish(.quota(containerID: containerID, environment: environment), on: connection, logger: logger)
             let detail = changes.keys.sorted().map { "\($0)=\((changes[$0] ?? nil).map(String.init) ?? "default")" }.joined(separator: " ")

@@ -457,12 +457,13 @@ extension RecordStore {
             try await WriteSettlement.settled(rows, containerID: db.containerID, zoneID: zoneID, database: database, logger: logger)
         }
         let rows: [Prepared.WriteRecords.Row]
-        if !updates.isEmpty {
-            rows = try await connection.rows(write, logger: logger, settle: settle)
-        } else if RoutedWrites.applies(to: database) {
-            rows = try await RoutedWrites.insert(Prepared.InsertRecords(write: write, db: db, zone: zone), database: database, on: connection, logger: logger)
-        } else {
+        if RoutedWrites.applies(to: database) {
+            // On Citus routing to workers: statements Citus sends whole to the container's worker.
+            rows = try await RoutedWrites.write(write, db: db, zone: zone, database: database, on: connection, logger: logger)
+        } else if updates.isEmpty {
             rows = try await connection.rows(Prepared.InsertRecords(write: write, db: db, zone: zone), logger: logger, settle: settle)
+        } else {
+            rows = try await connection.rows(write, logger: logger, settle: settle)
         }
         var written: [String: Int64] = [:]
         for (name, seq, xid) in rows {

@@ -106,12 +106,9 @@ final class SharedWrite: Sendable {
                 // Alone, the single-record statement: a lone create costs PostgreSQL more in
                 // `CreateRecords`'s set-based form.
                 let create = statement[0]
-                let rows = RoutedWrites.applies(to: database)
-                    ? try await RoutedWrites.insert(create.insertRecords, database: database, on: connection, logger: logger)
-                    : try await connection.rows(create.insertRecords, logger: logger, settle: { rows in
-                        try await WriteSettlement.settled(rows, containerID: create.db.containerID, zoneID: create.zoneID, database: database, logger: logger)
-                    })
-                for (_, seq, xid) in rows {
+                for (_, seq, xid) in try await connection.rows(create.insertRecords, logger: logger, settle: { rows in
+                    try await WriteSettlement.settled(rows, containerID: create.db.containerID, zoneID: create.zoneID, database: database, logger: logger)
+                }) {
                     written[0] = .written(seq: seq, xid: xid)
                 }
             } else {
