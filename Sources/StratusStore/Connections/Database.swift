@@ -206,8 +206,11 @@ public final class Database: Sendable {
         let closed: EventLoopFuture<Void>
     }
 
+    /// `body` between BEGIN and COMMIT on `connection`, a connection the task holds outside a
+    /// transaction: a failure rolls back and is rethrown as it is; a COMMIT cut off is settled by
+    /// `settle`, as in `transaction`.
     func inTransaction<T: Sendable>(on connection: PostgresConnection, settle: (@Sendable (T) async throws -> Bool)?,
-                                            _ body: (PostgresConnection) async throws -> T) async throws -> T {
+                                    _ body: (PostgresConnection) async throws -> T) async throws -> T {
         do {
             try await connection.statement("BEGIN", logger: logger)
         } catch is CommitUnknown {

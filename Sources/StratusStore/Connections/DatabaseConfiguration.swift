@@ -64,8 +64,10 @@ public struct DatabaseConfiguration: Sendable {
     /// before the rows are read on the worker (`RecordStore.readFeed`).
     public var citusCoordinator = false
 
-    /// On a Citus coordinator, whether requests' single-table reads go straight to the worker
-    /// holding their container (`CitusRoutes`) rather than through the coordinator. On by default;
+    /// On a Citus coordinator, whether requests' single-table reads and background writes go
+    /// straight to the worker holding their container (`CitusRoutes`), and records writes as
+    /// statements Citus routes whole to it (`RoutedWrites`), rather than as before through the
+    /// coordinator. On by default;
     /// off (`STRATUS_CITUS_ROUTING=coordinator`) where the workers cannot be reached from the
     /// servers, or do not accept the coordinator's login.
     public var routesToCitusWorkers = true

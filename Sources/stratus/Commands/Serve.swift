@@ -139,9 +139,9 @@ struct Serve: AsyncParsableCommand {
             switch setting(nil, "STRATUS_CITUS_ROUTING", default: "workers")! {
             case "workers": configuration.routesToCitusWorkers = true
             case "coordinator": configuration.routesToCitusWorkers = false
-            case let other: throw ValidationError("STRATUS_CITUS_ROUTING must be 'workers' (reads go straight to the worker holding their container) or 'coordinator' (everything through the coordinator); got '\(other)'")
+            case let other: throw ValidationError("STRATUS_CITUS_ROUTING must be 'workers' (reads go straight to the worker holding their container, writes commit there in one phase) or 'coordinator' (everything through the coordinator); got '\(other)'")
             }
-            logger.notice("the database is a Citus coordinator: statements get a plan of their own each time (Citus cannot run generic plans of joins), change feeds read the coordinator's snapshot, and lookups and queries go \(configuration.routesToCitusWorkers ? "straight to the worker holding their container" : "through the coordinator (STRATUS_CITUS_ROUTING=coordinator)")")
+            logger.notice("the database is a Citus coordinator: statements get a plan of their own each time (Citus cannot run generic plans of joins), change feeds read the coordinator's snapshot, and \(configuration.routesToCitusWorkers ? "lookups and queries go straight to the worker holding their container, where records writes commit in one phase" : "lookups, queries and writes go through the coordinator (STRATUS_CITUS_ROUTING=coordinator)")")
         }
         let db = Database(configuration: configuration, logger: logger)
         let tls = try tlsCertificate(logger: logger)
