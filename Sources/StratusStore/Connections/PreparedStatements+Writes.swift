@@ -56,19 +56,27 @@ extension Prepared {
                 RETURNING record_name, change_seq, size
             """
 
+        /// What a changed record or tombstone is set to, from `u`, the updates' columns
+        /// (`n, t, f, ca, cb, ma, mb, d, s, p, o, ab, i`): a tombstone keeps its creation, modification
+        /// and parent; a record saved over a tombstone loses the share it had before. Also the
+        /// update `RoutedWrites` sends on Citus.
+        static let updateAssignments = """
+            record_type = u.t, fields = u.f, created_at = CASE WHEN u.d THEN r.created_at ELSE u.ca END,
+                   created_by = CASE WHEN u.d THEN r.created_by ELSE u.cb END,
+                   modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
+                   modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
+                   deleted = u.d, size = octet_length(u.f) + u.ab,
+                   change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq() + 32768 + u.i,
+                   parent = CASE WHEN u.d THEN r.parent ELSE NULLIF(u.p, '') END,
+                   share_name = CASE WHEN r.deleted THEN NULL ELSE r.share_name END,
+                   short_guid = CASE WHEN r.deleted THEN NULL ELSE r.short_guid END,
+                   share_root = CASE WHEN r.deleted THEN NULL ELSE r.share_root END
+            """
+
         /// Records changed or deleted, when they are as they were read.
         private static let updated = """
             ), upd AS (
-                UPDATE records r SET record_type = u.t, fields = u.f, created_at = CASE WHEN u.d THEN r.created_at ELSE u.ca END,
-                       created_by = CASE WHEN u.d THEN r.created_by ELSE u.cb END,
-                       modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
-                       modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
-                       deleted = u.d, size = octet_length(u.f) + u.ab,
-                       change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq() + 32768 + u.i,
-                       parent = CASE WHEN u.d THEN r.parent ELSE NULLIF(u.p, '') END,
-                       share_name = CASE WHEN r.deleted THEN NULL ELSE r.share_name END,
-                       short_guid = CASE WHEN r.deleted THEN NULL ELSE r.short_guid END,
-                       share_root = CASE WHEN r.deleted THEN NULL ELSE r.share_root END
+                UPDATE records r SET \(updateAssignments)
                 FROM unnest($10::text[], $11::text[], $12::text[], $13::bigint[], $14::text[], $15::bigint[], $16::text[], $17::bool[], $31::bigint[], $40::text[], $43::bigint[], $47::bigint[])
                      WITH ORDINALITY AS u(n, t, f, ca, cb, ma, mb, d, s, p, o, ab, i)
                 WHERE r.container_id = $1 AND r.zone_id = $2 AND r.record_name = u.n AND r.change_seq = u.s

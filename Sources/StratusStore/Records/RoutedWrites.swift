@@ -95,16 +95,7 @@ enum RoutedWrites {
         if !updates.isEmpty {
             let fields = write.updates.rows.fields
             let rows = try await connection.rows("""
-                UPDATE records r SET record_type = u.t, fields = u.f, created_at = CASE WHEN u.d THEN r.created_at ELSE u.ca END,
-                       created_by = CASE WHEN u.d THEN r.created_by ELSE u.cb END,
-                       modified_at = CASE WHEN u.d THEN r.modified_at ELSE u.ma END,
-                       modified_by = CASE WHEN u.d THEN r.modified_by ELSE u.mb END,
-                       deleted = u.d, size = octet_length(u.f) + u.ab,
-                       change_xid = pg_current_xact_id()::text::bigint, change_seq = stratus_change_seq() + 32768 + u.i,
-                       parent = CASE WHEN u.d THEN r.parent ELSE NULLIF(u.p, '') END,
-                       share_name = CASE WHEN r.deleted THEN NULL ELSE r.share_name END,
-                       short_guid = CASE WHEN r.deleted THEN NULL ELSE r.short_guid END,
-                       share_root = CASE WHEN r.deleted THEN NULL ELSE r.share_root END
+                UPDATE records r SET \(unescaped: Prepared.WriteRecords.updateAssignments)
                 FROM unnest(\(updates.map(\.recordName))::text[], \(updates.map(\.recordType))::text[], \(fields)::text[],
                             \(updates.map(\.createdAt))::bigint[], \(updates.map(\.createdBy.rawValue))::text[], \(updates.map(\.modifiedAt))::bigint[],
                             \(updates.map(\.modifiedBy.rawValue))::text[], \(updates.map(\.deleted))::bool[], \(write.updates.expectedSeqs)::bigint[],
