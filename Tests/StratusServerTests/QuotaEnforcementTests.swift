@@ -155,33 +155,6 @@ import Testing
         }
     }
 
-    /// A lowered limit leaves no counter stripe room, not even one whose count went below zero
-    /// (deletes counted in another stripe than their records' creates, as happens when writers
-    /// spread over stripes): the next create is refused while the total is at the limit.
-    @Test func aLoweredLimitLeavesNoRoomInAStripeCountedBelowZero() async throws {
-        try await Harness.run { harness in
-            let session = try await harness.container().signedUp()
-            #expect(try await harness.admin(.patch, "containers/\(session.container)/quota", json: ["environment": "development", "maxRecords": 100]).status == 200)
-            let saved = try await session.modify("private", (0..<5).map { op("create", "r\($0)") })
-            #expect(saved.json["records"]?.arrayValue?.allSatisfy { $0.errorCode == nil } == true, "\(saved.json)")
-            // One stripe 10 records and 1,000 bytes below zero, another as much above: the totals
-            // stay what was written.
-            _ = try await harness.database.withConnection { connection in
-                try await connection.statement("""
-                    UPDATE usage_counters SET records = records + CASE stripe WHEN 0 THEN -10 ELSE 10 END,
-                                              bytes = bytes + CASE stripe WHEN 0 THEN -1000 ELSE 1000 END
-                    WHERE container_id = (SELECT container_id FROM containers WHERE name = \(session.container))
-                      AND environment = \(ContainerEnvironment.development.code) AND owner = '' AND stripe IN (0, 1)
-                    """, logger: TestCluster.logger)
-            }
-            let usage = try await harness.admin(.get, "containers/\(session.container)/usage?environment=development")
-            #expect(usage.json["records"] == 6, "\(usage.json)")  // the five and the user's `Users` record
-            #expect(try await harness.admin(.patch, "containers/\(session.container)/quota", json: ["environment": "development", "maxRecords": 6]).status == 200)
-            let over = try await session.modify("private", [op("create", "over")])
-            #expect(over.json.record(0)?["serverErrorCode"] == "QUOTA_EXCEEDED", "\(over.json)")
-        }
-    }
-
     @Test func storageBytesAreCountedExactlyAndEnforcedUnderARace() async throws {
         try await Harness.run(live: true, poolSize: 16) { harness in
             let session = try await harness.container().signedUp()
